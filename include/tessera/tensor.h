@@ -1,0 +1,62 @@
+// Host tensors: a dtype, a shape and a pointer that is either owned or a view
+// into a mapped file (kept alive through `owner`).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+enum class DType : uint8_t { F32, F16, BF16, I32, I64 };
+
+size_t dtype_size(DType dt);
+const char* dtype_name(DType dt);  // "float32", "float16", "bfloat16", "int32", "int64"
+// Accepts "float32"/"f32"/"fp32", "bfloat16"/"bf16", "float16"/"f16"/"fp16"; throws Error otherwise.
+DType parse_dtype(const std::string& s);
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[2, 3]"
+
+struct Tensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  void* data = nullptr;
+  std::shared_ptr<void> owner;  // keeps `data` alive (heap block or file mapping)
+
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  template <typename T>
+  T* ptr() const { return static_cast<T*>(data); }
+
+  // A new zero-filled tensor owning its memory (64-byte aligned).
+  static Tensor empty(DType dt, Shape shape);
+  // A view of external memory kept alive by `owner`.
+  static Tensor view(DType dt, Shape shape, void* data, std::shared_ptr<void> owner);
+};
+
+// Scalar conversions (round-to-nearest-even for float -> bf16, as PyTorch does).
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+// Converts `n` elements between float dtypes (F32/F16/BF16).
+void convert(const void* src, DType src_dt, void* dst, DType dst_dt, int64_t n);
+// Returns `t` converted to `dt` (a copy; or `t` itself when the dtype already fits).
+Tensor to_dtype(const Tensor& t, DType dt);
+
+}  // namespace tessera

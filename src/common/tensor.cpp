@@ -1,0 +1,159 @@
+#include "tessera/tensor.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "tessera/error.h"
+
+namespace tessera {
+
+size_t dtype_size(DType dt) {
+  switch (dt) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dt) {
+  switch (dt) {
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+    case DType::I32: return "int32";
+    case DType::I64: return "int64";
+  }
+  return "?";
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "float32" || s == "f32" || s == "fp32") return DType::F32;
+  if (s == "bfloat16" || s == "bf16") return DType::BF16;
+  if (s == "float16" || s == "f16" || s == "fp16" || s == "half") return DType::F16;
+  fail("unsupported dtype '", s, "' (expected float32, bfloat16 or float16)");
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+Tensor Tensor::empty(DType dt, Shape shape) {
+  Tensor t;
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  if (bytes == 0) bytes = 64;
+  void* p = std::aligned_alloc(64, bytes);
+  TS_ASSERT(p != nullptr, "out of memory allocating ", bytes, " bytes");
+  std::memset(p, 0, bytes);
+  t.data = p;
+  t.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return t;
+}
+
+Tensor Tensor::view(DType dt, Shape shape, void* data, std::shared_ptr<void> owner) {
+  Tensor t;
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  t.data = data;
+  t.owner = std::move(owner);
+  return t;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      u = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  int32_t exp = static_cast<int32_t>((u >> 23) & 0xff);
+  uint32_t mant = u & 0x7fffffu;
+  if (exp == 255) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0));
+  int32_t e = exp - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+void convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
+  if (sdt == ddt) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(sdt));
+    return;
+  }
+  auto load = [&](int64_t i) -> float {
+    switch (sdt) {
+      case DType::F32: return static_cast<const float*>(src)[i];
+      case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      default: TS_ASSERT(false, "convert: non-float source dtype ", dtype_name(sdt));
+    }
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    float v = load(i);
+    switch (ddt) {
+      case DType::F32: static_cast<float*>(dst)[i] = v; break;
+      case DType::BF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
+      case DType::F16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
+      default: TS_ASSERT(false, "convert: non-float destination dtype ", dtype_name(ddt));
+    }
+  }
+}
+
+Tensor to_dtype(const Tensor& t, DType dt) {
+  if (t.dtype == dt) return t;
+  Tensor out = Tensor::empty(dt, t.shape);
+  convert(t.data, t.dtype, out.data, dt, t.numel());
+  return out;
+}
+
+}  // namespace tessera
