@@ -1,0 +1,46 @@
+// A checkpoint seen through Hugging Face names and layouts, whatever the file
+// format (safetensors directory, sharded safetensors, GGUF). Models only ever
+// talk to this interface.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera::io {
+
+struct TensorMeta {
+  std::string name;         // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;              // HF layout, e.g. [out_features, in_features] for Linear weights
+  std::string stored_type;  // as stored: "F32", "BF16", "F16", "Q4_1", ...
+  std::string file;         // path of the file that holds it (for error messages)
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Every tensor in the checkpoint, sorted by name.
+  virtual const std::vector<TensorMeta>& tensors() const = 0;
+  // nullptr when absent.
+  virtual const TensorMeta* find(const std::string& name) const = 0;
+  // Loads `name` as `dtype` (F32/BF16/F16). Zero-copy view into the mapped file
+  // when the stored dtype already equals `dtype`; otherwise converted or
+  // dequantised. Throws Error naming the file and tensor when absent.
+  virtual Tensor load(const std::string& name, DType dtype) const = 0;
+  // The model description in Hugging Face config.json form (for GGUF: derived from metadata).
+  virtual const std::string& config_json() const = 0;
+  // generation_config.json contents, or "" when the checkpoint has none.
+  virtual const std::string& generation_config_json() const = 0;
+  // Where the checkpoint came from (directory or .gguf path).
+  virtual const std::string& origin() const = 0;
+};
+
+// A directory with config.json and model.safetensors or model.safetensors.index.json.
+std::unique_ptr<WeightSource> open_safetensors_dir(const std::string& dir);
+// A GGUF file of the llama architecture; names, layouts (q/k un-permuted) and config mapped to HF's.
+std::unique_ptr<WeightSource> open_gguf(const std::string& path);
+// Dispatches on the argument: a .gguf file, or a directory (after HF-cache resolution, see hf_cache.h).
+std::unique_ptr<WeightSource> open_checkpoint(const std::string& path);
+
+}  // namespace tessera::io
