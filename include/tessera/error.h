@@ -36,5 +36,5 @@ template <typename... Args>
 #define TS_ASSERT(cond, ...)                                                                 \
   do {                                                                                       \
     if (!(cond)) ::tessera::detail::assert_fail(#cond, __FILE__, __LINE__,                   \
-                                                ::tessera::detail::concat("" __VA_ARGS__)); \
+                                                ::tessera::detail::concat(std::string() __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

@@ -1,0 +1,308 @@
+// The native CPU backend. "Compiling" a graph means: resolve every weight to a
+// pointer, pick the kernel for each node, and plan one arena for all
+// activations by liveness (buffers reused once their last reader has run).
+// A run then walks the plan with no allocation.
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "backends/backend.h"
+#include "backends/cpu/kernels.h"
+#include "tessera/error.h"
+
+namespace tessera::backends {
+namespace {
+
+using graph::Graph;
+using graph::InputKind;
+using graph::Node;
+using graph::Op;
+
+class CpuCache : public DeviceCache {
+ public:
+  // k[l], v[l]: [batch, kv_heads, cache_len, head_dim]
+  std::vector<Tensor> k, v;
+};
+
+// Where a node's output lives at run time.
+struct Slot {
+  enum Kind { Arena, Weight, Input, Cache } kind = Arena;
+  size_t offset = 0;           // Arena: float offset
+  const void* weight = nullptr;
+  InputKind input = InputKind::TokenIds;
+  int layer = -1, which = 0;   // Cache
+};
+
+class CpuExecutable : public Executable {
+ public:
+  CpuExecutable(const Graph& g, const WeightMap& weights) : g_(g) { plan(weights); }
+
+  void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) override {
+    auto& cache = static_cast<CpuCache&>(cache_base);
+    in_ = &in;
+    cache_ = &cache;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) exec(static_cast<int>(i));
+    const Node& out = g_.at(g_.outputs[0]);
+    logits.resize(static_cast<size_t>(out.shape[0] * out.shape[1]));
+    std::memcpy(logits.data(), f32(g_.outputs[0]), logits.size() * sizeof(float));
+  }
+
+ private:
+  void plan(const WeightMap& weights) {
+    const size_t n = g_.nodes.size();
+    slots_.resize(n);
+    // Last reader of each node; graph outputs live to the end.
+    std::vector<size_t> last_use(n, 0);
+    for (size_t i = 0; i < n; ++i)
+      for (int in : g_.nodes[i].inputs) last_use[static_cast<size_t>(in)] = i;
+    for (int o : g_.outputs) last_use[static_cast<size_t>(o)] = n;
+
+    std::map<size_t, size_t> free_blocks;  // offset -> size (floats)
+    size_t arena = 0;
+    auto alloc = [&](size_t size) {
+      size = (size + 15) / 16 * 16;  // 64-byte granules
+      for (auto it = free_blocks.begin(); it != free_blocks.end(); ++it) {
+        if (it->second < size) continue;
+        size_t off = it->first, rest = it->second - size;
+        free_blocks.erase(it);
+        if (rest) free_blocks[off + size] = rest;
+        return off;
+      }
+      size_t off = arena;
+      arena += size;
+      return off;
+    };
+    auto release = [&](size_t off, size_t size) {
+      size = (size + 15) / 16 * 16;
+      auto next = free_blocks.lower_bound(off);
+      if (next != free_blocks.end() && next->first == off + size) {
+        size += next->second;
+        free_blocks.erase(next);
+      }
+      auto it = free_blocks.emplace(off, size).first;
+      if (it != free_blocks.begin()) {
+        auto prev = std::prev(it);
+        if (prev->first + prev->second == off) {
+          prev->second += size;
+          free_blocks.erase(it);
+        }
+      }
+    };
+
+    // Pass 1: which arena buffer each node writes. Rope, RmsNorm and Add reuse their
+    // first input's buffer when they are its last reader.
+    std::vector<int> buffer(n, -1);
+    std::vector<size_t> buffer_size, buffer_last;
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = g_.nodes[i];
+      if (node.op == Op::Weight || node.op == Op::Input || node.op == Op::CacheState || node.op == Op::CacheUpdate)
+        continue;
+      int src = node.inputs.empty() ? -1 : node.inputs[0];
+      bool in_place = (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add) && src >= 0 &&
+                      buffer[static_cast<size_t>(src)] >= 0 && last_use[static_cast<size_t>(src)] == i;
+      if (in_place) {
+        buffer[i] = buffer[static_cast<size_t>(src)];
+      } else {
+        buffer[i] = static_cast<int>(buffer_size.size());
+        buffer_size.push_back(static_cast<size_t>(node.shape[0] * node.shape[1]));
+        buffer_last.push_back(0);
+      }
+      auto& bl = buffer_last[static_cast<size_t>(buffer[i])];
+      bl = std::max(bl, last_use[i]);
+    }
+    // Pass 2: bind slots; first-fit allocation, freeing each buffer after its last reader.
+    std::vector<size_t> buffer_offset(buffer_size.size(), 0);
+    std::vector<std::vector<int>> frees(n + 1);
+    for (size_t b = 0; b < buffer_size.size(); ++b) frees[buffer_last[b]].push_back(static_cast<int>(b));
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = g_.nodes[i];
+      Slot& s = slots_[i];
+      switch (node.op) {
+        case Op::Weight: {
+          auto it = weights.find(node.name);
+          TS_ASSERT(it != weights.end(), "weight not bound: ", node.name);
+          TS_ASSERT(it->second.dtype == node.dtype, node.name, " bound as ", dtype_name(it->second.dtype));
+          s.kind = Slot::Weight;
+          s.weight = it->second.data;
+          break;
+        }
+        case Op::Input:
+          s.kind = Slot::Input;
+          s.input = node.input_kind;
+          break;
+        case Op::CacheState:
+          s.kind = Slot::Cache;
+          s.layer = node.layer;
+          s.which = node.which;
+          break;
+        case Op::CacheUpdate:
+          s = slots_[static_cast<size_t>(node.inputs[0])];  // updated in place
+          break;
+        default: {
+          size_t b = static_cast<size_t>(buffer[i]);
+          int src = node.inputs.empty() ? -1 : node.inputs[0];
+          bool fresh = !(src >= 0 && buffer[static_cast<size_t>(src)] == buffer[i]);
+          if (fresh) buffer_offset[b] = alloc(buffer_size[b]);
+          s.kind = Slot::Arena;
+          s.offset = buffer_offset[b];
+        }
+      }
+      for (int b : frees[i]) release(buffer_offset[static_cast<size_t>(b)], buffer_size[static_cast<size_t>(b)]);
+    }
+    arena_ = Tensor::empty(DType::F32, {static_cast<int64_t>(std::max<size_t>(arena, 16))});
+  }
+
+  float* f32(int id) {
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    TS_ASSERT(s.kind == Slot::Arena, g_.at(id).name);
+    return arena_.ptr<float>() + s.offset;
+  }
+  const int32_t* ints(int id) {
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    TS_ASSERT(s.kind == Slot::Input, g_.at(id).name);
+    switch (s.input) {
+      case InputKind::TokenIds: return in_->ids.data();
+      case InputKind::Positions: return in_->positions.data();
+      case InputKind::Slots: return in_->slots.data();
+      case InputKind::KvBegin: return in_->kv_begin.data();
+    }
+    return nullptr;
+  }
+  const void* weight(int id) {
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    TS_ASSERT(s.kind == Slot::Weight, g_.at(id).name);
+    return s.weight;
+  }
+  Tensor& cache(int id) {
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    TS_ASSERT(s.kind == Slot::Cache, g_.at(id).name);
+    return s.which == 0 ? cache_->k[static_cast<size_t>(s.layer)] : cache_->v[static_cast<size_t>(s.layer)];
+  }
+
+  void exec(int id) {
+    const Node& n = g_.at(id);
+    const auto& in = n.inputs;
+    const int64_t rows = n.shape.empty() ? 0 : n.shape[0];
+    const int64_t cols = n.shape.size() > 1 ? n.shape[1] : 0;
+    switch (n.op) {
+      case Op::Input:
+      case Op::Weight:
+      case Op::CacheState:
+        return;
+      case Op::Embedding: {
+        const Node& t = g_.at(in[0]);
+        cpu::embedding(ints(in[1]), rows, weight(in[0]), t.dtype, t.shape[0], t.shape[1], f32(id));
+        return;
+      }
+      case Op::RmsNorm:
+        cpu::rms_norm(f32(in[0]), static_cast<const float*>(weight(in[1])), rows * cols / n.dim, n.dim, n.eps,
+                      f32(id));
+        return;
+      case Op::MatMul: {
+        const Node& w = g_.at(in[1]);
+        const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
+        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id));
+        return;
+      }
+      case Op::Rope: {
+        float* y = f32(id);
+        const float* x = f32(in[0]);
+        if (y != x) std::memcpy(y, x, static_cast<size_t>(rows * cols) * sizeof(float));
+        cpu::rope(y, rows, n.heads, n.head_dim, n.rot_dim, ints(in[1]),
+                  g_.rope_tables[static_cast<size_t>(n.rope_table)].data());
+        return;
+      }
+      case Op::CacheUpdate: {
+        // new rows [batch * seq, kv_heads * head_dim] -> cache[b, h, slots[s], :]
+        Tensor& c = cache(in[0]);
+        const float* x = f32(in[1]);
+        const int32_t* slots = ints(in[2]);
+        const int64_t batch = g_.key.batch, seq = g_.key.seq, len = c.shape[2], hd = n.head_dim;
+        for (int64_t b = 0; b < batch; ++b)
+          for (int64_t s = 0; s < seq; ++s)
+            for (int64_t h = 0; h < n.kv_heads; ++h)
+              std::memcpy(c.ptr<float>() + ((b * n.kv_heads + h) * len + slots[s]) * hd,
+                          x + (b * seq + s) * n.kv_heads * hd + h * hd, static_cast<size_t>(hd) * sizeof(float));
+        return;
+      }
+      case Op::Attention: {
+        Tensor& kc = cache(in[1]);
+        Tensor& vc = cache(in[2]);
+        const int64_t batch = g_.key.batch, seq = g_.key.seq, len = kc.shape[2];
+        const int64_t per_row = n.kv_heads * len * n.head_dim;
+        const int32_t* kv_begin = ints(in[4]);
+        for (int64_t b = 0; b < batch; ++b)
+          cpu::attention(f32(in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
+                         kc.ptr<float>() + b * per_row, vc.ptr<float>() + b * per_row, n.kv_heads, len, ints(in[3]),
+                         kv_begin[b], n.scale, f32(id) + b * seq * cols);
+        return;
+      }
+      case Op::SwiGlu:
+        cpu::swiglu(f32(in[0]), f32(in[1]), rows * cols, f32(id));
+        return;
+      case Op::Add:
+        cpu::add(f32(in[0]), f32(in[1]), rows * cols, f32(id));
+        return;
+      case Op::LastRow: {
+        const int64_t seq = g_.key.seq;
+        for (int64_t b = 0; b < rows; ++b)
+          std::memcpy(f32(id) + b * cols, f32(in[0]) + (b * seq + seq - 1) * cols, static_cast<size_t>(cols) * 4);
+        return;
+      }
+      case Op::kCount:
+        break;
+    }
+    TS_ASSERT(false, "unhandled op ", graph::op_name(n.op));
+  }
+
+  Graph g_;
+  std::vector<Slot> slots_;
+  Tensor arena_;
+  const StepInputs* in_ = nullptr;
+  CpuCache* cache_ = nullptr;
+};
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  bool supports_op(graph::Op op) const override { return op != Op::kCount; }
+  void bind_weights(WeightMap weights) override { weights_ = std::move(weights); }
+  std::unique_ptr<Executable> compile(const Graph& g) override {
+    return std::make_unique<CpuExecutable>(g, weights_);
+  }
+  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
+                                            int64_t head_dim) override {
+    auto c = std::make_unique<CpuCache>();
+    c->batch = batch;
+    c->cache_len = cache_len;
+    for (int64_t l = 0; l < layers; ++l) {
+      c->k.push_back(Tensor::empty(DType::F32, {batch, kv_heads, cache_len, head_dim}));
+      c->v.push_back(Tensor::empty(DType::F32, {batch, kv_heads, cache_len, head_dim}));
+    }
+    return c;
+  }
+  void copy_cache(const DeviceCache& from_base, DeviceCache& to_base) override {
+    const auto& from = static_cast<const CpuCache&>(from_base);
+    auto& to = static_cast<CpuCache&>(to_base);
+    TS_ASSERT(from.k.size() == to.k.size() && to.cache_len >= from.cache_len);
+    auto copy = [&](const Tensor& a, Tensor& b) {
+      const int64_t rows = a.shape[0] * a.shape[1], hd = a.shape[3];
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(b.ptr<float>() + r * to.cache_len * hd, a.ptr<float>() + r * from.cache_len * hd,
+                    static_cast<size_t>(from.cache_len * hd) * sizeof(float));
+    };
+    for (size_t l = 0; l < from.k.size(); ++l) {
+      copy(from.k[l], to.k[l]);
+      copy(from.v[l], to.v[l]);
+    }
+  }
+
+ private:
+  WeightMap weights_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace tessera::backends

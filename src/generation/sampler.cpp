@@ -1,0 +1,114 @@
+#include "generation/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace tessera::generation {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// softmax into `probs` (float32, as torch does for float32 scores).
+void softmax(const float* logits, int64_t n, std::vector<float>& probs) {
+  probs.resize(static_cast<size_t>(n));
+  float mx = kNegInf;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float e = logits[i] == kNegInf ? 0.f : std::exp(logits[i] - mx);
+    probs[static_cast<size_t>(i)] = e;
+    sum += e;
+  }
+  for (auto& p : probs) p = static_cast<float>(p / sum);
+}
+}  // namespace
+
+void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& seen, float penalty) {
+  if (penalty == 1.0f) return;
+  // Gather first then scatter, so repeated ids are penalised once (as torch.gather/scatter do).
+  std::vector<int32_t> ids;
+  ids.reserve(seen.size());
+  for (int32_t id : seen)
+    if (id >= 0 && id < vocab) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (int32_t id : ids) {
+    float& s = logits[id];
+    s = s < 0 ? s * penalty : s / penalty;
+  }
+}
+
+int32_t argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg) {
+  if (cfg.temperature != 1.0f)
+    for (int64_t i = 0; i < vocab; ++i) logits[i] /= cfg.temperature;
+
+  if (cfg.top_k > 0 && cfg.top_k < vocab) {
+    // Keep every logit >= the k-th largest (ties at the threshold survive, as in Transformers).
+    std::vector<float> tmp(logits, logits + vocab);
+    std::nth_element(tmp.begin(), tmp.begin() + (cfg.top_k - 1), tmp.end(), std::greater<float>());
+    float kth = tmp[static_cast<size_t>(cfg.top_k - 1)];
+    for (int64_t i = 0; i < vocab; ++i)
+      if (logits[i] < kth) logits[i] = kNegInf;
+  }
+
+  if (cfg.top_p < 1.0f) {
+    // Sort ascending; drop the low tail whose cumulative probability is <= 1 - top_p; keep at least one.
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] < logits[b]; });
+    std::vector<float> sorted(static_cast<size_t>(vocab)), probs;
+    for (int64_t i = 0; i < vocab; ++i) sorted[static_cast<size_t>(i)] = logits[order[static_cast<size_t>(i)]];
+    softmax(sorted.data(), vocab, probs);
+    float cum = 0;
+    for (int64_t i = 0; i < vocab - 1; ++i) {  // the last (largest) is always kept
+      cum += probs[static_cast<size_t>(i)];
+      if (cum <= 1.0f - cfg.top_p) logits[order[static_cast<size_t>(i)]] = kNegInf;
+    }
+  }
+
+  if (cfg.min_p > 0.0f) {
+    std::vector<float> probs;
+    softmax(logits, vocab, probs);
+    float top = *std::max_element(probs.begin(), probs.end());
+    float threshold = cfg.min_p * top;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (probs[static_cast<size_t>(i)] < threshold) logits[i] = kNegInf;
+  }
+}
+
+double counter_uniform(uint64_t seed, uint64_t step, uint64_t row) {
+  uint64_t x = splitmix64(seed ^ splitmix64(step * 0x632be59bd9b4e019ull + row));
+  return static_cast<double>(x >> 11) * 0x1.0p-53;
+}
+
+int32_t sample_from_logits(const float* logits, int64_t vocab, double u) {
+  std::vector<float> probs;
+  softmax(logits, vocab, probs);
+  double cum = 0;
+  int32_t last_nonzero = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (probs[static_cast<size_t>(i)] <= 0) continue;
+    last_nonzero = static_cast<int32_t>(i);
+    cum += probs[static_cast<size_t>(i)];
+    if (u < cum) return static_cast<int32_t>(i);
+  }
+  return last_nonzero;  // rounding left u just above the total
+}
+
+}  // namespace tessera::generation

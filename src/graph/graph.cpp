@@ -1,0 +1,84 @@
+#include "graph/graph.h"
+
+#include <functional>
+#include <sstream>
+
+#include "tessera/error.h"
+
+namespace tessera::graph {
+
+namespace {
+const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "decode"; }
+
+constexpr const char* kOpNames[] = {"input",  "weight",       "cache_state", "embedding", "rms_norm",
+                                    "matmul", "rope",         "cache_update", "attention", "swiglu",
+                                    "add",    "last_row"};
+static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
+              "kOpNames must list every Op");
+}  // namespace
+
+const char* op_name(Op op) { return kOpNames[static_cast<size_t>(op)]; }
+
+std::string ShapeKey::str() const {
+  std::ostringstream os;
+  os << phase_name(phase) << "(batch=" << batch << ", seq=" << seq << ", cache_len=" << cache_len
+     << ", dtype=" << dtype_name(dtype) << ", logits=" << (all_logits ? "all" : "last");
+  if (tp_size > 1) os << ", tp=" << tp_rank << "/" << tp_size;
+  os << ")";
+  return os.str();
+}
+
+std::string ShapeKey::diff(const ShapeKey& o) const {
+  std::ostringstream os;
+  auto field = [&](const char* name, auto a, auto b) {
+    if (a == b) return;
+    if (os.tellp() > 0) os << ", ";
+    os << name << " " << a << " -> " << b;
+  };
+  field("phase", phase_name(phase), phase_name(o.phase));
+  field("batch", batch, o.batch);
+  field("seq", seq, o.seq);
+  field("cache_len", cache_len, o.cache_len);
+  field("dtype", dtype_name(dtype), dtype_name(o.dtype));
+  field("all_logits", all_logits, o.all_logits);
+  field("tp_rank", tp_rank, o.tp_rank);
+  field("tp_size", tp_size, o.tp_size);
+  return os.str();
+}
+
+size_t ShapeKeyHash::operator()(const ShapeKey& k) const {
+  size_t h = 0;
+  auto mix = [&](uint64_t v) { h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(static_cast<uint64_t>(k.phase));
+  mix(static_cast<uint64_t>(k.batch));
+  mix(static_cast<uint64_t>(k.seq));
+  mix(static_cast<uint64_t>(k.cache_len));
+  mix(static_cast<uint64_t>(k.dtype));
+  mix(static_cast<uint64_t>(k.all_logits));
+  mix(static_cast<uint64_t>(k.tp_rank));
+  mix(static_cast<uint64_t>(k.tp_size));
+  return h;
+}
+
+int Graph::add(Node n) {
+  for (int in : n.inputs) TS_ASSERT(in >= 0 && in < static_cast<int>(nodes.size()), "node ", n.name, " input ", in);
+  nodes.push_back(std::move(n));
+  return static_cast<int>(nodes.size()) - 1;
+}
+
+std::string Graph::dump() const {
+  std::ostringstream os;
+  os << "graph " << key.str() << "\n";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    os << "%" << i << " = " << op_name(n.op) << "(";
+    for (size_t j = 0; j < n.inputs.size(); ++j) os << (j ? ", " : "") << "%" << n.inputs[j];
+    os << ") " << shape_str(n.shape) << " " << dtype_name(n.dtype) << "  # " << n.name << "\n";
+  }
+  os << "outputs:";
+  for (int o : outputs) os << " %" << o;
+  os << "\n";
+  return os.str();
+}
+
+}  // namespace tessera::graph

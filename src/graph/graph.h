@@ -1,0 +1,83 @@
+// The graph IR: a list of high-level ops built by a model for one ShapeKey.
+// Values are 2-D float32 activations [rows, cols] (batch and sequence folded
+// into rows), int32 step inputs, weights, and the per-layer KV cache state.
+// Nodes are stored in execution order; an op only reads earlier nodes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera::graph {
+
+enum class Phase : uint8_t { Prefill, Decode };
+
+// Everything that fixes the shapes of a compiled step.
+struct ShapeKey {
+  Phase phase = Phase::Prefill;
+  int batch = 1;
+  int seq = 1;          // query tokens per row in this step (the prompt bucket, or 1 for decode)
+  int cache_len = 0;    // slots in the static KV cache
+  DType dtype = DType::F32;  // weight dtype
+  bool all_logits = false;   // logits for every position (forward) or only the last (generate)
+  int tp_rank = 0, tp_size = 1;
+
+  bool operator==(const ShapeKey&) const = default;
+  std::string str() const;
+  // Human-readable list of the fields that differ, e.g. "cache_len 96 -> 160".
+  std::string diff(const ShapeKey& other) const;
+};
+
+struct ShapeKeyHash {
+  size_t operator()(const ShapeKey& k) const;
+};
+
+enum class Op : uint8_t {
+  Input,        // step input bound at run time (ids, positions, slots, kv_begin)
+  Weight,       // a named model weight
+  CacheState,   // KV cache of one layer, [batch, kv_heads, cache_len, head_dim]
+  Embedding,    // (table, ids) -> [rows, dim]
+  RmsNorm,      // (x, weight) -> x normalised over groups of `dim`
+  MatMul,       // (x [rows, in], weight [out, in], bias? [out]) -> [rows, out]
+  Rope,         // (x [rows, heads*head_dim], positions [rows]) -> rotated
+  CacheUpdate,  // (cache, new [rows, kv_heads*head_dim], slots [seq]) -> cache with rows written
+  Attention,    // (q, k_cache, v_cache, slots [seq], kv_begin [batch]) -> [rows, heads*head_dim]
+  SwiGlu,       // (gate, up) -> silu(gate) * up
+  Add,          // (a, b) -> a + b
+  LastRow,      // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
+  kCount
+};
+const char* op_name(Op op);
+
+enum class InputKind : uint8_t { TokenIds, Positions, Slots, KvBegin };
+
+struct Node {
+  Op op;
+  std::string name;            // e.g. "layers.3.attn.q" (weights: the HF tensor name)
+  std::vector<int> inputs;     // node ids
+  Shape shape;                 // output shape
+  DType dtype = DType::F32;
+  // Attributes (meaning depends on op).
+  InputKind input_kind = InputKind::TokenIds;
+  int layer = -1;              // CacheState: layer; which = 0 (K) / 1 (V)
+  int which = 0;
+  int64_t dim = 0;             // RmsNorm: normalised group size
+  float eps = 0.f;             // RmsNorm
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
+  float scale = 0.f;           // Attention
+  int rope_table = -1;         // Rope: index into Graph::rope_tables
+};
+
+struct Graph {
+  ShapeKey key;
+  std::vector<Node> nodes;
+  std::vector<int> outputs;                // logits first
+  std::vector<std::vector<float>> rope_tables;  // inv_freq per rope variant
+
+  int add(Node n);
+  const Node& at(int id) const { return nodes.at(static_cast<size_t>(id)); }
+  std::string dump() const;  // one line per node, for debugging and fixtures
+};
+
+}  // namespace tessera::graph

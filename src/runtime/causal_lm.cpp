@@ -1,0 +1,340 @@
+// Loading a checkpoint into a backend, and the host-side generate loop.
+// The host owns input ids, the growing output, the attention mask and the
+// stopping state; each step hands the backend only (ids, positions, slots,
+// kv_begin) and gets logits back.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "backends/backend.h"
+#include "generation/sampler.h"
+#include "graph/compile_cache.h"
+#include "io/weight_source.h"
+#include "models/architecture.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+
+namespace tessera {
+
+using backends::StepInputs;
+using graph::Phase;
+using graph::ShapeKey;
+
+struct CausalLM::Impl {
+  models::DecoderConfig config;
+  const models::Architecture* arch = nullptr;
+  std::unique_ptr<backends::Backend> backend;
+  std::unique_ptr<graph::CompileCache> cache;
+  GenerationConfig gen_defaults;
+  ModelInfo info;
+
+  graph::Graph build(const ShapeKey& key) const { return arch->build_graph(config, key); }
+
+  // Compiled executable for `key`; with disable_compile a fresh one each call.
+  backends::Executable& executable(const ShapeKey& key, bool disable_compile,
+                                   std::unique_ptr<backends::Executable>& scratch) {
+    if (disable_compile) {
+      scratch = backend->compile(build(key));
+      return *scratch;
+    }
+    return cache->get(key, [this](const ShapeKey& k) { return build(k); });
+  }
+
+  void check_ids(const std::vector<int32_t>& ids) const {
+    for (int32_t id : ids)
+      if (id < 0 || id >= config.vocab_size)
+        fail("input id ", id, " is out of range for vocab size ", config.vocab_size);
+  }
+};
+
+namespace {
+
+std::string join_names(const std::vector<std::string>& names, size_t limit) {
+  std::ostringstream os;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) os << (i ? ", " : "") << names[i];
+  if (names.size() > limit) os << ", ... (" << names.size() << " in all)";
+  return os.str();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Strict checkpoint validation and loading of every weight the graph reads.
+backends::WeightMap load_weights(const io::WeightSource& src, const models::Architecture& arch,
+                                 const models::DecoderConfig& c, DType dtype, const LoadOptions& opt,
+                                 size_t& bytes) {
+  std::vector<models::WeightSpec> specs = arch.weights(c);
+  std::set<std::string> needed;
+  for (const auto& w : specs) {
+    needed.insert(w.name);
+    const io::TensorMeta* m = src.find(w.name);
+    if (!m) fail(src.origin(), ": missing tensor '", w.name, "' required by ", arch.name);
+    if (m->shape != w.shape)
+      fail(m->file, ": tensor '", w.name, "' has shape ", shape_str(m->shape), ", expected ", shape_str(w.shape),
+           " from the config");
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& m : src.tensors()) {
+    if (needed.count(m.name)) continue;
+    if (m.name == "lm_head.weight" && c.tie_word_embeddings) continue;  // tied: the embedding is used
+    bool ignorable = false;
+    for (const auto& s : arch.ignorable_suffixes) ignorable = ignorable || ends_with(m.name, s);
+    if (!ignorable) unexpected.push_back(m.name);
+  }
+  if (!unexpected.empty())
+    fail(src.origin(), ": unexpected tensors for ", arch.name, ": ", join_names(unexpected, 5));
+
+  backends::WeightMap weights;
+  bytes = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& w = specs[i];
+    Tensor t = src.load(w.name, w.is_vector ? DType::F32 : dtype);
+    bytes += t.nbytes();
+    weights.emplace(w.name, std::move(t));
+    if (opt.progress) opt.progress(i + 1, specs.size());
+  }
+  return weights;
+}
+
+// Per-row count of leading padding; the mask must be 0s then 1s (left padding).
+std::vector<int32_t> left_padding(const std::vector<std::vector<int32_t>>& mask, size_t len) {
+  std::vector<int32_t> pads;
+  for (size_t b = 0; b < mask.size(); ++b) {
+    const auto& m = mask[b];
+    if (m.size() != len) fail("attention_mask row ", b, " has length ", m.size(), ", input_ids rows have ", len);
+    size_t p = 0;
+    while (p < m.size() && m[p] == 0) ++p;
+    for (size_t i = p; i < m.size(); ++i)
+      if (m[i] != 1) fail("attention_mask row ", b, ": only left padding (0s then 1s) is supported");
+    if (p == m.size()) fail("attention_mask row ", b, " masks every token (empty prompt)");
+    pads.push_back(static_cast<int32_t>(p));
+  }
+  return pads;
+}
+
+constexpr int kDynamicChunk = 64;  // dynamic cache grows by this many slots
+
+}  // namespace
+
+CausalLM::CausalLM(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CausalLM::CausalLM(CausalLM&&) noexcept = default;
+CausalLM& CausalLM::operator=(CausalLM&&) noexcept = default;
+CausalLM::~CausalLM() = default;
+
+const GenerationConfig& CausalLM::generation_config() const { return impl_->gen_defaults; }
+const ModelInfo& CausalLM::info() const { return impl_->info; }
+
+CompileReport CausalLM::compile_stats() const {
+  const auto& s = impl_->cache->stats();
+  return CompileReport{s.compiles, s.hits, s.keys};
+}
+
+CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const LoadOptions& opt) {
+  if (opt.device_map != "cpu" && opt.device_map != "auto")
+    fail("device '", opt.device_map, "' is not available (available: cpu, auto)");
+  if (opt.device_map == "auto")
+    std::fprintf(stderr, "tessera: device auto: found cpu (native); no accelerator backend in this build; using cpu\n");
+  auto src = io::open_checkpoint(path);
+  auto impl = std::make_unique<CausalLM::Impl>();
+  const std::string cfg_origin = src->origin() + " (config)";
+  nlohmann::json cj;
+  try {
+    cj = nlohmann::json::parse(src->config_json());
+  } catch (const nlohmann::json::exception& e) {
+    fail(cfg_origin, ": invalid JSON: ", e.what());
+  }
+  if (!cj.is_object()) fail(cfg_origin, ": expected a JSON object");
+  auto archs = cj.find("architectures");
+  if (archs == cj.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+    fail(cfg_origin, ": field 'architectures' is missing or not a list of names");
+  impl->arch = &models::find_architecture((*archs)[0].get<std::string>(), cfg_origin);
+  impl->config = impl->arch->parse_config(cj, cfg_origin);
+  const bool is_gguf = ends_with(src->origin(), ".gguf");
+  DType dtype = opt.dtype.value_or(is_gguf ? DType::BF16 : impl->config.torch_dtype.value_or(DType::F32));
+
+  impl->gen_defaults = GenerationConfig::from_json(src->generation_config_json(), src->origin() + " (generation config)");
+  if (impl->gen_defaults.eos_token_id.empty()) impl->gen_defaults.eos_token_id = impl->config.eos_token_ids;
+  if (!impl->gen_defaults.pad_token_id) impl->gen_defaults.pad_token_id = impl->config.pad_token_id;
+  impl->gen_defaults.max_new_tokens = 20;  // Transformers' default when generation_config.json has max_length only
+
+  impl->backend = backends::make_cpu_backend();
+  size_t bytes = 0;
+  impl->backend->bind_weights(load_weights(*src, *impl->arch, impl->config, dtype, opt, bytes));
+  impl->cache = std::make_unique<graph::CompileCache>(*impl->backend);
+  impl->info = ModelInfo{impl->arch->name,
+                         src->origin(),
+                         impl->backend->name(),
+                         dtype,
+                         impl->config.num_layers,
+                         impl->config.hidden_size,
+                         impl->config.vocab_size,
+                         impl->config.max_position_embeddings,
+                         bytes};
+  return CausalLM(std::move(impl));
+}
+
+std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
+  if (ids.empty()) fail("forward: empty input");
+  impl_->check_ids(ids);
+  const int n = static_cast<int>(ids.size());
+  if (n > impl_->config.max_position_embeddings)
+    fail("forward: ", n, " tokens exceed max_position_embeddings ", impl_->config.max_position_embeddings);
+  ShapeKey key{.phase = Phase::Prefill, .batch = 1, .seq = n, .cache_len = n, .dtype = impl_->info.dtype,
+               .all_logits = true};
+  std::unique_ptr<backends::Executable> scratch;
+  auto& exe = impl_->executable(key, false, scratch);
+  auto cache = impl_->backend->create_cache(impl_->config.num_layers, 1, impl_->config.num_kv_heads, n,
+                                            impl_->config.head_dim);
+  StepInputs in;
+  in.ids = ids;
+  for (int i = 0; i < n; ++i) {
+    in.positions.push_back(i);
+    in.slots.push_back(i);
+  }
+  in.kv_begin = {0};
+  std::vector<float> logits;
+  exe.run(in, *cache, logits);
+  return logits;
+}
+
+GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input_ids,
+                                  const std::vector<std::vector<int32_t>>& attention_mask,
+                                  const GenerationConfig& cfg) {
+  return generate(input_ids, attention_mask, cfg, nullptr);
+}
+
+GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input_ids,
+                                  const std::vector<std::vector<int32_t>>& attention_mask,
+                                  const GenerationConfig& cfg, const std::function<void(int, int32_t)>& on_token) {
+  using clock = std::chrono::steady_clock;
+  Impl& m = *impl_;
+  cfg.validate();
+  if (input_ids.empty() || input_ids[0].empty()) fail("generate: empty prompt");
+  const size_t len = input_ids[0].size();
+  for (size_t b = 0; b < input_ids.size(); ++b) {
+    if (input_ids[b].size() != len)
+      fail("generate: input_ids row ", b, " has length ", input_ids[b].size(), ", row 0 has ", len,
+           " (pad rows on the left to one length)");
+    m.check_ids(input_ids[b]);
+  }
+  std::vector<std::vector<int32_t>> mask = attention_mask;
+  if (mask.empty()) mask.assign(input_ids.size(), std::vector<int32_t>(len, 1));
+  if (mask.size() != input_ids.size())
+    fail("generate: attention_mask has ", mask.size(), " rows, input_ids has ", input_ids.size());
+  const std::vector<int32_t> pads = left_padding(mask, len);
+
+  const int batch = static_cast<int>(input_ids.size());
+  const int seq = static_cast<int>(len);
+  const int64_t vocab = m.config.vocab_size;
+  int max_real = 0;
+  for (int b = 0; b < batch; ++b) max_real = std::max(max_real, seq - pads[static_cast<size_t>(b)]);
+  if (max_real + cfg.max_new_tokens > m.config.max_position_embeddings)
+    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", cfg.max_new_tokens,
+         ") exceeds max_position_embeddings (", m.config.max_position_embeddings, ")");
+
+  const bool dynamic = cfg.cache_implementation == "dynamic";
+  auto cache_len_for = [&](int needed) {
+    return dynamic ? (needed + kDynamicChunk - 1) / kDynamicChunk * kDynamicChunk : seq + cfg.max_new_tokens;
+  };
+  int cache_len = cache_len_for(seq + (cfg.max_new_tokens > 0 ? 1 : 0));
+  auto cache = m.backend->create_cache(m.config.num_layers, batch, m.config.num_kv_heads, cache_len, m.config.head_dim);
+
+  const std::vector<int32_t> eos = cfg.eos_token_id;
+  const int32_t pad_id = cfg.pad_token_id.value_or(eos.empty() ? 0 : eos[0]);
+  const uint64_t seed = cfg.seed.value_or(std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32));
+  const graph::CompileStats before = m.cache->stats();
+
+  GenerateOutput out;
+  out.sequences = input_ids;
+  out.prompt_tokens = seq;
+  std::vector<bool> finished(static_cast<size_t>(batch), false);
+
+  // Prefill: the whole (left-padded) prompt; slots 0..seq-1.
+  StepInputs in;
+  in.ids.reserve(static_cast<size_t>(batch * seq));
+  for (int b = 0; b < batch; ++b) {
+    for (int s = 0; s < seq; ++s) {
+      in.ids.push_back(input_ids[static_cast<size_t>(b)][static_cast<size_t>(s)]);
+      int pos = s - pads[static_cast<size_t>(b)];
+      in.positions.push_back(pos < 0 ? 1 : pos);  // padding positions are masked; 1 as in Transformers
+    }
+  }
+  for (int s = 0; s < seq; ++s) in.slots.push_back(s);
+  in.kv_begin = pads;
+
+  std::vector<float> logits;
+  std::unique_ptr<backends::Executable> scratch;
+  ShapeKey prefill_key{.phase = Phase::Prefill, .batch = batch, .seq = seq, .cache_len = cache_len,
+                       .dtype = m.info.dtype};
+  auto t0 = clock::now();
+  if (cfg.max_new_tokens > 0) m.executable(prefill_key, cfg.disable_compile, scratch).run(in, *cache, logits);
+  auto t1 = clock::now();
+  out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+
+  std::optional<ShapeKey> last_decode;
+  int decode_runs = 0;
+  for (int step = 0; step < cfg.max_new_tokens; ++step) {
+    // Choose the next token of every row from `logits` [batch, vocab].
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) {
+      float* row = logits.data() + static_cast<int64_t>(b) * vocab;
+      generation::apply_repetition_penalty(row, vocab, out.sequences[static_cast<size_t>(b)], cfg.repetition_penalty);
+      int32_t tok;
+      if (cfg.do_sample) {
+        generation::apply_warpers(row, vocab, cfg);
+        tok = generation::sample_from_logits(row, vocab, generation::counter_uniform(seed, step, b));
+      } else {
+        tok = generation::argmax(row, vocab);
+      }
+      if (finished[static_cast<size_t>(b)]) tok = pad_id;
+      next[static_cast<size_t>(b)] = tok;
+    }
+    bool all_done = true;
+    for (int b = 0; b < batch; ++b) {
+      out.sequences[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);
+      if (!finished[static_cast<size_t>(b)] && on_token) on_token(b, next[static_cast<size_t>(b)]);
+      if (std::find(eos.begin(), eos.end(), next[static_cast<size_t>(b)]) != eos.end()) finished[static_cast<size_t>(b)] = true;
+      all_done = all_done && finished[static_cast<size_t>(b)];
+    }
+    out.new_tokens = step + 1;
+    if (all_done || step + 1 == cfg.max_new_tokens) break;
+
+    // Decode: one token per row at slot seq + step.
+    const int slot = seq + step;
+    if (slot >= cache_len) {  // dynamic cache: grow by a chunk (the decode shape changes: expected)
+      int grown = cache_len_for(slot + 1);
+      auto bigger = m.backend->create_cache(m.config.num_layers, batch, m.config.num_kv_heads, grown, m.config.head_dim);
+      m.backend->copy_cache(*cache, *bigger);
+      cache = std::move(bigger);
+      cache_len = grown;
+    }
+    ShapeKey key{.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m.info.dtype};
+    if (!cfg.disable_compile && !dynamic && last_decode && !(*last_decode == key) && !m.cache->contains(key))
+      std::fprintf(stderr, "tessera: warning: recompiling during decode at step %d: %s (changed: %s)\n", step,
+                   key.str().c_str(), last_decode->diff(key).c_str());
+    last_decode = key;
+    in.ids = next;
+    in.positions.clear();
+    for (int b = 0; b < batch; ++b) in.positions.push_back(seq - pads[static_cast<size_t>(b)] + step);
+    in.slots = {slot};
+    m.executable(key, cfg.disable_compile, scratch).run(in, *cache, logits);
+    ++decode_runs;
+  }
+  auto t2 = clock::now();
+  out.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  if (out.prefill_seconds > 0) out.prefill_tokens_per_s = batch * seq / out.prefill_seconds;
+  if (decode_runs > 0 && out.decode_seconds > 0) out.decode_tokens_per_s = batch * decode_runs / out.decode_seconds;
+  const auto& after = m.cache->stats();
+  out.compiles.compiles = after.compiles - before.compiles;
+  out.compiles.hits = after.hits - before.hits;
+  out.compiles.keys.assign(after.keys.begin() + before.compiles, after.keys.end());
+  if (cfg.disable_compile) out.compiles.compiles = 1 + decode_runs;  // every step planned afresh
+  return out;
+}
+
+}  // namespace tessera
