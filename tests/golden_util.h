@@ -1,0 +1,78 @@
+// Loads the Transformers goldens made by tools/make_model_goldens.py (schema in
+// tests/fixtures/models/README.md). Header-only; tests only.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/error.h"
+
+namespace tessera::golden {
+
+// <source>/tests/fixtures/models/<rel>, e.g. model_path("qwen3_tied") or model_path("smollm2_golden.json").
+inline std::string model_path(std::string_view rel) {
+  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/models/" + std::string(rel);
+}
+
+// Parses a JSON file; a missing or malformed file throws tessera::Error naming it.
+inline nlohmann::json load_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, ": cannot open golden file (run tools/make_model_goldens.py)");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail(path, ": golden file is not valid JSON");
+  return j;
+}
+
+// <model>/golden.json of a tiny checkpoint.
+inline nlohmann::json load_model_golden(std::string_view model) {
+  return load_json(model_path(std::string(model) + "/golden.json"));
+}
+
+// A JSON array of token ids -> int64 vector.
+inline std::vector<int64_t> ids(const nlohmann::json& a) { return a.get<std::vector<int64_t>>(); }
+
+// Row-major floats of a JSON matrix.
+struct Matrix {
+  size_t rows = 0;
+  size_t cols = 0;
+  std::vector<float> data;  // [rows, cols]
+  std::span<const float> row(size_t r) const { return {data.data() + r * cols, cols}; }
+};
+
+// A JSON [[...], ...] matrix (e.g. "logits") -> Matrix; ragged rows throw tessera::Error.
+inline Matrix matrix(const nlohmann::json& m) {
+  Matrix out;
+  out.rows = m.size();
+  out.cols = out.rows ? m[0].size() : 0;
+  out.data.reserve(out.rows * out.cols);
+  for (size_t r = 0; r < out.rows; ++r) {
+    if (m[r].size() != out.cols) fail("golden matrix row ", r, " has ", m[r].size(), " values, expected ", out.cols);
+    for (const auto& v : m[r]) out.data.push_back(v.get<float>());
+  }
+  return out;
+}
+
+// Largest |a[i] - b[i]| and where it is; a size mismatch gives +inf at index 0, a NaN gives NaN at its index.
+struct Diff {
+  double max_abs = 0.0;
+  size_t index = 0;
+};
+inline Diff max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return {INFINITY, 0};
+  Diff d;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (std::isnan(e)) return {e, i};  // a NaN anywhere fails any tolerance
+    if (e > d.max_abs) d = {e, i};
+  }
+  return d;
+}
+
+}  // namespace tessera::golden
