@@ -40,6 +40,12 @@ class GgufFile {
   std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
   std::optional<std::vector<double>> get_float_array(const std::string& key) const;
   std::vector<std::string> keys() const;
+  // Number of elements of an array value; std::nullopt when absent; throws when not an array.
+  std::optional<uint64_t> array_size(const std::string& key) const;
+
+  uint32_t version() const;      // 2 or 3
+  uint64_t alignment() const;    // general.alignment, default 32
+  uint64_t data_offset() const;  // absolute offset of the tensor data section
 
   const std::vector<GgufTensorInfo>& tensors() const;
   const GgufTensorInfo* find_tensor(const std::string& name) const;

@@ -10,6 +10,8 @@
 
 namespace tessera::io {
 
+class GgufFile;
+
 struct TensorMeta {
   std::string name;         // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;              // HF layout, e.g. [out_features, in_features] for Linear weights
@@ -34,6 +36,14 @@ class WeightSource {
   virtual const std::string& generation_config_json() const = 0;
   // Where the checkpoint came from (directory or .gguf path).
   virtual const std::string& origin() const = 0;
+  // Tensors in the file that have no Hugging Face name and are left out of
+  // tensors() (e.g. GGUF "rope_freqs.weight"); empty for safetensors.
+  virtual const std::vector<std::string>& unmapped_tensors() const {
+    static const std::vector<std::string> kNone;
+    return kNone;
+  }
+  // The underlying GGUF file (for its metadata, e.g. the tokenizer), or nullptr.
+  virtual std::shared_ptr<const GgufFile> gguf() const { return nullptr; }
 };
 
 // A directory with config.json and model.safetensors or model.safetensors.index.json.

@@ -1,0 +1,102 @@
+#include "io/hf_cache.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "io/io_util.h"
+#include "tessera/error.h"
+
+namespace tessera::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* env_nonempty(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+bool valid_repo_part(const std::string& s) {
+  if (s.empty() || s == "." || s == "..") return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+// The snapshot named by refs/main, else the only (or most recently modified) snapshot; "" when none.
+std::string pick_snapshot(const std::string& repo_dir) {
+  const std::string snaps = path_join(repo_dir, "snapshots");
+  std::ifstream ref(path_join(repo_dir, "refs/main"));
+  if (ref) {
+    std::string hash;
+    std::getline(ref, hash);
+    hash = trim(hash);
+    if (valid_repo_part(hash) && is_directory(path_join(snaps, hash))) return path_join(snaps, hash);
+  }
+  std::error_code ec;
+  std::string best;
+  fs::file_time_type best_time{};
+  for (const auto& ent : fs::directory_iterator(snaps, ec)) {
+    if (!ent.is_directory(ec)) continue;
+    auto t = ent.last_write_time(ec);
+    if (ec) continue;
+    if (best.empty() || t > best_time) {
+      best = ent.path().string();
+      best_time = t;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+bool looks_like_repo_id(const std::string& arg) {
+  const size_t slash = arg.find('/');
+  if (slash == std::string::npos || arg.find('/', slash + 1) != std::string::npos) return false;
+  return valid_repo_part(arg.substr(0, slash)) && valid_repo_part(arg.substr(slash + 1));
+}
+
+std::vector<std::string> hf_hub_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* v = env_nonempty("HF_HUB_CACHE")) dirs.push_back(v);
+  if (const char* v = env_nonempty("HF_HOME")) dirs.push_back(path_join(v, "hub"));
+  if (const char* v = env_nonempty("HOME")) dirs.push_back(path_join(v, ".cache/huggingface/hub"));
+  return dirs;
+}
+
+std::string resolve_model(const std::string& arg) {
+  if (arg.empty()) fail("model argument is empty");
+  struct stat st {};
+  if (::stat(arg.c_str(), &st) == 0) return arg;
+  if (!looks_like_repo_id(arg))
+    fail("model '", printable(arg), "': no such file or directory (and not a Hugging Face repo id org/name)");
+  const size_t slash = arg.find('/');
+  const std::string folder = "models--" + arg.substr(0, slash) + "--" + arg.substr(slash + 1);
+  std::string looked;
+  for (const std::string& hub : hf_hub_dirs()) {
+    const std::string repo_dir = path_join(hub, folder);
+    looked += (looked.empty() ? "" : ", ") + repo_dir;
+    if (!is_directory(repo_dir)) continue;
+    const std::string snap = pick_snapshot(repo_dir);
+    if (!snap.empty()) return snap;
+  }
+  if (looked.empty()) looked = "(none: HF_HUB_CACHE, HF_HOME and HOME are all unset)";
+  fail("model '", arg, "' is not a local path and is not in the Hugging Face cache; looked in: ", looked,
+       " (download it with `huggingface-cli download ", arg, "` or pass a directory)");
+}
+
+}  // namespace tessera::io

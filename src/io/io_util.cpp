@@ -1,0 +1,49 @@
+#include "io/io_util.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+
+#include "tessera/error.h"
+
+namespace tessera::io {
+
+std::string printable(const std::string& s) {
+  constexpr size_t kMax = 160;
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (s.size() > kMax) out += "...";
+  return out;
+}
+
+std::string path_join(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void require_float_dtype(DType dt, const std::string& context) {
+  if (dt != DType::F32 && dt != DType::BF16 && dt != DType::F16)
+    fail(context, ": cannot load weights as ", dtype_name(dt), " (expected float32, bfloat16 or float16)");
+}
+
+}  // namespace tessera::io

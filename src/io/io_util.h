@@ -1,0 +1,26 @@
+// Small helpers shared by the checkpoint readers.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "tessera/tensor.h"
+
+namespace tessera::io {
+
+// A name taken from a file, safe to put in a one-line error: control and
+// non-ASCII bytes are escaped as \xNN and long names are shortened.
+std::string printable(const std::string& s);
+
+// a * b and a + b, false on uint64 overflow.
+inline bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+inline bool add_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
+
+// Joins a directory and a file name with one '/'.
+std::string path_join(const std::string& dir, const std::string& name);
+bool is_directory(const std::string& path);
+bool is_regular_file(const std::string& path);
+
+// Throws Error when `dt` is not F32/BF16/F16 (the only types weights load as).
+void require_float_dtype(DType dt, const std::string& context);
+
+}  // namespace tessera::io

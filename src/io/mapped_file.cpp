@@ -1,0 +1,69 @@
+#include "io/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/error.h"
+
+namespace tessera::io {
+
+namespace {
+
+// Closes the descriptor on every path out of open().
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+[[noreturn]] void fail_errno(const std::string& path, const char* what, int err) {
+  fail(path, ": ", what, ": ", std::strerror(err));
+}
+
+}  // namespace
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) fail(path, ": no such file");
+    fail_errno(path, "cannot stat", errno);
+  }
+  if (S_ISDIR(st.st_mode)) fail(path, ": is a directory, expected a file");
+  if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file");
+  FdGuard g{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (g.fd < 0) {
+    if (errno == EACCES) fail(path, ": permission denied");
+    fail_errno(path, "cannot open", errno);
+  }
+  // fstat again on the descriptor: the size we map is the size of what we opened.
+  if (::fstat(g.fd, &st) != 0) fail_errno(path, "cannot stat", errno);
+  if (st.st_size == 0) fail(path, ": file is empty");
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, g.fd, 0);
+  if (p == MAP_FAILED) fail_errno(path, "mmap failed", errno);
+  return std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(p), size));
+}
+
+MappedFile::~MappedFile() { ::munmap(const_cast<uint8_t*>(data_), size_); }
+
+std::string read_text_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path, ": no such file");
+  if (S_ISDIR(st.st_mode)) fail(path, ": is a directory, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad()) fail(path, ": read error");
+  return os.str();
+}
+
+}  // namespace tessera::io

