@@ -1,0 +1,239 @@
+// GGUF: dequantisation against gguf-py, the llama -> Hugging Face view against
+// transformers' own GGUF loader, and every kind of broken file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "io/gguf.h"
+#include "io/mapped_file.h"
+#include "io/safetensors.h"
+#include "io/weight_source.h"
+#include "test_io_util.h"
+
+using namespace tessera;
+using namespace tessera::io;
+using namespace tessera::io::testing;
+
+namespace {
+
+std::vector<float> as_f32(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  convert(t.data, t.dtype, out.data(), DType::F32, t.numel());
+  return out;
+}
+
+// Largest |a - b| relative to max(1, |b|).
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
+  return m;
+}
+
+// A minimal llama GGUF: metadata, then the given tensor infos and zeroed data.
+Bytes llama_gguf(const std::vector<std::tuple<std::string, std::vector<uint64_t>, uint32_t, uint64_t>>& tensors,
+                 size_t data_bytes, const std::string& arch = "llama") {
+  GgufBuilder b;
+  b.header(3, tensors.size(), 7)
+      .kv_string("general.architecture", arch)
+      .kv_u32("llama.embedding_length", 64)
+      .kv_u32("llama.feed_forward_length", 96)
+      .kv_u32("llama.block_count", 1)
+      .kv_u32("llama.attention.head_count", 4)
+      .kv_u32("llama.context_length", 128)
+      .kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  for (const auto& [name, dims, type, off] : tensors) b.tensor(name, dims, type, off);
+  b.align().zeros(data_bytes);
+  return b.bytes();
+}
+
+}  // namespace
+
+TEST(IoGguf, DequantisesEveryTypeLikeGgufPy) {
+  auto g = GgufFile::open(fixture("quants.gguf"));
+  auto expected = SafetensorsFile::open(fixture("quants_expected.safetensors"));
+  EXPECT_EQ(g->version(), 3u);
+  EXPECT_EQ(g->alignment(), 32u);
+  int checked = 0;
+  for (const auto& e : expected->header().tensors) {
+    SCOPED_TRACE(e.name);
+    const GgufTensorInfo* info = g->find_tensor(e.name);
+    ASSERT_NE(info, nullptr);
+    EXPECT_EQ(info->shape, (Shape{2, 256}));
+    EXPECT_EQ("t." + info->type_name, e.name);
+    const std::vector<float> want = as_f32(expected->load(e.name, DType::F32));
+    const std::vector<float> got = as_f32(g->load_tensor(e.name, DType::F32));
+    EXPECT_LE(max_rel_diff(got, want), 1e-6);
+    // BF16/F16 outputs are the F32 values rounded once.
+    const std::vector<float> got_bf16 = as_f32(g->load_tensor(e.name, DType::BF16));
+    EXPECT_LE(max_rel_diff(got_bf16, want), 1.0 / 128);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 11);  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
+}
+
+TEST(IoGguf, ZeroCopyForMatchingFloatTypes) {
+  auto g = GgufFile::open(fixture("quants.gguf"));
+  EXPECT_EQ(g->load_tensor("t.F32", DType::F32).data, g->load_tensor("t.F32", DType::F32).data);
+  EXPECT_EQ(g->load_tensor("t.BF16", DType::BF16).data, g->load_tensor("t.BF16", DType::BF16).data);
+  EXPECT_NE(g->load_tensor("t.F16", DType::F32).data, g->load_tensor("t.F16", DType::F32).data);
+}
+
+TEST(IoGguf, UnsupportedQuantTypeNamesTensorAndType) {
+  auto g = GgufFile::open(fixture("quants.gguf"));
+  expect_error([&] { g->load_tensor("t.Q2_K", DType::F32); },
+               {"quants.gguf: tensor 't.Q2_K'", "GGML type Q2_K is not supported", "Q4_1"});
+}
+
+TEST(IoGguf, MetadataGetters) {
+  auto g = GgufFile::open(fixture("tiny_llama.gguf"));
+  EXPECT_EQ(g->get_string("general.architecture"), "llama");
+  EXPECT_EQ(g->get_int("llama.block_count"), 1);
+  EXPECT_NEAR(*g->get_float("llama.rope.freq_base"), 50000.0, 1e-9);
+  EXPECT_EQ(g->get_string("nope"), std::nullopt);
+  auto toks = g->get_string_array("tokenizer.ggml.tokens");
+  ASSERT_TRUE(toks);
+  EXPECT_EQ(toks->size(), 32u);
+  EXPECT_EQ((*toks)[5], "tok5");
+  EXPECT_EQ(g->array_size("tokenizer.ggml.tokens"), 32u);
+  expect_error([&] { g->get_int("general.architecture"); },
+               {"metadata key 'general.architecture' is string, expected an integer"});
+  expect_error([&] { g->get_int_array("tokenizer.ggml.tokens"); }, {"is array of string"});
+}
+
+TEST(IoGgufLlama, MatchesTransformersGgufLoader) {
+  auto src = open_gguf(fixture("tiny_llama.gguf"));
+  auto expected = SafetensorsFile::open(fixture("tiny_llama_expected.safetensors"));
+  ASSERT_EQ(src->tensors().size(), expected->header().tensors.size());
+  for (const auto& e : expected->header().tensors) {
+    SCOPED_TRACE(e.name);
+    const TensorMeta* m = src->find(e.name);
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(m->shape, e.shape);
+    const std::vector<float> want = as_f32(expected->load(e.name, DType::F32));
+    EXPECT_LE(max_rel_diff(as_f32(src->load(e.name, DType::F32)), want), 1e-6);
+  }
+  EXPECT_EQ(src->find("model.layers.0.self_attn.q_proj.weight")->stored_type, "Q8_0");
+  ASSERT_EQ(src->unmapped_tensors().size(), 1u);
+  EXPECT_EQ(src->unmapped_tensors()[0], "rope_freqs.weight");
+  ASSERT_NE(src->gguf(), nullptr);
+}
+
+TEST(IoGgufLlama, QkRowsAreUnpermuted) {
+  // Guard against the test above passing vacuously: the raw GGUF rows differ from HF's.
+  auto g = GgufFile::open(fixture("tiny_llama.gguf"));
+  auto src = open_gguf(fixture("tiny_llama.gguf"));
+  const auto raw = as_f32(g->load_tensor("blk.0.attn_k.weight", DType::F32));   // [32, 64], GGUF row order
+  const auto hf = as_f32(src->load("model.layers.0.self_attn.k_proj.weight", DType::F32));
+  ASSERT_EQ(raw.size(), hf.size());
+  EXPECT_GT(max_rel_diff(raw, hf), 1e-3);
+  // head_dim 16, 2 kv heads: HF row 1 (first half, i = 1) is GGUF row 2; HF row 8 (second half, i = 0) is GGUF row 1.
+  EXPECT_EQ(hf[1 * 64 + 3], raw[2 * 64 + 3]);
+  EXPECT_EQ(hf[8 * 64 + 3], raw[1 * 64 + 3]);
+}
+
+TEST(IoGgufLlama, ConfigLikeTransformers) {
+  auto src = open_gguf(fixture("tiny_llama.gguf"));
+  auto want = nlohmann::json::parse(read_text_file(fixture("tiny_llama_expected.json")))["config"];
+  auto got = nlohmann::json::parse(src->config_json());
+  for (const auto& [k, v] : want.items()) {
+    SCOPED_TRACE(k);
+    ASSERT_TRUE(got.contains(k));
+    if (v.is_number_float()) EXPECT_NEAR(got[k].get<double>(), v.get<double>(), 1e-9 * std::abs(v.get<double>()));
+    else EXPECT_EQ(got[k], v);
+  }
+  EXPECT_EQ(got["architectures"][0], "LlamaForCausalLM");
+  auto gen = nlohmann::json::parse(src->generation_config_json());
+  EXPECT_EQ(gen["eos_token_id"], 2);
+}
+
+TEST(IoGgufLlama, LoadsAsBf16) {
+  auto src = open_gguf(fixture("tiny_llama.gguf"));
+  Tensor t = src->load("model.layers.0.self_attn.q_proj.weight", DType::BF16);
+  EXPECT_EQ(t.dtype, DType::BF16);
+  EXPECT_EQ(t.shape, (Shape{64, 64}));
+  auto f32 = as_f32(src->load("model.layers.0.self_attn.q_proj.weight", DType::F32));
+  EXPECT_LE(max_rel_diff(as_f32(t), f32), 1.0 / 128);
+}
+
+TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
+  TempDir d;
+  write_file(d / "m.gguf", llama_gguf({}, 0, "falcon"));
+  expect_error([&] { open_gguf(d / "m.gguf"); }, {"m.gguf", "architecture 'falcon' is not supported (supported: llama)"});
+}
+
+TEST(IoGgufLlama, MissingMetadataKey) {
+  TempDir d;
+  GgufBuilder b;
+  b.header(3, 0, 1).kv_string("general.architecture", "llama");
+  write_file(d / "m.gguf", b.bytes());
+  expect_error([&] { open_gguf(d / "m.gguf"); }, {"m.gguf", "llama.attention.head_count' is missing"});
+}
+
+TEST(IoGgufBad, BadMagicAndVersion) {
+  TempDir d;
+  write_file(d / "a.gguf", std::string("GGUX") + std::string(20, '\0'));
+  expect_error([&] { GgufFile::open(d / "a.gguf"); }, {"a.gguf", "bad magic"});
+  write_file(d / "b.gguf", GgufBuilder().header(1, 0, 0).bytes());
+  expect_error([&] { GgufFile::open(d / "b.gguf"); }, {"b.gguf", "unsupported GGUF version 1 (supported: 2, 3)"});
+  write_file(d / "c.gguf", GgufBuilder().header(0x03000000, 0, 0).bytes());
+  expect_error([&] { GgufFile::open(d / "c.gguf"); }, {"big-endian"});
+  auto v2 = GgufFile::parse(GgufBuilder().header(2, 0, 0).bytes().data(), 24, "v2");
+  EXPECT_EQ(v2->version(), 2u);
+}
+
+TEST(IoGgufBad, Truncated) {
+  Bytes full = llama_gguf({{"token_embd.weight", {64, 32}, 0, 0}}, 64 * 32 * 4);
+  for (size_t cut : {size_t(3), size_t(10), size_t(30), size_t(100), size_t(250), full.size() - 1}) {
+    SCOPED_TRACE(cut);
+    expect_error([&] { GgufFile::parse(full.data(), cut, "cut.gguf"); }, {"cut.gguf"});
+  }
+  expect_error([&] { GgufFile::parse(full.data(), full.size() - 1, "cut.gguf"); },
+               {"tensor 'token_embd.weight' (F32 [32, 64], 8192 bytes at data offset 0) extends past the end"});
+}
+
+TEST(IoGgufBad, HugeCountsAndLengths) {
+  expect_error([&] { GgufFile::parse(GgufBuilder().header(3, 1ull << 60, 0).bytes().data(), 24, "h.gguf"); },
+               {"h.gguf", "tensor info count 1152921504606846976 cannot fit"});
+  expect_error([&] { GgufFile::parse(GgufBuilder().header(3, 0, ~0ull).bytes().data(), 24, "h.gguf"); },
+               {"metadata key/value count"});
+  Bytes s = GgufBuilder().header(3, 0, 1).u64(~0ull).zeros(16).bytes();
+  expect_error([&] { GgufFile::parse(s.data(), s.size(), "h.gguf"); }, {"h.gguf", "truncated", "length 18446744073709551615"});
+  Bytes arr = GgufBuilder().header(3, 0, 1).str("k").u32(9).u32(4).u64(1ull << 62).zeros(16).bytes();
+  expect_error([&] { GgufFile::parse(arr.data(), arr.size(), "h.gguf"); }, {"key 'k'", "element count"});
+  Bytes nested = GgufBuilder().header(3, 0, 1).str("k").u32(9).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(9)
+                     .u64(1).u32(9).u64(1).u32(4).u64(0).bytes();
+  expect_error([&] { GgufFile::parse(nested.data(), nested.size(), "h.gguf"); }, {"nested deeper"});
+}
+
+TEST(IoGgufBad, TensorInfoProblems) {
+  auto one = [](std::vector<uint64_t> dims, uint32_t type, uint64_t off) {
+    return GgufBuilder().header(3, 1, 0).tensor("w", std::move(dims), type, off).align().zeros(4096).bytes();
+  };
+  auto err = [](const Bytes& b, std::initializer_list<std::string> n) {
+    expect_error([&] { GgufFile::parse(b.data(), b.size(), "t.gguf"); }, n);
+  };
+  err(one({32}, 77, 0), {"tensor 'w'", "unknown GGML type id 77"});
+  err(one({33}, 2, 0), {"tensor 'w'", "row length 33 is not a multiple of the Q4_0 block size 32"});
+  err(one({32}, 0, 7), {"data offset 7 is not a multiple of the alignment 32"});
+  err(one({1ull << 40, 1ull << 40}, 0, 0), {"dimensions overflow"});
+  err(one({}, 0, 0), {"0 dimensions"});
+  err(one({1, 1, 1, 1, 1}, 0, 0), {"5 dimensions"});
+  Bytes dup = GgufBuilder().header(3, 2, 0).tensor("w", {4}, 0, 0).tensor("w", {4}, 0, 32).align().zeros(64).bytes();
+  err(dup, {"duplicate tensor 'w'"});
+  Bytes ok = one({32, 2}, 2, 0);
+  auto g = GgufFile::parse(ok.data(), ok.size(), "t.gguf");
+  EXPECT_EQ(g->find_tensor("w")->shape, (Shape{2, 32}));
+  EXPECT_EQ(g->find_tensor("w")->nbytes, 36u);
+}
+
+TEST(IoGgufBad, BadAlignment) {
+  Bytes b = GgufBuilder().header(3, 0, 1).kv_u32("general.alignment", 48).bytes();
+  expect_error([&] { GgufFile::parse(b.data(), b.size(), "a.gguf"); }, {"general.alignment 48 is not a power of two"});
+}
+
+TEST(IoGgufBad, DuplicateKey) {
+  Bytes b = GgufBuilder().header(3, 0, 2).kv_u32("k", 1).kv_u32("k", 2).bytes();
+  expect_error([&] { GgufFile::parse(b.data(), b.size(), "d.gguf"); }, {"metadata key 'k'", "duplicate"});
+}
