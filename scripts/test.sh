@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite, as CI does:
+#  1. release build with warnings as errors, all CTest tests (unit, golden, CLI end-to-end);
+#  2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#  3. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30).
+# QUICK=1 runs step 1 only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+JOBS=$(nproc)
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
+ninja -C build -j"$JOBS"
+(cd build && ctest --output-on-failure -j"$JOBS" --timeout 600)
+[[ "${QUICK:-0}" == 1 ]] && exit 0
+
+echo "== unit tests under ASan + UBSan =="
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=ON >/dev/null
+ninja -C build-asan -j"$JOBS" tessera_tests
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure -j"$JOBS" --timeout 900 -E 'Cli\.|Slow')
+
+echo "== fuzzers (${FUZZ_SECONDS:-30}s each) =="
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
+  -DTESSERA_TESTS=OFF >/dev/null
+ninja -C build-fuzz -j"$JOBS"
+for f in build-fuzz/fuzz_*; do
+  [[ -x "$f" ]] || continue
+  corpus="fuzz/corpus/$(basename "$f")"
+  mkdir -p "$corpus"
+  echo "-- $(basename "$f")"
+  "$f" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -max_len=65536 "$corpus" >/dev/null 2>build-fuzz/$(basename "$f").log \
+    || { tail -40 build-fuzz/$(basename "$f").log; exit 1; }
+done
+echo "fuzz: all targets ran clean"
