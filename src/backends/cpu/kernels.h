@@ -1,0 +1,68 @@
+// CPU kernels of the native backend. Activations are float32; weights may be F32, BF16 or F16 in the
+// Hugging Face [out, in] row-major layout. Every kernel exists for three instruction sets (portable scalar,
+// AVX2+FMA, AVX-512) chosen once at start-up from the CPU (or TESSERA_ISA=scalar|avx2|avx512) and
+// switchable with set_isa() so tests can run each target against a scalar reference.
+// Kernels are threaded through ThreadPool::instance() and do not allocate in the steady state (per-thread
+// scratch grows once).
+#pragma once
+#include <cstdint>
+
+#include "tessera/tensor.h"
+
+namespace tessera::cpu {
+
+// ---- instruction-set dispatch ----
+enum class Isa : uint8_t { Scalar, Avx2, Avx512 };
+const char* isa_name(Isa isa);     // "scalar", "avx2", "avx512"
+bool isa_supported(Isa isa);       // by this CPU
+Isa best_isa();                    // the best supported one
+Isa active_isa();                  // the one kernels use now
+// Selects the kernels' instruction set; throws tessera::Error when this CPU lacks it.
+// Not thread-safe with running kernels (call it between steps, as tests do).
+void set_isa(Isa isa);
+// Parses "scalar" | "avx2" | "avx512"; throws tessera::Error otherwise.
+Isa parse_isa(const char* name);
+
+// ---- linear algebra ----
+// y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16) row-major [N, K];
+// bias f32 or nullptr; y f32 (must not alias x). Accumulates in f32; x is never rounded to bf16.
+void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
+            float* y);
+
+// ---- normalisation ----
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (weight f32 [dim]); x may equal y.
+void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y);
+
+// ---- positions ----
+// HF "rotate_half" RoPE in place on x [tokens, heads, head_dim]: the first rot_dim dims of each head are
+// rotated (pairs (i, i + rot_dim/2)), angle = positions[t] * inv_freq[i] (inv_freq f32 [rot_dim/2]) computed
+// in float32, then cos/sin in float32 as HF does.
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions,
+          const float* inv_freq);
+
+// ---- attention ----
+// Causal attention of one sequence over its static KV cache.
+// q [T, nh, hd]; k, v caches [nkv, cache_len, hd] f32 (GQA: query head h uses kv head h / (nh / nkv));
+// query t attends keys j with kv_begin <= j <= q_slot[t]; softmax(q·k * scale) in f32; out [T, nh * hd].
+// A query with no key in range (q_slot[t] < kv_begin, e.g. a padding row) gets zeros. Slots past q_slot[t]
+// are never read.
+void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const float* k, const float* v, int64_t nkv,
+               int64_t cache_len, const int32_t* q_slot, int32_t kv_begin, float scale, float* out);
+
+// ---- elementwise ----
+// y = silu(gate) * up, elementwise over n; silu(x) = x / (1 + exp(-x)) in f32 as PyTorch. y may alias inputs.
+void swiglu(const float* gate, const float* up, int64_t n, float* y);
+// y = a + b over n; y may alias a or b.
+void add(const float* a, const float* b, int64_t n, float* y);
+// In-place softmax over each row of x [rows, n] (f32, max-subtracted).
+void softmax(float* x, int64_t rows, int64_t n);
+// Index of the largest value in x[0, n) (the first one on ties; NaN is never chosen unless all are NaN).
+int64_t argmax(const float* x, int64_t n);
+
+// ---- embedding ----
+// y[i, :] = table[ids[i], :] converted to f32; table [vocab, dim] in dt. ids outside [0, vocab) are an
+// internal error (the caller validates).
+void embedding(const int32_t* ids, int64_t n, const void* table, DType dt, int64_t vocab, int64_t dim,
+               float* y);
+
+}  // namespace tessera::cpu

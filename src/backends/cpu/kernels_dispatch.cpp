@@ -1,0 +1,136 @@
+// Instruction-set selection, the per-ISA tables of vector primitives, and per-thread scratch.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_simd.h"
+#include "tessera/error.h"
+
+namespace tessera::cpu {
+
+namespace isa_scalar {
+using V = VScalar;
+#include "backends/cpu/kernels_vec.inc"
+}  // namespace isa_scalar
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace isa_avx2 {
+using V = VAvx2;
+#include "backends/cpu/kernels_vec.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC diagnostic push
+// GCC 12 intrinsics self-initialise "undefined" vectors (__m512 __Y = __Y), which -Wuninitialized flags.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+namespace isa_avx512 {
+using V = VAvx512;
+#include "backends/cpu/kernels_vec.inc"
+}  // namespace isa_avx512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+namespace {
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+Isa initial_isa() {
+  Isa isa = best_isa();
+  if (const char* env = std::getenv("TESSERA_ISA"); env && *env) {
+    Isa want = parse_isa(env);
+    if (!isa_supported(want)) fail("TESSERA_ISA=", env, " is not supported by this CPU (best: ", isa_name(isa), ")");
+    isa = want;
+  }
+  return isa;
+}
+
+Isa& current_isa() {
+  static Isa isa = initial_isa();
+  return isa;
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return true;
+    case Isa::Avx2: return cpu_has_avx2();
+    case Isa::Avx512: return cpu_has_avx512();
+  }
+  return false;
+}
+
+Isa best_isa() {
+  if (cpu_has_avx512()) return Isa::Avx512;
+  if (cpu_has_avx2()) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+Isa parse_isa(const char* name) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (std::strcmp(name, isa_name(isa)) == 0) return isa;
+  }
+  fail("unknown instruction set '", name, "' (expected scalar, avx2 or avx512)");
+}
+
+Isa active_isa() { return current_isa(); }
+
+void set_isa(Isa isa) {
+  if (!isa_supported(isa)) fail("instruction set ", isa_name(isa), " is not supported by this CPU");
+  current_isa() = isa;
+}
+
+const VecOps& vec_ops() {
+  switch (current_isa()) {
+    case Isa::Avx512: return isa_avx512::kVecOps;
+    case Isa::Avx2: return isa_avx2::kVecOps;
+    case Isa::Scalar: break;
+  }
+  return isa_scalar::kVecOps;
+}
+
+float* scratch(int slot, int64_t n) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    int64_t capacity = 0;
+  };
+  thread_local Buffer buffers[4];
+  TS_ASSERT(slot >= 0 && slot < 4, "scratch slot ", slot);
+  Buffer& b = buffers[slot];
+  if (n > b.capacity) {
+    int64_t cap = std::max<int64_t>(n, 2 * b.capacity);
+    size_t bytes = (static_cast<size_t>(cap) * sizeof(float) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    TS_ASSERT(p != nullptr, "out of memory for ", bytes, " bytes of kernel scratch");
+    b.data.reset(static_cast<float*>(p));
+    b.capacity = cap;
+  }
+  return b.data.get();
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,62 @@
+// Elementwise kernels (swiglu, add), row softmax and argmax.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_simd.h"
+#include "backends/cpu/thread_pool.h"
+#include "tessera/error.h"
+
+namespace tessera::cpu {
+namespace {
+
+// Chunks of elementwise work: big enough to amortise a fork-join, multiples of 64 to keep vectors whole.
+constexpr int64_t kElementGrain = 32 * 1024;
+
+template <typename Fn>
+void for_chunks(int64_t n, const Fn& fn) {
+  ThreadPool::instance().parallel_for((n + 63) / 64, kElementGrain / 64, [&](int64_t b0, int64_t b1) {
+    const int64_t i0 = b0 * 64, i1 = std::min(n, b1 * 64);
+    fn(i0, i1 - i0);
+  });
+}
+
+}  // namespace
+
+void swiglu(const float* gate, const float* up, int64_t n, float* y) {
+  const VecOps& ops = vec_ops();
+  for_chunks(n, [&](int64_t i, int64_t len) { ops.swiglu(gate + i, up + i, len, y + i); });
+}
+
+void add(const float* a, const float* b, int64_t n, float* y) {
+  const VecOps& ops = vec_ops();
+  for_chunks(n, [&](int64_t i, int64_t len) { ops.add(a + i, b + i, len, y + i); });
+}
+
+void softmax(float* x, int64_t rows, int64_t n) {
+  if (n <= 0) return;
+  const VecOps& ops = vec_ops();
+  ThreadPool::instance().parallel_for(rows, std::max<int64_t>(1, kElementGrain / n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* xr = x + r * n;  // [n]
+      const float mx = *std::max_element(xr, xr + n);
+      ops.scale(1.0f / ops.exp_sum(xr, n, mx), xr, n);
+    }
+  });
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  float bv = -INFINITY;
+  bool found = false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > bv || (!found && x[i] == bv)) {  // strict '>' keeps the first of equal values
+      bv = x[i];
+      best = i;
+      found = true;
+    }
+  }
+  return best;
+}
+
+}  // namespace tessera::cpu

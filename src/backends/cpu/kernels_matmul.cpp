@@ -1,0 +1,66 @@
+// matmul: y[M, N] = x[M, K] · w[N, K]^T (+ bias). The bodies live in kernels_matmul.inc, compiled once per
+// instruction set; this file picks one per call from active_isa().
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_simd.h"
+#include "backends/cpu/thread_pool.h"
+#include "tessera/error.h"
+
+namespace tessera::cpu {
+namespace {
+
+// From this many rows of x on, packing x for the gemm kernel beats streaming the weights once per
+// kGemvRows rows (measured with bench_kernels).
+constexpr int64_t kGemmMinRows = 8;
+// Below about this many multiply-adds per thread a kernel runs on the caller alone (a fork-join costs
+// about a microsecond).
+constexpr int64_t kSerialWork = 32 * 1024;
+
+}  // namespace
+
+namespace isa_scalar {
+using V = VScalar;
+#include "backends/cpu/kernels_matmul.inc"
+}  // namespace isa_scalar
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace isa_avx2 {
+using V = VAvx2;
+#include "backends/cpu/kernels_matmul.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC diagnostic push
+// GCC 12 intrinsics self-initialise "undefined" vectors (__m512 __Y = __Y), which -Wuninitialized flags.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+namespace isa_avx512 {
+using V = VAvx512;
+#include "backends/cpu/kernels_matmul.inc"
+}  // namespace isa_avx512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
+            float* y) {
+  TS_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul shape M=", M, " K=", K, " N=", N);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // empty sum
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias ? bias[n] : 0.0f;
+    }
+    return;
+  }
+  switch (active_isa()) {
+    case Isa::Avx512: return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
+    case Isa::Avx2: return isa_avx2::matmul_impl(x, M, K, w, wdt, N, bias, y);
+    case Isa::Scalar: return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y);
+  }
+}
+
+}  // namespace tessera::cpu

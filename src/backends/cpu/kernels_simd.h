@@ -1,0 +1,180 @@
+// Internal to the CPU kernels: one small vector-traits struct per instruction set, so a kernel body
+// written once against `V` (kernels_matmul.inc) can be compiled for each target, plus a table of
+// out-of-line vector primitives (VecOps) for kernels that only need a few of them.
+//
+// The AVX2 and AVX-512 structs are compiled under `#pragma GCC target`, so the library itself is built
+// for baseline x86-64 and runs on any machine; only the table chosen at run time executes wider code.
+// Rule: no standard header may be included inside a target region (its inline functions would be
+// compiled for that target and could be picked by the linker for baseline callers).
+#pragma once
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cpu/kernels.h"
+#include "tessera/tensor.h"
+
+// Target strings of the wide regions (a pragma does not expand macros, so each region spells them out and
+// they must match isa_supported()): "avx2,fma,f16c" and "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c".
+
+namespace tessera::cpu {
+
+// ---- portable scalar: one lane ----
+struct VScalar {
+  using R = float;
+  static constexpr int kLanes = 1;
+  static constexpr int kGemmMR = 4;    // micro-tile rows (of x)
+  static constexpr int kGemmNV = 4;    // micro-tile width in vectors (columns of y)
+  static constexpr int kGemvRows = 4;  // x rows handled together by the small-M kernel
+  static R zero() { return 0.0f; }
+  static R set1(float a) { return a; }
+  static R load(const float* p) { return *p; }
+  static void store(float* p, R v) { *p = v; }
+  static R fma(R a, R b, R c) { return a * b + c; }
+  static R add(R a, R b) { return a + b; }
+  static R mul(R a, R b) { return a * b; }
+  static float hsum(R v) { return v; }
+  static float first(R v) { return v; }
+  static R load_bf16(const uint16_t* p) { return bf16_to_f32(*p); }
+  static R load_f16(const uint16_t* p) { return f16_to_f32(*p); }
+  static R div(R a, R b) { return a / b; }
+  static R exp(R x) { return std::exp(x); }
+};
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+// ---- AVX2 + FMA: 8 lanes, 16 registers ----
+struct VAvx2 {
+  using R = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kGemmMR = 6;    // 6 x 2 accumulators + 2 weights + 1 broadcast = 15 registers
+  static constexpr int kGemmNV = 2;
+  static constexpr int kGemvRows = 2;  // 2 x 4 accumulators + 4 weights + 1 input
+  static R zero() { return _mm256_setzero_ps(); }
+  static R set1(float a) { return _mm256_set1_ps(a); }
+  static R load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, R v) { _mm256_storeu_ps(p, v); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+  static float hsum(R v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float first(R v) { return _mm256_cvtss_f32(v); }
+  // bf16 is the top half of an f32: widen to 32 bits and shift left (exact).
+  static R load_bf16(const uint16_t* p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static R load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static R div(R a, R b) { return _mm256_div_ps(a, b); }
+  // exp in f32 (Cephes-style range reduction + degree-6 polynomial, ~1 ulp). Inputs below -87 give 0
+  // (the true value is below the smallest normal), above ln(FLT_MAX) give inf, NaN stays NaN.
+  static R exp(R x) {
+    R xc = _mm256_min_ps(_mm256_max_ps(x, set1(-87.0f)), set1(88.7228394f));
+    R n = _mm256_round_ps(mul(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    R r = _mm256_fnmadd_ps(n, set1(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    R p = set1(1.9875691500e-4f);
+    p = fma(p, r, set1(1.3981999507e-3f));
+    p = fma(p, r, set1(8.3334519073e-3f));
+    p = fma(p, r, set1(4.1665795894e-2f));
+    p = fma(p, r, set1(1.6666665459e-1f));
+    p = fma(p, r, set1(5.0000001201e-1f));
+    p = fma(p, mul(r, r), add(r, set1(1.0f)));
+    // 2^n as two factors so n = 128 and n = -126 stay representable.
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1);
+    __m256i n2 = _mm256_sub_epi32(ni, n1);
+    R s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    R s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    R res = mul(mul(p, s1), s2);
+    res = _mm256_blendv_ps(res, zero(), _mm256_cmp_ps(x, set1(-87.0f), _CMP_LT_OQ));
+    res = _mm256_blendv_ps(res, set1(__builtin_inff()), _mm256_cmp_ps(x, set1(88.7228394f), _CMP_GT_OQ));
+    return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
+};
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC diagnostic push
+// GCC 12 intrinsics self-initialise "undefined" vectors (__m512 __Y = __Y), which -Wuninitialized flags.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+// ---- AVX-512: 16 lanes, 32 registers ----
+struct VAvx512 {
+  using R = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kGemmMR = 6;    // 6 x 2 accumulators (a 6 x 32 tile of y)
+  static constexpr int kGemmNV = 2;
+  static constexpr int kGemvRows = 4;  // 4 x 4 accumulators + 4 weights + 1 input
+  static R zero() { return _mm512_setzero_ps(); }
+  static R set1(float a) { return _mm512_set1_ps(a); }
+  static R load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, R v) { _mm512_storeu_ps(p, v); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R add(R a, R b) { return _mm512_add_ps(a, b); }
+  static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static float hsum(R v) { return _mm512_reduce_add_ps(v); }
+  static float first(R v) { return _mm512_cvtss_f32(v); }
+  static R load_bf16(const uint16_t* p) {
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static R load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static R div(R a, R b) { return _mm512_div_ps(a, b); }
+  // Same algorithm as VAvx2::exp.
+  static R exp(R x) {
+    R xc = _mm512_min_ps(_mm512_max_ps(x, set1(-87.0f)), set1(88.7228394f));
+    R n = _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    R r = _mm512_fnmadd_ps(n, set1(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    R p = set1(1.9875691500e-4f);
+    p = fma(p, r, set1(1.3981999507e-3f));
+    p = fma(p, r, set1(8.3334519073e-3f));
+    p = fma(p, r, set1(4.1665795894e-2f));
+    p = fma(p, r, set1(1.6666665459e-1f));
+    p = fma(p, r, set1(5.0000001201e-1f));
+    p = fma(p, mul(r, r), add(r, set1(1.0f)));
+    __m512i ni = _mm512_cvtps_epi32(n);
+    __m512i n1 = _mm512_srai_epi32(ni, 1);
+    __m512i n2 = _mm512_sub_epi32(ni, n1);
+    R s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, _mm512_set1_epi32(127)), 23));
+    R s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23));
+    R res = mul(mul(p, s1), s2);
+    res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, set1(-87.0f), _CMP_LT_OQ), res, zero());
+    res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, set1(88.7228394f), _CMP_GT_OQ), res, set1(__builtin_inff()));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), res, x);
+  }
+};
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+// Out-of-line vector primitives of one instruction set (kernels_dispatch.cpp).
+struct VecOps {
+  float (*dot)(const float* a, const float* b, int64_t n);
+  float (*sumsq)(const float* x, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);                 // y += a * x
+  void (*scale_mul)(const float* x, float s, const float* w, float* y, int64_t n);  // y = (x * s) * w
+  void (*scale)(float s, float* y, int64_t n);                                // y *= s
+  float (*exp_sum)(float* x, int64_t n, float max);                           // x = exp(x - max); returns sum
+  void (*swiglu)(const float* gate, const float* up, int64_t n, float* y);
+  void (*add)(const float* a, const float* b, int64_t n, float* y);
+};
+const VecOps& vec_ops();  // of active_isa()
+
+// Per-thread scratch of at least n floats, 64-byte aligned; grows (allocates) only when a larger size is
+// first asked for on this thread, so kernels do not allocate in the steady state. `slot` separates
+// buffers that are live at the same time (0..3).
+float* scratch(int slot, int64_t n);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,165 @@
+#include "backends/cpu/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "tessera/error.h"
+
+namespace tessera::cpu {
+namespace {
+
+// How long a worker spins on the generation counter before sleeping. Decode runs dozens of kernels per
+// token with gaps of a few microseconds, so the spin covers those; idle pools fall asleep quickly.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+thread_local bool t_inside_job = false;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+int default_threads() {
+  if (const char* env = std::getenv("TESSERA_NUM_THREADS"); env && *env) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1024) {
+      fail("TESSERA_NUM_THREADS='", env, "' is not a thread count in [1, 1024]");
+    }
+    return static_cast<int>(n);
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+}  // namespace
+
+ThreadPool& ThreadPool::instance() {
+  static ThreadPool pool(default_threads());
+  return pool;
+}
+
+ThreadPool::ThreadPool(int num_threads) { start(num_threads); }
+
+ThreadPool::~ThreadPool() { stop(); }
+
+void ThreadPool::set_num_threads(int n) {
+  if (n <= 0) n = default_threads();
+  if (n == num_threads_) return;
+  stop();
+  start(n);
+}
+
+void ThreadPool::start(int n) {
+  num_threads_ = std::max(1, n);
+  stopping_.store(false);
+  workers_.reserve(static_cast<size_t>(num_threads_ - 1));
+  // Read here, not in the worker: a run() issued before a worker starts must still count as new.
+  uint64_t seen = generation_.load();
+  for (int tid = 1; tid < num_threads_; ++tid) {
+    workers_.emplace_back([this, tid, seen] { worker_main(tid, seen); });
+  }
+}
+
+void ThreadPool::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_.store(true);
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  num_threads_ = 1;
+}
+
+void ThreadPool::worker_main(int tid, uint64_t seen) {
+  for (;;) {
+    // Spin first: the next kernel usually follows within microseconds.
+    auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int i = 0; gen == seen && !stopping_.load(std::memory_order_relaxed); ++i) {
+      cpu_relax();
+      if ((i & 255) == 255 && std::chrono::steady_clock::now() > deadline) break;
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen && !stopping_.load()) {
+      std::unique_lock<std::mutex> lk(mu_);
+      sleepers_.fetch_add(1);  // seq_cst: pairs with the caller's store of generation_ then load of sleepers_
+      cv_.wait(lk, [&] { return generation_.load() != seen || stopping_.load(); });
+      sleepers_.fetch_sub(1);
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (stopping_.load()) return;
+    seen = gen;
+    t_inside_job = true;
+    try {
+      (*job_)(tid, num_threads_);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    t_inside_job = false;
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run(const std::function<void(int tid, int nthreads)>& fn) {
+  if (num_threads_ == 1 || t_inside_job) {
+    fn(0, 1);
+    return;
+  }
+  job_ = &fn;
+  error_ = nullptr;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst publish (job_ and pending_ become visible with it)
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lk(mu_); }  // a worker between its check and its wait holds mu_
+    cv_.notify_all();
+  }
+  t_inside_job = true;
+  std::exception_ptr caller_error;
+  try {
+    fn(0, num_threads_);
+  } catch (...) {
+    caller_error = std::current_exception();
+  }
+  t_inside_job = false;
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < 100000) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();  // a worker was descheduled; do not burn its core
+    }
+  }
+  job_ = nullptr;
+  if (caller_error) std::rethrow_exception(caller_error);
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t begin, int64_t end)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t chunks = std::min<int64_t>(num_threads_, (n + grain - 1) / grain);
+  if (chunks <= 1 || t_inside_job) {
+    fn(0, n);
+    return;
+  }
+  run([&](int tid, int) {
+    if (tid >= chunks) return;
+    int64_t begin = n * tid / chunks;
+    int64_t end = n * (tid + 1) / chunks;
+    if (begin < end) fn(begin, end);
+  });
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,402 @@
+// CPU kernels vs plain double-precision scalar references, for every instruction set this CPU supports
+// (scalar, avx2, avx512) and thread counts 1 and 2, at odd shapes.
+//
+// Stated tolerances (errors measured against the double reference computed from the same f32 inputs and
+// the exactly-widened bf16/f16 weights):
+//  * matmul: |y - ref| <= 1e-6 * sqrt(K) * rss(x_k * w_k, bias) + 2^-23 |ref| for every weight dtype: f32 accumulation
+//    of K products with round-off growing like sqrt(K) (the typical error is ~20x below this); rounding x
+//    to bf16 would exceed it by ~100x, so the test catches that.
+//  * rms_norm, rope, attention, softmax: 1e-5 relative to the row/head scale (+1e-6 absolute).
+//  * swiglu: 2e-6 relative (+1e-30 absolute): exp is a ~1 ulp polynomial on the vector paths.
+//  * add, embedding, argmax: exact.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/thread_pool.h"
+#include "tessera/error.h"
+#include "tessera/tensor.h"
+
+namespace tessera::cpu {
+namespace {
+
+struct Target {
+  Isa isa;
+  int threads;
+};
+void PrintTo(const Target& t, std::ostream* os) { *os << isa_name(t.isa) << " x" << t.threads << " threads"; }
+
+std::vector<Target> all_targets() {
+  std::vector<Target> out;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    for (int t : {1, 2}) out.push_back({isa, t});
+  }
+  return out;
+}
+
+std::string target_name(const testing::TestParamInfo<Target>& info) {
+  return std::string(isa_name(info.param.isa)) + "_t" + std::to_string(info.param.threads);
+}
+
+std::vector<float> random_vec(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Weights [n] in dtype dt (raw bytes) plus their exact f32 values.
+struct Weights {
+  std::vector<uint8_t> raw;
+  std::vector<float> f32;
+};
+
+Weights make_weights(int64_t n, DType dt, uint32_t seed) {
+  std::vector<float> v = random_vec(n, seed);
+  Weights w;
+  w.raw.resize(static_cast<size_t>(n) * dtype_size(dt));
+  convert(v.data(), DType::F32, w.raw.data(), dt, n);
+  w.f32.resize(static_cast<size_t>(n));
+  convert(w.raw.data(), dt, w.f32.data(), DType::F32, n);
+  return w;
+}
+
+class CpuKernels : public testing::TestWithParam<Target> {
+ protected:
+  void SetUp() override {
+    set_isa(GetParam().isa);
+    ThreadPool::instance().set_num_threads(GetParam().threads);
+  }
+  void TearDown() override {
+    set_isa(best_isa());
+    ThreadPool::instance().set_num_threads(0);
+  }
+};
+
+// ------------------------------------------------------------------ matmul
+
+void check_matmul(int64_t M, int64_t K, int64_t N, DType dt, bool with_bias, uint32_t seed) {
+  std::vector<float> x = random_vec(M * K, seed);           // [M, K]
+  Weights w = make_weights(N * K, dt, seed + 1);            // [N, K]
+  std::vector<float> bias = random_vec(N, seed + 2);        // [N]
+  std::vector<float> y(static_cast<size_t>(M * N), NAN);    // [M, N]
+  matmul(x.data(), M, K, w.raw.data(), dt, N, with_bias ? bias.data() : nullptr, y.data());
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = with_bias ? bias[n] : 0.0, rss = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(x[m * K + k]) * w.f32[n * K + k];
+        ref += p;
+        rss += p * p;
+      }
+      // Accumulation error (the bias counts as one more term) plus the final rounding to f32.
+      const double b2 = with_bias ? static_cast<double>(bias[n]) * bias[n] : 0.0;
+      const double tol = 1e-6 * std::sqrt(static_cast<double>(K)) * std::sqrt(rss + b2) + 1.2e-7 * std::abs(ref) + 1e-30;
+      ASSERT_NEAR(y[m * N + n], ref, tol) << "M=" << M << " K=" << K << " N=" << N << " dtype=" << dtype_name(dt)
+                                          << " at [" << m << ", " << n << "]";
+    }
+  }
+}
+
+TEST_P(CpuKernels, MatmulOddShapesAllDtypes) {
+  uint32_t seed = 1;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (int64_t M : {1, 2, 5, 9, 130}) {
+      for (int64_t K : {1, 7, 33, 577}) {
+        for (int64_t N : {1, 3, 65}) {
+          ++seed;
+          check_matmul(M, K, N, dt, (seed & 1) != 0, seed);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuKernels, MatmulModelShapes) {
+  // A SmolLM2-like projection in both kernels (decode and prefill), with K split into several blocks.
+  check_matmul(1, 576, 192, DType::BF16, false, 7);
+  check_matmul(37, 1536, 70, DType::BF16, true, 8);
+  check_matmul(64, 96, 200, DType::F32, false, 9);
+}
+
+TEST_P(CpuKernels, MatmulZeroK) {
+  std::vector<float> bias = {1.0f, 2.0f}, y(4, NAN);
+  matmul(nullptr, 2, 0, nullptr, DType::F32, 2, bias.data(), y.data());
+  EXPECT_EQ(y, (std::vector<float>{1.0f, 2.0f, 1.0f, 2.0f}));
+}
+
+// ------------------------------------------------------------------ rms_norm
+
+TEST_P(CpuKernels, RmsNorm) {
+  for (int64_t rows : {1, 3, 5}) {
+    for (int64_t dim : {1, 7, 64, 577}) {
+      std::vector<float> x = random_vec(rows * dim, 11, -3.0f, 3.0f);  // [rows, dim]
+      std::vector<float> w = random_vec(dim, 12, 0.5f, 1.5f);          // [dim]
+      std::vector<float> y(x.size(), NAN), inplace = x;
+      rms_norm(x.data(), w.data(), rows, dim, 1e-6f, y.data());
+      rms_norm(inplace.data(), w.data(), rows, dim, 1e-6f, inplace.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+        const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
+        for (int64_t i = 0; i < dim; ++i) {
+          const double ref = x[r * dim + i] * inv * w[i];
+          ASSERT_NEAR(y[r * dim + i], ref, 1e-5 * (std::abs(ref) + 1e-1)) << "rows=" << rows << " dim=" << dim;
+          ASSERT_EQ(inplace[r * dim + i], y[r * dim + i]);
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ rope
+
+void check_rope(int64_t tokens, int64_t heads, int64_t hd, int64_t rot, std::vector<int32_t> pos) {
+  const int64_t half = rot / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));  // [half]
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / static_cast<double>(rot)));
+  }
+  std::vector<float> x = random_vec(tokens * heads * hd, 21);  // [tokens, heads, hd]
+  std::vector<float> y = x;
+  rope(y.data(), tokens, heads, hd, rot, pos.data(), inv_freq.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* xh = x.data() + (t * heads + h) * hd;
+      const float* yh = y.data() + (t * heads + h) * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(pos[t]) * inv_freq[i];  // f32, as the kernel contract says
+        const double c = std::cos(static_cast<double>(angle)), s = std::sin(static_cast<double>(angle));
+        const double r0 = xh[i] * c - xh[i + half] * s;
+        const double r1 = xh[i + half] * c + xh[i] * s;
+        ASSERT_NEAR(yh[i], r0, 1e-5) << "t=" << t << " h=" << h << " i=" << i;
+        ASSERT_NEAR(yh[i + half], r1, 1e-5) << "t=" << t << " h=" << h << " i=" << i;
+      }
+      for (int64_t i = rot; i < hd; ++i) ASSERT_EQ(yh[i], xh[i]) << "dims past rot_dim must be untouched";
+    }
+  }
+}
+
+TEST_P(CpuKernels, Rope) {
+  check_rope(3, 2, 8, 8, {0, 5, 1000});
+  check_rope(4, 3, 10, 4, {7, 0, 3, 31});  // partial rotation (rot_dim < head_dim)
+  std::vector<int32_t> pos(40);
+  for (int i = 0; i < 40; ++i) pos[i] = 3 * i;
+  check_rope(40, 5, 64, 64, pos);
+}
+
+// ------------------------------------------------------------------ attention
+
+struct AttnCase {
+  int64_t T, nh, nkv, hd, cache_len;
+  std::vector<int32_t> q_slot;
+  int32_t kv_begin;
+};
+
+void check_attention(const AttnCase& c) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  std::vector<float> q = random_vec(c.T * c.nh * c.hd, 31, -2.0f, 2.0f);        // [T, nh, hd]
+  std::vector<float> k = random_vec(c.nkv * c.cache_len * c.hd, 32, -2.0f, 2.0f);  // [nkv, cache_len, hd]
+  std::vector<float> v = random_vec(c.nkv * c.cache_len * c.hd, 33);              // [nkv, cache_len, hd]
+  // Poison the slots no query may read: before kv_begin and after the largest q_slot.
+  int32_t max_slot = -1;
+  for (int32_t s : c.q_slot) max_slot = std::max(max_slot, s);
+  for (int64_t g = 0; g < c.nkv; ++g) {
+    for (int64_t j = 0; j < c.cache_len; ++j) {
+      if (j >= c.kv_begin && j <= max_slot) continue;
+      for (int64_t d = 0; d < c.hd; ++d) k[(g * c.cache_len + j) * c.hd + d] = v[(g * c.cache_len + j) * c.hd + d] = NAN;
+    }
+  }
+  std::vector<float> out(static_cast<size_t>(c.T * c.nh * c.hd), NAN);  // [T, nh * hd]
+  attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), c.nkv, c.cache_len, c.q_slot.data(), c.kv_begin, scale,
+            out.data());
+  const int64_t group = c.nh / c.nkv;
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t h = 0; h < c.nh; ++h) {
+      const float* qh = q.data() + (t * c.nh + h) * c.hd;
+      const float* kb = k.data() + (h / group) * c.cache_len * c.hd;
+      const float* vb = v.data() + (h / group) * c.cache_len * c.hd;
+      std::vector<double> ref(static_cast<size_t>(c.hd), 0.0);
+      if (c.q_slot[t] >= c.kv_begin) {
+        std::vector<double> s;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = c.kv_begin; j <= c.q_slot[t]; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < c.hd; ++i) d += static_cast<double>(qh[i]) * kb[j * c.hd + i];
+          s.push_back(d * scale);
+          mx = std::max(mx, s.back());
+        }
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (size_t j = 0; j < s.size(); ++j) {
+          for (int64_t i = 0; i < c.hd; ++i) ref[i] += s[j] / sum * vb[(c.kv_begin + j) * c.hd + i];
+        }
+      }
+      for (int64_t i = 0; i < c.hd; ++i) {
+        ASSERT_NEAR(out[(t * c.nh + h) * c.hd + i], ref[i], 1e-5 + 1e-5 * std::abs(ref[i]))
+            << "T=" << c.T << " t=" << t << " h=" << h << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST_P(CpuKernels, AttentionDecodeGqa) { check_attention({1, 4, 2, 8, 16, {9}, 0}); }
+
+TEST_P(CpuKernels, AttentionPrefillKvBeginAndSlots) {
+  // T > 1 with distinct slots, kv_begin > 0 (left padding), odd head_dim, 3 query heads per kv head.
+  check_attention({3, 6, 2, 33, 20, {4, 5, 7}, 2});
+}
+
+TEST_P(CpuKernels, AttentionPaddingRowIsZero) { check_attention({2, 2, 1, 16, 8, {1, 5}, 3}); }
+
+TEST_P(CpuKernels, AttentionLongPrefill) {
+  AttnCase c{130, 3, 1, 64, 160, {}, 0};
+  for (int t = 0; t < 130; ++t) c.q_slot.push_back(t + 10);
+  c.kv_begin = 4;
+  check_attention(c);
+}
+
+// ------------------------------------------------------------------ elementwise
+
+TEST_P(CpuKernels, Swiglu) {
+  for (int64_t n : {1, 7, 33, 577, 70001}) {
+    std::vector<float> g = random_vec(n, 41, -20.0f, 20.0f), u = random_vec(n, 42), y(static_cast<size_t>(n));
+    if (n == 7) g = {-100.0f, -90.0f, -87.5f, 0.0f, 1e-20f, 88.0f, 100.0f};
+    swiglu(g.data(), u.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+      ASSERT_NEAR(y[i], ref, 2e-6 * std::abs(ref) + 1e-30) << "n=" << n << " gate=" << g[i];
+    }
+  }
+}
+
+TEST_P(CpuKernels, AddIsExact) {
+  for (int64_t n : {1, 7, 577, 70001}) {
+    std::vector<float> a = random_vec(n, 51), b = random_vec(n, 52), y(static_cast<size_t>(n));
+    add(a.data(), b.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] + b[i]);
+    add(a.data(), b.data(), n, a.data());  // in place
+    EXPECT_EQ(a, y);
+  }
+}
+
+TEST_P(CpuKernels, Softmax) {
+  for (int64_t n : {1, 7, 577}) {
+    std::vector<float> x = random_vec(3 * n, 61, -30.0f, 30.0f), y = x;  // [3, n]
+    softmax(y.data(), 3, n);
+    for (int64_t r = 0; r < 3; ++r) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[r * n + i]));
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(x[r * n + i] - mx);
+      for (int64_t i = 0; i < n; ++i) {
+        const double ref = std::exp(x[r * n + i] - mx) / sum;
+        ASSERT_NEAR(y[r * n + i], ref, 1e-5 * ref + 1e-7) << "n=" << n;
+      }
+    }
+  }
+}
+
+TEST_P(CpuKernels, Argmax) {
+  std::vector<float> x = {1.0f, 3.0f, -2.0f, 3.0f};
+  EXPECT_EQ(argmax(x.data(), 4), 1);  // first of equal maxima
+  x[2] = NAN;
+  EXPECT_EQ(argmax(x.data(), 4), 1);
+  std::vector<float> all_neg_inf(3, -INFINITY);
+  EXPECT_EQ(argmax(all_neg_inf.data(), 3), 0);
+}
+
+// ------------------------------------------------------------------ embedding
+
+TEST_P(CpuKernels, EmbeddingAllDtypes) {
+  const int64_t vocab = 11, dim = 33;
+  const std::vector<int32_t> ids = {0, 10, 3, 3, 7};
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    Weights table = make_weights(vocab * dim, dt, 71);                // [vocab, dim]
+    std::vector<float> y(ids.size() * dim, NAN);                      // [n, dim]
+    embedding(ids.data(), static_cast<int64_t>(ids.size()), table.raw.data(), dt, vocab, dim, y.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t d = 0; d < dim; ++d) ASSERT_EQ(y[i * dim + d], table.f32[ids[i] * dim + d]) << dtype_name(dt);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, CpuKernels, testing::ValuesIn(all_targets()), target_name);
+
+// ------------------------------------------------------------------ dispatch and thread pool
+
+TEST(CpuKernelsIsa, ParseAndSelect) {
+  EXPECT_EQ(parse_isa("avx2"), Isa::Avx2);
+  EXPECT_THROW(parse_isa("sse9"), Error);
+  EXPECT_TRUE(isa_supported(Isa::Scalar));
+  EXPECT_TRUE(isa_supported(best_isa()));
+  set_isa(Isa::Scalar);
+  EXPECT_EQ(active_isa(), Isa::Scalar);
+  set_isa(best_isa());
+}
+
+TEST(CpuThreadPool, RunVisitsEveryThreadOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(3);
+  for (int rep = 0; rep < 1000; ++rep) {
+    pool.run([&](int tid, int n) {
+      EXPECT_EQ(n, 3);
+      hits[tid]++;
+    });
+  }
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1000);
+}
+
+TEST(CpuThreadPool, ParallelForCoversRangeOnce) {
+  ThreadPool pool(2);
+  for (int64_t n : {0, 1, 5, 1000}) {
+    for (int64_t grain : {1, 3, 2000}) {
+      std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+      pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+        EXPECT_LE(b, e);
+        for (int64_t i = b; i < e; ++i) seen[i]++;
+      });
+      for (auto& s : seen) ASSERT_EQ(s.load(), 1) << "n=" << n << " grain=" << grain;
+    }
+  }
+}
+
+TEST(CpuThreadPool, RethrowsWorkerExceptionAndStaysUsable) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.run([](int tid, int) {
+    if (tid == 1) throw Error("boom");
+  }),
+               Error);
+  std::atomic<int> ran{0};
+  pool.run([&](int, int) { ran++; });
+  EXPECT_EQ(ran.load(), 2);
+}
+
+TEST(CpuThreadPool, NestedRunIsInlineAndResizeWorks) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.run([&](int, int) { pool.run([&](int tid, int n) { inner += (tid == 0 && n == 1) ? 1 : 100; }); });
+  EXPECT_EQ(inner.load(), 2);
+  pool.set_num_threads(4);
+  EXPECT_EQ(pool.num_threads(), 4);
+  std::atomic<int> ran{0};
+  pool.run([&](int, int) { ran++; });
+  EXPECT_EQ(ran.load(), 4);
+}
+
+TEST(CpuThreadPool, SleepingWorkersWakeUp) {
+  ThreadPool pool(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the spin window: workers sleep
+  std::atomic<int> ran{0};
+  pool.run([&](int, int) { ran++; });
+  EXPECT_EQ(ran.load(), 2);
+}
+
+}  // namespace
+}  // namespace tessera::cpu
