@@ -25,6 +25,7 @@ struct AddedToken {
   int32_t id = -1;
   std::string content;
   bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
+  std::string surface;  // what id_to_token/decode give: HF normalizes the content of normalized tokens
 };
 
 // A piece of input: either an added token (id >= 0) or text [begin, end).

@@ -285,11 +285,12 @@ void Tokenizer::Impl::finish_added_tokens() {
   });
   for (const AddedToken* t : order) {
     added_by_content.emplace(t->content, t->id);
+    AddedToken& mut = added_by_id.at(t->id);
+    mut.surface = t->content;
     if (t->normalized) {
-      std::string pattern = t->content;
       std::string normed;
-      if (normalizer.apply(pattern, normed)) pattern = normed;
-      norm_matcher.add(*t, pattern);
+      if (normalizer.apply(t->content, normed)) mut.surface = normed;
+      norm_matcher.add(*t, mut.surface);
     } else {
       raw_matcher.add(*t, t->content);
     }
@@ -346,7 +347,7 @@ bool Tokenizer::Impl::token_bytes(int32_t id, bool skip_special, std::string& ou
   const std::string* tok = nullptr;
   if (auto it = added_by_id.find(id); it != added_by_id.end()) {
     if (skip_special && it->second.special) return false;
-    tok = &it->second.content;
+    tok = &it->second.surface;
   } else {
     tok = model->id_to_token(id);
   }
@@ -491,7 +492,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::string Tokenizer::id_to_token(int32_t id) const {
-  if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end()) return it->second.content;
+  if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end()) return it->second.surface;
   const std::string* t = impl_->model->id_to_token(id);
   return t ? *t : std::string();
 }
