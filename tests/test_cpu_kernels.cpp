@@ -109,7 +109,7 @@ void check_matmul(int64_t M, int64_t K, int64_t N, DType dt, bool with_bias, uin
 TEST_P(CpuKernels, MatmulOddShapesAllDtypes) {
   uint32_t seed = 1;
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    for (int64_t M : {1, 2, 5, 9, 130}) {
+    for (int64_t M : {1, 2, 3, 5, 7, 9, 130}) {
       for (int64_t K : {1, 7, 33, 577}) {
         for (int64_t N : {1, 3, 65}) {
           ++seed;

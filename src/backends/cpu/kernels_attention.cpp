@@ -1,5 +1,8 @@
-// Causal attention over a static KV cache. One (query token, head) pair is one task: scores against keys
-// kv_begin .. q_slot[t] (never further), an f32 softmax, and the weighted sum of values.
+// Causal attention over a static KV cache. One task is one query token and one kv head with the G = nh / nkv
+// query heads that share it (GQA), so each key and value row is read once for the whole group:
+//   scores S[G, n] = Q[G, hd] · K[kv_begin .. q_slot[t]]^T      (the matmul kernel, f32 weights)
+//   P = softmax(S * scale) per row in f32;   O[g, :] = sum_j P[g, j] V[j, :].
+// Slots outside kv_begin .. q_slot[t] are never read.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,24 +26,28 @@ struct AttnArgs {
   float* out;  // [T, nh * hd]
 };
 
-// One query head of one token: o [hd] = softmax(q·K^T * scale) · V over slots kv_begin .. q_slot[t].
-void attend_one(const AttnArgs& a, const VecOps& ops, int64_t t, int64_t h) {
-  float* o = a.out + (t * a.nh + h) * a.hd;  // [hd]
-  std::memset(o, 0, static_cast<size_t>(a.hd) * sizeof(float));
+// Query token t, kv head g: writes out[t, (g * group + i) * hd ...] for i < group.
+void attend_group(const AttnArgs& a, const VecOps& ops, int64_t t, int64_t g) {
+  const int64_t h0 = g * a.group;
+  float* o = a.out + (t * a.nh + h0) * a.hd;  // [group, hd]
   const int64_t last = a.q_slot[t];
-  if (last < a.kv_begin) return;  // nothing visible (a padding row)
-  const int64_t n = last - a.kv_begin + 1;
-  const float* qh = a.q + (t * a.nh + h) * a.hd;                                        // [hd]
-  const float* kh = a.k + ((h / a.group) * a.cache_len + a.kv_begin) * a.hd;            // [n, hd]
-  const float* vh = a.v + ((h / a.group) * a.cache_len + a.kv_begin) * a.hd;            // [n, hd]
-  float* s = scratch(3, n);                                                              // [n] scores
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    s[j] = ops.dot(qh, kh + j * a.hd, a.hd) * a.scale;
-    mx = std::max(mx, s[j]);
+  if (last < a.kv_begin) {  // nothing visible (a padding row)
+    std::memset(o, 0, static_cast<size_t>(a.group * a.hd) * sizeof(float));
+    return;
   }
-  const float inv = 1.0f / ops.exp_sum(s, n, mx);
-  for (int64_t j = 0; j < n; ++j) ops.axpy(s[j] * inv, vh + j * a.hd, o, a.hd);
+  const int64_t n = last - a.kv_begin + 1;
+  const float* qg = a.q + (t * a.nh + h0) * a.hd;                       // [group, hd]
+  const float* kg = a.k + (g * a.cache_len + a.kv_begin) * a.hd;        // [n, hd]
+  const float* vg = a.v + (g * a.cache_len + a.kv_begin) * a.hd;        // [n, hd]
+  float* s = scratch(3, a.group * n);                                   // [group, n] scores
+  matmul(qg, a.group, a.hd, kg, DType::F32, n, nullptr, s);  // runs inline: we are inside a pool job
+  for (int64_t i = 0; i < a.group; ++i) {
+    float* si = s + i * n;
+    ops.scale(a.scale, si, n);
+    const float mx = *std::max_element(si, si + n);
+    ops.scale(1.0f / ops.exp_sum(si, n, mx), si, n);
+    ops.weighted_rows(si, n, vg, a.hd, o + i * a.hd);
+  }
 }
 
 }  // namespace
@@ -54,8 +61,9 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const float* k
   }
   const AttnArgs a{q, k, v, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out};
   const VecOps& ops = vec_ops();
-  ThreadPool::instance().parallel_for(T * nh, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) attend_one(a, ops, i / nh, i % nh);
+  ThreadPool::instance().run([&](int tid, int nth) {
+    // Interleaved (not contiguous) tasks: later tokens see more keys, so this balances causal prefill.
+    for (int64_t i = tid; i < T * nkv; i += nth) attend_group(a, ops, i / nkv, i % nkv);
   });
 }
 

@@ -169,6 +169,8 @@ struct VecOps {
   float (*exp_sum)(float* x, int64_t n, float max);                           // x = exp(x - max); returns sum
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* y);
   void (*add)(const float* a, const float* b, int64_t n, float* y);
+  // out[dim] = sum_j p[j] * rows[j, :] for rows [n, dim] (overwrites out).
+  void (*weighted_rows)(const float* p, int64_t n, const float* rows, int64_t dim, float* out);
 };
 const VecOps& vec_ops();  // of active_isa()
 

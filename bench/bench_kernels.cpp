@@ -1,0 +1,137 @@
+// Micro-benchmark of the CPU kernels: read bandwidth, thread-pool fork-join cost, matmul at M=1 (weights
+// streamed from memory: GB/s) and M=512 (GFLOP/s) for SmolLM2 / Qwen3-0.6B shapes, attention.
+// Usage: bench_kernels [--quick] [--attention-only] [--threads N] [--isa scalar|avx2|avx512]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/thread_pool.h"
+#include "tessera/tensor.h"
+
+using namespace tessera;
+using namespace tessera::cpu;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median seconds per call of fn over `reps` timed runs (after one warm-up).
+template <typename Fn>
+double time_it(int reps, const Fn& fn) {
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = now_s();
+    fn();
+    t.push_back(now_s() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double read_bandwidth_gbs(size_t bytes) {
+  std::vector<float> buf(bytes / 4, 1.0f);
+  std::vector<double> sums(64);
+  ThreadPool& pool = ThreadPool::instance();
+  double s = time_it(5, [&] {
+    pool.run([&](int tid, int nth) {
+      const size_t n = buf.size(), b = n * tid / nth, e = n * (tid + 1) / nth;
+      float acc[16] = {};
+      for (size_t i = b; i + 16 <= e; i += 16) {
+        for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
+      }
+      float t = 0;
+      for (float a : acc) t += a;
+      sums[tid] = t;
+    });
+  });
+  return static_cast<double>(bytes) / s / 1e9;
+}
+
+double fork_join_ns() {
+  ThreadPool& pool = ThreadPool::instance();
+  const int n = 20000;
+  double t0 = now_s();
+  for (int i = 0; i < n; ++i) pool.run([](int, int) {});
+  return (now_s() - t0) / n * 1e9;
+}
+
+struct MatShape {
+  const char* name;
+  int64_t K, N;
+};
+
+void bench_matmul(const MatShape& s, DType dt, bool quick) {
+  const size_t wbytes = static_cast<size_t>(s.K * s.N) * dtype_size(dt);
+  // Enough distinct weight copies to exceed the last-level cache, so M=1 measures memory streaming.
+  const size_t copies = std::max<size_t>(1, (quick ? 64u : 256u) * 1024 * 1024 / wbytes);
+  std::vector<uint8_t> w(wbytes * copies);
+  for (size_t i = 0; i < w.size() / 2; ++i) reinterpret_cast<uint16_t*>(w.data())[i] = static_cast<uint16_t>(0x3c00 + (i % 7));
+  if (dt == DType::F32) {
+    for (size_t i = 0; i < w.size() / 4; ++i) reinterpret_cast<float*>(w.data())[i] = 0.01f * static_cast<float>(i % 5);
+  }
+  std::vector<float> x(static_cast<size_t>(512 * s.K), 0.5f), y(static_cast<size_t>(512 * s.N));
+  size_t c = 0;
+  double t1 = time_it(quick ? 20 : 200, [&] {
+    matmul(x.data(), 1, s.K, w.data() + (c++ % copies) * wbytes, dt, s.N, nullptr, y.data());
+  });
+  double t512 = time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w.data(), dt, s.N, nullptr, y.data()); });
+  std::printf("  %-22s %-8s M=1: %7.1f us  %6.1f GB/s of weights   M=512: %8.2f ms  %6.1f GFLOP/s\n", s.name,
+              dtype_name(dt), t1 * 1e6, wbytes / t1 / 1e9, t512 * 1e3, 2.0 * 512 * s.K * s.N / t512 / 1e9);
+}
+
+void bench_attention(int64_t T, int64_t ctx, bool quick) {
+  const int64_t nh = 9, nkv = 3, hd = 64, cache = std::max<int64_t>(ctx, T);
+  std::vector<float> q(static_cast<size_t>(T * nh * hd), 0.1f), k(static_cast<size_t>(nkv * cache * hd), 0.2f),
+      v(k.size(), 0.3f), out(q.size());
+  std::vector<int32_t> slot(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) slot[t] = static_cast<int32_t>(ctx - T + t);
+  double s = time_it(quick ? 3 : 20, [&] {
+    attention(q.data(), T, nh, hd, k.data(), v.data(), nkv, cache, slot.data(), 0, 0.125f, out.data());
+  });
+  std::printf("  attention nh=9 nkv=3 hd=64 T=%-4lld ctx=%-5lld %9.1f us\n", static_cast<long long>(T),
+              static_cast<long long>(ctx), s * 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, matmuls = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--attention-only") {
+      matmuls = false;
+    } else if (a == "--threads" && i + 1 < argc) {
+      ThreadPool::instance().set_num_threads(std::atoi(argv[++i]));
+    } else if (a == "--isa" && i + 1 < argc) {
+      set_isa(parse_isa(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: bench_kernels [--quick] [--attention-only] [--threads N] [--isa scalar|avx2|avx512]\n");
+      return 2;
+    }
+  }
+  std::printf("isa %s, %d threads\n", isa_name(active_isa()), ThreadPool::instance().num_threads());
+  std::printf("  read bandwidth: %.1f GB/s\n", read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20));
+  std::printf("  thread-pool fork-join: %.0f ns\n", fork_join_ns());
+  const MatShape shapes[] = {{"smollm2 q 576x576", 576, 576},   {"smollm2 up 576x1536", 576, 1536},
+                          {"smollm2 down 1536x576", 1536, 576}, {"qwen3 up 1024x3072", 1024, 3072},
+                          {"qwen3 down 3072x1024", 3072, 1024}};
+  for (const MatShape& s : shapes) {
+    for (DType dt : {DType::BF16, DType::F32}) {
+      if (matmuls) bench_matmul(s, dt, quick);
+    }
+  }
+  bench_attention(1, 512, quick);
+  bench_attention(1, 2048, quick);
+  bench_attention(512, 512, quick);
+  return 0;
+}
