@@ -1,0 +1,127 @@
+// End-to-end: the `tessera` binary as a user runs it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "golden_util.h"
+#include "io/model_files.h"
+#include "tessera/error.h"
+
+namespace golden = tessera::golden;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+// Runs the CLI with `args` (shell-quoted by the caller), feeding `input` on stdin.
+Result run(const std::string& args, const std::string& input = "") {
+  static int n = 0;
+  const std::string base = ::testing::TempDir() + "tessera_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+  std::ofstream(base + ".in") << input;
+  std::string cmd = std::string(TESSERA_CLI_PATH) + " " + args + " <" + base + ".in >" + base + ".out 2>" + base + ".err";
+  int status = std::system(cmd.c_str());
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(base + ".out"), slurp(base + ".err")};
+  for (const char* ext : {".in", ".out", ".err"}) std::remove((base + ext).c_str());
+  return r;
+}
+
+std::string ids_arg(const nlohmann::json& ids) {
+  std::string s;
+  for (const auto& v : ids) s += (s.empty() ? "" : ",") + std::to_string(v.get<int64_t>());
+  return s;
+}
+
+std::string smollm2() {
+  try {
+    return tessera::io::find_default_model();
+  } catch (const tessera::Error&) {
+    return "";
+  }
+}
+
+TEST(Cli, GenerateJsonMatchesGoldenAndCountsCompiles) {
+  auto j = golden::load_model_golden("llama_gqa")["greedy"][0];
+  Result r = run("generate " + golden::model_path("llama_gqa") + " --dtype float32 --json --max-new-tokens 32 --input-ids " +
+                 ids_arg(j["input_ids"]));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["ids"], j["output_ids"]);
+  EXPECT_EQ(out["compiles"], 2);
+  EXPECT_EQ(out["new_tokens"], 32);
+  for (const char* k : {"text", "prompt_tokens", "prefill_tokens_per_s", "decode_tokens_per_s"})
+    EXPECT_TRUE(out.contains(k)) << k;
+}
+
+TEST(Cli, ForwardJsonLogitsMatchTransformers) {
+  auto c = golden::load_model_golden("qwen3_tied")["forward"][1];
+  Result r = run("forward " + golden::model_path("qwen3_tied") + " --dtype float32 --json --input-ids " + ids_arg(c["input_ids"]));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto got = golden::matrix(nlohmann::json::parse(r.out)["logits"]);
+  auto expect = golden::matrix(c["logits"]);
+  EXPECT_EQ(got.rows, expect.rows);
+  EXPECT_LE(golden::max_abs_diff(got.data, expect.data).max_abs, 1e-4);
+}
+
+TEST(Cli, BadInputsExitNonZeroWithOneLine) {
+  const std::string m = golden::model_path("qwen3_tied");
+  for (const std::string& args : std::vector<std::string>{"generate " + m + " --input-ids 1,2,99999", "generate " + m + " --input-ids 1 --max-new-tokens 999",
+                                  "forward " + m + " --input-ids x", std::string("generate /nonexistent/model --input-ids 1"),
+                                  "generate " + m + " --input-ids 1 --prompt hi"}) {
+    Result r = run(args);
+    EXPECT_EQ(r.code, 1) << args;
+    EXPECT_EQ(r.err.rfind("tessera: error: ", 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}
+
+TEST(Cli, TokenizeAndDetokenizeRoundTrip) {
+  const std::string path = smollm2();
+  if (path.empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed";
+  Result t = run("tokenize " + path, "Hello, world! Ünïcødé 你好");
+  ASSERT_EQ(t.code, 0) << t.err;
+  Result d = run("detokenize " + path, t.out);
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_EQ(d.out, "Hello, world! Ünïcødé 你好");
+  Result jl = run("tokenize " + path + " --jsonl", "{\"text\": \"a b\"}\n{\"text\": \"Hello\"}\n");
+  ASSERT_EQ(jl.code, 0) << jl.err;
+  EXPECT_EQ(std::count(jl.out.begin(), jl.out.end(), '\n'), 2);
+  EXPECT_EQ(nlohmann::json::parse(jl.out.substr(0, jl.out.find('\n')))["ids"].size(), 2u);
+  Result bad = run("tokenize " + path + " --jsonl", "{\"txt\": 1}\n");
+  EXPECT_EQ(bad.code, 1);
+}
+
+TEST(Cli, DefaultModelWritesTheGoldenContinuation) {
+  if (smollm2().empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed";
+  auto p = golden::load_json(golden::model_path("smollm2_golden.json"))["prompts"][0];
+  Result r = run("generate --dtype float32 --max-new-tokens 8 --quiet --prompt '" + p["text"].get<std::string>() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string expect = p["greedy_no_eos"]["text"].get<std::string>();
+  // The first 8 tokens of Transformers' text (" Paris." ...).
+  EXPECT_EQ(expect.rfind(r.out.substr(0, r.out.size() - 1), 0), 0u) << "got: " << r.out << "\nexpected prefix of: " << expect;
+}
+
+TEST(Cli, ChatAnswersOnStdin) {
+  if (smollm2().empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed";
+  Result r = run("chat --quiet --max-new-tokens 24 --dtype float32", "What is the capital of France?\n/exit\n");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DevicesListsTheCpu) {
+  Result r = run("devices --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["devices"][0]["kind"], "cpu");
+}
+
+}  // namespace
