@@ -51,6 +51,10 @@ BpeModel::BpeModel(StringIdMap vocab, const std::vector<std::pair<std::string, s
     if (id < 0) fail(where, ": vocabulary id ", id, " of token '", tok, "' is negative");
     max_id = std::max(max_id, id);
   }
+  // Ids index a dense table; reject absurdly sparse ids instead of allocating gigabytes.
+  if (static_cast<size_t>(max_id) > vocab_.size() * 4 + (1u << 20)) {
+    fail(where, ": vocabulary id ", max_id, " is far beyond the vocabulary size ", vocab_.size());
+  }
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   has_id_.assign(static_cast<size_t>(max_id + 1), 0);
   for (const auto& [tok, id] : vocab_) {

@@ -5,6 +5,7 @@
 #include "tessera/tokenizer.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -73,6 +74,21 @@ bool get_bool(const json& obj, const char* key, bool dflt) {
   return v ? v->get<bool>() : dflt;
 }
 
+// A token id: an integer in [0, 2^31); anything else is an input error
+// (a float or huge number must not reach a narrowing cast).
+int32_t get_id(const json& v, const std::string& name, const char* what) {
+  if (!v.is_number_integer()) fail(name, ": ", what, " must be an integer, got ", v.dump());
+  const int64_t x = v.get<int64_t>();
+  if (x < 0 || x > INT32_MAX) fail(name, ": ", what, " ", x, " is out of range");
+  return static_cast<int32_t>(x);
+}
+
+// Sequences nest; bound the recursion so hostile files cannot exhaust the stack.
+constexpr int kMaxDepth = 32;
+void check_depth(int depth, const std::string& name) {
+  if (depth > kMaxDepth) fail(name, ": components nested deeper than ", kMaxDepth, " levels");
+}
+
 std::string type_of(const json& node, const std::string& name, const char* what) {
   const json* t = field(node, "type");
   if (!t || !t->is_string()) fail(name, ": ", what, " has no \"type\" string");
@@ -80,10 +96,11 @@ std::string type_of(const json& node, const std::string& name, const char* what)
 }
 
 // ---------------------------------------------------------------- normalizer
-void parse_normalizer(const json& node, const std::string& name, Normalizer& out) {
+void parse_normalizer(const json& node, const std::string& name, Normalizer& out, int depth = 0) {
+  check_depth(depth, name);
   const std::string type = type_of(node, name, "normalizer");
   if (type == "Sequence") {
-    for (const json& n : node.at("normalizers")) parse_normalizer(n, name, out);
+    for (const json& n : node.at("normalizers")) parse_normalizer(n, name, out, depth + 1);
   } else if (type == "NFC") {
     out.steps.push_back(Normalizer::Kind::kNFC);
   } else if (type == "NFD") {
@@ -109,14 +126,15 @@ SplitBehavior parse_behavior(const std::string& b, const std::string& name) {
   fail(name, ": Split behavior '", b, "' is unknown");
 }
 
-void parse_pre_tokenizer(const json& node, const std::string& name, PreTokenizer& out) {
+void parse_pre_tokenizer(const json& node, const std::string& name, PreTokenizer& out, int depth = 0) {
+  check_depth(depth, name);
   const std::string type = type_of(node, name, "pre_tokenizer");
   if (type != "Sequence" && out.byte_level) {
     fail(name, ": pre_tokenizer '", type, "' after ByteLevel is not supported");
   }
   PreTokStep step;
   if (type == "Sequence") {
-    for (const json& n : node.at("pretokenizers")) parse_pre_tokenizer(n, name, out);
+    for (const json& n : node.at("pretokenizers")) parse_pre_tokenizer(n, name, out, depth + 1);
     return;
   } else if (type == "Split") {
     const json& pat = node.at("pattern");
@@ -146,22 +164,24 @@ void parse_pre_tokenizer(const json& node, const std::string& name, PreTokenizer
 }
 
 // ------------------------------------------------------------------- decoder
-Tokenizer::Impl::Decoder parse_decoder(const json* node, const std::string& name) {
+Tokenizer::Impl::Decoder parse_decoder(const json* node, const std::string& name, int depth = 0) {
+  check_depth(depth, name);
   if (node == nullptr) return Tokenizer::Impl::Decoder::kJoinWithSpace;
   const std::string type = type_of(*node, name, "decoder");
   if (type == "ByteLevel") return Tokenizer::Impl::Decoder::kByteLevel;
   if (type == "Sequence") {
     const json& list = node->at("decoders");
-    if (list.size() == 1) return parse_decoder(&list[0], name);
+    if (list.size() == 1) return parse_decoder(&list[0], name, depth + 1);
   }
   fail(name, ": decoder type '", type, "' is not supported (supported: ByteLevel)");
 }
 
 // ------------------------------------------------------------ post-processor
-void parse_post_processor(const json& node, const std::string& name, PostProcessor& out) {
+void parse_post_processor(const json& node, const std::string& name, PostProcessor& out, int depth = 0) {
+  check_depth(depth, name);
   const std::string type = type_of(node, name, "post_processor");
   if (type == "Sequence") {
-    for (const json& p : node.at("processors")) parse_post_processor(p, name, out);
+    for (const json& p : node.at("processors")) parse_post_processor(p, name, out, depth + 1);
   } else if (type == "ByteLevel") {
     // Only adjusts offsets.
   } else if (type == "TemplateProcessing") {
@@ -172,7 +192,7 @@ void parse_post_processor(const json& node, const std::string& name, PostProcess
         const std::string key = sp->at("id").get<std::string>();
         const json* tok = field(node.at("special_tokens"), key.c_str());
         if (!tok) fail(name, ": TemplateProcessing uses special token '", key, "' missing from special_tokens");
-        for (const json& id : tok->at("ids")) (seen_seq ? t.suffix : t.prefix).push_back(id.get<int32_t>());
+        for (const json& id : tok->at("ids")) (seen_seq ? t.suffix : t.prefix).push_back(get_id(id, name, "special token id"));
       } else if (field(item, "Sequence")) {
         if (seen_seq) fail(name, ": TemplateProcessing single template with two sequences");
         seen_seq = true;
@@ -182,8 +202,8 @@ void parse_post_processor(const json& node, const std::string& name, PostProcess
     }
     out = std::move(t);
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
-    out.prefix = {node.at("cls").at(1).get<int32_t>()};
-    out.suffix = {node.at("sep").at(1).get<int32_t>()};
+    out.prefix = {get_id(node.at("cls").at(1), name, "cls id")};
+    out.suffix = {get_id(node.at("sep").at(1), name, "sep id")};
   } else {
     fail(name, ": post_processor type '", type, "' is not supported (supported: TemplateProcessing, ByteLevel, "
          "RobertaProcessing, BertProcessing, Sequence)");
@@ -207,7 +227,7 @@ std::unique_ptr<BpeModel> parse_model(const json& m, bool byte_level, const std:
   const json& v = m.at("vocab");
   if (!v.is_object()) fail(name, ": model.vocab must be an object");
   vocab.reserve(v.size());
-  for (auto it = v.begin(); it != v.end(); ++it) vocab[it.key()] = it.value().get<int32_t>();
+  for (auto it = v.begin(); it != v.end(); ++it) vocab[it.key()] = get_id(it.value(), name, "vocabulary id");
 
   std::vector<std::pair<std::string, std::string>> merges;
   if (const json* ms = field(m, "merges")) {
@@ -235,9 +255,9 @@ std::unique_ptr<BpeModel> parse_model(const json& m, bool byte_level, const std:
   return std::make_unique<BpeModel>(std::move(vocab), merges, opts, name);
 }
 
-AddedToken parse_added_token(const json& t) {
+AddedToken parse_added_token(const json& t, const std::string& name) {
   AddedToken a;
-  a.id = t.at("id").get<int32_t>();
+  a.id = get_id(t.at("id"), name, "added token id");
   a.content = t.at("content").get<std::string>();
   a.single_word = get_bool(t, "single_word", false);
   a.lstrip = get_bool(t, "lstrip", false);
@@ -384,7 +404,7 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
     if (const json* pp = field(j, "post_processor")) parse_post_processor(*pp, name, impl->post);
     if (const json* at = field(j, "added_tokens")) {
       for (const json& t : *at) {
-        AddedToken a = parse_added_token(t);
+        AddedToken a = parse_added_token(t, name);
         impl->added_by_id[a.id] = std::move(a);
       }
     }
@@ -392,10 +412,11 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
     if (const json* atd = field(cfg, "added_tokens_decoder"); atd && atd->is_object()) {
       for (auto it = atd->begin(); it != atd->end(); ++it) {
         const int32_t id = std::stoi(it.key());
+        if (id < 0) fail(cfg_name, ": added_tokens_decoder id ", id, " is negative");
         if (impl->added_by_id.count(id)) continue;
         json t = it.value();
         t["id"] = id;
-        impl->added_by_id[id] = parse_added_token(t);
+        impl->added_by_id[id] = parse_added_token(t, name);
       }
     }
     impl->finish_added_tokens();
