@@ -73,7 +73,8 @@ void unpermute_rows(Tensor& t, int64_t heads) {
 
 class GgufSource : public WeightSource {
  public:
-  explicit GgufSource(const std::string& path) : g_(GgufFile::open(path)), origin_(path) {
+  explicit GgufSource(std::shared_ptr<GgufFile> g) : g_(std::move(g)), origin_(g_->path()) {
+    const std::string& path = origin_;
     const auto arch = g_->get_string("general.architecture");
     if (!arch) fail(path, ": GGUF metadata has no general.architecture");
     if (*arch != "llama")
@@ -193,6 +194,10 @@ class GgufSource : public WeightSource {
 
 }  // namespace
 
-std::unique_ptr<WeightSource> open_gguf(const std::string& path) { return std::make_unique<GgufSource>(path); }
+std::unique_ptr<WeightSource> open_gguf(const std::string& path) { return open_gguf(GgufFile::open(path)); }
+
+std::unique_ptr<WeightSource> open_gguf(std::shared_ptr<GgufFile> file) {
+  return std::make_unique<GgufSource>(std::move(file));
+}
 
 }  // namespace tessera::io

@@ -8,10 +8,9 @@
 
 namespace tessera::io {
 
-std::string printable(const std::string& s) {
-  constexpr size_t kMax = 160;
+std::string printable(const std::string& s, size_t max_len) {
   std::string out;
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+  for (size_t i = 0; i < s.size() && i < max_len; ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x20 && c < 0x7f) {
       out += static_cast<char>(c);
@@ -21,7 +20,7 @@ std::string printable(const std::string& s) {
       out += buf;
     }
   }
-  if (s.size() > kMax) out += "...";
+  if (s.size() > max_len) out += "...";
   return out;
 }
 

@@ -118,7 +118,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   try {
     j = json::parse(data + 8, data + 8 + n);
   } catch (const json::exception& e) {
-    fail(file, ": header is not valid JSON (", e.what(), ")");
+    fail(file, ": header is not valid JSON (", printable(e.what(), 400), ")");
   }
   if (!j.is_object()) fail(file, ": header is a JSON ", j.type_name(), ", expected an object");
 

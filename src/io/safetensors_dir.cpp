@@ -22,7 +22,7 @@ json read_json_object(const std::string& path) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    fail(path, ": malformed JSON (", e.what(), ")");
+    fail(path, ": malformed JSON (", printable(e.what(), 400), ")");
   }
   if (!j.is_object()) fail(path, ": expected a JSON object, got a JSON ", j.type_name());
   return j;

@@ -50,6 +50,8 @@ class WeightSource {
 std::unique_ptr<WeightSource> open_safetensors_dir(const std::string& dir);
 // A GGUF file of the llama architecture; names, layouts (q/k un-permuted) and config mapped to HF's.
 std::unique_ptr<WeightSource> open_gguf(const std::string& path);
+// The same view over an already parsed GGUF (e.g. GgufFile::parse of an in-memory image).
+std::unique_ptr<WeightSource> open_gguf(std::shared_ptr<GgufFile> file);
 // Dispatches on the argument: a .gguf file, or a directory (after HF-cache resolution, see hf_cache.h).
 std::unique_ptr<WeightSource> open_checkpoint(const std::string& path);
 
