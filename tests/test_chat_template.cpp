@@ -120,7 +120,7 @@ TEST(ChatTemplateCorpus, MatchesTransformers) {
       ++total;
       std::string got;
       try {
-        got = ChatTemplate::parse(t["template"].get<std::string>()).render(c["vars"], opt);
+        got = ChatTemplate::parse(t["template"].get<std::string>()).render(fx["variables"][c["name"].get<std::string>()], opt);
       } catch (const tessera::Error& e) {
         got = std::string("<threw> ") + e.what();
       }
@@ -166,7 +166,7 @@ TEST(ChatTemplateErrors, RuntimeErrorsCarryPositionAndMessage) {
   EXPECT_EQ(error_of([] { render("{% if true %}{{ 'x' | nope }}{% endif %}"); }),
             "chat template: line 1, column 23: no filter named 'nope'");
   EXPECT_EQ(error_of([] { render("{{ [].append(1) }}"); }),
-            "chat template: line 1, column 13: access to attribute 'append' of 'list' object is unsafe.");
+            "chat template: line 1, column 6: access to attribute 'append' of 'list' object is unsafe.");
   EXPECT_EQ(render("{% if false %}{{ 'x' | nope }}{% endif %}ok"), "ok");
 }
 

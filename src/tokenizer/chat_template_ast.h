@@ -83,6 +83,8 @@ struct Expr {
   std::string name;           // Name, Getattr attribute, Filter/Test name, Binary/Compare op
   std::vector<ExprPtr> kids;  // operands, call args, list items, dict keys/values interleaved
   std::vector<Keyword> keywords;
+  ExprPtr dyn_args;    // Call/Filter/Test: *args
+  ExprPtr dyn_kwargs;  // Call/Filter/Test: **kwargs
   std::vector<std::string> ops;  // Compare: one op per extra operand
   bool negated = false;          // Test: `is not`
   bool soft = false;             // Filter/Test: unknown names fail at run time only (inside if)

@@ -38,7 +38,10 @@ class Bound {
   }
   bool has(std::size_t i) const { return vals_[i].has_value(); }
   const Value& get(std::size_t i, const Value& fallback) const { return vals_[i] ? *vals_[i] : fallback; }
-  Value get(std::size_t i) const { return vals_[i] ? *vals_[i] : Value::none(); }
+  const Value& get(std::size_t i) const {
+    static const Value kNone = Value::none();
+    return vals_[i] ? *vals_[i] : kNone;
+  }
 
  private:
   std::vector<std::string> names_;
@@ -142,15 +145,13 @@ ValueList py_split(const std::string& s, const Value& sep, std::int64_t maxsplit
       if (!from_right) {
         auto k = static_cast<std::size_t>(maxsplit);
         std::size_t rest = words[k].first;
-        std::size_t end = u.size();
-        while (end > rest && py_isspace(u[end - 1])) --end;
+        std::size_t end = u.size();  // the remainder keeps its trailing whitespace
         words.resize(k);
         for (auto& [a, b] : words) out.push_back(str_value(std::u32string_view(u).substr(a, b - a)));
         out.push_back(str_value(std::u32string_view(u).substr(rest, end - rest)));
       } else {
         std::size_t k = words.size() - static_cast<std::size_t>(maxsplit);
-        std::size_t begin = 0;
-        while (begin < u.size() && py_isspace(u[begin])) ++begin;
+        std::size_t begin = 0;  // the remainder keeps its leading whitespace
         out.push_back(str_value(std::u32string_view(u).substr(begin, words[k - 1].second - begin)));
         for (std::size_t w = k; w < words.size(); ++w) {
           out.push_back(str_value(std::u32string_view(u).substr(words[w].first, words[w].second - words[w].first)));
@@ -321,6 +322,123 @@ std::string py_format(Interp& in, const std::string& fmt, Args& args) {
     in.check_size(out.size());
     i = close;
   }
+  return out;
+}
+
+// printf-style `fmt % args` (Python's str.__mod__) for the common conversions.
+std::string percent_format(Interp& in, const std::string& fmt, const Value& args) {
+  ValueList positional;
+  const Dict* mapping = nullptr;
+  if (args.kind() == Kind::Tuple) {
+    positional = args.as_list();
+  } else if (args.kind() == Kind::Dict) {
+    mapping = &args.as_dict();
+    positional.push_back(args);
+  } else {
+    positional.push_back(args);
+  }
+  std::size_t next = 0;
+  bool used_mapping = false;
+  std::string out;
+  for (std::size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    if (++i >= fmt.size()) raise("incomplete format");
+    Value arg;
+    bool have_arg = false;
+    if (fmt[i] == '(') {
+      std::size_t close = fmt.find(')', i);
+      if (close == std::string::npos || !mapping) raise("format requires a mapping");
+      const Value* v = mapping->find(fmt.substr(i + 1, close - i - 1));
+      if (!v) raise("KeyError: '" + fmt.substr(i + 1, close - i - 1) + "'");
+      arg = *v;
+      have_arg = used_mapping = true;
+      i = close + 1;
+    }
+    std::string flags;
+    while (i < fmt.size() && std::string("-+ #0").find(fmt[i]) != std::string::npos) flags.push_back(fmt[i++]);
+    std::string width;
+    while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i]))) width.push_back(fmt[i++]);
+    std::string precision;
+    bool has_precision = false;
+    if (i < fmt.size() && fmt[i] == '.') {
+      has_precision = true;
+      ++i;
+      while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i]))) precision.push_back(fmt[i++]);
+    }
+    if (i >= fmt.size()) raise("incomplete format");
+    char conv = fmt[i];
+    if (conv == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (!have_arg) {
+      if (next >= positional.size()) raise("not enough arguments for format string");
+      arg = positional[next++];
+    }
+    if (width.size() > 4 || precision.size() > 4) raise("format width or precision too large");
+    std::string spec = "%" + flags + width + (has_precision ? "." + (precision.empty() ? "0" : precision) : "");
+    char buf[512];
+    std::string piece;
+    switch (conv) {
+      case 's':
+      case 'r':
+      case 'a': {
+        std::string text = conv == 's' ? py_str(arg) : py_repr(arg);
+        if (has_precision) {
+          std::u32string u = utf8_decode(text);
+          u.resize(std::min<std::size_t>(u.size(), std::stoul(precision.empty() ? "0" : precision)));
+          text = utf8_encode(u);
+        }
+        std::size_t w = width.empty() ? 0 : std::stoul(width);
+        std::size_t len = utf8_length(text);
+        if (len < w) text = flags.find('-') != std::string::npos ? text + std::string(w - len, ' ') : std::string(w - len, ' ') + text;
+        piece = text;
+        break;
+      }
+      case 'd':
+      case 'i':
+      case 'u':
+      case 'x':
+      case 'X':
+      case 'o': {
+        if (!arg.is_number()) raise("%" + std::string(1, conv) + " format: a real number is required, not " + arg.type_name());
+        long long v = arg.kind() == Kind::Float ? static_cast<long long>(arg.as_float()) : arg.as_int();
+        char c = conv == 'i' || conv == 'u' ? 'd' : conv;
+        std::snprintf(buf, sizeof buf, (spec + "ll" + c).c_str(), v);
+        piece = buf;
+        break;
+      }
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G': {
+        if (!arg.is_number()) raise("must be real number, not " + arg.type_name());
+        std::snprintf(buf, sizeof buf, (spec + conv).c_str(), arg.as_float());
+        piece = buf;
+        break;
+      }
+      case 'c': {
+        if (arg.is_string() && utf8_length(arg.as_str()) == 1) {
+          piece = arg.as_str();
+        } else if (arg.is_int() && arg.as_int() >= 0 && arg.as_int() <= 0x10FFFF) {
+          utf8_append(piece, static_cast<char32_t>(arg.as_int()));
+        } else {
+          raise("%c requires int or char");
+        }
+        break;
+      }
+      default:
+        raise(std::string("unsupported format character '") + conv + "'");
+    }
+    out += piece;
+    in.check_size(out.size());
+  }
+  if (!used_mapping && !mapping && next < positional.size()) raise("not all arguments converted during string formatting");
   return out;
 }
 
@@ -682,6 +800,7 @@ Value select_items(Interp& in, const Value& input, Args& args, bool by_attr, boo
   if (args.positional.size() > skip) test = need_str(args.positional[skip], "test name");
   Args test_args = rest_args(args, skip + 1);
   ValueList out;
+  if (!input.truthy()) return Value::list({});  // jinja2: `if value:` guards the loop
   for (const auto& item : iterate(input)) {
     Value subject = by_attr ? attr_path(in, item, attr) : item;
     Args a = test_args;
@@ -693,6 +812,7 @@ Value select_items(Interp& in, const Value& input, Args& args, bool by_attr, boo
 
 Value map_filter(Interp& in, const Value& input, Args& args) {
   ValueList out;
+  if (!input.truthy()) return Value::list({});  // jinja2: `if value:` guards the loop
   auto kw = [&](const char* name) -> const Value* {
     for (auto& [k, v] : args.keyword) {
       if (k == name) return &v;
@@ -1127,6 +1247,15 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       Bound b(a, {"name"}, "attr");
       return in.getattr(v, need_str(b.get(0), "attribute name"));
     };
+    t["format"] = [](Interp& in, const Value& v, Args& a) {
+      if (!a.positional.empty() && !a.keyword.empty()) raise("can't handle positional and keyword arguments at the same time");
+      if (!a.keyword.empty()) {
+        auto d = std::make_shared<Dict>();
+        for (auto& [k, val] : a.keyword) d->set(Value::string(k), val);
+        return Value::string(percent_format(in, soft_str(v), Value::dict(d)));
+      }
+      return Value::string(percent_format(in, soft_str(v), Value::tuple(a.positional)));
+    };
     t["wordcount"] = [](Interp&, const Value& v, Args& a) { return no_args(a, "wordcount"), wordcount(v); };
     t["center"] = [](Interp& in, const Value& v, Args& a) {
       Bound b(a, {"width"}, "center");
@@ -1177,7 +1306,8 @@ const std::unordered_map<std::string, TestFn>& tests() {
           return v.is_string() || v.is_sequence() || v.kind() == Kind::Dict || v.is_undefined();
         },
         "iterable");
-    t["callable"] = unary([](const Value& v) { return v.kind() == Kind::Callable; }, "callable");
+    // Undefined defines __call__ (it raises), so Python's callable() says True.
+    t["callable"] = unary([](const Value& v) { return v.kind() == Kind::Callable || v.is_undefined(); }, "callable");
     t["lower"] = unary([](const Value& v) { return str_predicate(py_str(v), "islower"); }, "lower");
     t["upper"] = unary([](const Value& v) { return str_predicate(py_str(v), "isupper"); }, "upper");
     t["escaped"] = unary([](const Value&) { return false; }, "escaped");
@@ -1447,7 +1577,7 @@ Value binary_op(Interp& in, const std::string& op, const Value& a, const Value& 
       auto [q, m] = float_divmod(a.as_float(), b.as_float());
       return Value::number(op == "//" ? q : m);
     }
-    if (op == "%" && a.is_string()) raise("printf-style '%' string formatting is not supported");
+    if (op == "%" && a.is_string()) return Value::string(percent_format(in, a.as_str(), b));
     bad_operands(op, a, b);
   }
   if (op == "**") {

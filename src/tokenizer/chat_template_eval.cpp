@@ -283,7 +283,18 @@ Value Interp::eval(const Expr& e, const ScopePtr& scope) {
 Args Interp::eval_args(const Expr& e, std::size_t first_arg, const ScopePtr& scope) {
   Args args;
   for (std::size_t i = first_arg; i < e.kids.size(); ++i) args.positional.push_back(eval(*e.kids[i], scope));
+  if (e.dyn_args) {
+    for (auto& v : iterate(eval(*e.dyn_args, scope))) args.positional.push_back(std::move(v));
+  }
   for (const auto& kw : e.keywords) args.keyword.emplace_back(kw.name, eval(*kw.value, scope));
+  if (e.dyn_kwargs) {
+    Value extra = eval(*e.dyn_kwargs, scope);
+    if (extra.kind() != Kind::Dict) raise("argument after ** must be a mapping, not " + extra.type_name());
+    for (const auto& [k, v] : extra.as_dict().items()) {
+      if (!k.is_string()) raise("keywords must be strings");
+      args.keyword.emplace_back(k.as_str(), v);
+    }
+  }
   return args;
 }
 

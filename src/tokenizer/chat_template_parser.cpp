@@ -131,6 +131,8 @@ class Parser {
       if (k) h = std::max(h, k->height);
     }
     for (const auto& kw : e->keywords) h = std::max(h, kw.value->height);
+    if (e->dyn_args) h = std::max(h, e->dyn_args->height);
+    if (e->dyn_kwargs) h = std::max(h, e->dyn_kwargs->height);
     e->height = h + 1;
     if (e->height > kMaxExprHeight) fail_at(e->pos, "expression too deeply nested");
     return e;
@@ -491,13 +493,23 @@ class Parser {
         expect_op(",");
         if (is_op(")")) break;
       }
-      if (is_op("*") || is_op("**")) fail_here("*args and **kwargs in calls are not supported");
-      if (cur().type == Tok::Name && look().type == Tok::Op && look().text == "=") {
+      if (is_op("*")) {
+        if (call.dyn_args || call.dyn_kwargs) fail_at(pos, "invalid syntax for function call expression");
+        next();
+        call.dyn_args = parse_expression();
+      } else if (is_op("**")) {
+        if (call.dyn_kwargs) fail_at(pos, "invalid syntax for function call expression");
+        next();
+        call.dyn_kwargs = parse_expression();
+      } else if (cur().type == Tok::Name && look().type == Tok::Op && look().text == "=") {
         std::string key = next().text;
         next();
+        if (call.dyn_kwargs) fail_at(pos, "invalid syntax for function call expression");
         call.keywords.push_back(Keyword{key, parse_expression()});
       } else {
-        if (!call.keywords.empty()) fail_at(pos, "invalid syntax for function call expression");
+        if (!call.keywords.empty() || call.dyn_args || call.dyn_kwargs) {
+          fail_at(pos, "invalid syntax for function call expression");
+        }
         call.kids.push_back(parse_expression());
       }
       require_comma = true;
@@ -506,7 +518,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto e = make(ExprKind::Call, cur().pos);
+    auto e = make(ExprKind::Call, callee->pos);  // errors point at the callee, e.g. raise_exception
     e->kids.push_back(std::move(callee));
     parse_call_args(*e);
     return done(std::move(e));
