@@ -125,27 +125,42 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(half);
 }
 
+namespace {
+// One tight loop per (source, destination) pair: the switch is outside the loop.
+template <typename Load, typename Store>
+void convert_loop(int64_t n, Load load, Store store) {
+  for (int64_t i = 0; i < n; ++i) store(i, load(i));
+}
+}  // namespace
+
 void convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
   if (sdt == ddt) {
     std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(sdt));
     return;
   }
-  auto load = [&](int64_t i) -> float {
-    switch (sdt) {
-      case DType::F32: return static_cast<const float*>(src)[i];
-      case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
-      case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
-      default: TS_ASSERT(false, "convert: non-float source dtype ", dtype_name(sdt));
-    }
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    float v = load(i);
+  const auto* f = static_cast<const float*>(src);
+  const auto* h = static_cast<const uint16_t*>(src);
+  auto* fo = static_cast<float*>(dst);
+  auto* ho = static_cast<uint16_t*>(dst);
+  auto to_f32 = [&](int64_t i, float v) { fo[i] = v; };
+  auto to_bf16 = [&](int64_t i, float v) { ho[i] = f32_to_bf16(v); };
+  auto to_f16 = [&](int64_t i, float v) { ho[i] = f32_to_f16(v); };
+  auto from_f32 = [&](int64_t i) { return f[i]; };
+  auto from_bf16 = [&](int64_t i) { return bf16_to_f32(h[i]); };
+  auto from_f16 = [&](int64_t i) { return f16_to_f32(h[i]); };
+  auto with_store = [&](auto load) {
     switch (ddt) {
-      case DType::F32: static_cast<float*>(dst)[i] = v; break;
-      case DType::BF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
-      case DType::F16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
+      case DType::F32: return convert_loop(n, load, to_f32);
+      case DType::BF16: return convert_loop(n, load, to_bf16);
+      case DType::F16: return convert_loop(n, load, to_f16);
       default: TS_ASSERT(false, "convert: non-float destination dtype ", dtype_name(ddt));
     }
+  };
+  switch (sdt) {
+    case DType::F32: return with_store(from_f32);
+    case DType::BF16: return with_store(from_bf16);
+    case DType::F16: return with_store(from_f16);
+    default: TS_ASSERT(false, "convert: non-float source dtype ", dtype_name(sdt));
   }
 }
 
