@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_simd.h"
 #include "backends/cpu/thread_pool.h"
 #include "tessera/tensor.h"
 
@@ -43,13 +44,7 @@ double read_bandwidth_gbs(size_t bytes) {
   double s = time_it(5, [&] {
     pool.run([&](int tid, int nth) {
       const size_t n = buf.size(), b = n * tid / nth, e = n * (tid + 1) / nth;
-      float acc[16] = {};
-      for (size_t i = b; i + 16 <= e; i += 16) {
-        for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
-      }
-      float t = 0;
-      for (float a : acc) t += a;
-      sums[tid] = t;
+      sums[tid] = vec_ops().sumsq(buf.data() + b, static_cast<int64_t>(e - b));  // vectorised read
     });
   });
   return static_cast<double>(bytes) / s / 1e9;

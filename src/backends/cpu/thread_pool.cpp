@@ -113,6 +113,7 @@ void ThreadPool::run(const std::function<void(int tid, int nthreads)>& fn) {
     fn(0, 1);
     return;
   }
+  std::lock_guard<std::mutex> one_job(run_mu_);  // callers on different threads take turns
   job_ = &fn;
   error_ = nullptr;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);

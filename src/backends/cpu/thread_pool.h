@@ -30,7 +30,7 @@ class ThreadPool {
 
   // Runs fn(tid, nthreads) once on each of the nthreads threads (the caller is thread 0) and returns when
   // all finished. An exception thrown by fn is rethrown here (the first one). Called from inside a job it
-  // runs fn(0, 1) inline instead of deadlocking.
+  // runs fn(0, 1) inline instead of deadlocking; calls from different threads are serialised.
   void run(const std::function<void(int tid, int nthreads)>& fn);
 
   // Splits [0, n) into contiguous chunks (>= grain elements, except a single short chunk) over the threads.
@@ -48,6 +48,7 @@ class ThreadPool {
   std::atomic<int> pending_{0};          // workers that have not finished the current job
   std::atomic<int> sleepers_{0};         // workers blocked on cv_ (the caller only notifies if > 0)
   std::atomic<bool> stopping_{false};
+  std::mutex run_mu_;  // serialises run() calls from different caller threads
   std::mutex mu_;
   std::condition_variable cv_;
   std::mutex error_mu_;
