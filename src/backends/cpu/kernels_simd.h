@@ -40,6 +40,17 @@ struct VScalar {
   static R load_f16(const uint16_t* p) { return f16_to_f32(*p); }
   static R div(R a, R b) { return a / b; }
   static R exp(R x) { return std::exp(x); }
+  // bf16 "pairs" layout (used where kBf16Pairs): 2 * kLanes bf16 split into even and odd elements, and the
+  // matching f32 deinterleave of x, so bf16 widens with one shift / one mask instead of a cross-lane widen.
+  static constexpr bool kBf16Pairs = false;
+  static void load_bf16_pair(const uint16_t* p, R& even, R& odd) {
+    even = bf16_to_f32(p[0]);
+    odd = bf16_to_f32(p[1]);
+  }
+  static void deinterleave(const float* src, float* dst) {
+    dst[0] = src[0];
+    dst[1] = src[1];
+  }
 };
 
 #pragma GCC push_options
@@ -99,6 +110,17 @@ struct VAvx2 {
     res = _mm256_blendv_ps(res, set1(__builtin_inff()), _mm256_cmp_ps(x, set1(88.7228394f), _CMP_GT_OQ));
     return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
+  static constexpr bool kBf16Pairs = false;  // 16 registers are too few for the paired gemv tile
+  static void load_bf16_pair(const uint16_t* p, R& even, R& odd) {
+    __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  static void deinterleave(const float* src, float* dst) {
+    R a = load(src), b = load(src + 8);
+    store(dst, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
+    store(dst + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8)));
+  }
 };
 #pragma GCC pop_options
 
@@ -154,6 +176,19 @@ struct VAvx512 {
     res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, set1(-87.0f), _CMP_LT_OQ), res, zero());
     res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, set1(88.7228394f), _CMP_GT_OQ), res, set1(__builtin_inff()));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), res, x);
+  }
+  static constexpr bool kBf16Pairs = true;
+  static void load_bf16_pair(const uint16_t* p, R& even, R& odd) {
+    __m512i w = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  static void deinterleave(const float* src, float* dst) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    R a = load(src), b = load(src + 16);
+    store(dst, _mm512_permutex2var_ps(a, ie, b));
+    store(dst + 16, _mm512_permutex2var_ps(a, io, b));
   }
 };
 #pragma GCC diagnostic pop
