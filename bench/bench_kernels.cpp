@@ -68,24 +68,27 @@ void bench_matmul(const MatShape& s, DType dt, bool quick) {
   // Enough distinct weight copies to exceed the last-level cache, so M=1 measures memory streaming.
   const size_t copies = std::max<size_t>(1, (quick ? 64u : 256u) * 1024 * 1024 / wbytes);
   std::vector<uint8_t> w(wbytes * copies);
-  for (size_t i = 0; i < w.size() / 2; ++i) reinterpret_cast<uint16_t*>(w.data())[i] = static_cast<uint16_t>(0x3c00 + (i % 7));
+  for (size_t i = 0; i < w.size() / 2; ++i)
+    reinterpret_cast<uint16_t*>(w.data())[i] = static_cast<uint16_t>(0x3c00 + (i % 7));
   if (dt == DType::F32) {
-    for (size_t i = 0; i < w.size() / 4; ++i) reinterpret_cast<float*>(w.data())[i] = 0.01f * static_cast<float>(i % 5);
+    for (size_t i = 0; i < w.size() / 4; ++i)
+      reinterpret_cast<float*>(w.data())[i] = 0.01f * static_cast<float>(i % 5);
   }
   std::vector<float> x(static_cast<size_t>(512 * s.K), 0.5f), y(static_cast<size_t>(512 * s.N));
   size_t c = 0;
   double t1 = time_it(quick ? 20 : 200, [&] {
     matmul(x.data(), 1, s.K, w.data() + (c++ % copies) * wbytes, dt, s.N, nullptr, y.data());
   });
-  double t512 = time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w.data(), dt, s.N, nullptr, y.data()); });
+  double t512 =
+      time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w.data(), dt, s.N, nullptr, y.data()); });
   std::printf("  %-22s %-8s M=1: %7.1f us  %6.1f GB/s of weights   M=512: %8.2f ms  %6.1f GFLOP/s\n", s.name,
               dtype_name(dt), t1 * 1e6, wbytes / t1 / 1e9, t512 * 1e3, 2.0 * 512 * s.K * s.N / t512 / 1e9);
 }
 
 void bench_attention(int64_t T, int64_t ctx, bool quick) {
   const int64_t nh = 9, nkv = 3, hd = 64, cache = std::max<int64_t>(ctx, T);
-  std::vector<float> q(static_cast<size_t>(T * nh * hd), 0.1f), k(static_cast<size_t>(nkv * cache * hd), 0.2f),
-      v(k.size(), 0.3f), out(q.size());
+  std::vector<float> q(static_cast<size_t>(T * nh * hd), 0.1f),
+      k(static_cast<size_t>(nkv * cache * hd), 0.2f), v(k.size(), 0.3f), out(q.size());
   std::vector<int32_t> slot(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) slot[t] = static_cast<int32_t>(ctx - T + t);
   double s = time_it(quick ? 3 : 20, [&] {
@@ -110,16 +113,20 @@ int main(int argc, char** argv) {
     } else if (a == "--isa" && i + 1 < argc) {
       set_isa(parse_isa(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: bench_kernels [--quick] [--attention-only] [--threads N] [--isa scalar|avx2|avx512]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_kernels [--quick] [--attention-only] [--threads N] [--isa scalar|avx2|avx512]\n");
       return 2;
     }
   }
   std::printf("isa %s, %d threads\n", isa_name(active_isa()), ThreadPool::instance().num_threads());
   std::printf("  read bandwidth: %.1f GB/s\n", read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20));
   std::printf("  thread-pool fork-join: %.0f ns\n", fork_join_ns());
-  const MatShape shapes[] = {{"smollm2 q 576x576", 576, 576},   {"smollm2 up 576x1536", 576, 1536},
-                          {"smollm2 down 1536x576", 1536, 576}, {"qwen3 up 1024x3072", 1024, 3072},
-                          {"qwen3 down 3072x1024", 3072, 1024}};
+  const MatShape shapes[] = {{"smollm2 q 576x576", 576, 576},
+                             {"smollm2 up 576x1536", 576, 1536},
+                             {"smollm2 down 1536x576", 1536, 576},
+                             {"qwen3 up 1024x3072", 1024, 3072},
+                             {"qwen3 down 3072x1024", 3072, 1024}};
   for (const MatShape& s : shapes) {
     for (DType dt : {DType::BF16, DType::F32}) {
       if (matmuls) bench_matmul(s, dt, quick);

@@ -3,7 +3,8 @@
 //
 // Stated tolerances (errors measured against the double reference computed from the same f32 inputs and
 // the exactly-widened bf16/f16 weights):
-//  * matmul: |y - ref| <= 1e-6 * sqrt(K) * rss(x_k * w_k, bias) + 2^-23 |ref| for every weight dtype: f32 accumulation
+//  * matmul: |y - ref| <= 1e-6 * sqrt(K) * rss(x_k * w_k, bias) + 2^-23 |ref| for every weight dtype: f32
+//  accumulation
 //    of K products with round-off growing like sqrt(K) (the typical error is ~20x below this); rounding x
 //    to bf16 would exceed it by ~100x, so the test catches that.
 //  * rms_norm, rope, attention, softmax: 1e-5 relative to the row/head scale (+1e-6 absolute).
@@ -84,10 +85,10 @@ class CpuKernels : public testing::TestWithParam<Target> {
 // ------------------------------------------------------------------ matmul
 
 void check_matmul(int64_t M, int64_t K, int64_t N, DType dt, bool with_bias, uint32_t seed) {
-  std::vector<float> x = random_vec(M * K, seed);           // [M, K]
-  Weights w = make_weights(N * K, dt, seed + 1);            // [N, K]
-  std::vector<float> bias = random_vec(N, seed + 2);        // [N]
-  std::vector<float> y(static_cast<size_t>(M * N), NAN);    // [M, N]
+  std::vector<float> x = random_vec(M * K, seed);         // [M, K]
+  Weights w = make_weights(N * K, dt, seed + 1);          // [N, K]
+  std::vector<float> bias = random_vec(N, seed + 2);      // [N]
+  std::vector<float> y(static_cast<size_t>(M * N), NAN);  // [M, N]
   matmul(x.data(), M, K, w.raw.data(), dt, N, with_bias ? bias.data() : nullptr, y.data());
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
@@ -99,9 +100,10 @@ void check_matmul(int64_t M, int64_t K, int64_t N, DType dt, bool with_bias, uin
       }
       // Accumulation error (the bias counts as one more term) plus the final rounding to f32.
       const double b2 = with_bias ? static_cast<double>(bias[n]) * bias[n] : 0.0;
-      const double tol = 1e-6 * std::sqrt(static_cast<double>(K)) * std::sqrt(rss + b2) + 1.2e-7 * std::abs(ref) + 1e-30;
-      ASSERT_NEAR(y[m * N + n], ref, tol) << "M=" << M << " K=" << K << " N=" << N << " dtype=" << dtype_name(dt)
-                                          << " at [" << m << ", " << n << "]";
+      const double tol =
+          1e-6 * std::sqrt(static_cast<double>(K)) * std::sqrt(rss + b2) + 1.2e-7 * std::abs(ref) + 1e-30;
+      ASSERT_NEAR(y[m * N + n], ref, tol) << "M=" << M << " K=" << K << " N=" << N
+                                          << " dtype=" << dtype_name(dt) << " at [" << m << ", " << n << "]";
     }
   }
 }
@@ -149,7 +151,8 @@ TEST_P(CpuKernels, RmsNorm) {
         const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
         for (int64_t i = 0; i < dim; ++i) {
           const double ref = x[r * dim + i] * inv * w[i];
-          ASSERT_NEAR(y[r * dim + i], ref, 1e-5 * (std::abs(ref) + 1e-1)) << "rows=" << rows << " dim=" << dim;
+          ASSERT_NEAR(y[r * dim + i], ref, 1e-5 * (std::abs(ref) + 1e-1))
+              << "rows=" << rows << " dim=" << dim;
           ASSERT_EQ(inplace[r * dim + i], y[r * dim + i]);
         }
       }
@@ -203,21 +206,22 @@ struct AttnCase {
 
 void check_attention(const AttnCase& c) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-  std::vector<float> q = random_vec(c.T * c.nh * c.hd, 31, -2.0f, 2.0f);        // [T, nh, hd]
+  std::vector<float> q = random_vec(c.T * c.nh * c.hd, 31, -2.0f, 2.0f);           // [T, nh, hd]
   std::vector<float> k = random_vec(c.nkv * c.cache_len * c.hd, 32, -2.0f, 2.0f);  // [nkv, cache_len, hd]
-  std::vector<float> v = random_vec(c.nkv * c.cache_len * c.hd, 33);              // [nkv, cache_len, hd]
+  std::vector<float> v = random_vec(c.nkv * c.cache_len * c.hd, 33);               // [nkv, cache_len, hd]
   // Poison the slots no query may read: before kv_begin and after the largest q_slot.
   int32_t max_slot = -1;
   for (int32_t s : c.q_slot) max_slot = std::max(max_slot, s);
   for (int64_t g = 0; g < c.nkv; ++g) {
     for (int64_t j = 0; j < c.cache_len; ++j) {
       if (j >= c.kv_begin && j <= max_slot) continue;
-      for (int64_t d = 0; d < c.hd; ++d) k[(g * c.cache_len + j) * c.hd + d] = v[(g * c.cache_len + j) * c.hd + d] = NAN;
+      for (int64_t d = 0; d < c.hd; ++d)
+        k[(g * c.cache_len + j) * c.hd + d] = v[(g * c.cache_len + j) * c.hd + d] = NAN;
     }
   }
   std::vector<float> out(static_cast<size_t>(c.T * c.nh * c.hd), NAN);  // [T, nh * hd]
-  attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), c.nkv, c.cache_len, c.q_slot.data(), c.kv_begin, scale,
-            out.data());
+  attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), c.nkv, c.cache_len, c.q_slot.data(), c.kv_begin,
+            scale, out.data());
   const int64_t group = c.nh / c.nkv;
   for (int64_t t = 0; t < c.T; ++t) {
     for (int64_t h = 0; h < c.nh; ++h) {
@@ -318,11 +322,12 @@ TEST_P(CpuKernels, EmbeddingAllDtypes) {
   const int64_t vocab = 11, dim = 33;
   const std::vector<int32_t> ids = {0, 10, 3, 3, 7};
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    Weights table = make_weights(vocab * dim, dt, 71);                // [vocab, dim]
-    std::vector<float> y(ids.size() * dim, NAN);                      // [n, dim]
+    Weights table = make_weights(vocab * dim, dt, 71);  // [vocab, dim]
+    std::vector<float> y(ids.size() * dim, NAN);        // [n, dim]
     embedding(ids.data(), static_cast<int64_t>(ids.size()), table.raw.data(), dt, vocab, dim, y.data());
     for (size_t i = 0; i < ids.size(); ++i) {
-      for (int64_t d = 0; d < dim; ++d) ASSERT_EQ(y[i * dim + d], table.f32[ids[i] * dim + d]) << dtype_name(dt);
+      for (int64_t d = 0; d < dim; ++d)
+        ASSERT_EQ(y[i * dim + d], table.f32[ids[i] * dim + d]) << dtype_name(dt);
     }
   }
 }

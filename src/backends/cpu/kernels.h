@@ -13,10 +13,10 @@ namespace tessera::cpu {
 
 // ---- instruction-set dispatch ----
 enum class Isa : uint8_t { Scalar, Avx2, Avx512 };
-const char* isa_name(Isa isa);     // "scalar", "avx2", "avx512"
-bool isa_supported(Isa isa);       // by this CPU
-Isa best_isa();                    // the best supported one
-Isa active_isa();                  // the one kernels use now
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
+bool isa_supported(Isa isa);    // by this CPU
+Isa best_isa();                 // the best supported one
+Isa active_isa();               // the one kernels use now
 // Selects the kernels' instruction set; throws tessera::Error when this CPU lacks it.
 // Not thread-safe with running kernels (call it between steps, as tests do).
 void set_isa(Isa isa);
@@ -37,8 +37,8 @@ void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, fl
 // HF "rotate_half" RoPE in place on x [tokens, heads, head_dim]: the first rot_dim dims of each head are
 // rotated (pairs (i, i + rot_dim/2)), angle = positions[t] * inv_freq[i] (inv_freq f32 [rot_dim/2]) computed
 // in float32, then cos/sin in float32 as HF does.
-void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions,
-          const float* inv_freq);
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim,
+          const int32_t* positions, const float* inv_freq);
 
 // ---- attention ----
 // Causal attention of one sequence over its static KV cache.

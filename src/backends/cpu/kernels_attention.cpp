@@ -16,9 +16,9 @@ namespace tessera::cpu {
 namespace {
 
 struct AttnArgs {
-  const float* q;  // [T, nh, hd]
-  const float* k;  // [nkv, cache_len, hd]
-  const float* v;  // [nkv, cache_len, hd]
+  const float* q;                    // [T, nh, hd]
+  const float* k;                    // [nkv, cache_len, hd]
+  const float* v;                    // [nkv, cache_len, hd]
   int64_t nh, hd, cache_len, group;  // group = nh / nkv query heads per kv head
   const int32_t* q_slot;
   int32_t kv_begin;
@@ -36,11 +36,11 @@ void attend_group(const AttnArgs& a, const VecOps& ops, int64_t t, int64_t g) {
     return;
   }
   const int64_t n = last - a.kv_begin + 1;
-  const float* qg = a.q + (t * a.nh + h0) * a.hd;                       // [group, hd]
-  const float* kg = a.k + (g * a.cache_len + a.kv_begin) * a.hd;        // [n, hd]
-  const float* vg = a.v + (g * a.cache_len + a.kv_begin) * a.hd;        // [n, hd]
-  float* s = scratch(3, a.group * n);                                   // [group, n] scores
-  matmul(qg, a.group, a.hd, kg, DType::F32, n, nullptr, s);  // runs inline: we are inside a pool job
+  const float* qg = a.q + (t * a.nh + h0) * a.hd;                 // [group, hd]
+  const float* kg = a.k + (g * a.cache_len + a.kv_begin) * a.hd;  // [n, hd]
+  const float* vg = a.v + (g * a.cache_len + a.kv_begin) * a.hd;  // [n, hd]
+  float* s = scratch(3, a.group * n);                             // [group, n] scores
+  matmul(qg, a.group, a.hd, kg, DType::F32, n, nullptr, s);       // runs inline: we are inside a pool job
   for (int64_t i = 0; i < a.group; ++i) {
     float* si = s + i * n;
     ops.scale(a.scale, si, n);

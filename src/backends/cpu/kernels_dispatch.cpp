@@ -54,7 +54,8 @@ Isa initial_isa() {
   Isa isa = best_isa();
   if (const char* env = std::getenv("TESSERA_ISA"); env && *env) {
     Isa want = parse_isa(env);
-    if (!isa_supported(want)) fail("TESSERA_ISA=", env, " is not supported by this CPU (best: ", isa_name(isa), ")");
+    if (!isa_supported(want))
+      fail("TESSERA_ISA=", env, " is not supported by this CPU (best: ", isa_name(isa), ")");
     isa = want;
   }
   return isa;
@@ -69,18 +70,24 @@ Isa& current_isa() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "?";
 }
 
 bool isa_supported(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return true;
-    case Isa::Avx2: return cpu_has_avx2();
-    case Isa::Avx512: return cpu_has_avx512();
+    case Isa::Scalar:
+      return true;
+    case Isa::Avx2:
+      return cpu_has_avx2();
+    case Isa::Avx512:
+      return cpu_has_avx512();
   }
   return false;
 }
@@ -107,9 +114,12 @@ void set_isa(Isa isa) {
 
 const VecOps& vec_ops() {
   switch (current_isa()) {
-    case Isa::Avx512: return isa_avx512::kVecOps;
-    case Isa::Avx2: return isa_avx2::kVecOps;
-    case Isa::Scalar: break;
+    case Isa::Avx512:
+      return isa_avx512::kVecOps;
+    case Isa::Avx2:
+      return isa_avx2::kVecOps;
+    case Isa::Scalar:
+      break;
   }
   return isa_scalar::kVecOps;
 }

@@ -36,13 +36,14 @@ void add(const float* a, const float* b, int64_t n, float* y) {
 void softmax(float* x, int64_t rows, int64_t n) {
   if (n <= 0) return;
   const VecOps& ops = vec_ops();
-  ThreadPool::instance().parallel_for(rows, std::max<int64_t>(1, kElementGrain / n), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* xr = x + r * n;  // [n]
-      const float mx = *std::max_element(xr, xr + n);
-      ops.scale(1.0f / ops.exp_sum(xr, n, mx), xr, n);
-    }
-  });
+  ThreadPool::instance().parallel_for(rows, std::max<int64_t>(1, kElementGrain / n),
+                                      [&](int64_t r0, int64_t r1) {
+                                        for (int64_t r = r0; r < r1; ++r) {
+                                          float* xr = x + r * n;  // [n]
+                                          const float mx = *std::max_element(xr, xr + n);
+                                          ops.scale(1.0f / ops.exp_sum(xr, n, mx), xr, n);
+                                        }
+                                      });
 }
 
 int64_t argmax(const float* x, int64_t n) {

@@ -57,9 +57,12 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
     return;
   }
   switch (active_isa()) {
-    case Isa::Avx512: return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
-    case Isa::Avx2: return isa_avx2::matmul_impl(x, M, K, w, wdt, N, bias, y);
-    case Isa::Scalar: return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y);
+    case Isa::Avx512:
+      return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
+    case Isa::Avx2:
+      return isa_avx2::matmul_impl(x, M, K, w, wdt, N, bias, y);
+    case Isa::Scalar:
+      return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y);
   }
 }
 

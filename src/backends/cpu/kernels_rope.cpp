@@ -35,8 +35,8 @@ void rope_head(float* xh, const float* cs, int64_t half) {
 
 }  // namespace
 
-void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions,
-          const float* inv_freq) {
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim,
+          const int32_t* positions, const float* inv_freq) {
   TS_ASSERT(rot_dim >= 0 && rot_dim <= head_dim && rot_dim % 2 == 0, "rope rot_dim=", rot_dim,
             " head_dim=", head_dim);
   const int64_t half = rot_dim / 2;

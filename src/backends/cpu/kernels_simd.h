@@ -59,7 +59,7 @@ struct VScalar {
 struct VAvx2 {
   using R = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kGemmMR = 6;    // 6 x 2 accumulators + 2 weights + 1 broadcast = 15 registers
+  static constexpr int kGemmMR = 6;  // 6 x 2 accumulators + 2 weights + 1 broadcast = 15 registers
   static constexpr int kGemmNV = 2;
   static constexpr int kGemvRows = 2;  // 2 x 4 accumulators + 4 weights + 1 input
   static R zero() { return _mm256_setzero_ps(); }
@@ -118,8 +118,10 @@ struct VAvx2 {
   }
   static void deinterleave(const float* src, float* dst) {
     R a = load(src), b = load(src + 8);
-    store(dst, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
-    store(dst + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8)));
+    store(dst,
+          _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
+    store(dst + 8,
+          _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8)));
   }
 };
 #pragma GCC pop_options
@@ -134,7 +136,7 @@ struct VAvx2 {
 struct VAvx512 {
   using R = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kGemmMR = 6;    // 6 x 2 accumulators (a 6 x 32 tile of y)
+  static constexpr int kGemmMR = 6;  // 6 x 2 accumulators (a 6 x 32 tile of y)
   static constexpr int kGemmNV = 2;
   static constexpr int kGemvRows = 4;  // 4 x 4 accumulators + 4 weights + 1 input
   static R zero() { return _mm512_setzero_ps(); }
@@ -157,7 +159,8 @@ struct VAvx512 {
   // Same algorithm as VAvx2::exp.
   static R exp(R x) {
     R xc = _mm512_min_ps(_mm512_max_ps(x, set1(-87.0f)), set1(88.7228394f));
-    R n = _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    R n = _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     R r = _mm512_fnmadd_ps(n, set1(0.693359375f), xc);
     r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
     R p = set1(1.9875691500e-4f);
@@ -174,7 +177,8 @@ struct VAvx512 {
     R s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23));
     R res = mul(mul(p, s1), s2);
     res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, set1(-87.0f), _CMP_LT_OQ), res, zero());
-    res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, set1(88.7228394f), _CMP_GT_OQ), res, set1(__builtin_inff()));
+    res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, set1(88.7228394f), _CMP_GT_OQ), res,
+                               set1(__builtin_inff()));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), res, x);
   }
   static constexpr bool kBf16Pairs = true;
@@ -198,10 +202,10 @@ struct VAvx512 {
 struct VecOps {
   float (*dot)(const float* a, const float* b, int64_t n);
   float (*sumsq)(const float* x, int64_t n);
-  void (*axpy)(float a, const float* x, float* y, int64_t n);                 // y += a * x
+  void (*axpy)(float a, const float* x, float* y, int64_t n);                       // y += a * x
   void (*scale_mul)(const float* x, float s, const float* w, float* y, int64_t n);  // y = (x * s) * w
-  void (*scale)(float s, float* y, int64_t n);                                // y *= s
-  float (*exp_sum)(float* x, int64_t n, float max);                           // x = exp(x - max); returns sum
+  void (*scale)(float s, float* y, int64_t n);                                      // y *= s
+  float (*exp_sum)(float* x, int64_t n, float max);  // x = exp(x - max); returns sum
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* y);
   void (*add)(const float* a, const float* b, int64_t n, float* y);
   // out[dim] = sum_j p[j] * rows[j, :] for rows [n, dim] (overwrites out).
