@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
 #include "backends/cpu/thread_pool.h"
+#include "tessera/error.h"
 #include "tessera/tensor.h"
 
 using namespace tessera;
@@ -100,7 +101,7 @@ void bench_attention(int64_t T, int64_t ctx, bool quick) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   bool quick = false, matmuls = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -136,4 +137,13 @@ int main(int argc, char** argv) {
   bench_attention(1, 2048, quick);
   bench_attention(512, 512, quick);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const tessera::Error& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
 }
