@@ -171,6 +171,19 @@ TEST(IoGgufLlama, MissingMetadataKey) {
   expect_error([&] { open_gguf(d / "m.gguf"); }, {"m.gguf", "llama.attention.head_count' is missing"});
 }
 
+TEST(IoGgufLlama, DegenerateShapesDoNotCrash) {
+  TempDir d;
+  // An empty q projection and an embedding: loads as an empty tensor.
+  write_file(d / "z.gguf", llama_gguf({{"token_embd.weight", {64, 4}, 0, 0}, {"blk.0.attn_q.weight", {64, 0}, 0, 1024}},
+                                      1024));
+  auto src = open_gguf(d / "z.gguf");
+  EXPECT_EQ(src->load("model.layers.0.self_attn.q_proj.weight", DType::F32).numel(), 0);
+  // q rows not divisible into 4 heads x 2 rotary halves.
+  write_file(d / "r.gguf", llama_gguf({{"token_embd.weight", {64, 4}, 0, 0}, {"blk.0.attn_q.weight", {64, 6}, 0, 1024}},
+                                      1024 + 64 * 6 * 4));
+  expect_error([&] { open_gguf(d / "r.gguf"); }, {"blk.0.attn_q.weight' has 6 rows, not a multiple of 2 x 4 heads"});
+}
+
 TEST(IoGgufBad, BadMagicAndVersion) {
   TempDir d;
   write_file(d / "a.gguf", std::string("GGUX") + std::string(20, '\0'));

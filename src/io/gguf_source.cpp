@@ -57,6 +57,7 @@ std::string hf_name_for(const std::string& g) {
 // t: [rows, cols...] with rows = heads * head_dim.
 void unpermute_rows(Tensor& t, int64_t heads) {
   const int64_t rows = t.shape[0];
+  if (rows == 0 || t.numel() == 0) return;
   const int64_t half = rows / heads / 2;
   const size_t row_bytes = t.nbytes() / static_cast<size_t>(rows);
   Tensor out = Tensor::empty(t.dtype, t.shape);  // same [rows, cols...]
@@ -81,7 +82,7 @@ class GgufSource : public WeightSource {
       fail(path, ": GGUF architecture '", printable(*arch), "' is not supported (supported: ", kSupportedArchs, ")");
     n_head_ = require_int("llama.attention.head_count");
     n_head_kv_ = g_->get_int("llama.attention.head_count_kv").value_or(n_head_);
-    if (n_head_ <= 0 || n_head_kv_ <= 0 || n_head_ % n_head_kv_ != 0)
+    if (n_head_ <= 0 || n_head_kv_ <= 0 || n_head_ > (1 << 20) || n_head_ % n_head_kv_ != 0)
       fail(path, ": head counts ", n_head_, " / ", n_head_kv_, " (attention / key-value) are inconsistent");
     map_tensors();
     build_config();
