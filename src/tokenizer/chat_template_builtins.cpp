@@ -663,6 +663,7 @@ Value list_method(const Value& self, const std::string& name, Args& args) {
 }
 
 Value BoundMethod::call(Interp& in, Args& args) {
+  in.charge(self);
   switch (self.kind()) {
     case Kind::String:
       return str_method(in, self.as_str(), name, args);
@@ -1514,6 +1515,8 @@ Value int_pow(std::int64_t base, std::int64_t exp) {
 }  // namespace
 
 Value binary_op(Interp& in, const std::string& op, const Value& a, const Value& b) {
+  in.charge(a);
+  in.charge(b);
   if (op == "~") {
     std::string out = py_str(a) + py_str(b);
     in.check_size(out.size());

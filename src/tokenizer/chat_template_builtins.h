@@ -37,6 +37,8 @@ class Interp {
   Value getitem(const Value& obj, const Value& key);
   // Counts work; throws when the step budget is spent.
   void step(std::uint64_t n = 1);
+  // Charges work proportional to the size of a value an operation scans or builds.
+  void charge(const Value& v);
   // Refuses strings/lists larger than the output limit.
   void check_size(std::size_t n) const;
   std::tm now() const;

@@ -111,6 +111,23 @@ void Interp::step(std::uint64_t n) {
   }
 }
 
+void Interp::charge(const Value& v) {
+  switch (v.kind()) {
+    case Kind::String:
+      step(v.as_str().size() / 256);
+      break;
+    case Kind::List:
+    case Kind::Tuple:
+      step(v.as_list().size() / 16);
+      break;
+    case Kind::Dict:
+      step(v.as_dict().size() / 16);
+      break;
+    default:
+      break;
+  }
+}
+
 void Interp::check_size(std::size_t n) const {
   if (n > options_.limits.max_output_bytes) {
     raise("value exceeds the size limit of " + std::to_string(options_.limits.max_output_bytes) + " bytes");
@@ -168,6 +185,7 @@ Value Interp::getattr(const Value& obj, const std::string& name) {
 }
 
 Value Interp::getitem(const Value& obj, const Value& key) {
+  charge(obj);
   switch (obj.kind()) {
     case Kind::Undefined:
       undefined_error(obj);
@@ -205,6 +223,8 @@ Value Interp::getitem(const Value& obj, const Value& key) {
 }
 
 Value Interp::call(const Value& callee, Args& args) {
+  step();
+  for (const auto& a : args.positional) charge(a);
   if (callee.kind() == Kind::Callable) return callee.as_callable()->call(*this, args);
   if (callee.is_undefined()) undefined_error(callee);
   raise("'" + callee.type_name() + "' object is not callable");
@@ -212,6 +232,7 @@ Value Interp::call(const Value& callee, Args& args) {
 
 Value Interp::apply_filter(const std::string& name, const Value& input, Args& args) {
   step();
+  charge(input);
   return call_filter(*this, name, input, args);
 }
 
@@ -239,8 +260,9 @@ Value Interp::call_macro(const std::shared_ptr<MacroDef>& macro, const std::weak
   }
   auto kwargs = std::make_shared<Dict>();
   Value caller_value = caller;
-  for (auto& [k, v] : args.keyword) {
-    auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return p.name == k; });
+  for (auto& [key, v] : args.keyword) {
+    const std::string& k = key;  // named copy: lambdas cannot capture structured bindings before C++20 in clang
+    auto it = std::find_if(params.begin(), params.end(), [&k](const Param& p) { return p.name == k; });
     if (it == params.end()) {
       if (k == "caller") {
         caller_value = v;
@@ -274,7 +296,9 @@ Value Interp::eval(const Expr& e, const ScopePtr& scope) {
   try {
     DepthGuard guard(depth_, options_.limits.max_depth);
     step();
-    return eval_inner(e, scope);
+    Value v = eval_inner(e, scope);
+    if (e.kind != ExprKind::Name && e.kind != ExprKind::Const) charge(v);  // built values cost their size
+    return v;
   } catch (const TemplateError& err) {
     fail_at(e.pos, err.message);
   }
@@ -323,8 +347,10 @@ Value Interp::eval_compare(const Expr& e, const ScopePtr& scope) {
     } else if (op == ">=") {
       ok = py_equal(left, right) || py_less(right, left);
     } else if (op == "in") {
+      charge(right);
       ok = contains(right, left);
     } else {
+      charge(right);
       ok = !contains(right, left);
     }
     if (!ok) return Value::boolean(false);
@@ -461,6 +487,7 @@ Interp::Flow Interp::exec(const Body& body, const ScopePtr& scope, std::string& 
 
 void Interp::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
   Value iterable = eval(*s.expr, scope);
+  charge(iterable);
   ValueList items = iterate(iterable);
   if (s.filter) {
     ValueList kept;
