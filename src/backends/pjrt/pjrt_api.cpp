@@ -1,0 +1,308 @@
+// Plugin loading, error conversion, RAII destroyers, client, buffers and compile (see pjrt_api.h).
+#include "backends/pjrt/pjrt_api.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "backends/pjrt/pjrt_info.h"
+#include "tessera/error.h"
+
+#if TESSERA_HAVE_PJRT
+namespace tessera::pjrt {
+namespace {
+
+const char* error_code_name(PJRT_Error_Code c) {
+  static const char* kNames[] = {"OK",      "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int i = static_cast<int>(c);
+  return i >= 0 && i < static_cast<int>(sizeof kNames / sizeof kNames[0]) ? kNames[i] : "UNKNOWN_CODE";
+}
+
+std::string named_value_text(const PJRT_NamedValue& v) {
+  switch (v.type) {
+    case PJRT_NamedValue_kString: return std::string(v.string_value, v.value_size);
+    case PJRT_NamedValue_kInt64: return std::to_string(v.int64_value);
+    case PJRT_NamedValue_kInt64List: {
+      std::string s = "[";
+      for (size_t i = 0; i < v.value_size; ++i) s += (i ? ", " : "") + std::to_string(v.int64_array_value[i]);
+      return s + "]";
+    }
+    case PJRT_NamedValue_kFloat: return std::to_string(v.float_value);
+    case PJRT_NamedValue_kBool: return v.bool_value ? "true" : "false";
+  }
+  return "?";
+}
+
+// Protobuf wire format: just enough for CompileOptionsProto's varint and sub-message fields.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void put_varint_field(std::string& out, int field, uint64_t v) {
+  put_varint(out, static_cast<uint64_t>(field) << 3 | 0);  // wire type 0: varint
+  put_varint(out, v);
+}
+void put_message_field(std::string& out, int field, const std::string& msg) {
+  put_varint(out, static_cast<uint64_t>(field) << 3 | 2);  // wire type 2: length-delimited
+  put_varint(out, msg.size());
+  out += msg;
+}
+
+}  // namespace
+
+Plugin& Plugin::load(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Plugin>> loaded;  // never unloaded: plugins own threads
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = loaded.find(path);
+  if (it != loaded.end()) return *it->second;
+  std::unique_ptr<Plugin> p(new Plugin(path));
+  return *loaded.emplace(path, std::move(p)).first->second;
+}
+
+Plugin::Plugin(std::string path) : path_(std::move(path)) {
+  handle_ = ::dlopen(path_.c_str(), RTLD_LOCAL | RTLD_NOW);
+  if (!handle_) fail("cannot load PJRT plugin ", path_, ": ", ::dlerror());
+  using GetApi = const PJRT_Api* (*)();
+  auto get = reinterpret_cast<GetApi>(::dlsym(handle_, "GetPjrtApi"));
+  if (!get) fail("PJRT plugin ", path_, " has no GetPjrtApi symbol (not a PJRT plugin?)");
+  api_ = get();
+  if (!api_) fail("PJRT plugin ", path_, ": GetPjrtApi returned null");
+  // The version struct itself must be inside the table before we read it.
+  if (offsetof(PJRT_Api, pjrt_api_version) + sizeof(PJRT_Api_Version) > api_->struct_size)
+    fail("PJRT plugin ", path_, ": function table of ", api_->struct_size, " bytes is too small to hold a version");
+  major_ = api_->pjrt_api_version.major_version;
+  minor_ = api_->pjrt_api_version.minor_version;
+  if (major_ != PJRT_API_MAJOR)
+    fail("PJRT plugin ", path_, " implements PJRT API ", api_version(), ", this build speaks major version ",
+         PJRT_API_MAJOR, " (", PJRT_API_MAJOR, ".", PJRT_API_MINOR, "); they are incompatible");
+  // Minor skew is accepted both ways: an older plugin lacks newer functions (fn() checks each one against
+  // struct_size) and reads only the args fields it knows; a newer plugin accepts our smaller struct_size.
+  if (minor_ != PJRT_API_MINOR && std::getenv("TESSERA_PJRT_LOG"))
+    std::fprintf(stderr, "tessera: PJRT plugin %s is API %s, header is %d.%d (minor skew accepted)\n",
+                 path_.c_str(), api_version().c_str(), PJRT_API_MAJOR, PJRT_API_MINOR);
+
+  auto init = make_args<PJRT_Plugin_Initialize_Args>();
+  if (PJRT_HAS(*this, Plugin_Initialize)) PJRT_CALL(*this, Plugin_Initialize, init);
+  if (PJRT_HAS(*this, Plugin_Attributes)) {
+    auto attrs = make_args<PJRT_Plugin_Attributes_Args>();
+    PJRT_CALL(*this, Plugin_Attributes, attrs);
+    for (size_t i = 0; i < attrs.num_attributes; ++i) {
+      const PJRT_NamedValue& v = attrs.attributes[i];
+      attributes_.emplace_back(std::string(v.name, v.name_size), named_value_text(v));
+    }
+  }
+  if (std::getenv("TESSERA_PJRT_LOG")) {
+    std::fprintf(stderr, "tessera: loaded PJRT plugin %s (API %s)\n", path_.c_str(), api_version().c_str());
+    for (const auto& [k, v] : attributes_) std::fprintf(stderr, "tessera:   %s = %s\n", k.c_str(), v.c_str());
+  }
+}
+
+void Plugin::destroy_error(PJRT_Error* err) const {
+  if (!has(offsetof(PJRT_Api, PJRT_Error_Destroy))) return;
+  auto d = make_args<PJRT_Error_Destroy_Args>();
+  d.error = err;
+  api_->PJRT_Error_Destroy(&d);
+}
+
+void Plugin::check(PJRT_Error* err, const char* what) const {
+  if (!err) return;
+  std::string message = "(no message)";
+  const char* code = "UNKNOWN";
+  if (has(offsetof(PJRT_Api, PJRT_Error_Message))) {
+    auto m = make_args<PJRT_Error_Message_Args>();
+    m.error = err;
+    api_->PJRT_Error_Message(&m);
+    message.assign(m.message, m.message_size);
+  }
+  if (has(offsetof(PJRT_Api, PJRT_Error_GetCode))) {
+    auto c = make_args<PJRT_Error_GetCode_Args>();
+    c.error = err;
+    PJRT_Error* e2 = api_->PJRT_Error_GetCode(&c);
+    if (e2 == nullptr) code = error_code_name(c.code);
+    else destroy_error(e2);
+  }
+  destroy_error(err);
+  fail(what, " failed (", code, "): ", message);
+}
+
+// Destroyers run from destructors: an error is reported on stderr, never thrown.
+#define TESSERA_PJRT_DESTROYER(func, Type, name, field)                                    \
+  void func(const Plugin& p, Type* h) {                                                    \
+    try {                                                                                  \
+      auto a = make_args<PJRT_##name##_Args>();                                            \
+      a.field = h;                                                                         \
+      PJRT_CALL(p, name, a);                                                               \
+    } catch (const Error& e) {                                                             \
+      std::fprintf(stderr, "tessera: warning: %s\n", e.what());                           \
+    }                                                                                      \
+  }
+TESSERA_PJRT_DESTROYER(destroy_client, PJRT_Client, Client_Destroy, client)
+TESSERA_PJRT_DESTROYER(destroy_buffer, PJRT_Buffer, Buffer_Destroy, buffer)
+TESSERA_PJRT_DESTROYER(destroy_event, PJRT_Event, Event_Destroy, event)
+TESSERA_PJRT_DESTROYER(destroy_loaded_executable, PJRT_LoadedExecutable, LoadedExecutable_Destroy, executable)
+TESSERA_PJRT_DESTROYER(destroy_executable, PJRT_Executable, Executable_Destroy, executable)
+#undef TESSERA_PJRT_DESTROYER
+
+void await(const Plugin& p, EventHandle e, const char* what) {
+  if (!e) return;
+  auto a = make_args<PJRT_Event_Await_Args>();
+  a.event = e.get();
+  try {
+    PJRT_CALL(p, Event_Await, a);
+  } catch (const Error& err) {
+    fail(what, ": ", err.what());
+  }
+}
+
+Client::Client(const Plugin& p, int device_count) : p_(&p) {
+  auto a = make_args<PJRT_Client_Create_Args>();
+  PJRT_NamedValue opt = make_int64_option("cpu_device_count", device_count);
+  if (device_count > 0) {
+    a.create_options = &opt;
+    a.num_options = 1;
+  }
+  PJRT_CALL(p, Client_Create, a);
+  client_ = ClientHandle(&p, a.client);
+  auto d = make_args<PJRT_Client_AddressableDevices_Args>();
+  d.client = a.client;
+  PJRT_CALL(p, Client_AddressableDevices, d);
+  devices_.assign(d.addressable_devices, d.addressable_devices + d.num_addressable_devices);
+  if (devices_.empty()) fail("PJRT plugin ", p.path(), ": the client has no addressable devices");
+}
+
+std::string Client::platform_name() const {
+  auto a = make_args<PJRT_Client_PlatformName_Args>();
+  a.client = get();
+  PJRT_CALL(*p_, Client_PlatformName, a);
+  return std::string(a.platform_name, a.platform_name_size);
+}
+
+std::string Client::platform_version() const {
+  auto a = make_args<PJRT_Client_PlatformVersion_Args>();
+  a.client = get();
+  PJRT_CALL(*p_, Client_PlatformVersion, a);
+  return std::string(a.platform_version, a.platform_version_size);
+}
+
+std::vector<DeviceInfo> Client::describe_devices() const {
+  std::vector<DeviceInfo> out;
+  for (PJRT_Device* dev : devices_) {
+    auto g = make_args<PJRT_Device_GetDescription_Args>();
+    g.device = dev;
+    PJRT_CALL(*p_, Device_GetDescription, g);
+    DeviceInfo info;
+    auto id = make_args<PJRT_DeviceDescription_Id_Args>();
+    id.device_description = g.device_description;
+    PJRT_CALL(*p_, DeviceDescription_Id, id);
+    info.id = id.id;
+    auto kind = make_args<PJRT_DeviceDescription_Kind_Args>();
+    kind.device_description = g.device_description;
+    PJRT_CALL(*p_, DeviceDescription_Kind, kind);
+    info.kind.assign(kind.device_kind, kind.device_kind_size);
+    auto str = make_args<PJRT_DeviceDescription_ToString_Args>();
+    str.device_description = g.device_description;
+    PJRT_CALL(*p_, DeviceDescription_ToString, str);
+    info.description.assign(str.to_string, str.to_string_size);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+BufferHandle Client::upload(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                            size_t device) const {
+  TS_ASSERT(device < devices_.size(), "device ", device, " of ", devices_.size());
+  auto a = make_args<PJRT_Client_BufferFromHostBuffer_Args>();
+  a.client = get();
+  a.data = data;
+  a.type = type;
+  a.dims = dims.data();
+  a.num_dims = dims.size();
+  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  a.device = devices_[device];
+  PJRT_CALL(*p_, Client_BufferFromHostBuffer, a);
+  BufferHandle buf(p_, a.buffer);
+  await(*p_, EventHandle(p_, a.done_with_host_buffer), "host-to-device transfer");
+  return buf;
+}
+
+LoadedExecutableHandle Client::compile(const std::string& mlir, const std::string& options) const {
+  PJRT_Program prog = make_program();
+  std::string code = mlir;  // PJRT_Program.code is a non-const char*
+  prog.code = code.data();
+  prog.code_size = code.size();
+  static const char kFormat[] = "mlir";
+  prog.format = kFormat;
+  prog.format_size = sizeof kFormat - 1;
+  auto a = make_args<PJRT_Client_Compile_Args>();
+  a.client = get();
+  a.program = &prog;
+  a.compile_options = options.data();
+  a.compile_options_size = options.size();
+  PJRT_CALL(*p_, Client_Compile, a);
+  return LoadedExecutableHandle(p_, a.executable);
+}
+
+void download(const Plugin& p, PJRT_Buffer* buf, void* dst, size_t bytes) {
+  auto a = make_args<PJRT_Buffer_ToHostBuffer_Args>();
+  a.src = buf;
+  a.dst = nullptr;  // first call: ask for the size
+  PJRT_CALL(p, Buffer_ToHostBuffer, a);
+  if (a.dst_size != bytes) fail("device-to-host copy: buffer holds ", a.dst_size, " bytes, expected ", bytes);
+  a = make_args<PJRT_Buffer_ToHostBuffer_Args>();
+  a.src = buf;
+  a.dst = dst;
+  a.dst_size = bytes;
+  PJRT_CALL(p, Buffer_ToHostBuffer, a);
+  await(p, EventHandle(&p, a.event), "device-to-host transfer");
+}
+
+std::string compile_options_proto(int replicas, int partitions) {
+  // ExecutableBuildOptionsProto: num_replicas = 4, num_partitions = 5.
+  std::string build;
+  put_varint_field(build, 4, static_cast<uint64_t>(replicas));
+  put_varint_field(build, 5, static_cast<uint64_t>(partitions));
+  // CompileOptionsProto: executable_build_options = 3.
+  std::string options;
+  put_message_field(options, 3, build);
+  return options;
+}
+
+PlatformInfo describe_platform(const std::string& device, int device_count) {
+  const std::string path = find_plugin(device);
+  Plugin& plugin = Plugin::load(path);
+  // Only XLA's CPU plugin understands "cpu_device_count"; other plugins may reject unknown options.
+  Client client(plugin, device == "xla-cpu" ? device_count : 0);
+  PlatformInfo info;
+  info.device = device;
+  info.plugin_path = path;
+  info.api_version = plugin.api_version();
+  info.header_api_version = std::to_string(PJRT_API_MAJOR) + "." + std::to_string(PJRT_API_MINOR);
+  info.platform_name = client.platform_name();
+  info.platform_version = client.platform_version();
+  info.attributes = plugin.attributes();
+  info.devices = client.describe_devices();
+  return info;
+}
+
+}  // namespace tessera::pjrt
+
+#else  // !TESSERA_HAVE_PJRT
+
+namespace tessera::pjrt {
+PlatformInfo describe_platform(const std::string& device, int) {
+  fail("device '", device,
+       "': this build has no PJRT support: run scripts/setup.sh (installs xla-cpu-pjrt) and rebuild");
+}
+}  // namespace tessera::pjrt
+
+#endif

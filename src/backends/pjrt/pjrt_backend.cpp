@@ -1,0 +1,348 @@
+// backends::Backend on a PJRT plugin. Per step: upload the four small step inputs, execute with the KV
+// caches donated (they come back as the aliased outputs, same device memory), download the logits. Weights
+// and caches never cross to the host during a step; TransferStats counts what does.
+#include "backends/pjrt/pjrt_backend.h"
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <unordered_map>
+
+#include "backends/pjrt/pjrt_api.h"
+#include "backends/pjrt/stablehlo_emitter.h"
+#include "tessera/error.h"
+
+namespace tessera::backends {
+
+bool is_pjrt_device(const std::string& device) {
+  return device == "xla-cpu" || device == "tpu" || device == "cuda" || device.rfind("pjrt:", 0) == 0;
+}
+
+#if TESSERA_HAVE_PJRT
+namespace {
+
+using pjrt::BufferHandle;
+using pjrt::Client;
+using pjrt::Plugin;
+using pjrt::StablehloArg;
+using pjrt::StablehloProgram;
+using clock_type = std::chrono::steady_clock;
+
+PJRT_Buffer_Type buffer_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return PJRT_Buffer_Type_F32;
+    case DType::BF16: return PJRT_Buffer_Type_BF16;
+    case DType::F16: return PJRT_Buffer_Type_F16;
+    case DType::I32: return PJRT_Buffer_Type_S32;
+    case DType::I64: return PJRT_Buffer_Type_S64;
+  }
+  return PJRT_Buffer_Type_INVALID;
+}
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+class PjrtCache : public DeviceCache {
+ public:
+  // k[l], v[l]: device buffers f32 [batch, kv_heads, cache_len, head_dim]
+  std::vector<BufferHandle> k, v;
+  int64_t kv_heads = 0, head_dim = 0;
+  const void* owner = nullptr;  // the backend that created it
+
+  BufferHandle& at(int layer, int which) {
+    auto& list = which == 0 ? k : v;
+    TS_ASSERT(layer >= 0 && static_cast<size_t>(layer) < list.size(), "cache layer ", layer, " of ", list.size());
+    return list[static_cast<size_t>(layer)];
+  }
+};
+
+struct WeightBuffer {
+  BufferHandle buffer;
+  DType dtype;
+  Shape shape;
+};
+
+class PjrtBackendImpl;
+
+class PjrtExecutable : public Executable {
+ public:
+  PjrtExecutable(PjrtBackendImpl& be, const graph::ShapeKey& key, StablehloProgram prog,
+                 pjrt::LoadedExecutableHandle exe, std::vector<PJRT_Buffer*> weight_args)
+      : be_(be), key_(key), prog_(std::move(prog)), exe_(std::move(exe)), weight_args_(std::move(weight_args)) {}
+
+  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override;
+
+ private:
+  const std::vector<int32_t>& input(const StepInputs& in, const StablehloArg& a) const;
+  void check_inputs(const StepInputs& in) const;
+
+  PjrtBackendImpl& be_;
+  graph::ShapeKey key_;
+  StablehloProgram prog_;
+  pjrt::LoadedExecutableHandle exe_;
+  std::vector<PJRT_Buffer*> weight_args_;  // per argument: the weight buffer, or null for inputs/caches
+};
+
+class PjrtBackendImpl : public PjrtBackend {
+ public:
+  PjrtBackendImpl(const std::string& device, const PjrtOptions& opt)
+      : plugin_(Plugin::load(pjrt::find_plugin(device))),
+        client_(plugin_, device == "xla-cpu" ? opt.device_count : 0) {
+    info_.device = device;
+    info_.plugin_path = plugin_.path();
+    info_.api_version = plugin_.api_version();
+    info_.header_api_version = std::to_string(PJRT_API_MAJOR) + "." + std::to_string(PJRT_API_MINOR);
+    info_.platform_name = client_.platform_name();
+    info_.platform_version = client_.platform_version();
+    info_.attributes = plugin_.attributes();
+    info_.devices = client_.describe_devices();
+  }
+
+  std::string name() const override { return info_.device; }
+  bool supports_op(graph::Op op) const override { return op != graph::Op::kCount; }
+  const pjrt::PlatformInfo& platform() const override { return info_; }
+  TransferStats transfer_stats() const override { return stats_; }
+  void reset_transfer_stats() override { stats_ = {}; }
+  CompileTiming compile_timing() const override { return timing_; }
+
+  void bind_weights(WeightMap weights) override {
+    weights_.clear();
+    for (auto& [name, t] : weights) {
+      if (buffer_type(t.dtype) == PJRT_Buffer_Type_INVALID) fail("weight ", name, ": unsupported dtype");
+      BufferHandle b = client_.upload(t.data, buffer_type(t.dtype), t.shape);
+      stats_.setup_h2d_bytes += t.nbytes();
+      weights_.emplace(name, WeightBuffer{std::move(b), t.dtype, t.shape});
+    }
+    // The host tensors are dropped here: the device copies are the only ones kept.
+  }
+
+  std::unique_ptr<Executable> compile(const graph::Graph& g) override {
+    auto t0 = clock_type::now();
+    StablehloProgram prog = pjrt::lower_to_stablehlo(g);
+    timing_.emit_seconds += seconds_since(t0);
+    dump(g, prog);
+    std::vector<PJRT_Buffer*> weight_args(prog.args.size(), nullptr);
+    for (size_t i = 0; i < prog.args.size(); ++i) {
+      const StablehloArg& a = prog.args[i];
+      if (a.kind != StablehloArg::Weight) continue;
+      auto it = weights_.find(a.name);
+      if (it == weights_.end()) fail("PJRT backend: weight '", a.name, "' was not bound (bind_weights first)");
+      if (it->second.dtype != a.dtype || it->second.shape != a.shape)
+        fail("PJRT backend: weight '", a.name, "' is ", dtype_name(it->second.dtype), " ", shape_str(it->second.shape),
+             ", the graph for ", g.key.str(), " reads ", dtype_name(a.dtype), " ", shape_str(a.shape));
+      weight_args[i] = it->second.buffer.get();
+    }
+    auto t1 = clock_type::now();
+    auto exe = client_.compile(prog.text, pjrt::compile_options_proto(1, 1));
+    timing_.last_compile_seconds = seconds_since(t1);
+    timing_.compile_seconds += timing_.last_compile_seconds;
+    ++timing_.compiles;
+    check_outputs(exe, prog.num_results, g);
+    return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe), std::move(weight_args));
+  }
+
+  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
+                                            int64_t head_dim) override {
+    auto c = std::make_unique<PjrtCache>();
+    c->batch = batch;
+    c->cache_len = cache_len;
+    c->kv_heads = kv_heads;
+    c->head_dim = head_dim;
+    c->owner = this;
+    const std::vector<int64_t> dims{batch, kv_heads, cache_len, head_dim};
+    const std::vector<float> zeros(static_cast<size_t>(shape_numel(dims)), 0.0f);  // [B, KV, L, hd]
+    for (int64_t l = 0; l < layers; ++l) {
+      c->k.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims));
+      c->v.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims));
+      stats_.setup_h2d_bytes += 2 * zeros.size() * sizeof(float);
+    }
+    return c;
+  }
+
+  // Through the host: only used when a dynamic cache grows (once per 64 tokens), never per step.
+  void copy_cache(const DeviceCache& from_base, DeviceCache& to_base) override {
+    const PjrtCache& from = own(from_base);
+    PjrtCache& to = own(to_base);
+    TS_ASSERT(from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len);
+    const int64_t rows = from.batch * from.kv_heads, hd = from.head_dim;
+    std::vector<float> src(static_cast<size_t>(rows * from.cache_len * hd));  // [B*KV, Lf, hd]
+    std::vector<float> dst(static_cast<size_t>(rows * to.cache_len * hd));    // [B*KV, Lt, hd]
+    const std::vector<int64_t> dims{to.batch, to.kv_heads, to.cache_len, hd};
+    auto copy = [&](const BufferHandle& a, BufferHandle& b) {
+      pjrt::download(plugin_, a.get(), src.data(), src.size() * sizeof(float));
+      std::fill(dst.begin(), dst.end(), 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(dst.data() + r * to.cache_len * hd, src.data() + r * from.cache_len * hd,
+                    static_cast<size_t>(from.cache_len * hd) * sizeof(float));
+      b = client_.upload(dst.data(), PJRT_Buffer_Type_F32, dims);
+      stats_.cache_copy_bytes += (src.size() + dst.size()) * sizeof(float);
+    };
+    for (size_t l = 0; l < from.k.size(); ++l) {
+      copy(from.k[l], to.k[l]);
+      copy(from.v[l], to.v[l]);
+    }
+  }
+
+  std::vector<uintptr_t> cache_addresses(const DeviceCache& base) const override {
+    const PjrtCache& c = own(base);
+    std::vector<uintptr_t> out;
+    for (const auto* list : {&c.k, &c.v})
+      for (const auto& b : *list) {
+        auto a = pjrt::make_args<PJRT_Buffer_UnsafePointer_Args>();
+        a.buffer = b.get();
+        PJRT_CALL(plugin_, Buffer_UnsafePointer, a);
+        out.push_back(a.buffer_pointer);
+      }
+    return out;
+  }
+
+  const PjrtCache& own(const DeviceCache& c) const {
+    auto* p = dynamic_cast<const PjrtCache*>(&c);
+    if (!p || p->owner != this) fail("PJRT backend: the cache was created by another backend");
+    return *p;
+  }
+  PjrtCache& own(DeviceCache& c) const { return const_cast<PjrtCache&>(own(static_cast<const DeviceCache&>(c))); }
+
+  const Plugin& plugin() const { return plugin_; }
+  const Client& client() const { return client_; }
+  TransferStats& stats() { return stats_; }
+
+ private:
+  // The compiled program must return exactly logits + one buffer per cache (aliasing needs the order).
+  void check_outputs(const pjrt::LoadedExecutableHandle& exe, int expected, const graph::Graph& g) const {
+    if (!PJRT_HAS(plugin_, LoadedExecutable_GetExecutable) || !PJRT_HAS(plugin_, Executable_NumOutputs)) return;
+    auto ge = pjrt::make_args<PJRT_LoadedExecutable_GetExecutable_Args>();
+    ge.loaded_executable = exe.get();
+    PJRT_CALL(plugin_, LoadedExecutable_GetExecutable, ge);
+    pjrt::ExecutableHandle owned(&plugin_, ge.executable);
+    auto no = pjrt::make_args<PJRT_Executable_NumOutputs_Args>();
+    no.executable = owned.get();
+    PJRT_CALL(plugin_, Executable_NumOutputs, no);
+    TS_ASSERT(static_cast<int>(no.num_outputs) == expected, g.key.str(), ": compiled program has ", no.num_outputs,
+              " outputs, expected ", expected);
+  }
+
+  // TESSERA_PJRT_DUMP=<dir>: writes each emitted module to <dir>/<key>.mlir for debugging.
+  void dump(const graph::Graph& g, const StablehloProgram& prog) const {
+    const char* dir = std::getenv("TESSERA_PJRT_DUMP");
+    if (!dir || !*dir) return;
+    std::string name = g.key.str();
+    for (char& ch : name)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    std::ofstream(std::string(dir) + "/" + name + ".mlir") << prog.text;
+  }
+
+  Plugin& plugin_;
+  Client client_;
+  pjrt::PlatformInfo info_;
+  std::unordered_map<std::string, WeightBuffer> weights_;
+  TransferStats stats_;
+  CompileTiming timing_;
+};
+
+const std::vector<int32_t>& PjrtExecutable::input(const StepInputs& in, const StablehloArg& a) const {
+  switch (a.input) {
+    case graph::InputKind::TokenIds: return in.ids;
+    case graph::InputKind::Positions: return in.positions;
+    case graph::InputKind::Slots: return in.slots;
+    case graph::InputKind::KvBegin: return in.kv_begin;
+  }
+  return in.ids;
+}
+
+void PjrtExecutable::check_inputs(const StepInputs& in) const {
+  for (const StablehloArg& a : prog_.args) {
+    if (a.kind != StablehloArg::Input) continue;
+    const auto& v = input(in, a);
+    if (static_cast<int64_t>(v.size()) != a.shape[0])
+      fail("PJRT step ", key_.str(), ": input '", a.name, "' has ", v.size(), " values, expected ", a.shape[0]);
+  }
+  // The emitted cache_update writes S contiguous slots starting at slots[0] (see stablehlo_emitter.cpp).
+  const auto& slots = in.slots;
+  for (size_t s = 0; s < slots.size(); ++s)
+    if (slots[s] != slots[0] + static_cast<int32_t>(s))
+      fail("PJRT step ", key_.str(), ": slots must be contiguous (slots[", s, "] = ", slots[s], ", slots[0] = ",
+           slots[0], ")");
+  if (!slots.empty() && (slots[0] < 0 || slots[0] + static_cast<int64_t>(slots.size()) > key_.cache_len))
+    fail("PJRT step ", key_.str(), ": slots ", slots[0], "..", slots[0] + static_cast<int64_t>(slots.size()) - 1,
+         " do not fit the cache of ", key_.cache_len, " slots");
+}
+
+void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) {
+  const Plugin& p = be_.plugin();
+  PjrtCache& cache = be_.own(cache_base);
+  check_inputs(in);
+  if (cache.batch != key_.batch || cache.cache_len != key_.cache_len)
+    fail("PJRT step ", key_.str(), ": cache has batch ", cache.batch, " and ", cache.cache_len, " slots");
+
+  // Arguments: bound weights, freshly uploaded step inputs, the cache buffers (donated).
+  std::vector<BufferHandle> uploads;
+  std::vector<PJRT_Buffer*> args(prog_.args.size(), nullptr);
+  std::vector<BufferHandle*> donated;
+  for (size_t i = 0; i < prog_.args.size(); ++i) {
+    const StablehloArg& a = prog_.args[i];
+    switch (a.kind) {
+      case StablehloArg::Weight: args[i] = weight_args_[i]; break;
+      case StablehloArg::Input: {
+        const auto& v = input(in, a);
+        uploads.push_back(be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape));
+        be_.stats().h2d_bytes += v.size() * sizeof(int32_t);
+        args[i] = uploads.back().get();
+        break;
+      }
+      case StablehloArg::Cache:
+        donated.push_back(&cache.at(a.layer, a.which));
+        args[i] = donated.back()->get();
+        break;
+    }
+  }
+
+  std::vector<PJRT_Buffer*> outs(static_cast<size_t>(prog_.num_results), nullptr);
+  PJRT_Buffer** out_list = outs.data();
+  PJRT_Buffer* const* arg_list = args.data();
+  PJRT_Event* done = nullptr;
+  PJRT_ExecuteOptions opts = pjrt::make_execute_options();
+  auto ex = pjrt::make_args<PJRT_LoadedExecutable_Execute_Args>();
+  ex.executable = exe_.get();
+  ex.options = &opts;
+  ex.argument_lists = &arg_list;
+  ex.num_devices = 1;
+  ex.num_args = args.size();
+  ex.output_lists = &out_list;
+  ex.device_complete_events = &done;
+  PJRT_CALL(p, LoadedExecutable_Execute, ex);
+
+  // Take ownership of every output at once; the donated cache buffers are replaced by their aliases.
+  std::vector<BufferHandle> results;
+  for (PJRT_Buffer* b : outs) results.emplace_back(&p, b);
+  for (size_t i = 0; i < donated.size(); ++i) *donated[i] = std::move(results[1 + i]);
+  pjrt::await(p, pjrt::EventHandle(&p, done), "PJRT execute");
+
+  logits.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [rows_out, vocab]
+  pjrt::download(p, results[0].get(), logits.data(), logits.size() * sizeof(float));
+  be_.stats().d2h_bytes += logits.size() * sizeof(float);
+  ++be_.stats().runs;
+}
+
+}  // namespace
+
+std::unique_ptr<PjrtBackend> make_pjrt_backend(const std::string& device, const PjrtOptions& options) {
+  if (!is_pjrt_device(device))
+    fail("unknown PJRT device '", device, "' (expected xla-cpu, tpu, cuda or pjrt:/path/to/plugin.so)");
+  return std::make_unique<PjrtBackendImpl>(device, options);
+}
+
+#else  // !TESSERA_HAVE_PJRT
+
+std::unique_ptr<PjrtBackend> make_pjrt_backend(const std::string& device, const PjrtOptions&) {
+  fail("device '", device,
+       "': this build has no PJRT support: run scripts/setup.sh (installs xla-cpu-pjrt) and rebuild");
+}
+
+#endif
+
+}  // namespace tessera::backends

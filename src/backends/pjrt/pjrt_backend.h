@@ -1,0 +1,56 @@
+// The PJRT backend: the same graphs as the native CPU backend, lowered to StableHLO and compiled by a PJRT
+// plugin (XLA CPU, CUDA, TPU). Weights are uploaded once; the KV cache lives on the device and is donated to
+// every step (updated in place); a step sends only ids/positions/slots/kv_begin and brings back only the logits.
+// Needs no pjrt_c_api.h: include it anywhere. In a build without PJRT, make_pjrt_backend throws Error.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/pjrt/pjrt_info.h"
+
+namespace tessera::backends {
+
+// Bytes that crossed between host and device.
+struct TransferStats {
+  uint64_t h2d_bytes = 0;  // step inputs sent by Executable::run
+  uint64_t d2h_bytes = 0;  // logits returned by Executable::run
+  uint64_t runs = 0;       // Executable::run calls
+  uint64_t setup_h2d_bytes = 0;  // weights (bind_weights) and zeroed caches (create_cache); not per step
+  uint64_t cache_copy_bytes = 0; // copy_cache through the host (dynamic cache growth), both directions
+};
+
+struct CompileTiming {
+  int compiles = 0;
+  double emit_seconds = 0;     // graph -> StableHLO text, all compiles
+  double compile_seconds = 0;  // PJRT_Client_Compile, all compiles
+  double last_compile_seconds = 0;
+};
+
+class PjrtBackend : public Backend {
+ public:
+  virtual const pjrt::PlatformInfo& platform() const = 0;
+  virtual TransferStats transfer_stats() const = 0;
+  virtual void reset_transfer_stats() = 0;
+  virtual CompileTiming compile_timing() const = 0;
+  // For tests: the device addresses of every cache buffer (K and V per layer, in that order), read with
+  // PJRT_Buffer_UnsafePointer. Equal before and after a step = the cache was updated in place, not copied.
+  virtual std::vector<uintptr_t> cache_addresses(const DeviceCache& cache) const = 0;
+};
+
+struct PjrtOptions {
+  // Devices to ask the XLA CPU plugin for ("cpu_device_count"); ignored by other plugins. The backend
+  // runs on device 0.
+  int device_count = 1;
+};
+
+// device: "xla-cpu", "tpu", "cuda" or "pjrt:/path/to/plugin.so". Throws Error when the plugin is missing
+// (listing where it looked), fails to load, or this build has no PJRT support.
+std::unique_ptr<PjrtBackend> make_pjrt_backend(const std::string& device, const PjrtOptions& options = {});
+
+// True for the device names make_pjrt_backend accepts (whether or not the plugin is installed).
+bool is_pjrt_device(const std::string& device);
+
+}  // namespace tessera::backends

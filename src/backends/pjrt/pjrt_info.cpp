@@ -1,0 +1,128 @@
+// Where PJRT plugins are looked for (no pjrt_c_api.h needed), and the device probe for `tessera devices`.
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "backends/pjrt/pjrt_info.h"
+#include "tessera/error.h"
+
+#ifndef TESSERA_SOURCE_DIR
+#define TESSERA_SOURCE_DIR "."
+#endif
+
+namespace tessera::pjrt {
+namespace {
+
+bool is_file(const std::string& p) {
+  struct stat st{};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+// Python site-packages roots to search, most specific first: the repo's .venv (scripts/setup.sh), the
+// active virtualenv, the user's site and the system dist-packages.
+std::vector<std::string> site_package_patterns() {
+  std::vector<std::string> roots = {std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages"};
+  if (!env("VIRTUAL_ENV").empty()) roots.push_back(env("VIRTUAL_ENV") + "/lib/python3*/site-packages");
+  if (!env("HOME").empty()) roots.push_back(env("HOME") + "/.local/lib/python3*/site-packages");
+  roots.push_back("/usr/local/lib/python3*/dist-packages");
+  roots.push_back("/usr/lib/python3/dist-packages");
+  return roots;
+}
+
+// First existing file matching `pattern` (glob), or "".
+std::string first_match(const std::string& pattern) {
+  glob_t g{};
+  std::string found;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc && found.empty(); ++i)
+      if (is_file(g.gl_pathv[i])) found = g.gl_pathv[i];
+  }
+  ::globfree(&g);
+  return found;
+}
+
+// Tries an environment variable, then each site-packages root joined with each relative pattern.
+std::optional<std::string> search(const char* env_var, const std::vector<std::string>& rel_patterns,
+                                  std::vector<std::string>& looked) {
+  if (env_var) {
+    const std::string v = env(env_var);
+    if (!v.empty()) {
+      if (is_file(v)) return v;
+      looked.push_back(std::string("$") + env_var + "=" + v + " (not a file)");
+    } else {
+      looked.push_back(std::string("$") + env_var + " (unset)");
+    }
+  }
+  for (const auto& root : site_package_patterns()) {
+    for (const auto& rel : rel_patterns) {
+      const std::string pattern = root + "/" + rel;
+      std::string hit = first_match(pattern);
+      if (!hit.empty()) return hit;
+      looked.push_back(pattern);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked) {
+  if (device.rfind("pjrt:", 0) == 0) {
+    const std::string path = device.substr(5);
+    if (is_file(path)) return path;
+    looked.push_back(path);
+    return std::nullopt;
+  }
+  if (device == "xla-cpu")
+    return search("TESSERA_XLA_CPU_PLUGIN", {"xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"}, looked);
+  if (device == "tpu")  // libtpu's convention: TPU_LIBRARY_PATH, else the libtpu wheel
+    return search("TPU_LIBRARY_PATH", {"libtpu/libtpu.so"}, looked);
+  if (device == "cuda")
+    return search("TESSERA_XLA_CUDA_PLUGIN",
+                  {"jax_plugins/xla_cuda13/xla_cuda_plugin.so", "jax_plugins/xla_cuda12/xla_cuda_plugin.so",
+                   "xla_plugins/*cuda*/*.so"},
+                  looked);
+  fail("unknown PJRT device '", device, "' (expected xla-cpu, tpu, cuda or pjrt:/path/to/plugin.so)");
+}
+
+std::string find_plugin(const std::string& device) {
+  std::vector<std::string> looked;
+  if (auto p = locate_plugin(device, looked)) return *p;
+  std::ostringstream os;
+  for (size_t i = 0; i < looked.size(); ++i) os << (i ? ", " : "") << looked[i];
+  const char* hint = device == "xla-cpu" ? " (pip install xla-cpu-pjrt, or run scripts/setup.sh)"
+                     : device == "tpu"   ? " (pip install libtpu, or set TPU_LIBRARY_PATH)"
+                     : device == "cuda"  ? " (pip install jax-cuda13-pjrt or xla-cuda13-pjrt)"
+                                         : "";
+  fail("no PJRT plugin for device '", device, "'", hint, "; looked in: ", os.str());
+}
+
+bool built_with_pjrt() { return TESSERA_HAVE_PJRT != 0; }
+
+std::vector<Probe> probe_platforms() {
+  std::vector<Probe> out;
+  for (const char* dev : {"tpu", "cuda", "xla-cpu"}) {
+    Probe p{dev, std::nullopt, ""};
+    std::vector<std::string> looked;
+    if (!locate_plugin(dev, looked)) {
+      p.error = "plugin not installed";
+    } else {
+      try {
+        p.info = describe_platform(dev);
+      } catch (const Error& e) {
+        p.error = e.what();
+      }
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace tessera::pjrt

@@ -1,0 +1,51 @@
+// Plain descriptions of PJRT plugins and devices, and where plugins are looked for. No dependency on
+// pjrt_c_api.h, so the CLI and tests can include it in every build.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::pjrt {
+
+struct DeviceInfo {
+  int id = 0;
+  std::string kind;         // e.g. "cpu", "TPU v5 lite", "NVIDIA H100 80GB HBM3"
+  std::string description;  // the plugin's short string, e.g. "CpuDevice(id=0)"
+};
+
+struct PlatformInfo {
+  std::string device;       // what was asked for: "xla-cpu", "tpu", "cuda", "pjrt:/path.so"
+  std::string plugin_path;  // the library that was loaded
+  std::string api_version;  // the plugin's PJRT C API version, e.g. "0.81"
+  std::string header_api_version;  // the version of pjrt_c_api.h this build was compiled against
+  std::string platform_name;       // "cpu", "cuda", "tpu"
+  std::string platform_version;
+  std::vector<std::pair<std::string, std::string>> attributes;  // PJRT_Plugin_Attributes, as text
+  std::vector<DeviceInfo> devices;                              // addressable devices
+};
+
+// The plugin library for a device name: "xla-cpu", "tpu", "cuda" or "pjrt:/path/to/plugin.so".
+// Throws Error listing every place it looked when none is found, or naming the unknown device.
+std::string find_plugin(const std::string& device);
+// Same lookup without throwing: the path, or nullopt with `looked` filled with the places tried.
+std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked);
+
+// True when this build was compiled with pjrt_c_api.h (TESSERA_HAVE_PJRT=1).
+bool built_with_pjrt();
+
+// Loads the plugin for `device`, creates a client (with `device_count` devices where the plugin takes
+// that option; 0 = the plugin's default) and describes it. Throws Error on any failure.
+PlatformInfo describe_platform(const std::string& device, int device_count = 0);
+
+// For `tessera devices`: each of "xla-cpu", "cuda", "tpu" whose plugin is installed, described, or the
+// error that describing it gave. Devices whose plugin is absent are listed with `info` empty and
+// `error` = "not installed (looked in ...)".
+struct Probe {
+  std::string device;
+  std::optional<PlatformInfo> info;
+  std::string error;
+};
+std::vector<Probe> probe_platforms();
+
+}  // namespace tessera::pjrt

@@ -1,0 +1,440 @@
+// Graph -> StableHLO text. One function per graph op, each a composition of StableHLO ops written in the
+// generic MLIR form ("stablehlo.add"(%a, %b) : (types) -> type), which every StableHLO version parses
+// the same way. The semantics follow the native CPU backend (src/backends/cpu/cpu_backend.cpp) op for op.
+#include "backends/pjrt/stablehlo_emitter.h"
+
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "tessera/error.h"
+
+namespace tessera::pjrt {
+namespace {
+
+using graph::Graph;
+using graph::InputKind;
+using graph::Node;
+using graph::Op;
+
+// An SSA value: its name and tensor type.
+struct Val {
+  std::string name;  // "%v12" or "%arg3"
+  Shape shape;
+  std::string et;    // element type: f32, bf16, f16, i32, i1
+};
+
+std::string element_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+  }
+  return "?";
+}
+
+std::string tensor_type(const Shape& shape, const std::string& et) {
+  std::string s = "tensor<";
+  for (int64_t d : shape) s += std::to_string(d) + "x";
+  return s + et + ">";
+}
+std::string type(const Val& v) { return tensor_type(v.shape, v.et); }
+
+std::string i64_list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+// A float32 literal MLIR parses back to the same bits: always d.ddddddddde±xx (9 significant digits).
+std::string f32_literal(float x) {
+  if (x == -std::numeric_limits<float>::infinity()) return "0xFF800000";
+  if (x == std::numeric_limits<float>::infinity()) return "0x7F800000";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.8e", static_cast<double>(x));
+  return buf;
+}
+
+// The small SSA text builder.
+class Builder {
+ public:
+  std::ostringstream body;
+
+  void comment(const std::string& text) { body << "    // " << text << "\n"; }
+
+  Val op(const std::string& name, const std::vector<Val>& operands, const std::string& attrs, Shape shape,
+         std::string et) {
+    Val out{"%v" + std::to_string(next_++), std::move(shape), std::move(et)};
+    body << "    " << out.name << " = \"stablehlo." << name << "\"(";
+    for (size_t i = 0; i < operands.size(); ++i) body << (i ? ", " : "") << operands[i].name;
+    body << ")";
+    if (!attrs.empty()) body << " {" << attrs << "}";
+    body << " : (";
+    for (size_t i = 0; i < operands.size(); ++i) body << (i ? ", " : "") << type(operands[i]);
+    body << ") -> " << type(out) << "\n";
+    return out;
+  }
+
+  // Elementwise ops keep the first operand's shape and type.
+  Val binary(const char* name, const Val& a, const Val& b) { return op(name, {a, b}, "", a.shape, a.et); }
+  Val unary(const char* name, const Val& a) { return op(name, {a}, "", a.shape, a.et); }
+  Val add(const Val& a, const Val& b) { return binary("add", a, b); }
+  Val sub(const Val& a, const Val& b) { return binary("subtract", a, b); }
+  Val mul(const Val& a, const Val& b) { return binary("multiply", a, b); }
+  Val div(const Val& a, const Val& b) { return binary("divide", a, b); }
+  Val max(const Val& a, const Val& b) { return binary("maximum", a, b); }
+
+  Val splat_f32(float x, const Shape& shape) {
+    return op("constant", {}, "value = dense<" + f32_literal(x) + "> : " + tensor_type(shape, "f32"), shape, "f32");
+  }
+  Val splat_i32(int32_t x, const Shape& shape) {
+    return op("constant", {}, "value = dense<" + std::to_string(x) + "> : " + tensor_type(shape, "i32"), shape,
+              "i32");
+  }
+  Val vector_f32(const std::vector<float>& xs) {
+    std::string lits;
+    for (size_t i = 0; i < xs.size(); ++i) lits += (i ? ", " : "") + f32_literal(xs[i]);
+    const Shape shape{static_cast<int64_t>(xs.size())};
+    return op("constant", {}, "value = dense<[" + lits + "]> : " + tensor_type(shape, "f32"), shape, "f32");
+  }
+
+  Val convert(const Val& a, const std::string& et) {
+    return a.et == et ? a : op("convert", {a}, "", a.shape, et);
+  }
+  Val reshape(const Val& a, const Shape& shape) {
+    TS_ASSERT(shape_numel(shape) == shape_numel(a.shape), shape_str(a.shape), " -> ", shape_str(shape));
+    return a.shape == shape ? a : op("reshape", {a}, "", shape, a.et);
+  }
+  Val transpose(const Val& a, const std::vector<int64_t>& perm) {
+    Shape shape;
+    for (int64_t p : perm) shape.push_back(a.shape[static_cast<size_t>(p)]);
+    return op("transpose", {a}, "permutation = array<i64: " + i64_list(perm) + ">", shape, a.et);
+  }
+  // Broadcasts `a` to `shape`; operand dimension i becomes result dimension dims[i].
+  Val broadcast(const Val& a, const std::vector<int64_t>& dims, const Shape& shape) {
+    return op("broadcast_in_dim", {a}, "broadcast_dimensions = array<i64: " + i64_list(dims) + ">", shape, a.et);
+  }
+  Val slice(const Val& a, const std::vector<int64_t>& start, const std::vector<int64_t>& limit) {
+    Shape shape;
+    std::vector<int64_t> strides(start.size(), 1);
+    for (size_t i = 0; i < start.size(); ++i) shape.push_back(limit[i] - start[i]);
+    return op("slice", {a},
+              "start_indices = array<i64: " + i64_list(start) + ">, limit_indices = array<i64: " + i64_list(limit) +
+                  ">, strides = array<i64: " + i64_list(strides) + ">",
+              shape, a.et);
+  }
+  Val concatenate(const std::vector<Val>& parts, int64_t dim) {
+    if (parts.size() == 1) return parts[0];
+    Shape shape = parts[0].shape;
+    shape[static_cast<size_t>(dim)] = 0;
+    for (const Val& p : parts) shape[static_cast<size_t>(dim)] += p.shape[static_cast<size_t>(dim)];
+    return op("concatenate", parts, "dimension = " + std::to_string(dim) + " : i64", shape, parts[0].et);
+  }
+  Val iota(int64_t dim, const Shape& shape, const std::string& et) {
+    return op("iota", {}, "iota_dimension = " + std::to_string(dim) + " : i64", shape, et);
+  }
+  Val compare(const Val& a, const Val& b, const char* dir, const char* kind) {
+    return op("compare", {a, b},
+              std::string("comparison_direction = #stablehlo<comparison_direction ") + dir +
+                  ">, compare_type = #stablehlo<comparison_type " + kind + ">",
+              a.shape, "i1");
+  }
+  Val select(const Val& pred, const Val& a, const Val& b) { return op("select", {pred, a, b}, "", a.shape, a.et); }
+
+  // Reduces f32 `a` over `dims` with add or maximum.
+  Val reduce(const Val& a, const std::vector<int64_t>& dims, const char* combiner, float init) {
+    Val init_v = splat_f32(init, {});
+    Shape shape;
+    for (size_t i = 0; i < a.shape.size(); ++i) {
+      bool reduced = false;
+      for (int64_t d : dims) reduced = reduced || d == static_cast<int64_t>(i);
+      if (!reduced) shape.push_back(a.shape[i]);
+    }
+    Val out{"%v" + std::to_string(next_++), shape, a.et};
+    const std::string r = out.name.substr(2), scalar = tensor_type({}, a.et);
+    body << "    " << out.name << " = \"stablehlo.reduce\"(" << a.name << ", " << init_v.name << ") ({\n"
+         << "    ^bb0(%r" << r << "a: " << scalar << ", %r" << r << "b: " << scalar << "):\n"
+         << "      %r" << r << "c = \"stablehlo." << combiner << "\"(%r" << r << "a, %r" << r << "b) : (" << scalar
+         << ", " << scalar << ") -> " << scalar << "\n"
+         << "      \"stablehlo.return\"(%r" << r << "c) : (" << scalar << ") -> ()\n"
+         << "    }) {dimensions = array<i64: " << i64_list(dims) << ">} : (" << type(a) << ", " << scalar << ") -> "
+         << type(out) << "\n";
+    return out;
+  }
+
+  // dot_general with explicit batch and contracting dimensions, float32 accumulation at full precision.
+  Val dot(const Val& a, const Val& b, const std::vector<int64_t>& lb, const std::vector<int64_t>& rb,
+          const std::vector<int64_t>& lc, const std::vector<int64_t>& rc, const Shape& shape) {
+    return op("dot_general", {a, b},
+              "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [" + i64_list(lb) +
+                  "], rhs_batching_dimensions = [" + i64_list(rb) + "], lhs_contracting_dimensions = [" +
+                  i64_list(lc) + "], rhs_contracting_dimensions = [" + i64_list(rc) +
+                  "]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]",
+              shape, "f32");
+  }
+
+ private:
+  int next_ = 0;
+};
+
+class Lowering {
+ public:
+  explicit Lowering(const Graph& g) : g_(g), vals_(g.nodes.size()) {}
+
+  StablehloProgram run() {
+    declare_arguments();
+    for (size_t i = 0; i < g_.nodes.size(); ++i) lower(static_cast<int>(i));
+    return finish();
+  }
+
+ private:
+  const Val& val(int id) const { return vals_.at(static_cast<size_t>(id)); }
+  int64_t batch() const { return g_.key.batch; }
+  int64_t seq() const { return g_.key.seq; }
+
+  Val add_arg(StablehloArg a) {
+    Val v{"%arg" + std::to_string(prog_.args.size()), a.shape, element_type(a.dtype)};
+    prog_.args.push_back(std::move(a));
+    return v;
+  }
+
+  // Weights (node order, one argument per name), then step inputs (fixed kind order), then caches.
+  void declare_arguments() {
+    std::map<std::string, Val> weights;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (n.op != Op::Weight) continue;
+      auto it = weights.find(n.name);
+      if (it == weights.end())
+        it = weights.emplace(n.name, add_arg({StablehloArg::Weight, n.name, {}, -1, 0, n.shape, n.dtype})).first;
+      vals_[i] = it->second;
+    }
+    for (InputKind kind : {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin}) {
+      for (size_t i = 0; i < g_.nodes.size(); ++i) {
+        const Node& n = g_.nodes[i];
+        if (n.op == Op::Input && n.input_kind == kind)
+          vals_[i] = add_arg({StablehloArg::Input, n.name, kind, -1, 0, n.shape, DType::I32});
+      }
+    }
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (n.op != Op::CacheState) continue;
+      cache_args_.push_back(static_cast<int>(i));
+      vals_[i] = add_arg({StablehloArg::Cache, n.name, {}, n.layer, n.which, n.shape, DType::F32});
+    }
+    cache_final_ = cache_args_;  // each cache's latest value: the CacheState itself until updated
+  }
+
+  void lower(int id) {
+    const Node& n = g_.at(id);
+    switch (n.op) {
+      case Op::Input:
+      case Op::Weight:
+      case Op::CacheState: return;  // arguments
+      case Op::Embedding: vals_[static_cast<size_t>(id)] = embedding(n); break;
+      case Op::RmsNorm: vals_[static_cast<size_t>(id)] = rms_norm(n); break;
+      case Op::MatMul: vals_[static_cast<size_t>(id)] = matmul(n); break;
+      case Op::Rope: vals_[static_cast<size_t>(id)] = rope(n); break;
+      case Op::CacheUpdate: vals_[static_cast<size_t>(id)] = cache_update(n, id); break;
+      case Op::Attention: vals_[static_cast<size_t>(id)] = attention(n); break;
+      case Op::SwiGlu: vals_[static_cast<size_t>(id)] = swiglu(n); break;
+      case Op::Add: vals_[static_cast<size_t>(id)] = b_.add(val(n.inputs[0]), val(n.inputs[1])); break;
+      case Op::LastRow: vals_[static_cast<size_t>(id)] = last_row(n); break;
+      case Op::kCount: fail("stablehlo emitter: invalid op in graph node ", n.name);
+    }
+    TS_ASSERT(vals_[static_cast<size_t>(id)].shape == n.shape, n.name, ": lowered to ",
+              shape_str(vals_[static_cast<size_t>(id)].shape), ", graph says ", shape_str(n.shape));
+  }
+
+  // A weight as f32 (converted once per program; tied embeddings are converted once for both uses).
+  Val weight_f32(int id) {
+    auto it = converted_.find(id);
+    if (it != converted_.end()) return it->second;
+    return converted_[id] = b_.convert(val(id), "f32");
+  }
+
+  // (table [V, D], ids [R]) -> [R, D]: a gather of whole rows.
+  Val embedding(const Node& n) {
+    b_.comment(n.name + ": embedding");
+    const Val& table = val(n.inputs[0]);
+    const Val& ids = val(n.inputs[1]);
+    const int64_t rows = ids.shape[0], dim = table.shape[1];
+    Val idx = b_.reshape(ids, {rows, 1});  // [R, 1]
+    Val rows_v = b_.op("gather", {table, idx},
+                       "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
+                       "start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
+                       "slice_sizes = array<i64: 1, " + std::to_string(dim) + ">",
+                       {rows, dim}, table.et);  // [R, D]
+    return b_.convert(rows_v, "f32");
+  }
+
+  // x [R, C] normalised over groups of n.dim: (x * (1 / sqrt(mean(x^2) + eps))) * w, in f32.
+  Val rms_norm(const Node& n) {
+    b_.comment(n.name + ": rms_norm over groups of " + std::to_string(n.dim));
+    const Val& x = val(n.inputs[0]);
+    const Val& w = val(n.inputs[1]);
+    const int64_t groups = shape_numel(x.shape) / n.dim;
+    const Shape gd{groups, n.dim}, g1{groups};
+    Val xg = b_.reshape(x, gd);                                           // [G, d]
+    Val sum = b_.reduce(b_.mul(xg, xg), {1}, "add", 0.0f);                // [G]
+    Val mean = b_.div(sum, b_.splat_f32(static_cast<float>(n.dim), g1));  // [G]
+    Val sd = b_.unary("sqrt", b_.add(mean, b_.splat_f32(n.eps, g1)));
+    Val inv = b_.div(b_.splat_f32(1.0f, g1), sd);                         // [G]
+    Val y = b_.mul(xg, b_.broadcast(inv, {0}, gd));
+    y = b_.mul(y, b_.broadcast(w, {1}, gd));
+    return b_.reshape(y, x.shape);
+  }
+
+  // x [R, in] · w[out, in]^T (+ bias) -> [R, out]
+  Val matmul(const Node& n) {
+    b_.comment(n.name + ": matmul");
+    const Val& x = val(n.inputs[0]);
+    Val w = weight_f32(n.inputs[1]);
+    const Shape out{x.shape[0], w.shape[0]};
+    Val y = b_.dot(x, w, {}, {}, {1}, {1}, out);
+    if (n.inputs.size() > 2) y = b_.add(y, b_.broadcast(val(n.inputs[2]), {1}, out));
+    return y;
+  }
+
+  // Rotate-half RoPE on the first rot_dim of each head; angle = f32(pos) * inv_freq[i].
+  Val rope(const Node& n) {
+    b_.comment(n.name + ": rope (rotate-half, rot_dim " + std::to_string(n.rot_dim) + ")");
+    const Val& x = val(n.inputs[0]);
+    const int64_t rows = x.shape[0], heads = n.heads, hd = n.head_dim, rot = n.rot_dim, half = rot / 2;
+    if (half == 0) return x;
+    const auto& table = g_.rope_tables.at(static_cast<size_t>(n.rope_table));
+    TS_ASSERT(static_cast<int64_t>(table.size()) >= half, n.name, ": rope table of ", table.size());
+    Val inv = b_.vector_f32(std::vector<float>(table.begin(), table.begin() + half));  // [half]
+    Val pos = b_.convert(val(n.inputs[1]), "f32");                                     // [R]
+    const Shape rh{rows, half}, rhh{rows, heads, half}, x3s{rows, heads, hd};
+    Val angle = b_.mul(b_.broadcast(pos, {0}, rh), b_.broadcast(inv, {1}, rh));  // [R, half]
+    Val c = b_.broadcast(b_.unary("cosine", angle), {0, 2}, rhh);                 // [R, H, half]
+    Val s = b_.broadcast(b_.unary("sine", angle), {0, 2}, rhh);
+    Val x3 = b_.reshape(x, x3s);                                                  // [R, H, hd]
+    Val x1 = b_.slice(x3, {0, 0, 0}, {rows, heads, half});
+    Val x2 = b_.slice(x3, {0, 0, half}, {rows, heads, rot});
+    std::vector<Val> parts = {b_.sub(b_.mul(x1, c), b_.mul(x2, s)), b_.add(b_.mul(x2, c), b_.mul(x1, s))};
+    if (rot < hd) parts.push_back(b_.slice(x3, {0, 0, rot}, {rows, heads, hd}));  // partial rotary: rest as is
+    return b_.reshape(b_.concatenate(parts, 2), x.shape);
+  }
+
+  // Writes new rows [B*S, KV*hd] into cache [B, KV, L, hd] at slots[0] .. slots[0] + S - 1.
+  // Every graph the runtime builds has contiguous slots (slots[s] = slots[0] + s; prefill 0..S-1 or a bucket
+  // shifted right, decode one slot), so one dynamic_update_slice at slots[0] is exact. The backend checks
+  // this at run time (PjrtExecutable::run) before sending the step.
+  Val cache_update(const Node& n, int id) {
+    b_.comment(n.name + ": cache_update at slots[0]");
+    const Val& cache = val(n.inputs[0]);
+    const Val& x = val(n.inputs[1]);
+    const Val& slots = val(n.inputs[2]);
+    const int64_t kv = n.kv_heads, hd = n.head_dim;
+    Val upd = b_.transpose(b_.reshape(x, {batch(), seq(), kv, hd}), {0, 2, 1, 3});  // [B, KV, S, hd]
+    Val first = b_.reshape(b_.slice(slots, {0}, {1}), {});                        // scalar slots[0]
+    Val zero = b_.splat_i32(0, {});
+    Val out = b_.op("dynamic_update_slice", {cache, upd, zero, zero, first, zero}, "", cache.shape, cache.et);
+    for (size_t i = 0; i < cache_args_.size(); ++i)
+      if (cache_final_[i] == n.inputs[0]) cache_final_[i] = id;
+    return out;
+  }
+
+  // Causal GQA attention over the static cache: query column s of row b sees slots kv_begin[b] <= j <= slots[s].
+  // q [B*S, H*hd], caches [B, KV, L, hd] -> [B*S, H*hd]; a row that sees nothing gets zeros (as natively).
+  Val attention(const Node& n) {
+    b_.comment(n.name + ": attention (GQA " + std::to_string(n.heads) + "/" + std::to_string(n.kv_heads) + ")");
+    const Val& q = val(n.inputs[0]);
+    const Val& kc = val(n.inputs[1]);
+    const Val& vc = val(n.inputs[2]);
+    const Val& slots = val(n.inputs[3]);
+    const Val& kv_begin = val(n.inputs[4]);
+    const int64_t B = batch(), S = seq(), KV = n.kv_heads, G = n.heads / n.kv_heads, hd = n.head_dim;
+    const int64_t L = kc.shape[2];
+    const Shape s5{B, KV, G, S, L}, s4{B, KV, G, S};
+    Val q4 = b_.reshape(b_.transpose(b_.reshape(q, {B, S, KV, G, hd}), {0, 2, 3, 1, 4}), {B, KV, G * S, hd});
+    Val scores = b_.dot(q4, kc, {0, 1}, {0, 1}, {3}, {3}, {B, KV, G * S, L});  // [B, KV, G*S, L]
+    scores = b_.reshape(b_.mul(scores, b_.splat_f32(n.scale, scores.shape)), s5);
+
+    // mask[b, s, j] = kv_begin[b] <= j && j <= slots[s]
+    const Shape bsl{B, S, L};
+    Val j = b_.iota(2, bsl, "i32");
+    Val lo = b_.compare(j, b_.broadcast(kv_begin, {0}, bsl), "GE", "SIGNED");
+    Val hi = b_.compare(j, b_.broadcast(slots, {1}, bsl), "LE", "SIGNED");
+    Val mask = b_.broadcast(b_.binary("and", lo, hi), {0, 3, 4}, s5);  // [B, KV, G, S, L]
+    scores = b_.select(mask, scores, b_.splat_f32(-std::numeric_limits<float>::infinity(), s5));
+
+    // Softmax in f32. The max is floored at -FLT_MAX and the sum at FLT_MIN so that a fully masked row gives
+    // exp(-inf) = 0 everywhere and a zero output instead of NaN.
+    Val mx = b_.max(b_.reduce(scores, {4}, "maximum", -std::numeric_limits<float>::infinity()),
+                    b_.splat_f32(-std::numeric_limits<float>::max(), s4));
+    Val e = b_.unary("exponential", b_.sub(scores, b_.broadcast(mx, {0, 1, 2, 3}, s5)));
+    Val sum = b_.max(b_.reduce(e, {4}, "add", 0.0f), b_.splat_f32(std::numeric_limits<float>::min(), s4));
+    Val p = b_.reshape(b_.div(e, b_.broadcast(sum, {0, 1, 2, 3}, s5)), {B, KV, G * S, L});
+    Val o = b_.dot(p, vc, {0, 1}, {0, 1}, {3}, {2}, {B, KV, G * S, hd});  // [B, KV, G*S, hd]
+    o = b_.transpose(b_.reshape(o, {B, KV, G, S, hd}), {0, 3, 1, 2, 4});  // [B, S, KV, G, hd]
+    return b_.reshape(o, {B * S, n.heads * hd});
+  }
+
+  // silu(gate) * up with silu(g) = g / (1 + exp(-g)), as the native kernel.
+  Val swiglu(const Node& n) {
+    b_.comment(n.name + ": swiglu");
+    const Val& g = val(n.inputs[0]);
+    Val e = b_.unary("exponential", b_.unary("negate", g));
+    Val silu = b_.div(g, b_.add(b_.splat_f32(1.0f, g.shape), e));
+    return b_.mul(silu, val(n.inputs[1]));
+  }
+
+  // x [B*S, D] -> [B, D]: the last position of each row.
+  Val last_row(const Node& n) {
+    b_.comment(n.name + ": last_row");
+    const Val& x = val(n.inputs[0]);
+    const int64_t B = batch(), S = seq(), D = x.shape[1];
+    Val x3 = b_.reshape(x, {B, S, D});
+    return b_.reshape(b_.slice(x3, {0, S - 1, 0}, {B, S, D}), {B, D});
+  }
+
+  StablehloProgram finish() {
+    TS_ASSERT(!g_.outputs.empty(), "graph without outputs");
+    const Val& logits = val(g_.outputs[0]);
+    prog_.logits_shape = logits.shape;
+    std::vector<Val> results = {logits};
+    for (int c : cache_final_) results.push_back(val(c));
+    prog_.num_results = static_cast<int>(results.size());
+
+    std::ostringstream os;
+    os << "// StableHLO emitted by tessera (src/backends/pjrt/stablehlo_emitter.cpp) for " << g_.key.str() << "\n"
+       << "module @tessera attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
+       << "  func.func public @main(\n";
+    size_t cache_index = 0;
+    for (size_t i = 0; i < prog_.args.size(); ++i) {
+      const StablehloArg& a = prog_.args[i];
+      os << "      %arg" << i << ": " << tensor_type(a.shape, element_type(a.dtype));
+      if (a.kind == StablehloArg::Cache) os << " {tf.aliasing_output = " << 1 + cache_index++ << " : i32}";
+      os << (i + 1 < prog_.args.size() ? "," : "") << "  // " << a.name << "\n";
+    }
+    os << "  ) -> (";
+    for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << type(results[i]);
+    os << ") {\n" << b_.body.str() << "    func.return ";
+    for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << results[i].name;
+    os << " : ";
+    for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << type(results[i]);
+    os << "\n  }\n}\n";
+    prog_.text = os.str();
+    return std::move(prog_);
+  }
+
+  const Graph& g_;
+  std::vector<Val> vals_;             // per node
+  std::map<int, Val> converted_;      // weight node -> f32 value
+  std::vector<int> cache_args_;       // CacheState node ids, argument order
+  std::vector<int> cache_final_;      // latest node holding each cache
+  Builder b_;
+  StablehloProgram prog_;
+};
+
+}  // namespace
+
+StablehloProgram lower_to_stablehlo(const graph::Graph& g) { return Lowering(g).run(); }
+
+}  // namespace tessera::pjrt
