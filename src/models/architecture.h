@@ -23,9 +23,9 @@ struct WeightSpec {
 
 struct Architecture {
   const char* name;  // the value of config.json architectures[0], e.g. "Qwen3ForCausalLM"
-  DecoderConfig (*parse_config)(const nlohmann::json& config, const std::string& origin);
-  std::vector<WeightSpec> (*weights)(const DecoderConfig& c);
-  graph::Graph (*build_graph)(const DecoderConfig& c, const graph::ShapeKey& key);
+  std::function<DecoderConfig(const nlohmann::json& config, const std::string& origin)> parse_config;
+  std::function<std::vector<WeightSpec>(const DecoderConfig& c)> weights;
+  std::function<graph::Graph(const DecoderConfig& c, const graph::ShapeKey& key)> build_graph;
   // Tensors a checkpoint may carry that we do not need (e.g. rotary caches), as name suffixes.
   std::vector<std::string> ignorable_suffixes;
 };

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "tessera/error.h"
 
 namespace tessera::models {
@@ -185,6 +187,26 @@ std::vector<WeightSpec> causal_lm_weights(const DecoderConfig& c, const LayerSty
     if (!dup) out.push_back(WeightSpec{n.name, n.shape, n.shape.size() == 1});
   }
   return out;
+}
+
+Architecture llama_family_architecture(const char* name, LayerStyle style) {
+  return Architecture{
+      .name = name,
+      .parse_config =
+          [name, style](const nlohmann::json& j, const std::string& origin) {
+            ConfigReader r(j, origin);
+            DecoderConfig c;
+            c.architecture = name;
+            parse_common(r, c);
+            c.head_dim = r.int_or("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+            c.qk_norm = style.qk_norm;
+            validate(c, origin);
+            return c;
+          },
+      .weights = [style](const DecoderConfig& c) { return causal_lm_weights(c, style); },
+      .build_graph = [style](const DecoderConfig& c, const graph::ShapeKey& k) { return build_causal_lm(c, k, style); },
+      .ignorable_suffixes = {"rotary_emb.inv_freq"},
+  };
 }
 
 }  // namespace tessera::models

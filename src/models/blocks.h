@@ -61,4 +61,8 @@ std::vector<WeightSpec> causal_lm_weights(const DecoderConfig& c, const LayerSty
 
 std::string layer_prefix(int layer);  // "model.layers.<i>."
 
+// An architecture of the Llama family: config.json read by parse_common (head_dim from the config, else
+// hidden / heads), the shared decoder layer in `style`, weights derived from the graph.
+Architecture llama_family_architecture(const char* name, LayerStyle style);
+
 }  // namespace tessera::models
