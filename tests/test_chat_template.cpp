@@ -73,7 +73,8 @@ TEST(ChatTemplateGolden, Qwen3FixtureMatchesSharedTokenizer) {
   std::string path = std::string(TESSERA_SOURCE_DIR) + "/../shared/tokenizers/qwen3/tokenizer_config.json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   auto config = nlohmann::json::parse(read_file(path));
-  EXPECT_EQ(config["chat_template"].get<std::string>(), load_fixture("qwen3.json")["template"].get<std::string>());
+  EXPECT_EQ(config["chat_template"].get<std::string>(),
+            load_fixture("qwen3.json")["template"].get<std::string>());
 }
 
 TEST(ChatTemplateSemantics, MatchesJinja2) {
@@ -120,7 +121,8 @@ TEST(ChatTemplateCorpus, MatchesTransformers) {
       ++total;
       std::string got;
       try {
-        got = ChatTemplate::parse(t["template"].get<std::string>()).render(fx["variables"][c["name"].get<std::string>()], opt);
+        got = ChatTemplate::parse(t["template"].get<std::string>())
+                  .render(fx["variables"][c["name"].get<std::string>()], opt);
       } catch (const tessera::Error& e) {
         got = std::string("<threw> ") + e.what();
       }
@@ -147,10 +149,12 @@ TEST(ChatTemplateErrors, SyntaxErrorLineAndColumn) {
             "chat template: line 2, column 4: encountered unknown tag 'endif'");
   EXPECT_EQ(error_of([] { ChatTemplate::parse("{{ x | nope }}"); }),
             "chat template: line 1, column 8: no filter named 'nope'");
-  EXPECT_EQ(error_of([] { ChatTemplate::parse("{% if true %}\nopen"); }),
-            "chat template: line 2, column 5: unexpected end of template, expected 'elif' or 'else' or 'endif'");
+  EXPECT_EQ(
+      error_of([] { ChatTemplate::parse("{% if true %}\nopen"); }),
+      "chat template: line 2, column 5: unexpected end of template, expected 'elif' or 'else' or 'endif'");
   // Columns count code points, not bytes.
-  EXPECT_EQ(error_of([] { ChatTemplate::parse("é😀 {{ ) }}"); }), "chat template: line 1, column 7: unexpected ')'");
+  EXPECT_EQ(error_of([] { ChatTemplate::parse("é😀 {{ ) }}"); }),
+            "chat template: line 1, column 7: unexpected ')'");
   EXPECT_EQ(error_of([] { ChatTemplate::parse(std::string("ok\n\xff")); }),
             "chat template: line 2, column 1: template is not valid UTF-8");
 }
@@ -162,7 +166,8 @@ TEST(ChatTemplateErrors, RuntimeErrorsCarryPositionAndMessage) {
       "{% endfor %}";
   ojson vars = {{"messages", ojson::array({{{"role", "tool"}, {"content", "x"}}})}};
   EXPECT_EQ(error_of([&] { render(tpl, vars); }), "chat template: line 2, column 31: no tools here: x");
-  EXPECT_EQ(error_of([] { render("{{ missing.attr }}"); }), "chat template: line 1, column 11: 'missing' is undefined");
+  EXPECT_EQ(error_of([] { render("{{ missing.attr }}"); }),
+            "chat template: line 1, column 11: 'missing' is undefined");
   EXPECT_EQ(error_of([] { render("{% if true %}{{ 'x' | nope }}{% endif %}"); }),
             "chat template: line 1, column 23: no filter named 'nope'");
   EXPECT_EQ(error_of([] { render("{{ [].append(1) }}"); }),
@@ -178,8 +183,9 @@ TEST(ChatTemplateLimits, DeepRecursionAndHugeLoopsAreBounded) {
   ChatTemplateOptions opt;
   opt.limits.max_steps = 100000;
   err = error_of([&] {
-    ChatTemplate::parse("{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
-                        "{% endfor %}{% endfor %}{% endfor %}")
+    ChatTemplate::parse(
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
+        "{% endfor %}{% endfor %}{% endfor %}")
         .render(ojson::object(), opt);
   });
   EXPECT_NE(err.find("work limit"), std::string::npos) << err;
@@ -187,11 +193,13 @@ TEST(ChatTemplateLimits, DeepRecursionAndHugeLoopsAreBounded) {
   opt.limits.max_output_bytes = 1000;
   err = error_of([&] { ChatTemplate::parse("{{ 'x' * 100000000000 }}").render(ojson::object(), opt); });
   EXPECT_NE(err.find("size limit"), std::string::npos) << err;
-  err = error_of([&] { ChatTemplate::parse("{% for i in range(5000) %}ab{% endfor %}").render(ojson::object(), opt); });
+  err = error_of(
+      [&] { ChatTemplate::parse("{% for i in range(5000) %}ab{% endfor %}").render(ojson::object(), opt); });
   EXPECT_NE(err.find("size limit"), std::string::npos) << err;
   // Doubling a string in a namespace.
   err = error_of([&] {
-    ChatTemplate::parse("{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
+    ChatTemplate::parse(
+        "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
         .render(ojson::object(), opt);
   });
   EXPECT_NE(err.find("size limit"), std::string::npos) << err;
@@ -211,7 +219,8 @@ TEST(ChatTemplateLimits, DeepNestingIsASyntaxErrorNotACrash) {
   for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
   EXPECT_THROW(ChatTemplate::parse(blocks), tessera::Error);
   // Values nested deeper than the limit.
-  std::string deep = "{% set ns = namespace(v=1) %}{% for i in range(1000) %}{% set ns.v = [ns.v] %}{% endfor %}";
+  std::string deep =
+      "{% set ns = namespace(v=1) %}{% for i in range(1000) %}{% set ns.v = [ns.v] %}{% endfor %}";
   EXPECT_THROW(render(deep), tessera::Error);
 }
 

@@ -26,7 +26,7 @@ struct Program;
 struct ChatTemplateLimits {
   std::size_t max_output_bytes = std::size_t{64} << 20;  // rendered text, and any single string or list
   std::uint64_t max_steps = 10'000'000;  // evaluated nodes + loop iterations + (bytes scanned or built)/256
-  int max_depth = 400;                                   // nested evaluation incl. macro calls
+  int max_depth = 400;                   // nested evaluation incl. macro calls
 };
 
 struct ChatTemplateOptions {

@@ -57,16 +57,16 @@ struct Keyword {
 enum class ExprKind {
   Const,
   Name,
-  Getattr,   // a.name
-  Getitem,   // a[b]
-  Slice,     // only inside Getitem: a[start:stop:step]
-  Call,      // callee(args)
-  Filter,    // operand | name(args)
-  Test,      // operand is [not] name(args)
+  Getattr,  // a.name
+  Getitem,  // a[b]
+  Slice,    // only inside Getitem: a[start:stop:step]
+  Call,     // callee(args)
+  Filter,   // operand | name(args)
+  Test,     // operand is [not] name(args)
   Not,
   Neg,
   Pos,
-  Binary,    // + - * / // % ** ~
+  Binary,  // + - * / // % ** ~
   And,
   Or,
   Compare,   // operand (op other)+
@@ -83,8 +83,8 @@ struct Expr {
   std::string name;           // Name, Getattr attribute, Filter/Test name, Binary/Compare op
   std::vector<ExprPtr> kids;  // operands, call args, list items, dict keys/values interleaved
   std::vector<Keyword> keywords;
-  ExprPtr dyn_args;    // Call/Filter/Test: *args
-  ExprPtr dyn_kwargs;  // Call/Filter/Test: **kwargs
+  ExprPtr dyn_args;              // Call/Filter/Test: *args
+  ExprPtr dyn_kwargs;            // Call/Filter/Test: **kwargs
   std::vector<std::string> ops;  // Compare: one op per extra operand
   bool negated = false;          // Test: `is not`
   bool soft = false;             // Filter/Test: unknown names fail at run time only (inside if)
@@ -98,16 +98,16 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class StmtKind {
-  Text,        // literal text
-  Print,       // {{ expr }}
-  If,          // conditions[i] -> bodies[i]; else_body
-  For,         // target in iter [if filter] body [else]
-  Set,         // target = value
-  SetBlock,    // {% set target %}body{% endset %}, optional filters
-  Macro,       // {% macro name(params) %}
-  CallBlock,   // {% call(params) macro(args) %}
-  FilterBlock, // {% filter f %}body{% endfilter %}
-  With,        // {% with a = 1 %}body{% endwith %}
+  Text,         // literal text
+  Print,        // {{ expr }}
+  If,           // conditions[i] -> bodies[i]; else_body
+  For,          // target in iter [if filter] body [else]
+  Set,          // target = value
+  SetBlock,     // {% set target %}body{% endset %}, optional filters
+  Macro,        // {% macro name(params) %}
+  CallBlock,    // {% call(params) macro(args) %}
+  FilterBlock,  // {% filter f %}body{% endfilter %}
+  With,         // {% with a = 1 %}body{% endwith %}
   Break,
   Continue,
   Generation,  // {% generation %} (transformers' assistant-mask tag): renders its body
@@ -136,16 +136,16 @@ struct MacroDef {
 struct Stmt {
   StmtKind kind;
   SourcePos pos;
-  std::string text;                // Text
-  ExprPtr expr;                    // Print, For iterable, Set value, CallBlock call
-  ExprPtr filter;                  // For filter condition; SetBlock/FilterBlock filter chain
-  std::vector<ExprPtr> conditions; // If
-  std::vector<Body> bodies;        // If bodies; For/SetBlock/... body in bodies[0]
+  std::string text;                 // Text
+  ExprPtr expr;                     // Print, For iterable, Set value, CallBlock call
+  ExprPtr filter;                   // For filter condition; SetBlock/FilterBlock filter chain
+  std::vector<ExprPtr> conditions;  // If
+  std::vector<Body> bodies;         // If bodies; For/SetBlock/... body in bodies[0]
   Body else_body;
-  Target target;                   // For, Set, SetBlock
+  Target target;                     // For, Set, SetBlock
   std::vector<Target> with_targets;  // With
   std::vector<ExprPtr> with_values;
-  std::shared_ptr<MacroDef> macro;   // Macro, CallBlock (the caller)
+  std::shared_ptr<MacroDef> macro;  // Macro, CallBlock (the caller)
 };
 
 struct Program {

@@ -72,9 +72,15 @@ bool is_cased(char32_t c) {
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
-char32_t to_lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
-char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
-char32_t to_title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
+char32_t to_lower(char32_t c) {
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
+}
+char32_t to_upper(char32_t c) {
+  return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
+}
+char32_t to_title(char32_t c) {
+  return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c)));
+}
 
 std::string lower(const std::string& s) {
   std::u32string u = utf8_decode(s);
@@ -154,7 +160,8 @@ ValueList py_split(const std::string& s, const Value& sep, std::int64_t maxsplit
         std::size_t begin = 0;  // the remainder keeps its leading whitespace
         out.push_back(str_value(std::u32string_view(u).substr(begin, words[k - 1].second - begin)));
         for (std::size_t w = k; w < words.size(); ++w) {
-          out.push_back(str_value(std::u32string_view(u).substr(words[w].first, words[w].second - words[w].first)));
+          out.push_back(
+              str_value(std::u32string_view(u).substr(words[w].first, words[w].second - words[w].first)));
         }
       }
       return out;
@@ -265,8 +272,8 @@ bool affix_match(const std::string& s, const Value& affix, const Value& start, c
 
 // Line boundaries of str.splitlines().
 bool is_line_break(char32_t c) {
-  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
-         c == 0x2028 || c == 0x2029;
+  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
+         c == 0x85 || c == 0x2028 || c == 0x2029;
 }
 std::vector<std::u32string> splitlines(const std::u32string& u) {
   std::vector<std::u32string> lines;
@@ -307,14 +314,16 @@ std::string py_format(Interp& in, const std::string& fmt, Args& args) {
     std::size_t close = fmt.find('}', i);
     if (close == std::string::npos) raise("Single '{' encountered in format string");
     std::string field = fmt.substr(i + 1, close - i - 1);
-    if (field.find_first_of(":!.[") != std::string::npos) raise("format specs are not supported in str.format");
+    if (field.find_first_of(":!.[") != std::string::npos)
+      raise("format specs are not supported in str.format");
     Value v;
     if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
       std::size_t idx = field.empty() ? auto_index++ : std::stoul(field);
       if (idx >= args.positional.size()) raise("Replacement index " + std::to_string(idx) + " out of range");
       v = args.positional[idx];
     } else {
-      auto it = std::find_if(args.keyword.begin(), args.keyword.end(), [&](const auto& kv) { return kv.first == field; });
+      auto it = std::find_if(args.keyword.begin(), args.keyword.end(),
+                             [&](const auto& kv) { return kv.first == field; });
       if (it == args.keyword.end()) raise("KeyError: '" + field + "'");
       v = it->second;
     }
@@ -358,7 +367,8 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
       i = close + 1;
     }
     std::string flags;
-    while (i < fmt.size() && std::string("-+ #0").find(fmt[i]) != std::string::npos) flags.push_back(fmt[i++]);
+    while (i < fmt.size() && std::string("-+ #0").find(fmt[i]) != std::string::npos)
+      flags.push_back(fmt[i++]);
     std::string width;
     while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i]))) width.push_back(fmt[i++]);
     std::string precision;
@@ -366,7 +376,8 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
     if (i < fmt.size() && fmt[i] == '.') {
       has_precision = true;
       ++i;
-      while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i]))) precision.push_back(fmt[i++]);
+      while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])))
+        precision.push_back(fmt[i++]);
     }
     if (i >= fmt.size()) raise("incomplete format");
     char conv = fmt[i];
@@ -379,7 +390,8 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
       arg = positional[next++];
     }
     if (width.size() > 4 || precision.size() > 4) raise("format width or precision too large");
-    std::string spec = "%" + flags + width + (has_precision ? "." + (precision.empty() ? "0" : precision) : "");
+    std::string spec =
+        "%" + flags + width + (has_precision ? "." + (precision.empty() ? "0" : precision) : "");
     char buf[512];
     std::string piece;
     switch (conv) {
@@ -394,7 +406,9 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
         }
         std::size_t w = width.empty() ? 0 : std::stoul(width);
         std::size_t len = utf8_length(text);
-        if (len < w) text = flags.find('-') != std::string::npos ? text + std::string(w - len, ' ') : std::string(w - len, ' ') + text;
+        if (len < w)
+          text = flags.find('-') != std::string::npos ? text + std::string(w - len, ' ')
+                                                      : std::string(w - len, ' ') + text;
         piece = text;
         break;
       }
@@ -404,7 +418,8 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
       case 'x':
       case 'X':
       case 'o': {
-        if (!arg.is_number()) raise("%" + std::string(1, conv) + " format: a real number is required, not " + arg.type_name());
+        if (!arg.is_number())
+          raise("%" + std::string(1, conv) + " format: a real number is required, not " + arg.type_name());
         long long v = arg.kind() == Kind::Float ? static_cast<long long>(arg.as_float()) : arg.as_int();
         char c = conv == 'i' || conv == 'u' ? 'd' : conv;
         std::snprintf(buf, sizeof buf, (spec + "ll" + c).c_str(), v);
@@ -438,7 +453,8 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
     out += piece;
     in.check_size(out.size());
   }
-  if (!used_mapping && !mapping && next < positional.size()) raise("not all arguments converted during string formatting");
+  if (!used_mapping && !mapping && next < positional.size())
+    raise("not all arguments converted during string formatting");
   return out;
 }
 
@@ -449,17 +465,20 @@ struct BoundMethod : Callable {
   std::string name;
   BoundMethod(Value s, std::string n) : self(std::move(s)), name(std::move(n)) {}
   Value call(Interp& in, Args& args) override;
-  std::string repr() const override { return "<built-in method " + name + " of " + self.type_name() + " object>"; }
+  std::string repr() const override {
+    return "<built-in method " + name + " of " + self.type_name() + " object>";
+  }
   bool holds_mutable() const override { return self.holds_mutable(); }
 };
 
 const std::set<std::string>& str_methods() {
   static const std::set<std::string> names = {
-      "capitalize", "count",   "endswith", "find",    "format",     "index",     "isalnum",     "isalpha",
-      "isdigit",    "islower", "isspace",  "isupper", "join",       "lower",     "lstrip",      "replace",
-      "rfind",      "rindex",  "rsplit",   "rstrip",  "split",      "splitlines", "startswith", "strip",
-      "title",      "upper",   "zfill",    "removeprefix", "removesuffix", "casefold", "swapcase", "center",
-      "ljust",      "rjust",   "partition", "rpartition", "isnumeric", "isdecimal", "istitle"};
+      "capitalize",   "count",      "endswith",  "find",    "format",  "index",  "isalnum",
+      "isalpha",      "isdigit",    "islower",   "isspace", "isupper", "join",   "lower",
+      "lstrip",       "replace",    "rfind",     "rindex",  "rsplit",  "rstrip", "split",
+      "splitlines",   "startswith", "strip",     "title",   "upper",   "zfill",  "removeprefix",
+      "removesuffix", "casefold",   "swapcase",  "center",  "ljust",   "rjust",  "partition",
+      "rpartition",   "isnumeric",  "isdecimal", "istitle"};
   return names;
 }
 const std::set<std::string>& dict_methods() {
@@ -475,7 +494,8 @@ const std::set<std::string>& list_methods() {
   return names;
 }
 const std::set<std::string>& list_unsafe() {
-  static const std::set<std::string> names = {"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"};
+  static const std::set<std::string> names = {"append", "clear",  "extend",  "insert",
+                                              "pop",    "remove", "reverse", "sort"};
   return names;
 }
 
@@ -506,9 +526,16 @@ bool str_predicate(const std::string& s, const std::string& name) {
   if (name == "isalnum") return all([&](char32_t c) { return is_alpha(c) || is_numeric(c); });
   if (name == "isspace") return all(py_isspace);
   bool any_cased = std::any_of(u.begin(), u.end(), is_cased);
-  if (name == "islower") return any_cased && all([](char32_t c) { return !is_cased(c) || to_upper(c) != c || to_lower(c) == c; }) &&
-                                std::none_of(u.begin(), u.end(), [&](char32_t c) { return cat(c) == UTF8PROC_CATEGORY_LU || cat(c) == UTF8PROC_CATEGORY_LT; });
-  if (name == "isupper") return any_cased && std::none_of(u.begin(), u.end(), [&](char32_t c) { return cat(c) == UTF8PROC_CATEGORY_LL || cat(c) == UTF8PROC_CATEGORY_LT; });
+  if (name == "islower")
+    return any_cased &&
+           all([](char32_t c) { return !is_cased(c) || to_upper(c) != c || to_lower(c) == c; }) &&
+           std::none_of(u.begin(), u.end(), [&](char32_t c) {
+             return cat(c) == UTF8PROC_CATEGORY_LU || cat(c) == UTF8PROC_CATEGORY_LT;
+           });
+  if (name == "isupper")
+    return any_cased && std::none_of(u.begin(), u.end(), [&](char32_t c) {
+             return cat(c) == UTF8PROC_CATEGORY_LL || cat(c) == UTF8PROC_CATEGORY_LT;
+           });
   if (name == "istitle") return py_title(s) == s && any_cased;
   return false;
 }
@@ -542,7 +569,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Args
   if (name == "replace") {
     Bound b(args, {"old", "new", "count"}, fn);
     std::int64_t count = b.has(2) ? need_int(b.get(2), "count") : -1;
-    return Value::string(py_replace(in, s, need_str(b.get(0), "replace arg 1"), need_str(b.get(1), "replace arg 2"), count));
+    return Value::string(
+        py_replace(in, s, need_str(b.get(0), "replace arg 1"), need_str(b.get(1), "replace arg 2"), count));
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
     Bound b(args, {"sub", "start", "end"}, fn);
@@ -552,7 +580,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Args
     if (name == "count") {
       if (sub.empty()) return Value::integer(static_cast<std::int64_t>(utf8_length(view)) + 1);
       std::int64_t n = 0;
-      for (std::size_t p = view.find(sub); p != std::string_view::npos; p = view.find(sub, p + sub.size())) ++n;
+      for (std::size_t p = view.find(sub); p != std::string_view::npos; p = view.find(sub, p + sub.size()))
+        ++n;
       return Value::integer(n);
     }
     std::size_t hit = (name[0] == 'r') ? view.rfind(sub) : view.find(sub);
@@ -585,7 +614,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Args
     Bound b(args, {"affix"}, fn);
     const std::string& x = need_str(b.get(0), fn + " arg");
     if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value::string(s.substr(x.size()));
-    if (name == "removesuffix" && !x.empty() && s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0) {
+    if (name == "removesuffix" && !x.empty() && s.size() >= x.size() &&
+        s.compare(s.size() - x.size(), x.size(), x) == 0) {
       return Value::string(s.substr(0, s.size() - x.size()));
     }
     return Value::string(s);
@@ -599,7 +629,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Args
       return name == "partition" ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
                                  : Value::tuple({Value::string(""), Value::string(""), Value::string(s)});
     }
-    return Value::tuple({Value::string(s.substr(0, hit)), Value::string(sep), Value::string(s.substr(hit + sep.size()))});
+    return Value::tuple(
+        {Value::string(s.substr(0, hit)), Value::string(sep), Value::string(s.substr(hit + sep.size()))});
   }
   if (name == "zfill" || name == "center" || name == "ljust" || name == "rjust") {
     Bound b(args, {"width", "fillchar"}, fn);
@@ -654,7 +685,8 @@ Value list_method(const Value& self, const std::string& name, Args& args) {
   if (name == "copy") return no_args(args, fn), Value::list(items);
   Bound b(args, {"value"}, fn);
   if (name == "count") {
-    return Value::integer(std::count_if(items.begin(), items.end(), [&](const Value& v) { return py_equal(v, b.get(0)); }));
+    return Value::integer(
+        std::count_if(items.begin(), items.end(), [&](const Value& v) { return py_equal(v, b.get(0)); }));
   }
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (py_equal(items[i], b.get(0))) return Value::integer(static_cast<std::int64_t>(i));
@@ -702,14 +734,16 @@ struct Builtin : Callable {
 
 void check_ns_name(const std::string& name) {
   if (!name.empty() && name[0] == '_') {
-    raise("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + name + "'");
+    raise("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + name +
+          "'");
   }
 }
 
 // dict(*args, **kwargs) as Python builds it: a mapping or pairs, then keywords.
 std::shared_ptr<Dict> build_dict(Args& args, const std::string& fn) {
   auto d = std::make_shared<Dict>();
-  if (args.positional.size() > 1) raise(fn + " expected at most 1 argument, got " + std::to_string(args.positional.size()));
+  if (args.positional.size() > 1)
+    raise(fn + " expected at most 1 argument, got " + std::to_string(args.positional.size()));
   if (!args.positional.empty()) {
     const Value& src = args.positional[0];
     if (src.kind() == Kind::Dict) {
@@ -717,7 +751,9 @@ std::shared_ptr<Dict> build_dict(Args& args, const std::string& fn) {
     } else {
       for (const auto& pair : iterate(src)) {
         ValueList kv = iterate(pair);
-        if (kv.size() != 2) raise("dictionary update sequence element has length " + std::to_string(kv.size()) + "; 2 is required");
+        if (kv.size() != 2)
+          raise("dictionary update sequence element has length " + std::to_string(kv.size()) +
+                "; 2 is required");
         d->set(kv[0], kv[1]);
       }
     }
@@ -736,11 +772,13 @@ Value range_fn(Interp& in, Args& args) {
   std::int64_t step = a.size() == 3 ? a[2] : 1;
   if (step == 0) raise("range() arg 3 must not be zero");
   // Length computed in long double to avoid overflow; the sandbox caps ranges at 100000.
-  long double span = step > 0 ? (static_cast<long double>(stop) - start) : (static_cast<long double>(start) - stop);
+  long double span =
+      step > 0 ? (static_cast<long double>(stop) - start) : (static_cast<long double>(start) - stop);
   long double len = span <= 0 ? 0 : std::ceil(span / std::fabs(static_cast<long double>(step)));
   if (len > 100000) raise("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   ValueList out;
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(len); ++i) out.push_back(Value::integer(start + i * step));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(len); ++i)
+    out.push_back(Value::integer(start + i * step));
   in.step(out.size());
   return Value::list(std::move(out));
 }
@@ -889,7 +927,8 @@ std::optional<Value> parse_py_int(const std::string& text, int base) {
   errno = 0;
   char* end = nullptr;
   long long v = std::strtoll(digits.c_str(), &end, base);
-  if (end != digits.c_str() + digits.size() || errno == ERANGE || !std::isalnum(static_cast<unsigned char>(digits.back()))) {
+  if (end != digits.c_str() + digits.size() || errno == ERANGE ||
+      !std::isalnum(static_cast<unsigned char>(digits.back()))) {
     return std::nullopt;
   }
   return Value::integer(v);
@@ -981,7 +1020,10 @@ Value indent_filter(const Value& input, Args& args) {
   Bound b(args, {"width", "first", "blank"}, "indent");
   Value width = b.get(0, Value::integer(4));
   std::string indention =
-      width.is_string() ? width.as_str() : std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(need_int(width, "width"), 0, 1000)), ' ');
+      width.is_string()
+          ? width.as_str()
+          : std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(need_int(width, "width"), 0, 1000)),
+                        ' ');
   bool first = b.get(1, Value::boolean(false)).truthy();
   bool blank = b.get(2, Value::boolean(false)).truthy();
   std::u32string s = utf8_decode(soft_str(input) + "\n");
@@ -1008,12 +1050,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -1095,7 +1148,8 @@ Value dictsort_filter(const Value& input, Args& args) {
 Value sum_filter(Interp& in, const Value& input, Args& args) {
   Bound b(args, {"attribute", "start"}, "sum");
   Value total = b.get(1, Value::integer(0));
-  for (const auto& item : iterate(input)) total = binary_op(in, "+", total, attribute_or_item(in, item, b.get(0)));
+  for (const auto& item : iterate(input))
+    total = binary_op(in, "+", total, attribute_or_item(in, item, b.get(0)));
   return total;
 }
 
@@ -1127,11 +1181,15 @@ Value join_filter(Interp& in, const Value& input, Args& args) {
 Value first_last(const Value& input, bool first) {
   if (input.is_string()) {
     std::u32string u = utf8_decode(input.as_str());
-    if (u.empty()) return Value::undefined(first ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+    if (u.empty())
+      return Value::undefined(first ? "No first item, sequence was empty."
+                                    : "No last item, sequence was empty.");
     return str_value(std::u32string(1, first ? u.front() : u.back()));
   }
   ValueList items = iterate(input);
-  if (items.empty()) return Value::undefined(first ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+  if (items.empty())
+    return Value::undefined(first ? "No first item, sequence was empty."
+                                  : "No last item, sequence was empty.");
   return first ? items.front() : items.back();
 }
 
@@ -1249,7 +1307,8 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return in.getattr(v, need_str(b.get(0), "attribute name"));
     };
     t["format"] = [](Interp& in, const Value& v, Args& a) {
-      if (!a.positional.empty() && !a.keyword.empty()) raise("can't handle positional and keyword arguments at the same time");
+      if (!a.positional.empty() && !a.keyword.empty())
+        raise("can't handle positional and keyword arguments at the same time");
       if (!a.keyword.empty()) {
         auto d = std::make_shared<Dict>();
         for (auto& [k, val] : a.keyword) d->set(Value::string(k), val);
@@ -1300,15 +1359,17 @@ const std::unordered_map<std::string, TestFn>& tests() {
     t["number"] = unary([](const Value& v) { return v.is_number(); }, "number");
     t["string"] = unary([](const Value& v) { return v.is_string(); }, "string");
     t["mapping"] = unary([](const Value& v) { return v.kind() == Kind::Dict; }, "mapping");
-    t["sequence"] = unary(
-        [](const Value& v) { return v.is_string() || v.is_sequence() || v.kind() == Kind::Dict; }, "sequence");
+    t["sequence"] =
+        unary([](const Value& v) { return v.is_string() || v.is_sequence() || v.kind() == Kind::Dict; },
+              "sequence");
     t["iterable"] = unary(
         [](const Value& v) {
           return v.is_string() || v.is_sequence() || v.kind() == Kind::Dict || v.is_undefined();
         },
         "iterable");
     // Undefined defines __call__ (it raises), so Python's callable() says True.
-    t["callable"] = unary([](const Value& v) { return v.kind() == Kind::Callable || v.is_undefined(); }, "callable");
+    t["callable"] =
+        unary([](const Value& v) { return v.kind() == Kind::Callable || v.is_undefined(); }, "callable");
     t["lower"] = unary([](const Value& v) { return str_predicate(py_str(v), "islower"); }, "lower");
     t["upper"] = unary([](const Value& v) { return str_predicate(py_str(v), "isupper"); }, "upper");
     t["escaped"] = unary([](const Value&) { return false; }, "escaped");
@@ -1362,7 +1423,8 @@ const std::unordered_map<std::string, TestFn>& tests() {
           }
         },
         "sameas");
-    t["filter"] = unary([](const Value& v) { return v.is_string() && is_known_filter(v.as_str()); }, "filter");
+    t["filter"] =
+        unary([](const Value& v) { return v.is_string() && is_known_filter(v.as_str()); }, "filter");
     t["test"] = unary([](const Value& v) { return v.is_string() && is_known_test(v.as_str()); }, "test");
     return t;
   }();
@@ -1389,7 +1451,8 @@ bool call_test(Interp& in, const std::string& name, const Value& input, Args& ar
 std::optional<Value> method_value(const Value& obj, const std::string& name) {
   auto bound = [&] { return Value::callable(std::make_shared<BoundMethod>(obj, name)); };
   auto unsafe = [&] {
-    return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe.");
+    return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() +
+                            "' object is unsafe.");
   };
   switch (obj.kind()) {
     case Kind::String:
@@ -1476,7 +1539,10 @@ std::pair<double, double> float_divmod(double a, double b) {
 }
 
 Value repeat(Interp& in, const Value& seq, std::int64_t n) {
-  if (n <= 0) return seq.is_string() ? Value::string("") : seq.kind() == Kind::Tuple ? Value::tuple({}) : Value::list({});
+  if (n <= 0)
+    return seq.is_string()             ? Value::string("")
+           : seq.kind() == Kind::Tuple ? Value::tuple({})
+                                       : Value::list({});
   if (seq.is_string()) {
     const std::string& s = seq.as_str();
     in.check_size(s.size() * static_cast<std::size_t>(std::min<std::int64_t>(n, 1LL << 40)));
@@ -1523,7 +1589,8 @@ Value binary_op(Interp& in, const std::string& op, const Value& a, const Value& 
     in.step(out.size() / 256);
     return Value::string(std::move(out));
   }
-  bool ints = (a.kind() == Kind::Int || a.kind() == Kind::Bool) && (b.kind() == Kind::Int || b.kind() == Kind::Bool);
+  bool ints =
+      (a.kind() == Kind::Int || a.kind() == Kind::Bool) && (b.kind() == Kind::Int || b.kind() == Kind::Bool);
   bool nums = a.is_number() && b.is_number();
   std::int64_t r = 0;
   if (op == "+") {
@@ -1541,8 +1608,10 @@ Value binary_op(Interp& in, const std::string& op, const Value& a, const Value& 
       in.step(out.size() / 16);
       return a.kind() == Kind::Tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));
     }
-    if (a.is_string() && !b.is_undefined()) raise("can only concatenate str (not \"" + b.type_name() + "\") to str");
-    if (a.kind() == Kind::List && !b.is_undefined()) raise("can only concatenate list (not \"" + b.type_name() + "\") to list");
+    if (a.is_string() && !b.is_undefined())
+      raise("can only concatenate str (not \"" + b.type_name() + "\") to str");
+    if (a.kind() == Kind::List && !b.is_undefined())
+      raise("can only concatenate list (not \"" + b.type_name() + "\") to list");
     bad_operands(op, a, b);
   }
   if (op == "-") {

@@ -68,7 +68,8 @@ Seq slice_seq(const Seq& seq, const Value& start_v, const Value& stop_v, const V
   std::int64_t start = adjust(as_index(start_v), true);
   std::int64_t stop = adjust(as_index(stop_v), false);
   Seq out;
-  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(seq[static_cast<std::size_t>(i)]);
+  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+    out.push_back(seq[static_cast<std::size_t>(i)]);
   return out;
 }
 
@@ -86,8 +87,10 @@ Value loop_attr(const Value& loop_value, const std::string& name) {
   if (name == "length") return Value::integer(n);
   if (name == "depth") return Value::integer(l.depth0 + 1);
   if (name == "depth0") return Value::integer(l.depth0);
-  if (name == "previtem") return i > 0 ? items[static_cast<std::size_t>(i - 1)] : Value::undefined("there is no previous item");
-  if (name == "nextitem") return i + 1 < n ? items[static_cast<std::size_t>(i + 1)] : Value::undefined("there is no next item");
+  if (name == "previtem")
+    return i > 0 ? items[static_cast<std::size_t>(i - 1)] : Value::undefined("there is no previous item");
+  if (name == "nextitem")
+    return i + 1 < n ? items[static_cast<std::size_t>(i + 1)] : Value::undefined("there is no next item");
   if (auto m = method_value(loop_value, name)) return *m;
   return missing_attr(loop_value, name);
 }
@@ -241,8 +244,8 @@ bool Interp::apply_test(const std::string& name, const Value& input, Args& args)
   return call_test(*this, name, input, args);
 }
 
-Value Interp::call_macro(const std::shared_ptr<MacroDef>& macro, const std::weak_ptr<Scope>& weak_scope, Args& args,
-                         const Value& caller) {
+Value Interp::call_macro(const std::shared_ptr<MacroDef>& macro, const std::weak_ptr<Scope>& weak_scope,
+                         Args& args, const Value& caller) {
   DepthGuard guard(depth_, options_.limits.max_depth);
   ScopePtr defining = weak_scope.lock();
   if (!defining) raise("macro '" + macro->name + "' called after the block that defined it ended");
@@ -250,7 +253,8 @@ Value Interp::call_macro(const std::shared_ptr<MacroDef>& macro, const std::weak
   scope->parent = defining;
   const auto& params = macro->params;
   if (args.positional.size() > params.size()) {
-    raise("macro '" + macro->name + "' takes not more than " + std::to_string(params.size()) + " argument(s)");
+    raise("macro '" + macro->name + "' takes not more than " + std::to_string(params.size()) +
+          " argument(s)");
   }
   ValueList given(params.size());
   std::vector<bool> has(params.size(), false);
@@ -261,7 +265,8 @@ Value Interp::call_macro(const std::shared_ptr<MacroDef>& macro, const std::weak
   auto kwargs = std::make_shared<Dict>();
   Value caller_value = caller;
   for (auto& [key, v] : args.keyword) {
-    const std::string& k = key;  // named copy: lambdas cannot capture structured bindings before C++20 in clang
+    const std::string& k =
+        key;  // named copy: lambdas cannot capture structured bindings before C++20 in clang
     auto it = std::find_if(params.begin(), params.end(), [&k](const Param& p) { return p.name == k; });
     if (it == params.end()) {
       if (k == "caller") {
@@ -279,7 +284,8 @@ Value Interp::call_macro(const std::shared_ptr<MacroDef>& macro, const std::weak
   // Defaults are evaluated at call time in the macro's scope, left to right.
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!has[i] && params[i].default_value) given[i] = eval(*params[i].default_value, scope);
-    if (!has[i] && !params[i].default_value) given[i] = Value::undefined("parameter '" + params[i].name + "' was not provided");
+    if (!has[i] && !params[i].default_value)
+      given[i] = Value::undefined("parameter '" + params[i].name + "' was not provided");
     scope->vars[params[i].name] = given[i];
   }
   scope->vars["varargs"] = Value::list({});
@@ -376,7 +382,8 @@ Value Interp::eval_inner(const Expr& e, const ScopePtr& scope) {
       Value stop = part(1);
       Value stride = part(2);
       if (obj.is_undefined()) undefined_error(obj);
-      if (obj.is_string()) return Value::string(utf8_encode(slice_seq(utf8_decode(obj.as_str()), start, stop, stride)));
+      if (obj.is_string())
+        return Value::string(utf8_encode(slice_seq(utf8_decode(obj.as_str()), start, stop, stride)));
       if (obj.is_sequence()) {
         ValueList items = slice_seq(obj.as_list(), start, stop, stride);
         return obj.kind() == Kind::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
@@ -457,7 +464,8 @@ void Interp::assign(const Target& t, const Value& v, const ScopePtr& scope) {
     Value target = lookup(t.names[0], scope);
     if (target.kind() != Kind::Namespace) raise("Can not assign attribute on non-namespace object");
     if (t.attr[0] == '_') {
-      raise("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + t.attr + "'");
+      raise("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + t.attr +
+            "'");
     }
     // Keeps values acyclic: a namespace never (transitively) holds a namespace or loop.
     if (v.holds_mutable()) raise("storing a namespace or loop inside a namespace is not supported");
@@ -470,9 +478,10 @@ void Interp::assign(const Target& t, const Value& v, const ScopePtr& scope) {
   }
   ValueList items = iterate(v);
   if (items.size() != t.names.size()) {
-    raise(items.size() > t.names.size() ? "too many values to unpack (expected " + std::to_string(t.names.size()) + ")"
-                                        : "not enough values to unpack (expected " + std::to_string(t.names.size()) +
-                                              ", got " + std::to_string(items.size()) + ")");
+    raise(items.size() > t.names.size()
+              ? "too many values to unpack (expected " + std::to_string(t.names.size()) + ")"
+              : "not enough values to unpack (expected " + std::to_string(t.names.size()) + ", got " +
+                    std::to_string(items.size()) + ")");
   }
   for (std::size_t i = 0; i < items.size(); ++i) scope->vars[t.names[i]] = items[i];
 }
@@ -571,7 +580,8 @@ Interp::Flow Interp::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string
         const Expr& call_expr = *s.expr;
         Value callee = eval(*call_expr.kids[0], scope);
         Args args = eval_args(call_expr, 1, scope);
-        args.keyword.emplace_back("caller", Value::callable(std::make_shared<MacroFn>(s.macro, scope, Value())));
+        args.keyword.emplace_back("caller",
+                                  Value::callable(std::make_shared<MacroFn>(s.macro, scope, Value())));
         Value result = call(callee, args);
         append_output(out, py_str(result));
         return Flow::Normal;
@@ -630,7 +640,8 @@ Value from_json(const Json& j, int depth, const std::string& path) {
     case nlohmann::json::value_t::array: {
       ValueList items;
       std::size_t i = 0;
-      for (const auto& item : j) items.push_back(from_json(item, depth + 1, path + "[" + std::to_string(i++) + "]"));
+      for (const auto& item : j)
+        items.push_back(from_json(item, depth + 1, path + "[" + std::to_string(i++) + "]"));
       return Value::list(std::move(items));
     }
     case nlohmann::json::value_t::object: {
@@ -676,7 +687,9 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
   return t;
 }
 
-std::string ChatTemplate::render(const nlohmann::json& vars) const { return render(vars, ChatTemplateOptions{}); }
+std::string ChatTemplate::render(const nlohmann::json& vars) const {
+  return render(vars, ChatTemplateOptions{});
+}
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& vars) const {
   return render(vars, ChatTemplateOptions{});
@@ -687,7 +700,8 @@ std::string ChatTemplate::render(const nlohmann::json& vars, const ChatTemplateO
   return chat_template_detail::render_json(*program_, vars, options);
 }
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& vars, const ChatTemplateOptions& options) const {
+std::string ChatTemplate::render(const nlohmann::ordered_json& vars,
+                                 const ChatTemplateOptions& options) const {
   if (!program_) fail("chat template: render() called on a template that was not parsed");
   return chat_template_detail::render_json(*program_, vars, options);
 }

@@ -114,7 +114,8 @@ class Lexer {
     if (sign != '+' && !is_variable) {
       std::size_t nl = text.rfind('\n');
       std::size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-      if ((l_pos > 0 || line_starting_) && all_space(std::string_view(text).substr(l_pos))) text.resize(l_pos);
+      if ((l_pos > 0 || line_starting_) && all_space(std::string_view(text).substr(l_pos)))
+        text.resize(l_pos);
     }
     return text;
   }
@@ -122,8 +123,8 @@ class Lexer {
   void lex_root() {
     std::size_t start = pos_;
     std::size_t tag = src_.find('{', pos_);
-    while (tag != std::string::npos && tag + 1 < src_.size() && src_[tag + 1] != '{' && src_[tag + 1] != '%' &&
-           src_[tag + 1] != '#') {
+    while (tag != std::string::npos && tag + 1 < src_.size() && src_[tag + 1] != '{' &&
+           src_[tag + 1] != '%' && src_[tag + 1] != '#') {
       tag = src_.find('{', tag + 1);
     }
     if (tag == std::string::npos || tag + 1 >= src_.size()) {
@@ -214,7 +215,9 @@ class Lexer {
     push(is_variable ? Tok::VarBegin : Tok::BlockBegin, "", tag);
     balance_.clear();
     while (true) {
-      if (pos_ >= src_.size()) error(tag, is_variable ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'");
+      if (pos_ >= src_.size())
+        error(tag, is_variable ? "unexpected end of template, expected '}}'"
+                               : "unexpected end of template, expected '%}'");
       if (balance_.empty() && try_tag_end(is_variable)) return;
       std::size_t ws = skip_spaces(pos_);
       if (ws > pos_) {
@@ -333,10 +336,12 @@ class Lexer {
     } else {
       std::size_t p = digits_at;
       auto ok = [&](char ch) {
-        int d = std::isxdigit(static_cast<unsigned char>(ch)) ? std::stoi(std::string(1, ch), nullptr, 16) : 99;
+        int d =
+            std::isxdigit(static_cast<unsigned char>(ch)) ? std::stoi(std::string(1, ch), nullptr, 16) : 99;
         return d < base;
       };
-      while (p < src_.size() && (ok(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() && ok(src_[p + 1])))) ++p;
+      while (p < src_.size() && (ok(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() && ok(src_[p + 1]))))
+        ++p;
       if (p == digits_at) {  // "0x" without digits lexes as 0 followed by a name
         base = 10;
         digits_at = start;
@@ -387,25 +392,51 @@ class Lexer {
       }
       char e = raw[++i];
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'a': out.push_back('\a'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'v': out.push_back('\v'); break;
-        case 'x': case 'u': case 'U': {
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
+        case 'x':
+        case 'u':
+        case 'U': {
           std::size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           std::string hex = raw.substr(i + 1, n);
-          if (hex.size() != n || !std::all_of(hex.begin(), hex.end(), [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); })) {
+          if (hex.size() != n || !std::all_of(hex.begin(), hex.end(), [](char h) {
+                return std::isxdigit(static_cast<unsigned char>(h));
+              })) {
             error(at, "truncated \\" + std::string(1, e) + " escape");
           }
           auto cp = static_cast<char32_t>(std::stoul(hex, nullptr, 16));
-          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) error(at, "illegal Unicode character in escape");
+          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            error(at, "illegal Unicode character in escape");
           utf8_append(out, cp);
           i += n;
           break;
@@ -436,10 +467,12 @@ class Lexer {
     for (const char* op : kOps) {
       if (!starts_with(pos_, op)) continue;
       char c = op[0];
-      if (std::strlen(op) == 1 && std::strchr("([{", c)) balance_.push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
+      if (std::strlen(op) == 1 && std::strchr("([{", c))
+        balance_.push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
       if (std::strlen(op) == 1 && std::strchr(")]}", c)) {
         if (balance_.empty()) error(pos_, std::string("unexpected '") + c + "'");
-        if (balance_.back() != c) error(pos_, std::string("unexpected '") + c + "', expected '" + balance_.back() + "'");
+        if (balance_.back() != c)
+          error(pos_, std::string("unexpected '") + c + "', expected '" + balance_.back() + "'");
         balance_.pop_back();
       }
       push(Tok::Op, op, pos_);

@@ -569,7 +569,8 @@ class Parser {
     }
     e->kids.push_back(std::move(node));
     const Token& t = cur();
-    bool arg_start = t.type == Tok::Name || t.type == Tok::String || t.type == Tok::Int || t.type == Tok::Float ||
+    bool arg_start = t.type == Tok::Name || t.type == Tok::String || t.type == Tok::Int ||
+                     t.type == Tok::Float ||
                      (t.type == Tok::Op && (t.text == "(" || t.text == "[" || t.text == "{"));
     if (is_op("(")) {
       parse_call_args(*e);

@@ -43,9 +43,9 @@ bool utf8_valid(std::string_view s, std::size_t* bad_offset) {
     for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
     if (ok && n >= 3) {
       auto c1 = static_cast<unsigned char>(s[i + 1]);
-      if (c == 0xE0 && c1 < 0xA0) ok = false;  // overlong
+      if (c == 0xE0 && c1 < 0xA0) ok = false;   // overlong
       if (c == 0xED && c1 >= 0xA0) ok = false;  // surrogate
-      if (c == 0xF0 && c1 < 0x90) ok = false;  // overlong
+      if (c == 0xF0 && c1 < 0x90) ok = false;   // overlong
       if (c == 0xF4 && c1 >= 0x90) ok = false;  // > U+10FFFF
     }
     if (!ok) {
@@ -65,7 +65,8 @@ std::u32string utf8_decode(std::string_view s) {
     auto c = static_cast<unsigned char>(s[i]);
     int n = std::max(1, utf8_seq_len(c));
     char32_t cp = n == 1 ? c : (c & (0x7F >> n));
-    for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    for (int k = 1; k < n && i + k < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
     out.push_back(cp);
     i += static_cast<std::size_t>(n);
   }
@@ -106,8 +107,8 @@ std::size_t utf8_length(std::string_view s) {
 // Python's str.isspace() / the \s of its re module.
 bool py_isspace(char32_t c) {
   if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F);
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 // ---------------------------------------------------------------- Value
@@ -426,7 +427,8 @@ std::string py_float_repr(double d) {
     } else if (point >= n) {
       out += digits + std::string(static_cast<std::size_t>(point - n), '0') + ".0";
     } else {
-      out += digits.substr(0, static_cast<std::size_t>(point)) + "." + digits.substr(static_cast<std::size_t>(point));
+      out += digits.substr(0, static_cast<std::size_t>(point)) + "." +
+             digits.substr(static_cast<std::size_t>(point));
     }
     return out;
   }
@@ -562,7 +564,8 @@ void str_into(std::string& out, const Value& v) {
     }
     case Kind::Loop: {
       const auto& l = *v.as_loop();
-      out += "<LoopContext " + std::to_string(l.index0 + 1) + "/" + std::to_string(l.items->items.size()) + ">";
+      out +=
+          "<LoopContext " + std::to_string(l.index0 + 1) + "/" + std::to_string(l.items->items.size()) + ">";
       return;
     }
   }
