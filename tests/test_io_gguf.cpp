@@ -32,8 +32,9 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // A minimal llama GGUF: metadata, then the given tensor infos and zeroed data.
-Bytes llama_gguf(const std::vector<std::tuple<std::string, std::vector<uint64_t>, uint32_t, uint64_t>>& tensors,
-                 size_t data_bytes, const std::string& arch = "llama") {
+Bytes llama_gguf(
+    const std::vector<std::tuple<std::string, std::vector<uint64_t>, uint32_t, uint64_t>>& tensors,
+    size_t data_bytes, const std::string& arch = "llama") {
   GgufBuilder b;
   b.header(3, tensors.size(), 7)
       .kv_string("general.architecture", arch)
@@ -124,11 +125,12 @@ TEST(IoGgufLlama, QkRowsAreUnpermuted) {
   // Guard against the test above passing vacuously: the raw GGUF rows differ from HF's.
   auto g = GgufFile::open(fixture("tiny_llama.gguf"));
   auto src = open_gguf(fixture("tiny_llama.gguf"));
-  const auto raw = as_f32(g->load_tensor("blk.0.attn_k.weight", DType::F32));   // [32, 64], GGUF row order
+  const auto raw = as_f32(g->load_tensor("blk.0.attn_k.weight", DType::F32));  // [32, 64], GGUF row order
   const auto hf = as_f32(src->load("model.layers.0.self_attn.k_proj.weight", DType::F32));
   ASSERT_EQ(raw.size(), hf.size());
   EXPECT_GT(max_rel_diff(raw, hf), 1e-3);
-  // head_dim 16, 2 kv heads: HF row 1 (first half, i = 1) is GGUF row 2; HF row 8 (second half, i = 0) is GGUF row 1.
+  // head_dim 16, 2 kv heads: HF row 1 (first half, i = 1) is GGUF row 2; HF row 8 (second half, i = 0) is
+  // GGUF row 1.
   EXPECT_EQ(hf[1 * 64 + 3], raw[2 * 64 + 3]);
   EXPECT_EQ(hf[8 * 64 + 3], raw[1 * 64 + 3]);
 }
@@ -140,8 +142,10 @@ TEST(IoGgufLlama, ConfigLikeTransformers) {
   for (const auto& [k, v] : want.items()) {
     SCOPED_TRACE(k);
     ASSERT_TRUE(got.contains(k));
-    if (v.is_number_float()) EXPECT_NEAR(got[k].get<double>(), v.get<double>(), 1e-9 * std::abs(v.get<double>()));
-    else EXPECT_EQ(got[k], v);
+    if (v.is_number_float())
+      EXPECT_NEAR(got[k].get<double>(), v.get<double>(), 1e-9 * std::abs(v.get<double>()));
+    else
+      EXPECT_EQ(got[k], v);
   }
   EXPECT_EQ(got["architectures"][0], "LlamaForCausalLM");
   auto gen = nlohmann::json::parse(src->generation_config_json());
@@ -160,7 +164,8 @@ TEST(IoGgufLlama, LoadsAsBf16) {
 TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   TempDir d;
   write_file(d / "m.gguf", llama_gguf({}, 0, "falcon"));
-  expect_error([&] { open_gguf(d / "m.gguf"); }, {"m.gguf", "architecture 'falcon' is not supported (supported: llama)"});
+  expect_error([&] { open_gguf(d / "m.gguf"); },
+               {"m.gguf", "architecture 'falcon' is not supported (supported: llama)"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {
@@ -174,14 +179,17 @@ TEST(IoGgufLlama, MissingMetadataKey) {
 TEST(IoGgufLlama, DegenerateShapesDoNotCrash) {
   TempDir d;
   // An empty q projection and an embedding: loads as an empty tensor.
-  write_file(d / "z.gguf", llama_gguf({{"token_embd.weight", {64, 4}, 0, 0}, {"blk.0.attn_q.weight", {64, 0}, 0, 1024}},
-                                      1024));
+  write_file(
+      d / "z.gguf",
+      llama_gguf({{"token_embd.weight", {64, 4}, 0, 0}, {"blk.0.attn_q.weight", {64, 0}, 0, 1024}}, 1024));
   auto src = open_gguf(d / "z.gguf");
   EXPECT_EQ(src->load("model.layers.0.self_attn.q_proj.weight", DType::F32).numel(), 0);
   // q rows not divisible into 4 heads x 2 rotary halves.
-  write_file(d / "r.gguf", llama_gguf({{"token_embd.weight", {64, 4}, 0, 0}, {"blk.0.attn_q.weight", {64, 6}, 0, 1024}},
-                                      1024 + 64 * 6 * 4));
-  expect_error([&] { open_gguf(d / "r.gguf"); }, {"blk.0.attn_q.weight' has 6 rows, not a multiple of 2 x 4 heads"});
+  write_file(d / "r.gguf",
+             llama_gguf({{"token_embd.weight", {64, 4}, 0, 0}, {"blk.0.attn_q.weight", {64, 6}, 0, 1024}},
+                        1024 + 64 * 6 * 4));
+  expect_error([&] { open_gguf(d / "r.gguf"); },
+               {"blk.0.attn_q.weight' has 6 rows, not a multiple of 2 x 4 heads"});
 }
 
 TEST(IoGgufBad, BadMagicAndVersion) {
@@ -189,7 +197,8 @@ TEST(IoGgufBad, BadMagicAndVersion) {
   write_file(d / "a.gguf", std::string("GGUX") + std::string(20, '\0'));
   expect_error([&] { GgufFile::open(d / "a.gguf"); }, {"a.gguf", "bad magic"});
   write_file(d / "b.gguf", GgufBuilder().header(1, 0, 0).bytes());
-  expect_error([&] { GgufFile::open(d / "b.gguf"); }, {"b.gguf", "unsupported GGUF version 1 (supported: 2, 3)"});
+  expect_error([&] { GgufFile::open(d / "b.gguf"); },
+               {"b.gguf", "unsupported GGUF version 1 (supported: 2, 3)"});
   write_file(d / "c.gguf", GgufBuilder().header(0x03000000, 0, 0).bytes());
   expect_error([&] { GgufFile::open(d / "c.gguf"); }, {"big-endian"});
   auto v2 = GgufFile::parse(GgufBuilder().header(2, 0, 0).bytes().data(), 24, "v2");
@@ -202,8 +211,9 @@ TEST(IoGgufBad, Truncated) {
     SCOPED_TRACE(cut);
     expect_error([&] { GgufFile::parse(full.data(), cut, "cut.gguf"); }, {"cut.gguf"});
   }
-  expect_error([&] { GgufFile::parse(full.data(), full.size() - 1, "cut.gguf"); },
-               {"tensor 'token_embd.weight' (F32 [32, 64], 8192 bytes at data offset 0) extends past the end"});
+  expect_error(
+      [&] { GgufFile::parse(full.data(), full.size() - 1, "cut.gguf"); },
+      {"tensor 'token_embd.weight' (F32 [32, 64], 8192 bytes at data offset 0) extends past the end"});
 }
 
 TEST(IoGgufBad, HugeCountsAndLengths) {
@@ -212,11 +222,27 @@ TEST(IoGgufBad, HugeCountsAndLengths) {
   expect_error([&] { GgufFile::parse(GgufBuilder().header(3, 0, ~0ull).bytes().data(), 24, "h.gguf"); },
                {"metadata key/value count"});
   Bytes s = GgufBuilder().header(3, 0, 1).u64(~0ull).zeros(16).bytes();
-  expect_error([&] { GgufFile::parse(s.data(), s.size(), "h.gguf"); }, {"h.gguf", "truncated", "length 18446744073709551615"});
+  expect_error([&] { GgufFile::parse(s.data(), s.size(), "h.gguf"); },
+               {"h.gguf", "truncated", "length 18446744073709551615"});
   Bytes arr = GgufBuilder().header(3, 0, 1).str("k").u32(9).u32(4).u64(1ull << 62).zeros(16).bytes();
   expect_error([&] { GgufFile::parse(arr.data(), arr.size(), "h.gguf"); }, {"key 'k'", "element count"});
-  Bytes nested = GgufBuilder().header(3, 0, 1).str("k").u32(9).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(9)
-                     .u64(1).u32(9).u64(1).u32(4).u64(0).bytes();
+  Bytes nested = GgufBuilder()
+                     .header(3, 0, 1)
+                     .str("k")
+                     .u32(9)
+                     .u32(9)
+                     .u64(1)
+                     .u32(9)
+                     .u64(1)
+                     .u32(9)
+                     .u64(1)
+                     .u32(9)
+                     .u64(1)
+                     .u32(9)
+                     .u64(1)
+                     .u32(4)
+                     .u64(0)
+                     .bytes();
   expect_error([&] { GgufFile::parse(nested.data(), nested.size(), "h.gguf"); }, {"nested deeper"});
 }
 
@@ -233,7 +259,8 @@ TEST(IoGgufBad, TensorInfoProblems) {
   err(one({1ull << 40, 1ull << 40}, 0, 0), {"dimensions overflow"});
   err(one({}, 0, 0), {"0 dimensions"});
   err(one({1, 1, 1, 1, 1}, 0, 0), {"5 dimensions"});
-  Bytes dup = GgufBuilder().header(3, 2, 0).tensor("w", {4}, 0, 0).tensor("w", {4}, 0, 32).align().zeros(64).bytes();
+  Bytes dup =
+      GgufBuilder().header(3, 2, 0).tensor("w", {4}, 0, 0).tensor("w", {4}, 0, 32).align().zeros(64).bytes();
   err(dup, {"duplicate tensor 'w'"});
   Bytes ok = one({32, 2}, 2, 0);
   auto g = GgufFile::parse(ok.data(), ok.size(), "t.gguf");
@@ -243,7 +270,8 @@ TEST(IoGgufBad, TensorInfoProblems) {
 
 TEST(IoGgufBad, BadAlignment) {
   Bytes b = GgufBuilder().header(3, 0, 1).kv_u32("general.alignment", 48).bytes();
-  expect_error([&] { GgufFile::parse(b.data(), b.size(), "a.gguf"); }, {"general.alignment 48 is not a power of two"});
+  expect_error([&] { GgufFile::parse(b.data(), b.size(), "a.gguf"); },
+               {"general.alignment 48 is not a power of two"});
 }
 
 TEST(IoGgufBad, DuplicateKey) {

@@ -25,13 +25,17 @@ class EnvGuard {
       const char* old = std::getenv(name);
       saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
     }
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
   }
   ~EnvGuard() {
     for (const auto& [k, v] : saved_) {
-      if (v) ::setenv(k.c_str(), v->c_str(), 1);
-      else ::unsetenv(k.c_str());
+      if (v)
+        ::setenv(k.c_str(), v->c_str(), 1);
+      else
+        ::unsetenv(k.c_str());
     }
   }
 
@@ -90,7 +94,8 @@ TEST(IoHfCache, WithoutRefsUsesTheNewestSnapshot) {
   env.set("HF_HOME", d.path());  // -> $HF_HOME/hub
   const std::string old_snap = make_cached_repo(d / "hub", "org", "m", "1111", false);
   const std::string new_snap = make_cached_repo(d / "hub", "org", "m", "2222", false);
-  std::filesystem::last_write_time(old_snap, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  std::filesystem::last_write_time(old_snap,
+                                   std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
   EXPECT_EQ(resolve_model("org/m"), new_snap);
 }
 

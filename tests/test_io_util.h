@@ -42,7 +42,9 @@ inline void write_file(const std::string& path, const Bytes& b) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
-inline void write_file(const std::string& path, const std::string& s) { write_file(path, Bytes(s.begin(), s.end())); }
+inline void write_file(const std::string& path, const std::string& s) {
+  write_file(path, Bytes(s.begin(), s.end()));
+}
 
 inline std::string fixture(const std::string& name) {
   return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/io/" + name;
@@ -64,12 +66,14 @@ class SafetensorsBuilder {
  public:
   SafetensorsBuilder& add(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
                           const void* src, size_t nbytes) {
-    header_[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {data_.size(), data_.size() + nbytes}}};
+    header_[name] = {
+        {"dtype", dtype}, {"shape", shape}, {"data_offsets", {data_.size(), data_.size() + nbytes}}};
     const auto* p = static_cast<const uint8_t*>(src);
     data_.insert(data_.end(), p, p + nbytes);
     return *this;
   }
-  SafetensorsBuilder& add_f32(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+  SafetensorsBuilder& add_f32(const std::string& name, std::vector<int64_t> shape,
+                              const std::vector<float>& v) {
     return add(name, "F32", std::move(shape), v.data(), v.size() * 4);
   }
   SafetensorsBuilder& add_u16(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
@@ -153,7 +157,8 @@ std::string expect_error(Fn&& fn, std::initializer_list<std::string> needles) {
   } catch (const tessera::Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line error: " << msg;
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+    for (const auto& n : needles)
+      EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
     return msg;
   }
   ADD_FAILURE() << "expected a tessera::Error";

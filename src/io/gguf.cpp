@@ -22,13 +22,24 @@ static_assert(std::endian::native == std::endian::little, "the GGUF reader assum
 namespace {
 
 enum GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 const char* gguf_type_name(uint32_t t) {
-  static const char* kNames[] = {"uint8", "int8",  "uint16", "int16",  "uint32", "int32", "float32",
-                                 "bool",  "string", "array", "uint64", "int64",  "float64"};
+  static const char* kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                 "bool",  "string", "array",  "uint64", "int64",  "float64"};
   return t < 13 ? kNames[t] : "unknown";
 }
 
@@ -38,12 +49,26 @@ bool is_float_type(uint32_t t) { return t == kF32 || t == kF64; }
 // Smallest encoding of one value of type t (used to bound counts before allocating).
 uint64_t min_value_bytes(uint32_t t) {
   switch (t) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: case kString: return 8;
-    case kArray: return 12;  // element type + count
-    default: return 1;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+    case kString:
+      return 8;
+    case kArray:
+      return 12;  // element type + count
+    default:
+      return 1;
   }
 }
 
@@ -119,7 +144,8 @@ class Reader {
   // Throws unless `count` items of at least `each` bytes can fit in what remains.
   void check_count(uint64_t count, uint64_t each, const std::string& what) const {
     if (each != 0 && count > remaining() / each)
-      fail(name_, ": ", what, " count ", count, " cannot fit in the ", remaining(), " bytes left of the file");
+      fail(name_, ": ", what, " count ", count, " cannot fit in the ", remaining(),
+           " bytes left of the file");
   }
 
  private:
@@ -148,8 +174,10 @@ void read_array(Reader& r, GgufValue* v, const std::string& what, int depth) {
     GgufValue e;
     for (size_t i = 0; i < n; ++i) {
       read_value(r, v->elem_type, &e, what, depth + 1);
-      if (is_float_type(v->elem_type)) v->floats.push_back(e.f);
-      else v->ints.push_back(e.bits);
+      if (is_float_type(v->elem_type))
+        v->floats.push_back(e.f);
+      else
+        v->ints.push_back(e.bits);
     }
   }
 }
@@ -157,20 +185,47 @@ void read_array(Reader& r, GgufValue* v, const std::string& what, int depth) {
 void read_value(Reader& r, uint32_t type, GgufValue* v, const std::string& what, int depth) {
   v->type = type;
   switch (type) {
-    case kU8: v->bits = r.read<uint8_t>(what); break;
-    case kI8: v->bits = static_cast<uint64_t>(static_cast<int64_t>(r.read<int8_t>(what))); break;
-    case kU16: v->bits = r.read<uint16_t>(what); break;
-    case kI16: v->bits = static_cast<uint64_t>(static_cast<int64_t>(r.read<int16_t>(what))); break;
-    case kU32: v->bits = r.read<uint32_t>(what); break;
-    case kI32: v->bits = static_cast<uint64_t>(static_cast<int64_t>(r.read<int32_t>(what))); break;
-    case kU64: v->bits = r.read<uint64_t>(what); break;
-    case kI64: v->bits = static_cast<uint64_t>(r.read<int64_t>(what)); break;
-    case kF32: v->f = r.read<float>(what); break;
-    case kF64: v->f = r.read<double>(what); break;
-    case kBool: v->bits = r.read<uint8_t>(what) != 0; break;
-    case kString: v->s = r.str(what); break;
-    case kArray: read_array(r, v, what, depth); break;
-    default: fail(what, ": unknown value type ", type);
+    case kU8:
+      v->bits = r.read<uint8_t>(what);
+      break;
+    case kI8:
+      v->bits = static_cast<uint64_t>(static_cast<int64_t>(r.read<int8_t>(what)));
+      break;
+    case kU16:
+      v->bits = r.read<uint16_t>(what);
+      break;
+    case kI16:
+      v->bits = static_cast<uint64_t>(static_cast<int64_t>(r.read<int16_t>(what)));
+      break;
+    case kU32:
+      v->bits = r.read<uint32_t>(what);
+      break;
+    case kI32:
+      v->bits = static_cast<uint64_t>(static_cast<int64_t>(r.read<int32_t>(what)));
+      break;
+    case kU64:
+      v->bits = r.read<uint64_t>(what);
+      break;
+    case kI64:
+      v->bits = static_cast<uint64_t>(r.read<int64_t>(what));
+      break;
+    case kF32:
+      v->f = r.read<float>(what);
+      break;
+    case kF64:
+      v->f = r.read<double>(what);
+      break;
+    case kBool:
+      v->bits = r.read<uint8_t>(what) != 0;
+      break;
+    case kString:
+      v->s = r.str(what);
+      break;
+    case kArray:
+      read_array(r, v, what, depth);
+      break;
+    default:
+      fail(what, ": unknown value type ", type);
   }
 }
 
@@ -185,8 +240,8 @@ void read_header(Reader& r, GgufFile::Impl& g, uint64_t* n_tensors, uint64_t* n_
   }
   *n_tensors = r.read<uint64_t>("tensor count");
   *n_kv = r.read<uint64_t>("metadata count");
-  r.check_count(*n_kv, 13, "metadata key/value");      // key length + type + one byte
-  r.check_count(*n_tensors, 32, "tensor info");        // name length, n_dims, one dim, type, offset
+  r.check_count(*n_kv, 13, "metadata key/value");  // key length + type + one byte
+  r.check_count(*n_tensors, 32, "tensor info");    // name length, n_dims, one dim, type, offset
 }
 
 void read_metadata(Reader& r, GgufFile::Impl& g, uint64_t n_kv) {
@@ -211,7 +266,8 @@ GgufTensorInfo read_tensor_info(Reader& r, const GgufFile::Impl& g, uint64_t i) 
   t.name = r.str(g.path + ": tensor info #" + std::to_string(i) + " name");
   const std::string where = g.path + ": tensor '" + printable(t.name) + "'";
   const uint32_t n_dims = r.read<uint32_t>(where + " dimension count");
-  if (n_dims == 0 || n_dims > kMaxDims) fail(where, ": ", n_dims, " dimensions (expected 1 to ", kMaxDims, ")");
+  if (n_dims == 0 || n_dims > kMaxDims)
+    fail(where, ": ", n_dims, " dimensions (expected 1 to ", kMaxDims, ")");
   uint64_t ne[kMaxDims];
   uint64_t numel = 1;
   for (uint32_t d = 0; d < n_dims; ++d) {
@@ -225,7 +281,8 @@ GgufTensorInfo read_tensor_info(Reader& r, const GgufFile::Impl& g, uint64_t i) 
   if (!info) fail(where, ": unknown GGML type id ", t.ggml_type);
   t.type_name = info->name;
   if (ne[0] % info->block_size != 0)
-    fail(where, ": row length ", ne[0], " is not a multiple of the ", info->name, " block size ", info->block_size);
+    fail(where, ": row length ", ne[0], " is not a multiple of the ", info->name, " block size ",
+         info->block_size);
   if (!mul_ok(numel / info->block_size, info->type_size, &t.nbytes)) fail(where, ": size overflows");
   t.offset = r.read<uint64_t>(where + " offset");
   if (t.offset % g.alignment != 0)
@@ -242,9 +299,9 @@ void place_tensors(GgufFile::Impl& g, size_t header_end) {
   for (auto& t : g.tensors) {
     uint64_t end;
     if (!add_ok(t.offset, t.nbytes, &end) || end > avail)
-      fail(g.path, ": tensor '", printable(t.name), "' (", t.type_name, " ", shape_str(t.shape), ", ", t.nbytes,
-           " bytes at data offset ", t.offset, ") extends past the end of the file (data section is ", avail,
-           " bytes)");
+      fail(g.path, ": tensor '", printable(t.name), "' (", t.type_name, " ", shape_str(t.shape), ", ",
+           t.nbytes, " bytes at data offset ", t.offset,
+           ") extends past the end of the file (data section is ", avail, " bytes)");
     t.offset += g.data_start;
   }
 }
@@ -385,7 +442,8 @@ std::optional<std::vector<double>> GgufFile::get_float_array(const std::string& 
   std::vector<double> out(v->ints.size());
   const bool is_unsigned = v->elem_type == kU64;
   for (size_t i = 0; i < out.size(); ++i)
-    out[i] = is_unsigned ? static_cast<double>(v->ints[i]) : static_cast<double>(static_cast<int64_t>(v->ints[i]));
+    out[i] =
+        is_unsigned ? static_cast<double>(v->ints[i]) : static_cast<double>(static_cast<int64_t>(v->ints[i]));
   return out;
 }
 

@@ -13,12 +13,12 @@
 namespace tessera::io {
 
 struct GgufTensorInfo {
-  std::string name;      // GGUF name, e.g. "blk.0.attn_q.weight"
-  Shape shape;           // row-major, outermost first (GGUF stores innermost first; this is reversed)
-  uint32_t ggml_type;    // GGML type id (0 = F32, 1 = F16, 2 = Q4_0, 3 = Q4_1, 8 = Q8_0, 30 = BF16, ...)
-  std::string type_name; // "F32", "F16", "Q4_0", ...
-  uint64_t offset;       // absolute byte offset of the data in the file
-  uint64_t nbytes;       // size of the data in bytes
+  std::string name;       // GGUF name, e.g. "blk.0.attn_q.weight"
+  Shape shape;            // row-major, outermost first (GGUF stores innermost first; this is reversed)
+  uint32_t ggml_type;     // GGML type id (0 = F32, 1 = F16, 2 = Q4_0, 3 = Q4_1, 8 = Q8_0, 30 = BF16, ...)
+  std::string type_name;  // "F32", "F16", "Q4_0", ...
+  uint64_t offset;        // absolute byte offset of the data in the file
+  uint64_t nbytes;        // size of the data in bytes
 };
 
 class GgufFile {
@@ -32,7 +32,7 @@ class GgufFile {
   bool has(const std::string& key) const;
   // Typed getters: std::nullopt when the key is absent; throw Error when present with another type.
   std::optional<std::string> get_string(const std::string& key) const;
-  std::optional<int64_t> get_int(const std::string& key) const;  // any integer type
+  std::optional<int64_t> get_int(const std::string& key) const;   // any integer type
   std::optional<double> get_float(const std::string& key) const;  // f32/f64 (and integers)
   std::optional<bool> get_bool(const std::string& key) const;
   // Arrays: empty optional when absent; throw Error on a type mismatch.

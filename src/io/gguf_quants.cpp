@@ -12,22 +12,32 @@ namespace tessera::io {
 namespace {
 
 enum : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
-  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
 };
 
 constexpr GgmlTypeInfo kTypes[] = {
-    {0, "F32", 1, 4, true},        {1, "F16", 1, 2, true},         {2, "Q4_0", 32, 18, true},
-    {3, "Q4_1", 32, 20, true},     {6, "Q5_0", 32, 22, true},      {7, "Q5_1", 32, 24, true},
-    {8, "Q8_0", 32, 34, true},     {9, "Q8_1", 32, 40, false},     {10, "Q2_K", 256, 84, false},
-    {11, "Q3_K", 256, 110, false}, {12, "Q4_K", 256, 144, true},   {13, "Q5_K", 256, 176, true},
-    {14, "Q6_K", 256, 210, true},  {15, "Q8_K", 256, 292, false},  {16, "IQ2_XXS", 256, 66, false},
-    {17, "IQ2_XS", 256, 74, false}, {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
-    {20, "IQ4_NL", 32, 18, false}, {21, "IQ3_S", 256, 110, false}, {22, "IQ2_S", 256, 82, false},
-    {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false},      {25, "I16", 1, 2, false},
-    {26, "I32", 1, 4, false},      {27, "I64", 1, 8, false},       {28, "F64", 1, 8, false},
-    {29, "IQ1_M", 256, 56, false}, {30, "BF16", 1, 2, true},       {34, "TQ1_0", 256, 54, false},
-    {35, "TQ2_0", 256, 66, false}, {39, "MXFP4", 32, 17, false},     {40, "NVFP4", 64, 36, false},   {41, "Q1_0", 128, 18, false},
+    {0, "F32", 1, 4, true},          {1, "F16", 1, 2, true},          {2, "Q4_0", 32, 18, true},
+    {3, "Q4_1", 32, 20, true},       {6, "Q5_0", 32, 22, true},       {7, "Q5_1", 32, 24, true},
+    {8, "Q8_0", 32, 34, true},       {9, "Q8_1", 32, 40, false},      {10, "Q2_K", 256, 84, false},
+    {11, "Q3_K", 256, 110, false},   {12, "Q4_K", 256, 144, true},    {13, "Q5_K", 256, 176, true},
+    {14, "Q6_K", 256, 210, true},    {15, "Q8_K", 256, 292, false},   {16, "IQ2_XXS", 256, 66, false},
+    {17, "IQ2_XS", 256, 74, false},  {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
+    {20, "IQ4_NL", 32, 18, false},   {21, "IQ3_S", 256, 110, false},  {22, "IQ2_S", 256, 82, false},
+    {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
+    {26, "I32", 1, 4, false},        {27, "I64", 1, 8, false},        {28, "F64", 1, 8, false},
+    {29, "IQ1_M", 256, 56, false},   {30, "BF16", 1, 2, true},        {34, "TQ1_0", 256, 54, false},
+    {35, "TQ2_0", 256, 66, false},   {39, "MXFP4", 32, 17, false},    {40, "NVFP4", 64, 36, false},
+    {41, "Q1_0", 128, 18, false},
 };
 
 inline float half_at(const uint8_t* p) {
@@ -129,7 +139,8 @@ void deq_q5_k(const uint8_t* b, float* y) {
     scale_min_k4(is + 1, scales, &sc, &m);
     const float d2 = d * sc, m2 = dmin * m;
     for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
-    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    for (int l = 0; l < 32; ++l)
+      y[l + 32] = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
     u1 = static_cast<uint8_t>(u1 << 2);
     u2 = static_cast<uint8_t>(u2 << 2);
   }
@@ -169,11 +180,15 @@ const GgmlTypeInfo* ggml_type_info(uint32_t id) {
   return nullptr;
 }
 
-const char* ggml_supported_types() { return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"; }
+const char* ggml_supported_types() {
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K";
+}
 
 void dequantize_blocks(uint32_t id, const uint8_t* src, float* dst, size_t n) {
   switch (id) {
-    case kF32: std::memcpy(dst, src, n * 4); return;
+    case kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case kF16:
       for (size_t i = 0; i < n; ++i) dst[i] = half_at(src + 2 * i);
       return;
@@ -184,15 +199,24 @@ void dequantize_blocks(uint32_t id, const uint8_t* src, float* dst, size_t n) {
         dst[i] = bf16_to_f32(h);
       }
       return;
-    case kQ4_0: return each_block<deq_q4_0>(src, dst, n, 18, 32);
-    case kQ4_1: return each_block<deq_q4_1>(src, dst, n, 20, 32);
-    case kQ5_0: return each_block<deq_q5_0>(src, dst, n, 22, 32);
-    case kQ5_1: return each_block<deq_q5_1>(src, dst, n, 24, 32);
-    case kQ8_0: return each_block<deq_q8_0>(src, dst, n, 34, 32);
-    case kQ4_K: return each_block<deq_q4_k>(src, dst, n, 144, 256);
-    case kQ5_K: return each_block<deq_q5_k>(src, dst, n, 176, 256);
-    case kQ6_K: return each_block<deq_q6_k>(src, dst, n, 210, 256);
-    default: TS_ASSERT(false, "dequantize_blocks: unsupported GGML type ", id);
+    case kQ4_0:
+      return each_block<deq_q4_0>(src, dst, n, 18, 32);
+    case kQ4_1:
+      return each_block<deq_q4_1>(src, dst, n, 20, 32);
+    case kQ5_0:
+      return each_block<deq_q5_0>(src, dst, n, 22, 32);
+    case kQ5_1:
+      return each_block<deq_q5_1>(src, dst, n, 24, 32);
+    case kQ8_0:
+      return each_block<deq_q8_0>(src, dst, n, 34, 32);
+    case kQ4_K:
+      return each_block<deq_q4_k>(src, dst, n, 144, 256);
+    case kQ5_K:
+      return each_block<deq_q5_k>(src, dst, n, 176, 256);
+    case kQ6_K:
+      return each_block<deq_q6_k>(src, dst, n, 210, 256);
+    default:
+      TS_ASSERT(false, "dequantize_blocks: unsupported GGML type ", id);
   }
 }
 

@@ -39,11 +39,11 @@ std::string hf_name_for(const std::string& g) {
   const std::string layer = base.substr(4, d2 - 4);
   if (!std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; })) return "";
   static const std::pair<const char*, const char*> kParts[] = {
-      {"attn_norm", "input_layernorm"},     {"attn_q", "self_attn.q_proj"},
-      {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
-      {"attn_output", "self_attn.o_proj"},  {"attn_q_norm", "self_attn.q_norm"},
-      {"attn_k_norm", "self_attn.k_norm"},  {"ffn_norm", "post_attention_layernorm"},
-      {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
+      {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
+      {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
+      {"attn_output", "self_attn.o_proj"}, {"attn_q_norm", "self_attn.q_norm"},
+      {"attn_k_norm", "self_attn.k_norm"}, {"ffn_norm", "post_attention_layernorm"},
+      {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},
   };
   const std::string part = base.substr(d2 + 1);
@@ -79,7 +79,8 @@ class GgufSource : public WeightSource {
     const auto arch = g_->get_string("general.architecture");
     if (!arch) fail(path, ": GGUF metadata has no general.architecture");
     if (*arch != "llama")
-      fail(path, ": GGUF architecture '", printable(*arch), "' is not supported (supported: ", kSupportedArchs, ")");
+      fail(path, ": GGUF architecture '", printable(*arch),
+           "' is not supported (supported: ", kSupportedArchs, ")");
     n_head_ = require_int("llama.attention.head_count");
     n_head_kv_ = g_->get_int("llama.attention.head_count_kv").value_or(n_head_);
     if (n_head_ <= 0 || n_head_kv_ <= 0 || n_head_ > (1 << 20) || n_head_ % n_head_kv_ != 0)
@@ -155,7 +156,8 @@ class GgufSource : public WeightSource {
     c["rope_theta"] = g_->get_float("llama.rope.freq_base").value_or(10000.0);
     add_rope_scaling(c);
     c["max_position_embeddings"] = require_int("llama.context_length");
-    const auto n_tokens = g_->has("tokenizer.ggml.tokens") ? g_->array_size("tokenizer.ggml.tokens") : std::nullopt;
+    const auto n_tokens =
+        g_->has("tokenizer.ggml.tokens") ? g_->array_size("tokenizer.ggml.tokens") : std::nullopt;
     c["vocab_size"] = n_tokens ? static_cast<int64_t>(*n_tokens) : embd->shape[0];
     c["tie_word_embeddings"] = g_->find_tensor("output.weight") == nullptr;
     c["attention_bias"] = g_->find_tensor("blk.0.attn_q.bias") != nullptr;
@@ -168,7 +170,9 @@ class GgufSource : public WeightSource {
         gen[hf_key] = *id;
       }
     }
-    c["torch_dtype"] = embd->type_name == "F16" ? "float16" : embd->type_name == "BF16" ? "bfloat16" : "float32";
+    c["torch_dtype"] = embd->type_name == "F16"    ? "float16"
+                       : embd->type_name == "BF16" ? "bfloat16"
+                                                   : "float32";
     config_ = c.dump();
     if (!gen.empty()) generation_config_ = gen.dump();
   }
@@ -180,7 +184,8 @@ class GgufSource : public WeightSource {
     if (!type || *type == "none") return;
     const auto factor = g_->get_float("llama.rope.scaling.factor");
     if (*type != "linear" || !factor)
-      fail(origin_, ": rope scaling '", printable(*type), "' in GGUF metadata is not supported (supported: linear)");
+      fail(origin_, ": rope scaling '", printable(*type),
+           "' in GGUF metadata is not supported (supported: linear)");
     c["rope_scaling"] = {{"type", "linear"}, {"factor", *factor}};
   }
 

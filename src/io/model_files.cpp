@@ -28,11 +28,13 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
 std::vector<std::string> site_patterns() {
   std::vector<std::string> p;
   p.push_back(std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages");
-  if (const char* v = std::getenv("VIRTUAL_ENV"); v && *v) p.push_back(std::string(v) + "/lib/python3*/site-packages");
+  if (const char* v = std::getenv("VIRTUAL_ENV"); v && *v)
+    p.push_back(std::string(v) + "/lib/python3*/site-packages");
   p.push_back("/usr/local/lib/python3*/site-packages");
   p.push_back("/usr/local/lib/python3*/dist-packages");
   p.push_back("/usr/lib/python3/dist-packages");
-  if (const char* h = std::getenv("HOME"); h && *h) p.push_back(std::string(h) + "/.local/lib/python3*/site-packages");
+  if (const char* h = std::getenv("HOME"); h && *h)
+    p.push_back(std::string(h) + "/.local/lib/python3*/site-packages");
   return p;
 }
 
@@ -50,7 +52,8 @@ std::vector<std::string> default_model_search_dirs() {
 
 std::string find_default_model() {
   if (const char* env = std::getenv("TESSERA_DEFAULT_MODEL"); env && *env) {
-    if (!is_regular_file(env) && !is_directory(env)) fail("TESSERA_DEFAULT_MODEL=", env, ": no such file or directory");
+    if (!is_regular_file(env) && !is_directory(env))
+      fail("TESSERA_DEFAULT_MODEL=", env, ": no such file or directory");
     return env;
   }
   std::string looked;

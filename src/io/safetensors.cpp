@@ -75,9 +75,8 @@ void check_overlaps(const SafetensorsHeader& h, const std::string& file) {
   std::vector<const SafetensorsEntry*> by_begin;
   for (const auto& e : h.tensors)
     if (e.end > e.begin) by_begin.push_back(&e);
-  std::sort(by_begin.begin(), by_begin.end(), [](auto* a, auto* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->name < b->name;
-  });
+  std::sort(by_begin.begin(), by_begin.end(),
+            [](auto* a, auto* b) { return a->begin != b->begin ? a->begin < b->begin : a->name < b->name; });
   const SafetensorsEntry* reach = nullptr;  // the entry reaching furthest so far
   for (const auto* e : by_begin) {
     if (reach && e->begin < reach->end)
@@ -91,9 +90,8 @@ void check_overlaps(const SafetensorsHeader& h, const std::string& file) {
 
 size_t safetensors_dtype_size(const std::string& dt) {
   static const std::map<std::string, size_t> kSizes = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},     {"I32", 4},     {"I16", 2},
-      {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2},  {"U8", 1},      {"BOOL", 1},    {"F8_E4M3", 1},
-      {"F8_E5M2", 1}};
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},  {"I32", 4},     {"I16", 2},    {"I8", 1},
+      {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1},   {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   auto it = kSizes.find(dt);
   return it == kSizes.end() ? 0 : it->second;
 }
@@ -144,17 +142,22 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 namespace {
 
 bool stored_float_dtype(const std::string& s, DType* out) {
-  if (s == "F32") *out = DType::F32;
-  else if (s == "BF16") *out = DType::BF16;
-  else if (s == "F16") *out = DType::F16;
-  else return false;
+  if (s == "F32")
+    *out = DType::F32;
+  else if (s == "BF16")
+    *out = DType::BF16;
+  else if (s == "F16")
+    *out = DType::F16;
+  else
+    return false;
   return true;
 }
 
 }  // namespace
 
-Tensor load_safetensors_tensor(const uint8_t* data, const SafetensorsHeader& header, const SafetensorsEntry& e,
-                               DType dtype, const std::shared_ptr<void>& owner, const std::string& file) {
+Tensor load_safetensors_tensor(const uint8_t* data, const SafetensorsHeader& header,
+                               const SafetensorsEntry& e, DType dtype, const std::shared_ptr<void>& owner,
+                               const std::string& file) {
   const std::string where = file + ": tensor '" + printable(e.name) + "'";
   require_float_dtype(dtype, where);
   DType stored;

@@ -100,7 +100,9 @@ class SafetensorsDirSource : public WeightSource {
         f = SafetensorsFile::open(path);
       }
       const SafetensorsEntry* e = f->header().find(name);
-      if (!e) fail(f->path(), ": tensor '", printable(name), "' is listed in ", index_path, " but not in this shard");
+      if (!e)
+        fail(f->path(), ": tensor '", printable(name), "' is listed in ", index_path,
+             " but not in this shard");
       add_tensor(f, *e);
     }
   }
