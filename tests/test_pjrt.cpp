@@ -237,6 +237,32 @@ TEST_P(PjrtForward, Float32LogitsMatchTransformers) {
   }
 }
 
+// bf16/f16 weights: both backends round only the weights and compute in f32, so they agree to f32 noise.
+TEST(PjrtForwardHalf, HalfPrecisionWeightsMatchNative) {
+  REQUIRE_XLA_CPU();
+  for (auto [name, dt] : {std::pair{"qwen3_untied", DType::BF16}, std::pair{"llama_gqa", DType::F16}}) {
+    TinyModel m(name, dt);
+    auto ids = to32(golden::load_model_golden(name)["forward"][1]["input_ids"]);
+    const int n = static_cast<int>(ids.size());
+    const ShapeKey key{.phase = Phase::Prefill, .batch = 1, .seq = n, .cache_len = n, .dtype = dt, .all_logits = true};
+    StepInputs in{ids, {}, {}, {0}};
+    for (int i = 0; i < n; ++i) {
+      in.positions.push_back(i);
+      in.slots.push_back(i);
+    }
+    std::vector<float> native, xla;
+    auto cpu = backends::make_cpu_backend();
+    cpu->bind_weights(m.weights);
+    cpu->compile(m.graph(key))->run(in, *m.cache(*cpu, 1, n), native);
+    auto be = backends::make_pjrt_backend("xla-cpu");
+    be->bind_weights(m.weights);
+    be->compile(m.graph(key))->run(in, *m.cache(*be, 1, n), xla);
+    auto d = golden::max_abs_diff(xla, native);
+    std::printf("[ pjrt ] %s %s weights: max |xla-cpu - native| = %.3g\n", name, dtype_name(dt), d.max_abs);
+    EXPECT_LE(d.max_abs, 1e-4) << name << " " << dtype_name(dt);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, PjrtForward,
                          ::testing::Values("qwen3_tied", "qwen3_untied", "llama_gqa", "llama_bias"));
 
@@ -261,12 +287,21 @@ TEST(PjrtDecode, GreedyEqualsNativeAndTransformersFor32Steps) {
   std::vector<backends::TransferStats> per_step;
   std::vector<uintptr_t> addresses_before;
   bool in_place = true;
+  std::vector<std::chrono::steady_clock::time_point> times;
+  const int compiles_before = be.compile_timing().compiles;
+  const double compile_s_before = be.compile_timing().compile_seconds;
   auto pjrt_tokens = greedy(be, m, {prompt}, mask, n_new, [&](int step, backends::DeviceCache& cache) {
+    times.push_back(std::chrono::steady_clock::now());
     auto now = be.cache_addresses(cache);
     if (step > 0 && now != addresses_before) in_place = false;
     addresses_before = now;
     per_step.push_back(be.transfer_stats());
   });
+  EXPECT_EQ(be.compile_timing().compiles - compiles_before, 2) << "one prefill and one decode compile";
+  std::printf("[ pjrt ] %s greedy: 2 compiles in %.2f s; decode step %.3f ms (incl. test bookkeeping)\n",
+              name.c_str(), be.compile_timing().compile_seconds - compile_s_before,
+              1e3 * std::chrono::duration<double>(times.back() - times.front()).count() /
+                  static_cast<double>(times.size() - 1));
 
   std::vector<int32_t> expected(j["output_ids"].begin() + static_cast<long>(prompt.size()), j["output_ids"].end());
   EXPECT_EQ(pjrt_tokens[0], native[0]) << "xla-cpu and native greedy tokens differ";

@@ -305,20 +305,31 @@ class Lowering {
     const Val& x = val(n.inputs[0]);
     const int64_t rows = x.shape[0], heads = n.heads, hd = n.head_dim, rot = n.rot_dim, half = rot / 2;
     if (half == 0) return x;
-    const auto& table = g_.rope_tables.at(static_cast<size_t>(n.rope_table));
-    TS_ASSERT(static_cast<int64_t>(table.size()) >= half, n.name, ": rope table of ", table.size());
-    Val inv = b_.vector_f32(std::vector<float>(table.begin(), table.begin() + half));  // [half]
-    Val pos = b_.convert(val(n.inputs[1]), "f32");                                     // [R]
-    const Shape rh{rows, half}, rhh{rows, heads, half}, x3s{rows, heads, hd};
-    Val angle = b_.mul(b_.broadcast(pos, {0}, rh), b_.broadcast(inv, {1}, rh));  // [R, half]
-    Val c = b_.broadcast(b_.unary("cosine", angle), {0, 2}, rhh);                 // [R, H, half]
-    Val s = b_.broadcast(b_.unary("sine", angle), {0, 2}, rhh);
+    const Shape rhh{rows, heads, half}, x3s{rows, heads, hd};
+    const auto& [cos_v, sin_v] = rope_angles(n.inputs[1], n.rope_table, half);
+    Val c = b_.broadcast(cos_v, {0, 2}, rhh);  // [R, H, half]
+    Val s = b_.broadcast(sin_v, {0, 2}, rhh);
     Val x3 = b_.reshape(x, x3s);                                                  // [R, H, hd]
     Val x1 = b_.slice(x3, {0, 0, 0}, {rows, heads, half});
     Val x2 = b_.slice(x3, {0, 0, half}, {rows, heads, rot});
     std::vector<Val> parts = {b_.sub(b_.mul(x1, c), b_.mul(x2, s)), b_.add(b_.mul(x2, c), b_.mul(x1, s))};
     if (rot < hd) parts.push_back(b_.slice(x3, {0, 0, rot}, {rows, heads, hd}));  // partial rotary: rest as is
     return b_.reshape(b_.concatenate(parts, 2), x.shape);
+  }
+
+  // cos and sin [R, half] of f32(pos) * inv_freq[i], computed once per (positions, rope table) and shared by
+  // q, k and every layer.
+  const std::pair<Val, Val>& rope_angles(int positions, int table_index, int64_t half) {
+    const auto key = std::make_pair(positions, table_index);
+    auto it = rope_cs_.find(key);
+    if (it != rope_cs_.end()) return it->second;
+    const auto& table = g_.rope_tables.at(static_cast<size_t>(table_index));
+    TS_ASSERT(static_cast<int64_t>(table.size()) >= half, "rope table of ", table.size(), " for half ", half);
+    Val inv = b_.vector_f32(std::vector<float>(table.begin(), table.begin() + half));  // [half]
+    Val pos = b_.convert(val(positions), "f32");                                       // [R]
+    const Shape rh{pos.shape[0], half};
+    Val angle = b_.mul(b_.broadcast(pos, {0}, rh), b_.broadcast(inv, {1}, rh));        // [R, half]
+    return rope_cs_[key] = {b_.unary("cosine", angle), b_.unary("sine", angle)};
   }
 
   // Writes new rows [B*S, KV*hd] into cache [B, KV, L, hd] at slots[0] .. slots[0] + S - 1.
@@ -427,6 +438,7 @@ class Lowering {
   const Graph& g_;
   std::vector<Val> vals_;             // per node
   std::map<int, Val> converted_;      // weight node -> f32 value
+  std::map<std::pair<int, int>, std::pair<Val, Val>> rope_cs_;  // (positions, table) -> cos, sin [R, half]
   std::vector<int> cache_args_;       // CacheState node ids, argument order
   std::vector<int> cache_final_;      // latest node holding each cache
   Builder b_;

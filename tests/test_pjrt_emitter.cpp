@@ -1,0 +1,116 @@
+// The StableHLO emitter, without a plugin: the fixture a reader can open
+// (tests/fixtures/stablehlo/qwen3_tied_decode.mlir) must be exactly what the emitter produces today, and
+// the signature must follow the documented order (weights, step inputs, donated caches).
+// TESSERA_UPDATE_FIXTURES=1 rewrites the fixture instead of comparing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backends/pjrt/stablehlo_emitter.h"
+#include "golden_util.h"
+#include "models/architecture.h"
+
+using namespace tessera;
+namespace golden = tessera::golden;
+using graph::Phase;
+using graph::ShapeKey;
+
+namespace {
+
+graph::Graph tiny_graph(const std::string& model, const ShapeKey& key) {
+  auto cj = golden::load_json(golden::model_path(model + "/config.json"));
+  const auto& arch = models::find_architecture(cj["architectures"][0].get<std::string>(), model);
+  return arch.build_graph(arch.parse_config(cj, model), key);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+const ShapeKey kDecode16{.phase = Phase::Decode, .batch = 1, .seq = 1, .cache_len = 16, .dtype = DType::F32};
+
+TEST(PjrtEmitter, FixtureMatchesEmitter) {
+  const std::string path = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/stablehlo/qwen3_tied_decode.mlir";
+  const std::string text = pjrt::emit_stablehlo(tiny_graph("qwen3_tied", kDecode16));
+  const char* update = std::getenv("TESSERA_UPDATE_FIXTURES");
+  if (update && std::string(update) == "1") {
+    std::ofstream(path, std::ios::binary) << text;
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  const std::string fixture = read_file(path);
+  ASSERT_FALSE(fixture.empty()) << path << " is missing (run with TESSERA_UPDATE_FIXTURES=1)";
+  if (fixture != text) {
+    std::istringstream a(fixture), b(text);
+    std::string la, lb;
+    int line = 1;
+    while (std::getline(a, la) && std::getline(b, lb) && la == lb) ++line;
+    FAIL() << path << " differs from the emitter at line " << line << ":\n  fixture: " << la << "\n  emitted: " << lb
+           << "\n(if the change is intended, rerun with TESSERA_UPDATE_FIXTURES=1 and review the diff)";
+  }
+}
+
+TEST(PjrtEmitter, SignatureIsWeightsThenInputsThenDonatedCaches) {
+  auto g = tiny_graph("qwen3_tied", kDecode16);
+  pjrt::StablehloProgram p = pjrt::lower_to_stablehlo(g);
+  // qwen3_tied: 2 layers x 11 weights + embedding (tied: no lm_head) + final norm; 4 step inputs; 2 x 2 caches.
+  ASSERT_EQ(p.args.size(), 24u + 4u + 4u);
+  size_t i = 0;
+  while (i < p.args.size() && p.args[i].kind == pjrt::StablehloArg::Weight) ++i;
+  EXPECT_EQ(i, 24u);
+  EXPECT_EQ(p.args[0].name, "model.embed_tokens.weight");
+  for (auto kind : {graph::InputKind::TokenIds, graph::InputKind::Positions, graph::InputKind::Slots,
+                    graph::InputKind::KvBegin}) {
+    ASSERT_EQ(p.args[i].kind, pjrt::StablehloArg::Input);
+    EXPECT_EQ(p.args[i++].input, kind);
+  }
+  for (int layer = 0; layer < 2; ++layer)
+    for (int which = 0; which < 2; ++which) {
+      ASSERT_EQ(p.args[i].kind, pjrt::StablehloArg::Cache);
+      EXPECT_EQ(p.args[i].layer, layer);
+      EXPECT_EQ(p.args[i++].which, which);
+    }
+  EXPECT_EQ(p.num_results, 5);
+  EXPECT_EQ(p.logits_shape, (Shape{1, 1024}));
+  for (int r = 1; r <= 4; ++r)
+    EXPECT_EQ(count(p.text, "{tf.aliasing_output = " + std::to_string(r) + " : i32}"), 1u) << "result " << r;
+  EXPECT_EQ(count(p.text, "\"stablehlo.dynamic_update_slice\""), 4u);
+  // Float32 weights need no conversion; positions are converted once and the rope angles shared by all layers.
+  EXPECT_EQ(count(p.text, "\"stablehlo.convert\"(%arg"), 1u);
+  EXPECT_EQ(count(p.text, "\"stablehlo.convert\"(%arg25)"), 1u);
+  EXPECT_EQ(count(p.text, "\"stablehlo.cosine\""), 1u);
+}
+
+TEST(PjrtEmitter, HalfPrecisionWeightsAreConvertedOncePerUse) {
+  ShapeKey key = kDecode16;
+  key.dtype = DType::BF16;
+  pjrt::StablehloProgram p = pjrt::lower_to_stablehlo(tiny_graph("qwen3_tied", key));
+  EXPECT_EQ(p.args[0].dtype, DType::BF16);
+  EXPECT_NE(p.text.find("%arg0: tensor<1024x64xbf16>"), std::string::npos);
+  // The tied embedding is read twice (gather, LM head): its gathered rows and the matrix are converted,
+  // every other matrix once; vectors (norms) stay float32.
+  EXPECT_EQ(count(p.text, "\"stablehlo.convert\"(%arg0)"), 1u);
+  EXPECT_EQ(count(p.text, "xbf16>) -> tensor<1x64xf32>"), 1u) << "gathered embedding rows converted to f32";
+}
+
+TEST(PjrtEmitter, BatchedPrefillMasksWithKvBeginAndSlots) {
+  pjrt::StablehloProgram p = pjrt::lower_to_stablehlo(tiny_graph(
+      "llama_gqa", {.phase = Phase::Prefill, .batch = 3, .seq = 13, .cache_len = 29, .dtype = DType::F32}));
+  EXPECT_EQ(p.logits_shape, (Shape{3, 1024}));
+  EXPECT_EQ(count(p.text, "comparison_direction GE"), 2u);  // kv_begin <= j, once per layer
+  EXPECT_EQ(count(p.text, "comparison_direction LE"), 2u);  // j <= slots[s]
+  EXPECT_NE(p.text.find("tensor<3x2x29x16xf32> {tf.aliasing_output = 1 : i32}"), std::string::npos);
+}
+
+}  // namespace
