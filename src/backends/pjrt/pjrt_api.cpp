@@ -252,6 +252,28 @@ LoadedExecutableHandle Client::compile(const std::string& mlir, const std::strin
   return LoadedExecutableHandle(p_, a.executable);
 }
 
+LoadedExecutableHandle Client::deserialize(const std::string& bytes) const {
+  auto a = make_args<PJRT_Executable_DeserializeAndLoad_Args>();
+  a.client = get();
+  a.serialized_executable = bytes.data();
+  a.serialized_executable_size = bytes.size();
+  PJRT_CALL(*p_, Executable_DeserializeAndLoad, a);
+  return LoadedExecutableHandle(p_, a.loaded_executable);
+}
+
+std::string serialize(const Plugin& p, PJRT_LoadedExecutable* exe) {
+  auto ge = make_args<PJRT_LoadedExecutable_GetExecutable_Args>();
+  ge.loaded_executable = exe;
+  PJRT_CALL(p, LoadedExecutable_GetExecutable, ge);
+  ExecutableHandle owned(&p, ge.executable);
+  auto a = make_args<PJRT_Executable_Serialize_Args>();
+  a.executable = owned.get();
+  PJRT_CALL(p, Executable_Serialize, a);
+  std::string out(a.serialized_bytes, a.serialized_bytes_size);
+  if (a.serialized_executable_deleter) a.serialized_executable_deleter(a.serialized_executable);
+  return out;
+}
+
 void download(const Plugin& p, PJRT_Buffer* buf, void* dst, size_t bytes) {
   auto a = make_args<PJRT_Buffer_ToHostBuffer_Args>();
   a.src = buf;

@@ -56,6 +56,7 @@ TESSERA_PJRT_ARGS(PJRT_DeviceDescription_ToString)
 TESSERA_PJRT_ARGS(PJRT_Executable_Destroy)
 TESSERA_PJRT_ARGS(PJRT_Executable_NumOutputs)
 TESSERA_PJRT_ARGS(PJRT_Executable_Serialize)
+TESSERA_PJRT_ARGS(PJRT_Executable_DeserializeAndLoad)
 TESSERA_PJRT_ARGS(PJRT_LoadedExecutable_Destroy)
 TESSERA_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable)
 TESSERA_PJRT_ARGS(PJRT_LoadedExecutable_Execute)
@@ -200,12 +201,18 @@ class Client {
                       size_t device = 0) const;
   // Compiles StableHLO text with serialized CompileOptionsProto bytes.
   LoadedExecutableHandle compile(const std::string& mlir, const std::string& options) const;
+  // Loads bytes made by serialize() (same plugin build only; anything else is an Error from the plugin).
+  LoadedExecutableHandle deserialize(const std::string& bytes) const;
 
  private:
   const Plugin* p_;
   ClientHandle client_;
   std::vector<PJRT_Device*> devices_;  // owned by the client
 };
+
+// The plugin's serialization of a compiled executable (PJRT_Executable_Serialize); opaque, not portable
+// across plugin versions.
+std::string serialize(const Plugin& p, PJRT_LoadedExecutable* exe);
 
 // Copies a device buffer into `dst` (exactly `bytes` bytes) and waits.
 void download(const Plugin& p, PJRT_Buffer* buf, void* dst, size_t bytes);

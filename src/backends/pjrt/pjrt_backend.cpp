@@ -75,6 +75,8 @@ class PjrtExecutable : public Executable {
       : be_(be), key_(key), prog_(std::move(prog)), exe_(std::move(exe)), weight_args_(std::move(weight_args)) {}
 
   void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override;
+  PJRT_LoadedExecutable* loaded() const { return exe_.get(); }
+  const PjrtBackendImpl* backend() const { return &be_; }
 
  private:
   const std::vector<int32_t>& input(const StepInputs& in, const StablehloArg& a) const;
@@ -125,6 +127,32 @@ class PjrtBackendImpl : public PjrtBackend {
     StablehloProgram prog = pjrt::lower_to_stablehlo(g);
     timing_.emit_seconds += seconds_since(t0);
     dump(g, prog);
+    std::vector<PJRT_Buffer*> weight_args = bind_weight_args(prog, g);
+    auto t1 = clock_type::now();
+    auto exe = client_.compile(prog.text, pjrt::compile_options_proto(1, 1));
+    timing_.last_compile_seconds = seconds_since(t1);
+    timing_.compile_seconds += timing_.last_compile_seconds;
+    ++timing_.compiles;
+    check_outputs(exe, prog.num_results, g);
+    return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe), std::move(weight_args));
+  }
+
+  std::string serialize(const Executable& base) const override {
+    auto* exe = dynamic_cast<const PjrtExecutable*>(&base);
+    if (!exe || exe->backend() != this) fail("PJRT backend: serialize() of an executable from another backend");
+    return pjrt::serialize(plugin_, exe->loaded());
+  }
+
+  std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override {
+    StablehloProgram prog = pjrt::lower_to_stablehlo(g);  // the signature (cheap: no compile)
+    std::vector<PJRT_Buffer*> weight_args = bind_weight_args(prog, g);
+    auto exe = client_.deserialize(bytes);
+    check_outputs(exe, prog.num_results, g);
+    return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe), std::move(weight_args));
+  }
+
+  // Per argument of `prog`: the bound weight's buffer, or null for step inputs and caches.
+  std::vector<PJRT_Buffer*> bind_weight_args(const StablehloProgram& prog, const graph::Graph& g) const {
     std::vector<PJRT_Buffer*> weight_args(prog.args.size(), nullptr);
     for (size_t i = 0; i < prog.args.size(); ++i) {
       const StablehloArg& a = prog.args[i];
@@ -136,13 +164,7 @@ class PjrtBackendImpl : public PjrtBackend {
              ", the graph for ", g.key.str(), " reads ", dtype_name(a.dtype), " ", shape_str(a.shape));
       weight_args[i] = it->second.buffer.get();
     }
-    auto t1 = clock_type::now();
-    auto exe = client_.compile(prog.text, pjrt::compile_options_proto(1, 1));
-    timing_.last_compile_seconds = seconds_since(t1);
-    timing_.compile_seconds += timing_.last_compile_seconds;
-    ++timing_.compiles;
-    check_outputs(exe, prog.num_results, g);
-    return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe), std::move(weight_args));
+    return weight_args;
   }
 
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
@@ -222,8 +244,9 @@ class PjrtBackendImpl : public PjrtBackend {
     auto no = pjrt::make_args<PJRT_Executable_NumOutputs_Args>();
     no.executable = owned.get();
     PJRT_CALL(plugin_, Executable_NumOutputs, no);
-    TS_ASSERT(static_cast<int>(no.num_outputs) == expected, g.key.str(), ": compiled program has ", no.num_outputs,
-              " outputs, expected ", expected);
+    if (static_cast<int>(no.num_outputs) != expected)
+      fail("PJRT executable for ", g.key.str(), " has ", no.num_outputs, " outputs, expected ", expected,
+           " (logits + one per cache)");
   }
 
   // TESSERA_PJRT_DUMP=<dir>: writes each emitted module to <dir>/<key>.mlir for debugging.

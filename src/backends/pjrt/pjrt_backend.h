@@ -38,6 +38,13 @@ class PjrtBackend : public Backend {
   // For tests: the device addresses of every cache buffer (K and V per layer, in that order), read with
   // PJRT_Buffer_UnsafePointer. Equal before and after a step = the cache was updated in place, not copied.
   virtual std::vector<uintptr_t> cache_addresses(const DeviceCache& cache) const = 0;
+
+  // Groundwork for the on-disk compile cache: the plugin's bytes for a compiled step
+  // (PJRT_Executable_Serialize), and an executable for graph `g` loaded back from such bytes without
+  // compiling (PJRT_Executable_DeserializeAndLoad). The bytes are opaque and tied to the plugin build: a
+  // caller must key them by plugin path/version and program hash. Foreign or corrupt bytes throw Error.
+  virtual std::string serialize(const Executable& exe) const = 0;
+  virtual std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) = 0;
 };
 
 struct PjrtOptions {
