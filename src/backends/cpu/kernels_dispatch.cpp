@@ -16,6 +16,7 @@ using V = VScalar;
 #include "backends/cpu/kernels_vec.inc"
 }  // namespace isa_scalar
 
+#if TESSERA_CPU_WIDE
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace isa_avx2 {
@@ -36,9 +37,11 @@ using V = VAvx512;
 }  // namespace isa_avx512
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
+#endif  // TESSERA_CPU_WIDE
 
 namespace {
 
+#if TESSERA_CPU_WIDE
 bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -49,6 +52,10 @@ bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
+#else
+bool cpu_has_avx2() { return false; }
+bool cpu_has_avx512() { return false; }
+#endif
 
 Isa initial_isa() {
   Isa isa = best_isa();
@@ -114,10 +121,15 @@ void set_isa(Isa isa) {
 
 const VecOps& vec_ops() {
   switch (current_isa()) {
+#if TESSERA_CPU_WIDE
     case Isa::Avx512:
       return isa_avx512::kVecOps;
     case Isa::Avx2:
       return isa_avx2::kVecOps;
+#else
+    case Isa::Avx512:
+    case Isa::Avx2:
+#endif
     case Isa::Scalar:
       break;
   }

@@ -25,6 +25,7 @@ using V = VScalar;
 #include "backends/cpu/kernels_matmul.inc"
 }  // namespace isa_scalar
 
+#if TESSERA_CPU_WIDE
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace isa_avx2 {
@@ -45,6 +46,7 @@ using V = VAvx512;
 }  // namespace isa_avx512
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
+#endif  // TESSERA_CPU_WIDE
 
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
             float* y) {
@@ -57,10 +59,15 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
     return;
   }
   switch (active_isa()) {
+#if TESSERA_CPU_WIDE
     case Isa::Avx512:
       return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
     case Isa::Avx2:
       return isa_avx2::matmul_impl(x, M, K, w, wdt, N, bias, y);
+#else
+    case Isa::Avx512:
+    case Isa::Avx2:
+#endif
     case Isa::Scalar:
       return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y);
   }

@@ -7,6 +7,15 @@
 // Rule: no standard header may be included inside a target region (its inline functions would be
 // compiled for that target and could be picked by the linker for baseline callers).
 #pragma once
+
+// The wide regions rely on GCC's `#pragma GCC target`, which clang does not implement; a clang build (the
+// libFuzzer targets) compiles the portable scalar kernels only and reports AVX2/AVX-512 as unsupported.
+#if defined(__GNUC__) && !defined(__clang__)
+#define TESSERA_CPU_WIDE 1
+#else
+#define TESSERA_CPU_WIDE 0
+#endif
+
 #include <immintrin.h>
 
 #include <cmath>
@@ -53,6 +62,7 @@ struct VScalar {
   }
 };
 
+#if TESSERA_CPU_WIDE
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 // ---- AVX2 + FMA: 8 lanes, 16 registers ----
@@ -197,6 +207,7 @@ struct VAvx512 {
 };
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
+#endif  // TESSERA_CPU_WIDE
 
 // Out-of-line vector primitives of one instruction set (kernels_dispatch.cpp).
 struct VecOps {
