@@ -88,6 +88,10 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
   }
   if (!unexpected.empty())
     fail(src.origin(), ": unexpected tensors for ", arch.name, ": ", join_names(unexpected, 5));
+  // GGUF tensors with no Hugging Face counterpart change the model's math (e.g. rope_freqs.weight carries
+  // Llama 3.1's rope scaling); running without them would be silently wrong.
+  if (!src.unmapped_tensors().empty())
+    fail(src.origin(), ": GGUF tensors not supported yet: ", join_names(src.unmapped_tensors(), 5));
 
   backends::WeightMap weights;
   bytes = 0;
