@@ -193,6 +193,16 @@ TEST(PjrtPlugin, NonPluginLibraryIsAnError) {
   }
 }
 
+TEST(PjrtPlugin, BuildWithoutPjrtSaysHowToGetIt) {
+  if (pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has PJRT";
+  try {
+    backends::make_pjrt_backend("xla-cpu");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no PJRT support: run scripts/setup.sh"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PjrtPlugin, ProbeListsEveryPlatform) {
   auto probes = pjrt::probe_platforms();
   ASSERT_EQ(probes.size(), 3u);

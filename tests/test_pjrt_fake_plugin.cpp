@@ -94,6 +94,7 @@ namespace {
 
 using namespace tessera;
 
+#ifdef TESSERA_FAKE_PJRT_OLD
 #define REQUIRE_FAKES()                                     \
   if (!pjrt::built_with_pjrt())                             \
   GTEST_SKIP() << "built without PJRT (no pjrt_c_api.h)"
@@ -109,7 +110,6 @@ std::string error_of(const std::string& device) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-#ifdef TESSERA_FAKE_PJRT_OLD
 TEST(PjrtVersionSkew, OlderPluginLackingAFunctionIsAnError) {
   REQUIRE_FAKES();
   const std::string err = error_of(std::string("pjrt:") + TESSERA_FAKE_PJRT_OLD);
