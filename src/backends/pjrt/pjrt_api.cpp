@@ -70,6 +70,9 @@ Plugin& Plugin::load(const std::string& path) {
 }
 
 Plugin::Plugin(std::string path) : path_(std::move(path)) {
+  // XLA plugins log INFO lines (e.g. "cpu_device_count set via create_options") to stderr; keep the CLI's
+  // stderr for our own messages unless the user asked for plugin logs or set the level themselves.
+  if (!std::getenv("TESSERA_PJRT_LOG")) ::setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
   handle_ = ::dlopen(path_.c_str(), RTLD_LOCAL | RTLD_NOW);
   if (!handle_) fail("cannot load PJRT plugin ", path_, ": ", ::dlerror());
   using GetApi = const PJRT_Api* (*)();
