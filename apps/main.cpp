@@ -11,6 +11,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "backends/pjrt/pjrt_info.h"
 #include "io/model_files.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/error.h"
@@ -37,7 +38,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   if (!model_optional) opt->required();
   cmd->add_option("--dtype", f.dtype, "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16"}));
-  cmd->add_option("--device", f.device, "Device: cpu or auto (auto reports what it found)")->check(CLI::IsMember({"cpu", "auto"}));
+  cmd->add_option("--device", f.device,
+                  "Device: cpu (native, default), xla-cpu, tpu, cuda, pjrt:/path/plugin.so, or auto (TPU, then GPU, "
+                  "then cpu; says what it found)");
   cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
   cmd->add_option("--threads", f.threads, "Worker threads (default: all cores, or $TESSERA_NUM_THREADS)")
       ->check(CLI::Range(1, 1024));
@@ -197,6 +200,8 @@ int run_generate(GenerateFlags& f) {
     for (size_t i = 0; i < out.sequences[0].size(); ++i) std::cout << (i ? " " : "") << out.sequences[0][i];
     std::cout << "\n";
   }
+  if (!f.m.quiet && !f.json && model.info().device != "cpu")
+    std::fprintf(stderr, "[device %s]\n", model.info().device.c_str());
   if (!f.m.quiet && !f.json)
     std::fprintf(stderr, "[%d prompt tokens, %d new; prefill %.1f tok/s, decode %.1f tok/s; %d compiles, %d hits]\n",
                  out.prompt_tokens, out.new_tokens, out.prefill_tokens_per_s, out.decode_tokens_per_s,
@@ -322,13 +327,40 @@ int run_detokenize(const std::string& path, bool skip_special) {
 int run_devices(bool json) {
   const int threads = cpu::ThreadPool::instance().num_threads();
   const char* isa = cpu::isa_name(cpu::active_isa());
+  std::vector<pjrt::Probe> probes;
+  if (pjrt::built_with_pjrt()) probes = pjrt::probe_platforms();
   if (json) {
-    ordered_json j;
-    j["devices"] = ordered_json::array({{{"kind", "cpu"}, {"backend", "native"}, {"count", 1}, {"threads", threads}, {"isa", isa}}});
-    std::cout << j.dump() << "\n";
-  } else {
-    std::printf("cpu  native  count=1  threads=%d  isa=%s\n", threads, isa);
-    std::printf("(no accelerator backends in this build)\n");
+    ordered_json devs = ordered_json::array(
+        {{{"device", "cpu"}, {"backend", "native"}, {"kind", "cpu"}, {"count", 1}, {"threads", threads}, {"isa", isa}}});
+    for (const auto& p : probes) {
+      ordered_json d = {{"device", p.device}, {"backend", "pjrt"}};
+      if (p.info) {
+        d["platform"] = p.info->platform_name;
+        d["platform_version"] = p.info->platform_version;
+        d["pjrt_api"] = p.info->api_version;
+        d["kind"] = p.info->devices.empty() ? "" : p.info->devices[0].kind;
+        d["count"] = p.info->devices.size();
+        d["plugin"] = p.info->plugin_path;
+      } else {
+        d["count"] = 0;
+        d["error"] = p.error;
+      }
+      devs.push_back(d);
+    }
+    std::cout << ordered_json{{"devices", devs}}.dump() << "\n";
+    return 0;
+  }
+  std::printf("%-8s %-7s %-10s %-6s %s\n", "DEVICE", "BACKEND", "KIND", "COUNT", "DETAILS");
+  std::printf("%-8s %-7s %-10s %-6d threads=%d isa=%s\n", "cpu", "native", "cpu", 1, threads, isa);
+  if (!pjrt::built_with_pjrt()) std::printf("(this build has no PJRT support: run scripts/setup.sh and rebuild)\n");
+  for (const auto& p : probes) {
+    if (p.info)
+      std::printf("%-8s %-7s %-10s %-6zu platform=%s %s, PJRT API %s, %s\n", p.device.c_str(), "pjrt",
+                  p.info->devices.empty() ? "-" : p.info->devices[0].kind.c_str(), p.info->devices.size(),
+                  p.info->platform_name.c_str(), p.info->platform_version.c_str(), p.info->api_version.c_str(),
+                  p.info->plugin_path.c_str());
+    else
+      std::printf("%-8s %-7s %-10s %-6d %s\n", p.device.c_str(), "pjrt", "-", 0, p.error.c_str());
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
+#include "backends/pjrt/pjrt_info.h"
 #include "io/model_files.h"
 #include "tessera/error.h"
 
@@ -122,6 +123,54 @@ TEST(Cli, DevicesListsTheCpu) {
   Result r = run("devices --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["devices"][0]["kind"], "cpu");
+}
+
+bool have_xla_cpu() {
+  std::vector<std::string> looked;
+  return tessera::pjrt::built_with_pjrt() && tessera::pjrt::locate_plugin("xla-cpu", looked).has_value();
+}
+
+TEST(Cli, XlaCpuGreedyTextEqualsNativeOnSmolLM2) {
+  if (!have_xla_cpu() || smollm2().empty()) GTEST_SKIP() << "needs the xla-cpu plugin and SmolLM2 (scripts/setup.sh)";
+  const std::string args = "generate --dtype float32 --max-new-tokens 32 --json --prompt 'The capital of France is'";
+  Result native = run(args + " --device cpu");
+  Result xla = run(args + " --device xla-cpu");
+  ASSERT_EQ(native.code, 0) << native.err;
+  ASSERT_EQ(xla.code, 0) << xla.err;
+  auto a = nlohmann::json::parse(native.out), b = nlohmann::json::parse(xla.out);
+  EXPECT_EQ(a["ids"], b["ids"]);
+  EXPECT_EQ(a["text"], b["text"]);
+  EXPECT_EQ(b["device"], "xla-cpu");
+  EXPECT_EQ(b["compiles"], 2);
+}
+
+TEST(Cli, AbsentDeviceListsWhatWasFound) {
+  Result r = run("generate " + golden::model_path("qwen3_tied") + " --device tpu --input-ids 1,2");
+  if (r.code == 0) GTEST_SKIP() << "a TPU plugin is installed here";
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("looked in"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("devices with a backend here: cpu"), std::string::npos) << r.err;
+  Result u = run("generate " + golden::model_path("qwen3_tied") + " --device gpu0 --input-ids 1,2");
+  EXPECT_EQ(u.code, 1);
+  EXPECT_NE(u.err.find("unknown device 'gpu0'"), std::string::npos) << u.err;
+}
+
+TEST(Cli, AutoDeviceSaysWhatItChose) {
+  Result r = run("generate " + golden::model_path("qwen3_tied") + " --device auto --input-ids 1,2 --max-new-tokens 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("tessera: device auto:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("using"), std::string::npos) << r.err;
+}
+
+TEST(Cli, DevicesListsXlaCpu) {
+  if (!have_xla_cpu()) GTEST_SKIP() << "xla-cpu plugin not installed";
+  Result r = run("devices --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  bool found = false;
+  const auto listing = nlohmann::json::parse(r.out);
+  for (const auto& d : listing["devices"])
+    found = found || (d["device"] == "xla-cpu" && d["count"].get<int>() >= 1);
+  EXPECT_TRUE(found) << r.out;
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "backends/backend.h"
+#include "backends/pjrt/pjrt_backend.h"
+#include "backends/pjrt/pjrt_info.h"
 #include "generation/sampler.h"
 #include "graph/compile_cache.h"
 #include "io/weight_source.h"
@@ -138,11 +140,49 @@ CompileReport CausalLM::compile_stats() const {
   return CompileReport{s.compiles, s.hits, s.keys};
 }
 
+namespace {
+
+// The backend for a device name. "auto" picks TPU, then GPU, then the native CPU, and says on stderr what it
+// found and what it chose (never a silent CPU fallback).
+std::unique_ptr<backends::Backend> make_backend(const std::string& device) {
+  if (device == "cpu") return backends::make_cpu_backend();
+  if (backends::is_pjrt_device(device)) {
+    try {
+      return backends::make_pjrt_backend(device);
+    } catch (const Error& e) {
+      std::string found = "cpu";
+      for (const char* d : {"xla-cpu", "tpu", "cuda"}) {
+        std::vector<std::string> looked;
+        if (pjrt::locate_plugin(d, looked)) found += std::string(", ") + d;
+      }
+      fail(e.what(), " (devices with a backend here: ", found, ")");
+    }
+  }
+  if (device != "auto")
+    fail("unknown device '", device, "' (expected cpu, xla-cpu, tpu, cuda, pjrt:/path/to/plugin.so or auto)");
+  std::string found;
+  for (const char* accel : {"tpu", "cuda"}) {
+    std::vector<std::string> looked;
+    if (!pjrt::locate_plugin(accel, looked)) {
+      found += std::string(found.empty() ? "" : "; ") + accel + ": no plugin";
+      continue;
+    }
+    try {
+      auto b = backends::make_pjrt_backend(accel);
+      std::fprintf(stderr, "tessera: device auto: found %s (%s); using %s\n", accel, b->platform().platform_name.c_str(),
+                   accel);
+      return b;
+    } catch (const Error& e) {
+      found += std::string(found.empty() ? "" : "; ") + accel + ": " + e.what();
+    }
+  }
+  std::fprintf(stderr, "tessera: device auto: %s; using cpu (native backend)\n", found.c_str());
+  return backends::make_cpu_backend();
+}
+
+}  // namespace
+
 CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const LoadOptions& opt) {
-  if (opt.device_map != "cpu" && opt.device_map != "auto")
-    fail("device '", opt.device_map, "' is not available (available: cpu, auto)");
-  if (opt.device_map == "auto")
-    std::fprintf(stderr, "tessera: device auto: found cpu (native); no accelerator backend in this build; using cpu\n");
   auto src = io::open_checkpoint(path);
   auto impl = std::make_unique<CausalLM::Impl>();
   const std::string cfg_origin = src->origin() + " (config)";
@@ -166,7 +206,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   if (!impl->gen_defaults.pad_token_id) impl->gen_defaults.pad_token_id = impl->config.pad_token_id;
   impl->gen_defaults.max_new_tokens = 20;  // Transformers' default when generation_config.json has max_length only
 
-  impl->backend = backends::make_cpu_backend();
+  impl->backend = make_backend(opt.device_map);
   size_t bytes = 0;
   impl->backend->bind_weights(load_weights(*src, *impl->arch, impl->config, dtype, opt, bytes));
   impl->cache = std::make_unique<graph::CompileCache>(*impl->backend);
@@ -218,6 +258,9 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
   using clock = std::chrono::steady_clock;
   Impl& m = *impl_;
   cfg.validate();
+  if (cfg.disable_compile && m.backend->name() != "cpu")
+    fail("generate: disable_compile (op-by-op execution) is not supported on the ", m.backend->name(),
+         " backend yet; use --device cpu");
   if (input_ids.empty() || input_ids[0].empty()) fail("generate: empty prompt");
   const size_t len = input_ids[0].size();
   for (size_t b = 0; b < input_ids.size(); ++b) {
