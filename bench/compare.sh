@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Side-by-side CPU benchmark, one run: Tessera (`tessera bench --json`), llama.cpp (llama-cpp-python) and
+# Transformers + PyTorch (eager; static cache + torch.compile), same weights, same token-id prompt, same
+# token counts, as many threads as cores. Medians of repeated runs; ratios are Tessera ÷ the other engine.
+# Writes a Markdown table to stdout and to bench/results.md (raw JSON lines next to it in build/).
+#
+#   bench/compare.sh                  full comparison (SmolLM2-135M and a Qwen3-0.6B-shaped random model,
+#                                     bf16 and f32; prompt 512, 128 new tokens, 3 repeats)
+#   bench/compare.sh --quick          CI: tiny fixture model, few tokens, Tessera only (keeps the harness working)
+# Options: --repeats N  --threads N  --prompt-tokens N  --new-tokens N  --no-compile  --out FILE
+#          --models smollm2,qwen3  --dtypes bfloat16,float32
+# Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
+#              COMPILE_TIMEOUT (s, default 900), PY (python with torch, transformers,
+#              llama-cpp-python, gguf; default /work/venv-tools/bin/python), BENCH_MODELS (build/bench-models).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+TESSERA="${TESSERA:-$ROOT/build/tessera}"
+PY="${PY:-/work/venv-tools/bin/python}"
+MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
+QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md"
+WHICH="smollm2,qwen3" DTYPES="bfloat16,float32"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --repeats) REPEATS="$2"; shift ;;
+    --threads) THREADS="$2"; shift ;;
+    --prompt-tokens) PROMPT="$2"; shift ;;
+    --new-tokens) NEW="$2"; shift ;;
+    --no-compile) COMPILE=0 ;;
+    --models) WHICH="$2"; shift ;;
+    --dtypes) DTYPES="$2"; shift ;;
+    --out) OUT="$2"; shift ;;
+    *) echo "compare.sh: unknown option '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ -x "$TESSERA" ]] || { echo "compare.sh: $TESSERA not built (cmake --build build, or set TESSERA=)" >&2; exit 1; }
+
+TESSERA_FAILED=0
+RESULTS="${BENCH_RESULTS:-$ROOT/build/bench-results}"
+mkdir -p "$RESULTS"
+JSONL="$RESULTS/$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+: >"$JSONL"
+
+# run LABEL MODEL_KEY DTYPE ENGINE CMD...: one engine's JSON line, tagged, with the load average around it.
+run() {
+  local model_key="$1" dtype="$2" engine="$3"; shift 3
+  local load_before load_after line
+  load_before="$(cut -d' ' -f1 /proc/loadavg)"
+  echo "compare.sh: $model_key $dtype $engine ..." >&2
+  if line="$("$@" 2>"$RESULTS/last.err" | tail -n 1)" && [[ "$line" == "{"* ]]; then
+    load_after="$(cut -d' ' -f1 /proc/loadavg)"
+    printf '%s\n' "$line" | "$PYJSON" -c 'import json,sys
+j=json.loads(sys.stdin.read()); j.update(model_key=sys.argv[1], dtype=sys.argv[2], engine=sys.argv[3],
+load_before=float(sys.argv[4]), load_after=float(sys.argv[5])); print(json.dumps(j))' \
+      "$model_key" "$dtype" "$engine" "$load_before" "$load_after" >>"$JSONL"
+  else
+    local why
+    why="$(grep -v '^\s*$' "$RESULTS/last.err" | tail -n 1 | cut -c1-200)"
+    echo "compare.sh: $engine failed on $model_key $dtype: $why" >&2
+    [[ $engine != tessera ]] || TESSERA_FAILED=1  # other engines' failures are reported in the table only
+    "$PYJSON" -c 'import json,sys; print(json.dumps(dict(model_key=sys.argv[1], dtype=sys.argv[2],
+engine=sys.argv[3], error=sys.argv[4])))' "$model_key" "$dtype" "$engine" "${why:-no output}" >>"$JSONL"
+  fi
+}
+
+if [[ $QUICK == 1 ]]; then
+  PYJSON="$(command -v python3)"
+  run qwen3_tied float32 tessera "$TESSERA" bench "$ROOT/tests/fixtures/models/qwen3_tied" --quick --json \
+    --threads "$THREADS"
+else
+  PYJSON="$PY"
+  "$PY" "$ROOT/tools/make_bench_models.py" --out "$MODELS" >&2
+  cd "$ROOT/bench"  # the Python engines import bench_common
+  for key in ${WHICH//,/ }; do
+    for dtype in ${DTYPES//,/ }; do
+      short="$([[ $dtype == bfloat16 ]] && echo bf16 || echo f32)"
+      if [[ $key == smollm2 ]]; then
+        ours=("$MODELS/smollm2-135m-$short.gguf"); gguf="$MODELS/smollm2-135m-$short.gguf"
+        hf=("$MODELS" --gguf-file "smollm2-135m-$short.gguf")
+      else
+        ours=("$MODELS/qwen3-0.6b-random"); gguf="$MODELS/qwen3-0.6b-random-$short.gguf"
+        hf=("$MODELS/qwen3-0.6b-random")
+      fi
+      common=(--threads "$THREADS" --prompt-tokens "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS")
+      run "$key" "$dtype" tessera "$TESSERA" bench "${ours[@]}" --dtype "$dtype" --json "${common[@]}"
+      run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp.py "$gguf" --dtype "$dtype" "${common[@]}"
+      run "$key" "$dtype" transformers-eager "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" --mode eager "${common[@]}"
+      if [[ $COMPILE == 1 ]]; then
+        run "$key" "$dtype" transformers-compile timeout "${COMPILE_TIMEOUT:-900}" "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" \
+          --mode compile "${common[@]}"
+      fi
+    done
+  done
+fi
+
+"$PYJSON" "$ROOT/bench/compare_table.py" "$JSONL" --tessera "$TESSERA" --py "$PY" --quick "$QUICK" | tee "$OUT"
+echo "compare.sh: raw results in $JSONL; table in $OUT" >&2
+exit "$TESSERA_FAILED"

