@@ -10,7 +10,7 @@
 # Options: --repeats N  --threads N  --prompt-tokens N  --new-tokens N  --no-compile  --out FILE
 #          --models smollm2,qwen3  --dtypes bfloat16,float32
 # Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
-#              COMPILE_TIMEOUT (s, default 900), PY (python with torch, transformers,
+#              COMPILE_TIMEOUT (s, default 900), COMPILE_MODELS (which models get the torch.compile run), PY (python with torch, transformers,
 #              llama-cpp-python, gguf; default /work/venv-tools/bin/python), BENCH_MODELS (build/bench-models).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -86,7 +86,7 @@ else
       run "$key" "$dtype" tessera "$TESSERA" bench "${ours[@]}" --dtype "$dtype" --json "${common[@]}"
       run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp.py "$gguf" --dtype "$dtype" "${common[@]}"
       run "$key" "$dtype" transformers-eager "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" --mode eager "${common[@]}"
-      if [[ $COMPILE == 1 ]]; then
+      if [[ $COMPILE == 1 && ",${COMPILE_MODELS:-smollm2,qwen3}," == *",$key,"* ]]; then
         run "$key" "$dtype" transformers-compile timeout "${COMPILE_TIMEOUT:-900}" "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" \
           --mode compile "${common[@]}"
       fi
