@@ -60,13 +60,15 @@ void put_message_field(std::string& out, int field, const std::string& msg) {
 }  // namespace
 
 Plugin& Plugin::load(const std::string& path) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<Plugin>> loaded;  // never unloaded: plugins own threads
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = loaded.find(path);
-  if (it != loaded.end()) return *it->second;
+  // Never unloaded (plugins own threads) and never destroyed: a backend or buffer that outlives main()
+  // (a static in a test, say) still needs its plugin while static destructors run.
+  static auto* mu = new std::mutex;
+  static auto* loaded = new std::map<std::string, std::unique_ptr<Plugin>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  auto it = loaded->find(path);
+  if (it != loaded->end()) return *it->second;
   std::unique_ptr<Plugin> p(new Plugin(path));
-  return *loaded.emplace(path, std::move(p)).first->second;
+  return *loaded->emplace(path, std::move(p)).first->second;
 }
 
 Plugin::Plugin(std::string path) : path_(std::move(path)) {
