@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -48,9 +49,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
 
 std::string model_path(const ModelFlags& f) { return f.model.empty() ? io::find_default_model() : f.model; }
 
-CausalLM load_model(const ModelFlags& f) {
+CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>& more = {}) {
   if (f.threads > 0) cpu::ThreadPool::instance().set_num_threads(f.threads);
   LoadOptions opt;
+  if (more) more(opt);
   if (!f.dtype.empty()) opt.dtype = parse_dtype(f.dtype);
   opt.device_map = f.device;
   if (!f.quiet && isatty(STDERR_FILENO)) {
@@ -101,6 +103,10 @@ struct GenerateFlags {
   int max_new_tokens = 64;
   uint64_t seed = 0;
   bool seed_set = false;
+  // Compilation (PJRT devices mostly): prompt buckets, warm-up, recompile guard, on-disk cache.
+  std::string buckets = "auto", compile_cache_dir;
+  int max_recompiles = -1;
+  bool warmup = false;
 };
 
 void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
@@ -117,6 +123,23 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
   cmd->add_option("--cache-implementation", f.g.cache_implementation, "static (default) or dynamic")
       ->check(CLI::IsMember({"static", "dynamic"}));
   cmd->add_flag("--disable-compile", f.g.disable_compile, "Plan every step afresh (no executable reuse), for debugging");
+  cmd->add_option("--buckets", f.buckets,
+                  "Prompt-length buckets for the prefill: auto (pow2 on PJRT devices, exact on cpu), pow2 (16, 32, "
+                  "64, ...), exact, or a list like 16,32,64,128");
+  cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");
+  cmd->add_option("--max-recompiles", f.max_recompiles,
+                  "After warm-up (or the first generation), more than N new compiled shapes is an error naming "
+                  "the key that changed (default: $TESSERA_MAX_RECOMPILES, else no limit)")
+      ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--compile-cache-dir", f.compile_cache_dir,
+                  "Keep compiled programs in DIR across runs (PJRT devices; default: $TESSERA_COMPILE_CACHE, else off)");
+}
+
+// Applies the compile flags of generate/chat to the load options.
+void apply_compile_flags(const GenerateFlags& f, LoadOptions& opt) {
+  opt.buckets = f.buckets;
+  opt.compile_cache_dir = f.compile_cache_dir;
+  opt.max_recompiles = f.max_recompiles;
 }
 
 GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f, const std::optional<int32_t>& tok_eos) {
@@ -162,8 +185,9 @@ int run_generate(GenerateFlags& f) {
   }
   ModelFlags mf = f.m;
   mf.model = path;
-  CausalLM model = load_model(mf);
+  CausalLM model = load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
   GenerationConfig g = merged_config(model, f, tok ? tok->eos_token_id() : std::nullopt);
+  if (f.warmup) model.warmup(1, g.max_new_tokens, g.do_sample);
 
   std::optional<StreamDecoder> stream;
   const bool streaming = tok && !f.json && !f.no_stream;
@@ -187,6 +211,14 @@ int run_generate(GenerateFlags& f) {
     j["compiles"] = out.compiles.compiles;
     j["compile_hits"] = out.compiles.hits;
     j["compiled_keys"] = out.compiles.keys;
+    j["disk_hits"] = out.compiles.disk_hits;
+    j["compile_seconds"] = out.compiles.compile_seconds;
+    j["compile_misses"] = out.compiles.misses;
+    j["prefill_len"] = out.prefill_len;
+    j["device_sampling"] = out.device_sampling;
+    j["decode_steps"] = out.decode_steps;
+    j["decode_h2d_bytes"] = out.decode_h2d_bytes;
+    j["decode_d2h_bytes"] = out.decode_d2h_bytes;
     j["dtype"] = dtype_name(model.info().dtype);
     j["device"] = model.info().device;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
@@ -216,9 +248,10 @@ int run_chat(GenerateFlags& f) {
   if (tok.chat_template().empty()) fail(path, ": the tokenizer has no chat template; use `tessera generate` instead");
   ModelFlags mf = f.m;
   mf.model = path;
-  CausalLM model = load_model(mf);
+  CausalLM model = load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
   GenerationConfig g = merged_config(model, f, tok.eos_token_id());
   if (f.max_new_tokens == 64) g.max_new_tokens = 512;  // a reply, not a snippet
+  if (f.warmup) model.warmup(1, g.max_new_tokens, g.do_sample);
   ordered_json msgs = ordered_json::array();
   if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
   const bool tty = isatty(STDIN_FILENO);

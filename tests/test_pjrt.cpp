@@ -257,7 +257,7 @@ TEST(PjrtForwardHalf, HalfPrecisionWeightsMatchNative) {
     auto ids = to32(golden::load_model_golden(name)["forward"][1]["input_ids"]);
     const int n = static_cast<int>(ids.size());
     const ShapeKey key{.phase = Phase::Prefill, .batch = 1, .seq = n, .cache_len = n, .dtype = dt, .all_logits = true};
-    StepInputs in{ids, {}, {}, {0}};
+    StepInputs in{ids, {}, {}, {0}, {}, {}};
     for (int i = 0; i < n; ++i) {
       in.positions.push_back(i);
       in.slots.push_back(i);
@@ -395,7 +395,7 @@ TEST(PjrtSerialize, RoundTripGivesSameLogitsWithoutCompiling) {
   TinyModel m("qwen3_tied");
   auto& be = xla_cpu_for("qwen3_tied");
   const ShapeKey key{.phase = Phase::Prefill, .batch = 1, .seq = 3, .cache_len = 8, .dtype = DType::F32};
-  StepInputs in{{5, 6, 7}, {0, 1, 2}, {0, 1, 2}, {0}};
+  StepInputs in{{5, 6, 7}, {0, 1, 2}, {0, 1, 2}, {0}, {}, {}};
   std::vector<float> a, b;
   auto exe = be.compile(m.graph(key));
   exe->run(in, *m.cache(be, 1, 8), a);
@@ -424,7 +424,7 @@ TEST(PjrtDecode, NonContiguousSlotsAreRejected) {
   auto& be = xla_cpu_for("qwen3_tied");
   auto exe = be.compile(m.graph({.phase = Phase::Prefill, .batch = 1, .seq = 2, .cache_len = 4, .dtype = DType::F32}));
   auto cache = m.cache(be, 1, 4);
-  StepInputs in{{5, 6}, {0, 1}, {0, 2}, {0}};
+  StepInputs in{{5, 6}, {0, 1}, {0, 2}, {0}, {}, {}};
   std::vector<float> logits;
   EXPECT_THROW(exe->run(in, *cache, logits), Error);
   in.slots = {3, 4};  // past the end of the cache

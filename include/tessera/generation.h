@@ -28,9 +28,12 @@ struct GenerationConfig {
 };
 
 struct CompileReport {
-  int compiles = 0;
-  int hits = 0;
-  std::vector<std::string> keys;  // the shape keys compiled, in order
+  int compiles = 0;        // shapes compiled by the backend
+  int hits = 0;            // in-memory cache hits
+  int disk_hits = 0;       // shapes loaded from the on-disk compile cache instead of compiling
+  double compile_seconds = 0, first_compile_seconds = 0, load_seconds = 0;
+  std::vector<std::string> keys;    // the shape keys compiled or loaded, in order
+  std::vector<std::string> misses;  // why each new key was not in memory ("<key>: new key" / plugin changed / ...)
 };
 
 struct GenerateOutput {
@@ -41,6 +44,11 @@ struct GenerateOutput {
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
   CompileReport compiles;  // counters of this call (compiles and cache hits)
+  int prefill_len = 0;     // the prompt bucket the prefill ran at (>= prompt_tokens)
+  bool device_sampling = false;  // logits processing + sampling ran inside the compiled step
+  // Bytes between host and device during the decode steps (PJRT devices; 0 on the native cpu backend).
+  uint64_t decode_h2d_bytes = 0, decode_d2h_bytes = 0;
+  int decode_steps = 0;  // decode steps run (new_tokens - 1 unless stopped early)
 };
 
 }  // namespace tessera

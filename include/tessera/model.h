@@ -15,7 +15,19 @@ namespace tessera {
 
 struct LoadOptions {
   std::optional<DType> dtype;        // unset: the checkpoint's torch_dtype (GGUF: bfloat16)
-  std::string device_map = "cpu";    // "cpu" or "auto" (today both mean the native CPU backend)
+  std::string device_map = "cpu";    // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
+  // Prompt-length buckets for generate()'s prefill (the prompt is left-padded up to its bucket, so mixed prompt
+  // lengths share compiled shapes): "auto" = "pow2" on PJRT devices and "exact" on the native cpu backend
+  // (padding costs real FLOPs there and its "compile" is a cheap plan); "pow2" = 16, 32, 64, ... up to
+  // max_position_embeddings; "exact" = the prompt's own length; or a list such as "16,32,64,128". A prompt
+  // longer than the largest listed bucket runs at its exact length, with a warning on stderr.
+  std::string buckets = "auto";
+  // On-disk compile cache directory (PJRT devices). Empty: $TESSERA_COMPILE_CACHE when set, else off.
+  std::string compile_cache_dir;
+  // More than this many newly compiled shapes after warmup() (or after the first generate()) is an Error
+  // naming the key that changed. -1: $TESSERA_MAX_RECOMPILES when set, else no limit.
+  int max_recompiles = -1;
+  bool verbose_compiles = false;  // say every compile-cache miss and why on stderr (also $TESSERA_VERBOSE=1)
   // Called after each tensor is loaded: (tensors done, tensors total).
   std::function<void(size_t, size_t)> progress;
 };
@@ -43,6 +55,15 @@ class CausalLM {
                           const std::function<void(int, int32_t)>& on_token);
   // Logits for every position of one sequence: [ids.size(), vocab] row-major.
   std::vector<float> forward(const std::vector<int32_t>& ids);
+
+  // Compiles (or loads from the disk cache) every prompt bucket's prefill and its decode step for `batch` rows and
+  // `max_new_tokens`, with the sampling mode generate() will use for `do_sample`; then arms the recompile guard.
+  // Buckets above `max_prompt` (when > 0) are skipped. Returns the number of shapes compiled or loaded.
+  int warmup(int batch, int max_new_tokens, bool do_sample = false, int max_prompt = 0);
+  // The prefill length generate() uses for a prompt of `len` tokens.
+  int prompt_bucket(int len) const;
+  // The bucket list in use (empty for "exact").
+  const std::vector<int>& prompt_buckets() const;
 
   const GenerationConfig& generation_config() const;  // defaults from generation_config.json
   const ModelInfo& info() const;

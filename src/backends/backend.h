@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "tessera/error.h"
 #include "tessera/tensor.h"
 
 namespace tessera::backends {
@@ -21,6 +22,9 @@ struct StepInputs {
   std::vector<int32_t> positions;  // [batch * seq]
   std::vector<int32_t> slots;      // [seq] cache slot of each query column
   std::vector<int32_t> kv_begin;   // [batch] first cache slot each row may attend to
+  // In-step sampling only (ShapeKey::sampling != Off):
+  std::vector<int32_t> seen_from;      // [batch] prefill: first column whose ids count as seen
+  std::vector<int32_t> sample_params;  // [batch * graph::kSampleParams] (see graph::SampleParam)
 };
 
 // Per-layer K and V caches, [batch, kv_heads, cache_len, head_dim] each, on the device.
@@ -35,6 +39,9 @@ class Executable {
   virtual ~Executable() = default;
   // Runs the step and copies the logits output ([rows, vocab] float32) to `logits`.
   virtual void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) = 0;
+  // For graphs with in-step sampling: runs the step and copies the chosen token ids ([batch] int32).
+  // The cache's sampler state (the per-row seen mask) is created zeroed on the first such step.
+  virtual void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) = 0;
 };
 
 class Backend {
@@ -48,7 +55,21 @@ class Backend {
   virtual std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
                                                     int64_t cache_len, int64_t head_dim) = 0;
   // Copies every slot of `from` into the first slots of `to` (same layers/batch/heads, to.cache_len >= from's).
+  // The sampler state is not copied (a grown cache is used with host-side sampling only).
   virtual void copy_cache(const DeviceCache& from, DeviceCache& to) = 0;
+
+  // Persistent executables (the on-disk compile cache). `program_identity` is text that fixes the compiled
+  // program exactly: the program itself, the compiler (platform, version, API version) and the compile
+  // options; empty when the backend's executables cannot be saved (the native CPU backend: planning is cheap).
+  virtual std::string program_identity(const graph::Graph&) { return {}; }
+  // The same identity less the program: what changes when the plugin changes.
+  virtual std::string compiler_identity() const { return {}; }
+  virtual std::string serialize(const Executable&) const {
+    fail("backend ", name(), ": executables cannot be serialized");
+  }
+  virtual std::unique_ptr<Executable> load_serialized(const graph::Graph&, const std::string&) {
+    fail("backend ", name(), ": executables cannot be loaded from bytes");
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -10,13 +10,16 @@ namespace tessera::generation {
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+// lowbias32 (Chris Wellons' 32-bit mixer): only 32-bit xor, shift and wrapping multiply, so the compiled
+// step computes the same bits (src/backends/pjrt/stablehlo_emitter.cpp, sample()).
+uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
 }
-
 // softmax into `probs` (float32, as torch does for float32 scores).
 void softmax(const float* logits, int64_t n, std::vector<float>& probs) {
   probs.resize(static_cast<size_t>(n));
@@ -92,9 +95,26 @@ void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg) {
   }
 }
 
+uint32_t counter_hash(uint64_t seed, uint32_t step, uint32_t row) {
+  uint32_t h = mix32(row + 0x9e3779b9u);
+  h = mix32(h ^ step);
+  h = mix32(h ^ static_cast<uint32_t>(seed));
+  return mix32(h ^ static_cast<uint32_t>(seed >> 32));
+}
+
 double counter_uniform(uint64_t seed, uint64_t step, uint64_t row) {
-  uint64_t x = splitmix64(seed ^ splitmix64(step * 0x632be59bd9b4e019ull + row));
-  return static_cast<double>(x >> 11) * 0x1.0p-53;
+  // 24 bits: exactly representable in float32, so the device draws the same u.
+  return static_cast<double>(counter_hash(seed, static_cast<uint32_t>(step), static_cast<uint32_t>(row)) >> 8) *
+         0x1.0p-24;
+}
+
+void apply_repetition_penalty_mask(float* logits, int64_t vocab, const float* seen, float penalty) {
+  if (penalty == 1.0f) return;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (seen[i] == 0.0f) continue;
+    float& s = logits[i];
+    s = s < 0 ? s * penalty : s / penalty;
+  }
 }
 
 int32_t sample_from_logits(const float* logits, int64_t vocab, double u) {

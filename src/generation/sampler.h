@@ -19,8 +19,15 @@ int32_t argmax(const float* logits, int64_t vocab);
 // Temperature, top-k, top-p and min-p warpers in place (filtered entries become -inf).
 void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg);
 
-// A uniform in [0, 1) that depends only on (seed, step, row).
+// The counter-based RNG: a 32-bit hash of (seed, step, row) built from 32-bit integer ops only, so the
+// compiled sampling step (PJRT) draws exactly the same numbers.
+uint32_t counter_hash(uint64_t seed, uint32_t step, uint32_t row);
+// A uniform in [0, 1) with 24 bits (exact in float32) that depends only on (seed, step, row).
 double counter_uniform(uint64_t seed, uint64_t step, uint64_t row);
+
+// The repetition penalty for the ids marked in `seen` ([vocab], non-zero = seen); same result as
+// apply_repetition_penalty over the list of those ids.
+void apply_repetition_penalty_mask(float* logits, int64_t vocab, const float* seen, float penalty);
 
 // Draws from softmax(logits) with the uniform `u`.
 int32_t sample_from_logits(const float* logits, int64_t vocab, double u);

@@ -1,4 +1,12 @@
-// One Executable per ShapeKey, with counters that make recompiles visible.
+// One Executable per ShapeKey, with counters that make recompiles visible, an optional on-disk cache of
+// compiled programs (backends whose executables serialize: PJRT), and an optional recompile guard.
+//
+// On disk: one file per (program, compiler), named <hash of program>-<hash of compiler>.tsx, where the
+// program identity is the emitted program text plus the compile options and the compiler identity is the
+// plugin's platform name/version, PJRT API version and device kind (Backend::program_identity /
+// compiler_identity). A file holds a short text header (magic, compiler, key, program hash, payload size
+// and checksum) and the plugin's serialized executable. Files are written to a temporary name and renamed,
+// so a reader never sees half an entry. Anything wrong with an entry is a warning and a recompile.
 #pragma once
 #include <functional>
 #include <memory>
@@ -12,23 +20,55 @@
 namespace tessera::graph {
 
 struct CompileStats {
-  int compiles = 0;
-  int hits = 0;
-  std::vector<std::string> keys;  // every key compiled, in order
+  int compiles = 0;     // programs the backend compiled
+  int hits = 0;         // in-memory hits
+  int disk_hits = 0;    // executables loaded from the on-disk cache instead of compiling
+  int disk_writes = 0;  // entries written to the on-disk cache
+  double compile_seconds = 0;        // building + compiling, all compiles
+  double first_compile_seconds = 0;  // the first compile of this cache
+  double load_seconds = 0;           // loading disk entries
+  std::vector<std::string> keys;     // every key compiled or loaded from disk, in order
+  std::vector<std::string> misses;   // per in-memory miss: "<key>: <why>" (new key, plugin changed, entry
+                                     // corrupt, loaded from disk)
+};
+
+struct CompileCacheOptions {
+  std::string disk_dir;     // empty: no on-disk cache
+  int max_recompiles = -1;  // < 0: no guard; else more than this many new keys after arm_guard() is an Error
+  bool verbose = false;     // say every miss (and why) on stderr
 };
 
 class CompileCache {
  public:
-  explicit CompileCache(backends::Backend& backend) : backend_(backend) {}
-  // Returns the executable for `key`, building and compiling the graph on a miss.
+  explicit CompileCache(backends::Backend& backend, CompileCacheOptions options = {});
+  // Returns the executable for `key`, loading it from disk or building and compiling the graph on a miss.
   backends::Executable& get(const ShapeKey& key, const std::function<Graph(const ShapeKey&)>& build);
   bool contains(const ShapeKey& key) const { return cache_.count(key) != 0; }
   const CompileStats& stats() const { return stats_; }
+  const CompileCacheOptions& options() const { return options_; }
+
+  // From now on every new key counts against max_recompiles (called after warm-up or the first generate).
+  void arm_guard() { armed_ = true; }
+  bool guard_armed() const { return armed_; }
+  int unexpected_compiles() const { return unexpected_; }
 
  private:
+  void check_guard(const ShapeKey& key);
+  std::unique_ptr<backends::Executable> from_disk(const Graph& g, const std::string& path,
+                                                  const std::string& program_hash, std::string& why);
+  void to_disk(const Graph& g, const backends::Executable& exe, const std::string& path,
+               const std::string& program_hash);
+  void note_miss(const ShapeKey& key, const std::string& why);
+
   backends::Backend& backend_;
+  CompileCacheOptions options_;
   std::unordered_map<ShapeKey, std::unique_ptr<backends::Executable>, ShapeKeyHash> cache_;
   CompileStats stats_;
+  bool armed_ = false;
+  int unexpected_ = 0;
 };
+
+// 128-bit content hash as 32 hex digits (two independent 64-bit FNV-style lanes); not cryptographic.
+std::string content_hash(const std::string& bytes);
 
 }  // namespace tessera::graph

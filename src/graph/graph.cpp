@@ -12,18 +12,28 @@ const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "deco
 
 constexpr const char* kOpNames[] = {"input",  "weight",       "cache_state", "embedding", "rms_norm",
                                     "matmul", "rope",         "cache_update", "attention", "swiglu",
-                                    "add",    "last_row"};
+                                    "add",    "last_row",     "sampler_state", "mark_seen", "sample"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
 }  // namespace
 
 const char* op_name(Op op) { return kOpNames[static_cast<size_t>(op)]; }
 
+const char* sampling_name(Sampling s) {
+  switch (s) {
+    case Sampling::Off: return "off";
+    case Sampling::Greedy: return "greedy";
+    case Sampling::Sample: return "sample";
+  }
+  return "?";
+}
+
 std::string ShapeKey::str() const {
   std::ostringstream os;
   os << phase_name(phase) << "(batch=" << batch << ", seq=" << seq << ", cache_len=" << cache_len
      << ", dtype=" << dtype_name(dtype) << ", logits=" << (all_logits ? "all" : "last");
   if (tp_size > 1) os << ", tp=" << tp_rank << "/" << tp_size;
+  if (sampling != Sampling::Off) os << ", sampling=" << sampling_name(sampling);
   os << ")";
   return os.str();
 }
@@ -43,6 +53,7 @@ std::string ShapeKey::diff(const ShapeKey& o) const {
   field("all_logits", all_logits, o.all_logits);
   field("tp_rank", tp_rank, o.tp_rank);
   field("tp_size", tp_size, o.tp_size);
+  field("sampling", sampling_name(sampling), sampling_name(o.sampling));
   return os.str();
 }
 
@@ -57,6 +68,7 @@ size_t ShapeKeyHash::operator()(const ShapeKey& k) const {
   mix(static_cast<uint64_t>(k.all_logits));
   mix(static_cast<uint64_t>(k.tp_rank));
   mix(static_cast<uint64_t>(k.tp_size));
+  mix(static_cast<uint64_t>(k.sampling));
   return h;
 }
 
@@ -64,6 +76,32 @@ int Graph::add(Node n) {
   for (int in : n.inputs) TS_ASSERT(in >= 0 && in < static_cast<int>(nodes.size()), "node ", n.name, " input ", in);
   nodes.push_back(std::move(n));
   return static_cast<int>(nodes.size()) - 1;
+}
+
+void append_sampling(Graph& g, int64_t vocab) {
+  const ShapeKey& k = g.key;
+  if (k.sampling == Sampling::Off) return;
+  TS_ASSERT(!g.outputs.empty() && !k.all_logits, "in-step sampling needs last-row logits");
+  const int logits = g.outputs[0];
+  TS_ASSERT(g.at(logits).shape == (Shape{k.batch, vocab}), "logits ", shape_str(g.at(logits).shape));
+  int ids = -1;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == Op::Input && g.nodes[i].input_kind == InputKind::TokenIds) ids = static_cast<int>(i);
+  TS_ASSERT(ids >= 0, "graph without token ids");
+  auto input = [&](InputKind kind, const char* name, int64_t n) {
+    Node in{.op = Op::Input, .name = name, .inputs = {}, .shape = {n}, .dtype = DType::I32};
+    in.input_kind = kind;
+    return g.add(std::move(in));
+  };
+  Node state{.op = Op::SamplerState, .name = "sampler.seen", .inputs = {}, .shape = {k.batch, vocab}};
+  std::vector<int> mark_inputs = {g.add(std::move(state)), ids};
+  if (k.phase == Phase::Prefill) mark_inputs.push_back(input(InputKind::SeenFrom, "seen_from", k.batch));
+  const int seen = g.add(Node{.op = Op::MarkSeen, .name = "sampler.mark_seen", .inputs = mark_inputs,
+                              .shape = {k.batch, vocab}});
+  const int params = input(InputKind::SampleParams, "sample_params", int64_t{k.batch} * kSampleParams);
+  const int tokens = g.add(Node{.op = Op::Sample, .name = "sampler.sample", .inputs = {logits, seen, params},
+                                .shape = {k.batch, 1}, .dtype = DType::I32});
+  g.outputs = {tokens};
 }
 
 std::string Graph::dump() const {

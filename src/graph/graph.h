@@ -13,6 +13,12 @@ namespace tessera::graph {
 
 enum class Phase : uint8_t { Prefill, Decode };
 
+// What a generate step returns. Off: logits (the host samples). Greedy / Sample: the step applies the
+// logits processors itself and returns only the chosen token ids (Greedy: repetition penalty + argmax;
+// Sample: + temperature, top-k, top-p, min-p and a counter-based draw). See Op::Sample.
+enum class Sampling : uint8_t { Off, Greedy, Sample };
+const char* sampling_name(Sampling s);
+
 // Everything that fixes the shapes of a compiled step.
 struct ShapeKey {
   Phase phase = Phase::Prefill;
@@ -22,6 +28,7 @@ struct ShapeKey {
   DType dtype = DType::F32;  // weight dtype
   bool all_logits = false;   // logits for every position (forward) or only the last (generate)
   int tp_rank = 0, tp_size = 1;
+  Sampling sampling = Sampling::Off;
 
   bool operator==(const ShapeKey&) const = default;
   std::string str() const;
@@ -46,11 +53,31 @@ enum class Op : uint8_t {
   SwiGlu,       // (gate, up) -> silu(gate) * up
   Add,          // (a, b) -> a + b
   LastRow,      // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
+  // In-step sampling (ShapeKey::sampling != Off; appended by graph::append_sampling):
+  SamplerState, // per-row "seen" mask [batch, vocab] f32 (1 = id occurred in the row), device state like a cache
+  MarkSeen,     // (state, ids [batch*seq], seen_from? [batch]) -> state with ids[b, s] marked for s >= seen_from[b]
+  Sample,       // (logits [batch, vocab], state, params [batch*kSampleParams]) -> token ids [batch, 1] i32
   kCount
 };
 const char* op_name(Op op);
 
-enum class InputKind : uint8_t { TokenIds, Positions, Slots, KvBegin };
+enum class InputKind : uint8_t {
+  TokenIds, Positions, Slots, KvBegin,
+  SeenFrom,      // [batch] prefill only: first column of the row whose ids count for the repetition penalty
+  SampleParams,  // [batch * kSampleParams] per-row sampling parameters (layout: SampleParam)
+};
+
+// Per-row sampling parameters, int32 (floats bit-cast), in this order.
+enum SampleParam : int {
+  kTemperature,  // f32 bits
+  kTopP,         // f32 bits
+  kMinP,         // f32 bits
+  kRepetitionPenalty,  // f32 bits
+  kTopK,         // 0 = off
+  kSeedLo, kSeedHi,    // 64-bit seed
+  kStep,         // generation step (0 = the token chosen from the prefill)
+  kSampleParams  // count
+};
 
 struct Node {
   Op op;
@@ -79,5 +106,9 @@ struct Graph {
   const Node& at(int id) const { return nodes.at(static_cast<size_t>(id)); }
   std::string dump() const;  // one line per node, for debugging and fixtures
 };
+
+// For g.key.sampling != Off: appends SamplerState -> MarkSeen -> Sample after the logits (outputs[0],
+// [batch, vocab]) and makes the token ids the only output. Off: no change.
+void append_sampling(Graph& g, int64_t vocab);
 
 }  // namespace tessera::graph

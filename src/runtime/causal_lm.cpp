@@ -1,10 +1,14 @@
 // Loading a checkpoint into a backend, and the host-side generate loop.
 // The host owns input ids, the growing output, the attention mask and the
 // stopping state; each step hands the backend only (ids, positions, slots,
-// kv_begin) and gets logits back.
+// kv_begin, and on PJRT devices the sampling parameters) and gets back logits
+// (native cpu: the host samples) or only the chosen token ids (PJRT: the
+// compiled step samples). Prompts are left-padded to a length bucket.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -33,8 +37,25 @@ struct CausalLM::Impl {
   std::unique_ptr<graph::CompileCache> cache;
   GenerationConfig gen_defaults;
   ModelInfo info;
+  std::vector<int> buckets;  // ascending prefill lengths; empty = exact prompt length
+  bool device_sampling = false;  // PJRT devices: the compiled step samples and returns token ids
+  bool first_generate_done = false;
 
-  graph::Graph build(const ShapeKey& key) const { return arch->build_graph(config, key); }
+  graph::Graph build(const ShapeKey& key) const {
+    graph::Graph g = arch->build_graph(config, key);
+    graph::append_sampling(g, config.vocab_size);
+    return g;
+  }
+
+  // The prefill length for a prompt of `len` tokens; beyond the largest bucket, the exact length.
+  int bucket_for(int len, bool warn) const {
+    for (int b : buckets)
+      if (b >= len) return b;
+    if (warn && !buckets.empty())
+      std::fprintf(stderr, "tessera: warning: prompt of %d tokens is longer than the largest bucket (%d); "
+                   "compiling its exact length\n", len, buckets.back());
+    return len;
+  }
 
   // Compiled executable for `key`; with disable_compile a fresh one each call.
   backends::Executable& executable(const ShapeKey& key, bool disable_compile,
@@ -124,6 +145,67 @@ std::vector<int32_t> left_padding(const std::vector<std::vector<int32_t>>& mask,
 }
 
 constexpr int kDynamicChunk = 64;  // dynamic cache grows by this many slots
+constexpr int kMinPow2Bucket = 16;
+
+// "auto" | "pow2" | "exact" | "16,32,64" -> ascending bucket list (empty = exact).
+std::vector<int> parse_buckets(const std::string& spec, bool pjrt, int max_positions) {
+  std::string s = spec.empty() ? "auto" : spec;
+  if (s == "auto") s = pjrt ? "pow2" : "exact";
+  std::vector<int> out;
+  if (s == "exact") return out;
+  if (s == "pow2") {
+    for (int64_t b = kMinPow2Bucket; b < max_positions; b *= 2) out.push_back(static_cast<int>(b));
+    out.push_back(max_positions);  // the last bucket is the model's limit
+    return out;
+  }
+  std::string item;
+  std::istringstream is(s);
+  while (std::getline(is, item, ',')) {
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v <= 0 || v > max_positions)
+      fail("buckets: '", item, "' is not a prompt length in 1..", max_positions,
+           " (expected auto, pow2, exact or a list like 16,32,64)");
+    if (!out.empty() && v <= out.back()) fail("buckets: '", s, "' must be strictly increasing");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) fail("buckets: empty list (expected auto, pow2, exact or a list like 16,32,64)");
+  return out;
+}
+
+// LoadOptions value, else the environment variable, else the default.
+int max_recompiles_setting(int option) {
+  if (option >= 0) return option;
+  const char* env = std::getenv("TESSERA_MAX_RECOMPILES");
+  if (!env || !*env) return -1;
+  char* end = nullptr;
+  long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 0 || v > 1000000)
+    fail("TESSERA_MAX_RECOMPILES='", env, "' is not a non-negative integer");
+  return static_cast<int>(v);
+}
+
+// Per-row sampling parameters for the compiled step (graph::SampleParam layout).
+std::vector<int32_t> sample_params(const GenerationConfig& cfg, uint64_t seed, int batch, int step) {
+  std::vector<int32_t> p(static_cast<size_t>(batch) * graph::kSampleParams);  // [batch * kSampleParams]
+  for (int b = 0; b < batch; ++b) {
+    int32_t* r = p.data() + static_cast<size_t>(b) * graph::kSampleParams;
+    r[graph::kTemperature] = std::bit_cast<int32_t>(cfg.temperature);
+    r[graph::kTopP] = std::bit_cast<int32_t>(cfg.top_p);
+    r[graph::kMinP] = std::bit_cast<int32_t>(cfg.min_p);
+    r[graph::kRepetitionPenalty] = std::bit_cast<int32_t>(cfg.repetition_penalty);
+    r[graph::kTopK] = cfg.top_k;
+    r[graph::kSeedLo] = static_cast<int32_t>(static_cast<uint32_t>(seed));
+    r[graph::kSeedHi] = static_cast<int32_t>(static_cast<uint32_t>(seed >> 32));
+    r[graph::kStep] = step;
+  }
+  return p;
+}
 
 }  // namespace
 
@@ -137,7 +219,34 @@ const ModelInfo& CausalLM::info() const { return impl_->info; }
 
 CompileReport CausalLM::compile_stats() const {
   const auto& s = impl_->cache->stats();
-  return CompileReport{s.compiles, s.hits, s.keys};
+  return CompileReport{s.compiles,          s.hits,         s.disk_hits, s.compile_seconds, s.first_compile_seconds,
+                       s.load_seconds,      s.keys,         s.misses};
+}
+
+int CausalLM::prompt_bucket(int len) const { return impl_->bucket_for(len, false); }
+const std::vector<int>& CausalLM::prompt_buckets() const { return impl_->buckets; }
+
+int CausalLM::warmup(int batch, int max_new_tokens, bool do_sample, int max_prompt) {
+  Impl& m = *impl_;
+  if (batch < 1) fail("warmup: batch must be >= 1, got ", batch);
+  if (max_new_tokens < 0) fail("warmup: max_new_tokens must be >= 0, got ", max_new_tokens);
+  const graph::Sampling sampling =
+      !m.device_sampling ? graph::Sampling::Off : do_sample ? graph::Sampling::Sample : graph::Sampling::Greedy;
+  const int before = m.cache->stats().compiles + m.cache->stats().disk_hits;
+  for (int bucket : m.buckets) {
+    if (max_prompt > 0 && bucket > m.bucket_for(max_prompt, false)) break;
+    const int cache_len = bucket + max_new_tokens;
+    auto build = [&m](const ShapeKey& k) { return m.build(k); };
+    m.cache->get({.phase = Phase::Prefill, .batch = batch, .seq = bucket, .cache_len = cache_len,
+                  .dtype = m.info.dtype, .sampling = sampling},
+                 build);
+    if (max_new_tokens > 1)
+      m.cache->get({.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m.info.dtype,
+                    .sampling = sampling},
+                   build);
+  }
+  m.cache->arm_guard();
+  return m.cache->stats().compiles + m.cache->stats().disk_hits - before;
 }
 
 namespace {
@@ -207,9 +316,19 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->gen_defaults.max_new_tokens = 20;  // Transformers' default when generation_config.json has max_length only
 
   impl->backend = make_backend(opt.device_map);
+  graph::CompileCacheOptions cache_opt;
+  cache_opt.disk_dir = opt.compile_cache_dir;
+  if (cache_opt.disk_dir.empty())
+    if (const char* env = std::getenv("TESSERA_COMPILE_CACHE")) cache_opt.disk_dir = env;
+  cache_opt.max_recompiles = max_recompiles_setting(opt.max_recompiles);
+  const char* verbose = std::getenv("TESSERA_VERBOSE");
+  cache_opt.verbose = opt.verbose_compiles || (verbose && std::string(verbose) == "1");
+  impl->cache = std::make_unique<graph::CompileCache>(*impl->backend, cache_opt);
+  const bool pjrt = impl->backend->name() != "cpu";
+  impl->buckets = parse_buckets(opt.buckets, pjrt, static_cast<int>(impl->config.max_position_embeddings));
+  impl->device_sampling = pjrt;
   size_t bytes = 0;
   impl->backend->bind_weights(load_weights(*src, *impl->arch, impl->config, dtype, opt, bytes));
-  impl->cache = std::make_unique<graph::CompileCache>(*impl->backend);
   impl->info = ModelInfo{impl->arch->name,
                          src->origin(),
                          impl->backend->name(),
@@ -285,58 +404,91 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
          ") exceeds max_position_embeddings (", m.config.max_position_embeddings, ")");
 
   const bool dynamic = cfg.cache_implementation == "dynamic";
+  // Bucketed prefill: `extra` more left padding up to the bucket; slots stay contiguous from 0.
+  const int prefill_len = m.bucket_for(seq, true);
+  const int extra = prefill_len - seq;
   auto cache_len_for = [&](int needed) {
-    return dynamic ? (needed + kDynamicChunk - 1) / kDynamicChunk * kDynamicChunk : seq + cfg.max_new_tokens;
+    return dynamic ? (needed + kDynamicChunk - 1) / kDynamicChunk * kDynamicChunk : prefill_len + cfg.max_new_tokens;
   };
-  int cache_len = cache_len_for(seq + (cfg.max_new_tokens > 0 ? 1 : 0));
+  int cache_len = cache_len_for(prefill_len + (cfg.max_new_tokens > 0 ? 1 : 0));
   auto cache = m.backend->create_cache(m.config.num_layers, batch, m.config.num_kv_heads, cache_len, m.config.head_dim);
 
   const std::vector<int32_t> eos = cfg.eos_token_id;
   const int32_t pad_id = cfg.pad_token_id.value_or(eos.empty() ? 0 : eos[0]);
   const uint64_t seed = cfg.seed.value_or(std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32));
   const graph::CompileStats before = m.cache->stats();
+  // PJRT devices sample inside the compiled step (only token ids come back), except when the cache grows (the
+  // sampler state is not carried over) or ops run one by one.
+  const bool on_device = m.device_sampling && !dynamic && !cfg.disable_compile;
+  const graph::Sampling sampling =
+      !on_device ? graph::Sampling::Off : cfg.do_sample ? graph::Sampling::Sample : graph::Sampling::Greedy;
 
   GenerateOutput out;
   out.sequences = input_ids;
   out.prompt_tokens = seq;
+  out.prefill_len = prefill_len;
+  out.device_sampling = on_device;
   std::vector<bool> finished(static_cast<size_t>(batch), false);
 
-  // Prefill: the whole (left-padded) prompt; slots 0..seq-1.
+  // Prefill: the whole prompt left-padded to the bucket; slots 0..prefill_len-1.
+  const int32_t filler = pad_id >= 0 && pad_id < m.config.vocab_size ? pad_id : 0;  // masked; any valid id
+  std::vector<int32_t> kv_begin(static_cast<size_t>(batch));  // [batch]
+  for (int b = 0; b < batch; ++b) kv_begin[static_cast<size_t>(b)] = pads[static_cast<size_t>(b)] + extra;
   StepInputs in;
-  in.ids.reserve(static_cast<size_t>(batch * seq));
+  in.ids.reserve(static_cast<size_t>(batch * prefill_len));
   for (int b = 0; b < batch; ++b) {
-    for (int s = 0; s < seq; ++s) {
-      in.ids.push_back(input_ids[static_cast<size_t>(b)][static_cast<size_t>(s)]);
-      int pos = s - pads[static_cast<size_t>(b)];
+    for (int s = 0; s < prefill_len; ++s) {
+      in.ids.push_back(s < extra ? filler : input_ids[static_cast<size_t>(b)][static_cast<size_t>(s - extra)]);
+      int pos = s - kv_begin[static_cast<size_t>(b)];
       in.positions.push_back(pos < 0 ? 1 : pos);  // padding positions are masked; 1 as in Transformers
     }
   }
-  for (int s = 0; s < seq; ++s) in.slots.push_back(s);
-  in.kv_begin = pads;
+  for (int s = 0; s < prefill_len; ++s) in.slots.push_back(s);
+  in.kv_begin = kv_begin;
+  if (on_device) in.seen_from.assign(static_cast<size_t>(batch), extra);  // the caller's padding counts, ours not
 
   std::vector<float> logits;
+  std::vector<int32_t> device_tokens;
   std::unique_ptr<backends::Executable> scratch;
-  ShapeKey prefill_key{.phase = Phase::Prefill, .batch = batch, .seq = seq, .cache_len = cache_len,
-                       .dtype = m.info.dtype};
+  auto run_step = [&](const ShapeKey& key, int step) {
+    backends::Executable& exe = m.executable(key, cfg.disable_compile, scratch);
+    if (on_device) {
+      in.sample_params = sample_params(cfg, seed, batch, step);
+      exe.run_tokens(in, *cache, device_tokens);
+    } else {
+      exe.run(in, *cache, logits);
+    }
+  };
+  ShapeKey prefill_key{.phase = Phase::Prefill, .batch = batch, .seq = prefill_len, .cache_len = cache_len,
+                       .dtype = m.info.dtype, .sampling = sampling};
   auto t0 = clock::now();
-  if (cfg.max_new_tokens > 0) m.executable(prefill_key, cfg.disable_compile, scratch).run(in, *cache, logits);
+  if (cfg.max_new_tokens > 0) run_step(prefill_key, 0);
+  in.seen_from.clear();
   auto t1 = clock::now();
   out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 
+  auto* pjrt_backend = dynamic_cast<backends::PjrtBackend*>(m.backend.get());
+  const backends::TransferStats transfers_before = pjrt_backend ? pjrt_backend->transfer_stats()
+                                                                 : backends::TransferStats{};
   std::optional<ShapeKey> last_decode;
   int decode_runs = 0;
   for (int step = 0; step < cfg.max_new_tokens; ++step) {
-    // Choose the next token of every row from `logits` [batch, vocab].
+    // The next token of every row: chosen by the step itself, or here from `logits` [batch, vocab].
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (int b = 0; b < batch; ++b) {
-      float* row = logits.data() + static_cast<int64_t>(b) * vocab;
-      generation::apply_repetition_penalty(row, vocab, out.sequences[static_cast<size_t>(b)], cfg.repetition_penalty);
       int32_t tok;
-      if (cfg.do_sample) {
-        generation::apply_warpers(row, vocab, cfg);
-        tok = generation::sample_from_logits(row, vocab, generation::counter_uniform(seed, step, b));
+      if (on_device) {
+        tok = device_tokens[static_cast<size_t>(b)];
       } else {
-        tok = generation::argmax(row, vocab);
+        float* row = logits.data() + static_cast<int64_t>(b) * vocab;
+        generation::apply_repetition_penalty(row, vocab, out.sequences[static_cast<size_t>(b)],
+                                             cfg.repetition_penalty);
+        if (cfg.do_sample) {
+          generation::apply_warpers(row, vocab, cfg);
+          tok = generation::sample_from_logits(row, vocab, generation::counter_uniform(seed, step, b));
+        } else {
+          tok = generation::argmax(row, vocab);
+        }
       }
       if (finished[static_cast<size_t>(b)]) tok = pad_id;
       next[static_cast<size_t>(b)] = tok;
@@ -351,8 +503,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
     out.new_tokens = step + 1;
     if (all_done || step + 1 == cfg.max_new_tokens) break;
 
-    // Decode: one token per row at slot seq + step.
-    const int slot = seq + step;
+    // Decode: one token per row at slot prefill_len + step.
+    const int slot = prefill_len + step;
     if (slot >= cache_len) {  // dynamic cache: grow by a chunk (the decode shape changes: expected)
       int grown = cache_len_for(slot + 1);
       auto bigger = m.backend->create_cache(m.config.num_layers, batch, m.config.num_kv_heads, grown, m.config.head_dim);
@@ -360,7 +512,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
       cache = std::move(bigger);
       cache_len = grown;
     }
-    ShapeKey key{.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m.info.dtype};
+    ShapeKey key{.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m.info.dtype,
+                 .sampling = sampling};
     if (!cfg.disable_compile && !dynamic && last_decode && !(*last_decode == key) && !m.cache->contains(key))
       std::fprintf(stderr, "tessera: warning: recompiling during decode at step %d: %s (changed: %s)\n", step,
                    key.str().c_str(), last_decode->diff(key).c_str());
@@ -369,18 +522,32 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
     in.positions.clear();
     for (int b = 0; b < batch; ++b) in.positions.push_back(seq - pads[static_cast<size_t>(b)] + step);
     in.slots = {slot};
-    m.executable(key, cfg.disable_compile, scratch).run(in, *cache, logits);
+    run_step(key, step + 1);
     ++decode_runs;
   }
   auto t2 = clock::now();
   out.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  out.decode_steps = decode_runs;
+  if (pjrt_backend) {
+    const backends::TransferStats now = pjrt_backend->transfer_stats();
+    out.decode_h2d_bytes = now.h2d_bytes - transfers_before.h2d_bytes;
+    out.decode_d2h_bytes = now.d2h_bytes - transfers_before.d2h_bytes;
+  }
   if (out.prefill_seconds > 0) out.prefill_tokens_per_s = batch * seq / out.prefill_seconds;
   if (decode_runs > 0 && out.decode_seconds > 0) out.decode_tokens_per_s = batch * decode_runs / out.decode_seconds;
   const auto& after = m.cache->stats();
   out.compiles.compiles = after.compiles - before.compiles;
   out.compiles.hits = after.hits - before.hits;
-  out.compiles.keys.assign(after.keys.begin() + before.compiles, after.keys.end());
+  out.compiles.disk_hits = after.disk_hits - before.disk_hits;
+  out.compiles.compile_seconds = after.compile_seconds - before.compile_seconds;
+  out.compiles.load_seconds = after.load_seconds - before.load_seconds;
+  out.compiles.first_compile_seconds = after.first_compile_seconds;
+  out.compiles.keys.assign(after.keys.begin() + static_cast<long>(before.keys.size()), after.keys.end());
+  out.compiles.misses.assign(after.misses.begin() + static_cast<long>(before.misses.size()), after.misses.end());
   if (cfg.disable_compile) out.compiles.compiles = 1 + decode_runs;  // every step planned afresh
+  // The recompile guard counts from the end of the first generation (unless warmup() armed it already).
+  if (!m.first_generate_done) m.cache->arm_guard();
+  m.first_generate_done = true;
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
+#include "generation/sampler.h"
 #include "tessera/error.h"
 
 namespace tessera::backends {
@@ -22,11 +23,12 @@ class CpuCache : public DeviceCache {
  public:
   // k[l], v[l]: [batch, kv_heads, cache_len, head_dim]
   std::vector<Tensor> k, v;
+  std::vector<float> seen;  // sampler state [batch, vocab] (1 = id seen in the row); empty until first used
 };
 
 // Where a node's output lives at run time.
 struct Slot {
-  enum Kind { Arena, Weight, Input, Cache } kind = Arena;
+  enum Kind { Arena, Weight, Input, Cache, Seen } kind = Arena;
   size_t offset = 0;           // Arena: float offset
   const void* weight = nullptr;
   InputKind input = InputKind::TokenIds;
@@ -38,13 +40,27 @@ class CpuExecutable : public Executable {
   CpuExecutable(const Graph& g, const WeightMap& weights) : g_(g) { plan(weights); }
 
   void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) override {
+    const Node& out = g_.at(g_.outputs[0]);
+    if (out.op == Op::Sample) fail("cpu step ", g_.key.str(), ": this step samples in the graph; use run_tokens()");
     auto& cache = static_cast<CpuCache&>(cache_base);
     in_ = &in;
     cache_ = &cache;
     for (size_t i = 0; i < g_.nodes.size(); ++i) exec(static_cast<int>(i));
-    const Node& out = g_.at(g_.outputs[0]);
     logits.resize(static_cast<size_t>(out.shape[0] * out.shape[1]));
     std::memcpy(logits.data(), f32(g_.outputs[0]), logits.size() * sizeof(float));
+  }
+
+  void run_tokens(const StepInputs& in, DeviceCache& cache_base, std::vector<int32_t>& tokens) override {
+    const Node& out = g_.at(g_.outputs[0]);
+    if (out.op != Op::Sample) fail("cpu step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
+    auto& cache = static_cast<CpuCache&>(cache_base);
+    const size_t state = static_cast<size_t>(g_.key.batch) * static_cast<size_t>(vocab_);
+    if (cache.seen.size() != state) cache.seen.assign(state, 0.0f);
+    in_ = &in;
+    cache_ = &cache;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) exec(static_cast<int>(i));
+    tokens.resize(static_cast<size_t>(out.shape[0]));
+    std::memcpy(tokens.data(), f32(g_.outputs[0]), tokens.size() * sizeof(int32_t));  // int32 bits in the arena
   }
 
  private:
@@ -95,7 +111,8 @@ class CpuExecutable : public Executable {
     std::vector<size_t> buffer_size, buffer_last;
     for (size_t i = 0; i < n; ++i) {
       const Node& node = g_.nodes[i];
-      if (node.op == Op::Weight || node.op == Op::Input || node.op == Op::CacheState || node.op == Op::CacheUpdate)
+      if (node.op == Op::Weight || node.op == Op::Input || node.op == Op::CacheState || node.op == Op::CacheUpdate ||
+          node.op == Op::SamplerState || node.op == Op::MarkSeen)
         continue;
       int src = node.inputs.empty() ? -1 : node.inputs[0];
       bool in_place = (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add) && src >= 0 &&
@@ -136,7 +153,12 @@ class CpuExecutable : public Executable {
           s.which = node.which;
           break;
         case Op::CacheUpdate:
+        case Op::MarkSeen:
           s = slots_[static_cast<size_t>(node.inputs[0])];  // updated in place
+          break;
+        case Op::SamplerState:
+          s.kind = Slot::Seen;
+          vocab_ = node.shape[1];
           break;
         default: {
           size_t b = static_cast<size_t>(buffer[i]);
@@ -165,6 +187,8 @@ class CpuExecutable : public Executable {
       case InputKind::Positions: return in_->positions.data();
       case InputKind::Slots: return in_->slots.data();
       case InputKind::KvBegin: return in_->kv_begin.data();
+      case InputKind::SeenFrom: return in_->seen_from.data();
+      case InputKind::SampleParams: return in_->sample_params.data();
     }
     return nullptr;
   }
@@ -249,13 +273,68 @@ class CpuExecutable : public Executable {
           std::memcpy(f32(id) + b * cols, f32(in[0]) + (b * seq + seq - 1) * cols, static_cast<size_t>(cols) * 4);
         return;
       }
+      case Op::SamplerState:
+        return;
+      case Op::MarkSeen:
+        mark_seen(n);
+        return;
+      case Op::Sample:
+        sample(n, id);
+        return;
       case Op::kCount:
         break;
     }
     TS_ASSERT(false, "unhandled op ", graph::op_name(n.op));
   }
 
+  // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the row's seen mask [batch, vocab].
+  void mark_seen(const Node& n) {
+    const int64_t batch = g_.key.batch, seq = g_.key.seq;
+    const int32_t* ids = ints(n.inputs[1]);
+    const int32_t* from = n.inputs.size() > 2 ? ints(n.inputs[2]) : nullptr;
+    float* seen = cache_->seen.data();
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = from ? from[b] : 0; s < seq; ++s) {
+        const int32_t id = ids[b * seq + s];
+        if (id >= 0 && id < vocab_) seen[b * vocab_ + id] = 1.0f;
+      }
+  }
+
+  // The host sampler (src/generation/sampler.cpp) on each row: penalty, then argmax or warpers + draw.
+  void sample(const Node& n, int id) {
+    const float* logits = f32(n.inputs[0]);
+    const int32_t* params = ints(n.inputs[2]);
+    int32_t* out = reinterpret_cast<int32_t*>(f32(id));  // [batch] int32 stored in the float arena
+    std::vector<float> row(static_cast<size_t>(vocab_));  // [vocab] scratch
+    for (int64_t b = 0; b < g_.key.batch; ++b) {
+      const int32_t* p = params + b * graph::kSampleParams;
+      auto as_float = [](int32_t bits) {
+        float f;
+        std::memcpy(&f, &bits, sizeof f);
+        return f;
+      };
+      std::memcpy(row.data(), logits + b * vocab_, row.size() * sizeof(float));
+      generation::apply_repetition_penalty_mask(row.data(), vocab_, cache_->seen.data() + b * vocab_,
+                                                as_float(p[graph::kRepetitionPenalty]));
+      if (g_.key.sampling == graph::Sampling::Greedy) {
+        out[b] = generation::argmax(row.data(), vocab_);
+        continue;
+      }
+      GenerationConfig cfg;
+      cfg.temperature = as_float(p[graph::kTemperature]);
+      cfg.top_k = p[graph::kTopK];
+      cfg.top_p = as_float(p[graph::kTopP]);
+      cfg.min_p = as_float(p[graph::kMinP]);
+      generation::apply_warpers(row.data(), vocab_, cfg);
+      const uint64_t seed = static_cast<uint32_t>(p[graph::kSeedLo]) |
+                            uint64_t{static_cast<uint32_t>(p[graph::kSeedHi])} << 32;
+      out[b] = generation::sample_from_logits(
+          row.data(), vocab_, generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep]), b));
+    }
+  }
+
   Graph g_;
+  int64_t vocab_ = 0;  // sampler state width (graphs with in-step sampling)
   std::vector<Slot> slots_;
   Tensor arena_;
   const StepInputs* in_ = nullptr;
@@ -295,6 +374,7 @@ class CpuBackend : public Backend {
       copy(from.k[l], to.k[l]);
       copy(from.v[l], to.v[l]);
     }
+    to.seen = from.seen;
   }
 
  private:

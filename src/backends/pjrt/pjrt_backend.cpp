@@ -50,6 +50,7 @@ class PjrtCache : public DeviceCache {
  public:
   // k[l], v[l]: device buffers f32 [batch, kv_heads, cache_len, head_dim]
   std::vector<BufferHandle> k, v;
+  BufferHandle seen;  // sampler state f32 [batch, vocab]; created zeroed by the first sampling step
   int64_t kv_heads = 0, head_dim = 0;
   const void* owner = nullptr;  // the backend that created it
 
@@ -75,12 +76,15 @@ class PjrtExecutable : public Executable {
       : be_(be), key_(key), prog_(std::move(prog)), exe_(std::move(exe)), weight_args_(std::move(weight_args)) {}
 
   void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override;
+  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) override;
   PJRT_LoadedExecutable* loaded() const { return exe_.get(); }
   const PjrtBackendImpl* backend() const { return &be_; }
 
  private:
   const std::vector<int32_t>& input(const StepInputs& in, const StablehloArg& a) const;
   void check_inputs(const StepInputs& in) const;
+  // Uploads the inputs, executes with the states donated, and returns result 0 (logits or token ids).
+  BufferHandle execute(const StepInputs& in, DeviceCache& cache);
 
   PjrtBackendImpl& be_;
   graph::ShapeKey key_;
@@ -141,6 +145,15 @@ class PjrtBackendImpl : public PjrtBackend {
     auto* exe = dynamic_cast<const PjrtExecutable*>(&base);
     if (!exe || exe->backend() != this) fail("PJRT backend: serialize() of an executable from another backend");
     return pjrt::serialize(plugin_, exe->loaded());
+  }
+
+  // The program text and the compile options; the compiler is compiler_identity().
+  std::string program_identity(const graph::Graph& g) override {
+    return pjrt::lower_to_stablehlo(g).text + "\ncompile options: " + pjrt::compile_options_proto(1, 1);
+  }
+  std::string compiler_identity() const override {
+    return "platform " + info_.platform_name + " " + info_.platform_version + "; PJRT API " + info_.api_version +
+           "; device " + (info_.devices.empty() ? std::string("?") : info_.devices[0].kind);
   }
 
   std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override {
@@ -207,6 +220,18 @@ class PjrtBackendImpl : public PjrtBackend {
       copy(from.k[l], to.k[l]);
       copy(from.v[l], to.v[l]);
     }
+    // Growing caches are used with host-side sampling only (CausalLM::generate), so there is no state to copy.
+    if (from.seen) fail("PJRT backend: a cache with in-step sampler state cannot grow (use the static cache)");
+  }
+
+  // The sampler state of `c` for a step whose graph reads it ([batch, vocab] f32), zeroed on first use.
+  BufferHandle& seen_state(PjrtCache& c, const Shape& shape) {
+    if (!c.seen) {
+      const std::vector<float> zeros(static_cast<size_t>(shape_numel(shape)), 0.0f);  // [B, V]
+      c.seen = client_.upload(zeros.data(), PJRT_Buffer_Type_F32, shape);
+      stats_.setup_h2d_bytes += zeros.size() * sizeof(float);
+    }
+    return c.seen;
   }
 
   std::vector<uintptr_t> cache_addresses(const DeviceCache& base) const override {
@@ -273,6 +298,8 @@ const std::vector<int32_t>& PjrtExecutable::input(const StepInputs& in, const St
     case graph::InputKind::Positions: return in.positions;
     case graph::InputKind::Slots: return in.slots;
     case graph::InputKind::KvBegin: return in.kv_begin;
+    case graph::InputKind::SeenFrom: return in.seen_from;
+    case graph::InputKind::SampleParams: return in.sample_params;
   }
   return in.ids;
 }
@@ -295,15 +322,16 @@ void PjrtExecutable::check_inputs(const StepInputs& in) const {
          " do not fit the cache of ", key_.cache_len, " slots");
 }
 
-void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) {
+BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_base) {
   const Plugin& p = be_.plugin();
   PjrtCache& cache = be_.own(cache_base);
   check_inputs(in);
   if (cache.batch != key_.batch || cache.cache_len != key_.cache_len)
     fail("PJRT step ", key_.str(), ": cache has batch ", cache.batch, " and ", cache.cache_len, " slots");
 
-  // Arguments: bound weights, freshly uploaded step inputs, the cache buffers (donated).
+  // Arguments: bound weights, freshly uploaded step inputs, the states (donated).
   std::vector<BufferHandle> uploads;
+  uploads.reserve(prog_.args.size());
   std::vector<PJRT_Buffer*> args(prog_.args.size(), nullptr);
   std::vector<BufferHandle*> donated;
   for (size_t i = 0; i < prog_.args.size(); ++i) {
@@ -319,6 +347,10 @@ void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache_base, std::vec
       }
       case StablehloArg::Cache:
         donated.push_back(&cache.at(a.layer, a.which));
+        args[i] = donated.back()->get();
+        break;
+      case StablehloArg::Seen:
+        donated.push_back(&be_.seen_state(cache, a.shape));
         args[i] = donated.back()->get();
         break;
     }
@@ -339,16 +371,29 @@ void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache_base, std::vec
   ex.device_complete_events = &done;
   PJRT_CALL(p, LoadedExecutable_Execute, ex);
 
-  // Take ownership of every output at once; the donated cache buffers are replaced by their aliases.
+  // Take ownership of every output at once; the donated state buffers are replaced by their aliases.
   std::vector<BufferHandle> results;
   for (PJRT_Buffer* b : outs) results.emplace_back(&p, b);
   for (size_t i = 0; i < donated.size(); ++i) *donated[i] = std::move(results[1 + i]);
   pjrt::await(p, pjrt::EventHandle(&p, done), "PJRT execute");
-
-  logits.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [rows_out, vocab]
-  pjrt::download(p, results[0].get(), logits.data(), logits.size() * sizeof(float));
-  be_.stats().d2h_bytes += logits.size() * sizeof(float);
   ++be_.stats().runs;
+  return std::move(results[0]);
+}
+
+void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) {
+  if (prog_.tokens) fail("PJRT step ", key_.str(), ": this step samples in the program; use run_tokens()");
+  BufferHandle out = execute(in, cache);
+  logits.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [rows_out, vocab]
+  pjrt::download(be_.plugin(), out.get(), logits.data(), logits.size() * sizeof(float));
+  be_.stats().d2h_bytes += logits.size() * sizeof(float);
+}
+
+void PjrtExecutable::run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) {
+  if (!prog_.tokens) fail("PJRT step ", key_.str(), ": run_tokens() needs a graph with in-step sampling");
+  BufferHandle out = execute(in, cache);
+  tokens.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [batch] int32
+  pjrt::download(be_.plugin(), out.get(), tokens.data(), tokens.size() * sizeof(int32_t));
+  be_.stats().d2h_bytes += tokens.size() * sizeof(int32_t);
 }
 
 }  // namespace

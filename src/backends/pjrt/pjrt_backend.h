@@ -16,7 +16,7 @@ namespace tessera::backends {
 // Bytes that crossed between host and device.
 struct TransferStats {
   uint64_t h2d_bytes = 0;  // step inputs sent by Executable::run
-  uint64_t d2h_bytes = 0;  // logits returned by Executable::run
+  uint64_t d2h_bytes = 0;  // logits (run) or token ids (run_tokens) returned
   uint64_t runs = 0;       // Executable::run calls
   uint64_t setup_h2d_bytes = 0;  // weights (bind_weights) and zeroed caches (create_cache); not per step
   uint64_t cache_copy_bytes = 0; // copy_cache through the host (dynamic cache growth), both directions
@@ -43,8 +43,8 @@ class PjrtBackend : public Backend {
   // (PJRT_Executable_Serialize), and an executable for graph `g` loaded back from such bytes without
   // compiling (PJRT_Executable_DeserializeAndLoad). The bytes are opaque and tied to the plugin build: a
   // caller must key them by plugin path/version and program hash. Foreign or corrupt bytes throw Error.
-  virtual std::string serialize(const Executable& exe) const = 0;
-  virtual std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) = 0;
+  std::string serialize(const Executable& exe) const override = 0;
+  std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override = 0;
 };
 
 struct PjrtOptions {

@@ -90,6 +90,11 @@ class Builder {
   Val splat_f32(float x, const Shape& shape) {
     return op("constant", {}, "value = dense<" + f32_literal(x) + "> : " + tensor_type(shape, "f32"), shape, "f32");
   }
+  Val splat_u32(uint32_t x, const Shape& shape) {
+    return op("constant", {}, "value = dense<" + std::to_string(x) + "> : " + tensor_type(shape, "ui32"), shape,
+              "ui32");
+  }
+  Val bitcast(const Val& a, const std::string& et) { return op("bitcast_convert", {a}, "", a.shape, et); }
   Val splat_i32(int32_t x, const Shape& shape) {
     return op("constant", {}, "value = dense<" + std::to_string(x) + "> : " + tensor_type(shape, "i32"), shape,
               "i32");
@@ -144,9 +149,9 @@ class Builder {
   }
   Val select(const Val& pred, const Val& a, const Val& b) { return op("select", {pred, a, b}, "", a.shape, a.et); }
 
-  // Reduces f32 `a` over `dims` with add or maximum.
+  // Reduces f32 (or i32) `a` over `dims` with add, maximum or minimum.
   Val reduce(const Val& a, const std::vector<int64_t>& dims, const char* combiner, float init) {
-    Val init_v = splat_f32(init, {});
+    Val init_v = a.et == "i32" ? splat_i32(static_cast<int32_t>(init), {}) : splat_f32(init, {});
     Shape shape;
     for (size_t i = 0; i < a.shape.size(); ++i) {
       bool reduced = false;
@@ -163,6 +168,23 @@ class Builder {
          << "    }) {dimensions = array<i64: " << i64_list(dims) << ">} : (" << type(a) << ", " << scalar << ") -> "
          << type(out) << "\n";
     return out;
+  }
+
+  // Stable ascending sort of (keys f32, payload i32) along `dim`; returns the sorted keys and payload.
+  std::pair<Val, Val> sort_pairs(const Val& keys, const Val& payload, int64_t dim) {
+    const std::string r = std::to_string(next_++);
+    const std::string f = tensor_type({}, "f32"), i = tensor_type({}, "i32");
+    body << "    %v" << r << ":2 = \"stablehlo.sort\"(" << keys.name << ", " << payload.name << ") ({\n"
+         << "    ^bb0(%s" << r << "a: " << f << ", %s" << r << "b: " << f << ", %s" << r << "c: " << i << ", %s" << r
+         << "d: " << i << "):\n"
+         << "      %s" << r << "e = \"stablehlo.compare\"(%s" << r << "a, %s" << r
+         << "b) {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = "
+            "#stablehlo<comparison_type FLOAT>} : ("
+         << f << ", " << f << ") -> tensor<i1>\n"
+         << "      \"stablehlo.return\"(%s" << r << "e) : (tensor<i1>) -> ()\n"
+         << "    }) {dimension = " << dim << " : i64, is_stable = true} : (" << type(keys) << ", " << type(payload)
+         << ") -> (" << type(keys) << ", " << type(payload) << ")\n";
+    return {Val{"%v" + r + "#0", keys.shape, keys.et}, Val{"%v" + r + "#1", payload.shape, payload.et}};
   }
 
   // dot_general with explicit batch and contracting dimensions, float32 accumulation at full precision.
@@ -212,7 +234,8 @@ class Lowering {
         it = weights.emplace(n.name, add_arg({StablehloArg::Weight, n.name, {}, -1, 0, n.shape, n.dtype})).first;
       vals_[i] = it->second;
     }
-    for (InputKind kind : {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin}) {
+    for (InputKind kind : {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin,
+                           InputKind::SeenFrom, InputKind::SampleParams}) {
       for (size_t i = 0; i < g_.nodes.size(); ++i) {
         const Node& n = g_.nodes[i];
         if (n.op == Op::Input && n.input_kind == kind)
@@ -221,9 +244,10 @@ class Lowering {
     }
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
-      if (n.op != Op::CacheState) continue;
+      if (n.op != Op::CacheState && n.op != Op::SamplerState) continue;
       cache_args_.push_back(static_cast<int>(i));
-      vals_[i] = add_arg({StablehloArg::Cache, n.name, {}, n.layer, n.which, n.shape, DType::F32});
+      vals_[i] = add_arg({n.op == Op::CacheState ? StablehloArg::Cache : StablehloArg::Seen, n.name, {}, n.layer,
+                          n.which, n.shape, DType::F32});
     }
     cache_final_ = cache_args_;  // each cache's latest value: the CacheState itself until updated
   }
@@ -233,7 +257,10 @@ class Lowering {
     switch (n.op) {
       case Op::Input:
       case Op::Weight:
-      case Op::CacheState: return;  // arguments
+      case Op::CacheState:
+      case Op::SamplerState: return;  // arguments
+      case Op::MarkSeen: vals_[static_cast<size_t>(id)] = mark_seen(n, id); break;
+      case Op::Sample: vals_[static_cast<size_t>(id)] = sample(n); break;
       case Op::Embedding: vals_[static_cast<size_t>(id)] = embedding(n); break;
       case Op::RmsNorm: vals_[static_cast<size_t>(id)] = rms_norm(n); break;
       case Op::MatMul: vals_[static_cast<size_t>(id)] = matmul(n); break;
@@ -405,10 +432,149 @@ class Lowering {
     return b_.reshape(b_.slice(x3, {0, S - 1, 0}, {B, S, D}), {B, D});
   }
 
+  // seen [B, V] |= onehot(ids[b, s]) for s >= seen_from[b] (prefill) or every s (decode).
+  Val mark_seen(const Node& n, int id) {
+    b_.comment(n.name + ": mark the step's ids as seen");
+    const Val& state = val(n.inputs[0]);
+    const int64_t B = batch(), S = seq(), V = state.shape[1];
+    const Shape bsv{B, S, V};
+    Val ids = b_.broadcast(b_.reshape(val(n.inputs[1]), {B, S}), {0, 1}, bsv);  // [B, S, V]
+    Val hit = b_.compare(ids, b_.iota(2, bsv, "i32"), "EQ", "SIGNED");
+    if (n.inputs.size() > 2) {
+      Val col = b_.iota(1, {B, S}, "i32");
+      Val valid = b_.compare(col, b_.broadcast(val(n.inputs[2]), {0}, {B, S}), "GE", "SIGNED");  // [B, S]
+      hit = b_.binary("and", hit, b_.broadcast(valid, {0, 1}, bsv));
+    }
+    Val any = b_.reduce(b_.convert(hit, "f32"), {1}, "maximum", 0.0f);  // [B, V]
+    for (size_t i = 0; i < cache_args_.size(); ++i)
+      if (cache_final_[i] == n.inputs[0]) cache_final_[i] = id;
+    return b_.max(state, any);
+  }
+
+  // Per-row softmax over dim 1 of [B, V] (exp(-inf) = 0 for filtered entries).
+  Val softmax_rows(const Val& x) {
+    const int64_t B = x.shape[0], V = x.shape[1];
+    Val mx = b_.reduce(x, {1}, "maximum", -std::numeric_limits<float>::infinity());
+    Val e = b_.unary("exponential", b_.sub(x, b_.broadcast(mx, {0}, {B, V})));
+    return b_.div(e, b_.broadcast(b_.reduce(e, {1}, "add", 0.0f), {0}, {B, V}));
+  }
+
+  // Inclusive prefix sum along dim 1 of [B, V]: log2(V) shifted adds (Hillis-Steele), O(V log V).
+  Val prefix_sum(Val x) {
+    const int64_t B = x.shape[0], V = x.shape[1];
+    for (int64_t k = 1; k < V; k *= 2) {
+      Val shifted = b_.concatenate({b_.splat_f32(0.0f, {B, k}), b_.slice(x, {0, 0}, {B, V - k})}, 1);
+      x = b_.add(x, shifted);
+    }
+    return x;
+  }
+
+  // x[b, idx[b]] for x [B, V] and idx [B] (a one-hot select and a reduce: no gather needed).
+  Val pick(const Val& x, const Val& idx, float none) {
+    const int64_t B = x.shape[0], V = x.shape[1];
+    Val at = b_.compare(b_.iota(1, {B, V}, "i32"), b_.broadcast(idx, {0}, {B, V}), "EQ", "SIGNED");
+    if (x.et == "i32") return b_.reduce(b_.select(at, x, b_.splat_i32(static_cast<int32_t>(none), {B, V})), {1},
+                                        "maximum", none);
+    return b_.reduce(b_.select(at, x, b_.splat_f32(none, {B, V})), {1}, "maximum", none);
+  }
+
+  // The counter-based uniform of generation::counter_uniform: lowbias32 rounds over (row, step, seed lo, hi).
+  Val uniform(const Val& p) {
+    const int64_t B = p.shape[0];
+    auto mix = [&](Val x) {
+      auto shr = [&](const Val& v, uint32_t k) { return b_.binary("shift_right_logical", v, b_.splat_u32(k, {B})); };
+      x = b_.binary("xor", x, shr(x, 16));
+      x = b_.mul(x, b_.splat_u32(0x7feb352du, {B}));
+      x = b_.binary("xor", x, shr(x, 15));
+      x = b_.mul(x, b_.splat_u32(0x846ca68bu, {B}));
+      return b_.binary("xor", x, shr(x, 16));
+    };
+    auto col = [&](int j) { return b_.bitcast(b_.reshape(b_.slice(p, {0, j}, {B, j + 1}), {B}), "ui32"); };
+    Val h = mix(b_.add(b_.iota(0, {B}, "ui32"), b_.splat_u32(0x9e3779b9u, {B})));
+    h = mix(b_.binary("xor", h, col(graph::kStep)));
+    h = mix(b_.binary("xor", h, col(graph::kSeedLo)));
+    h = mix(b_.binary("xor", h, col(graph::kSeedHi)));
+    Val top24 = b_.convert(b_.binary("shift_right_logical", h, b_.splat_u32(8, {B})), "f32");
+    return b_.mul(top24, b_.splat_f32(0x1.0p-24f, {B}));
+  }
+
+  // The logits processors and the draw, with the semantics of src/generation/sampler.cpp:
+  // repetition penalty over the seen mask; Greedy: first argmax. Sample: temperature, top-k (ties at the k-th
+  // value survive), top-p (stable ascending sort, drop the prefix whose cumulative mass <= 1 - top_p, keep at
+  // least one), min-p, softmax, inverse-CDF draw with u = counter_uniform(seed, step, row).
+  Val sample(const Node& n) {
+    b_.comment(n.name + ": in-step sampling (" + graph::sampling_name(g_.key.sampling) + ")");
+    const Val& logits = val(n.inputs[0]);
+    const Val& seen = val(n.inputs[1]);
+    const int64_t B = logits.shape[0], V = logits.shape[1];
+    const Shape bv{B, V}, b1{B};
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    Val p = b_.reshape(val(n.inputs[2]), {B, graph::kSampleParams});  // [B, P] i32
+    auto col = [&](int j) { return b_.reshape(b_.slice(p, {0, j}, {B, j + 1}), b1); };  // i32 [B]
+    auto colf = [&](int j) { return b_.bitcast(col(j), "f32"); };                       // f32 [B]
+    auto rows = [&](const Val& v) { return b_.broadcast(v, {0}, bv); };
+    Val neg_inf = b_.splat_f32(kNegInf, bv);
+    Val jj = b_.iota(1, bv, "i32");
+
+    Val pen = rows(colf(graph::kRepetitionPenalty));
+    Val s = logits;
+    Val penalised = b_.select(b_.compare(s, b_.splat_f32(0.0f, bv), "LT", "FLOAT"), b_.mul(s, pen), b_.div(s, pen));
+    s = b_.select(b_.compare(seen, b_.splat_f32(0.0f, bv), "NE", "FLOAT"), penalised, s);
+
+    Val token;
+    if (g_.key.sampling == graph::Sampling::Greedy) {
+      Val mx = b_.reduce(s, {1}, "maximum", kNegInf);
+      Val at_max = b_.compare(s, rows(mx), "EQ", "FLOAT");
+      token = b_.reduce(b_.select(at_max, jj, b_.splat_i32(static_cast<int32_t>(V), bv)), {1}, "minimum",
+                        static_cast<float>(V));
+      return b_.reshape(token, {B, 1});
+    }
+    s = b_.div(s, rows(colf(graph::kTemperature)));
+    auto [sv, si] = b_.sort_pairs(s, jj, 1);  // ascending, ties by index (std::stable_sort's order)
+
+    // top-k: keep s >= the k-th largest (sv[V - k]) when 0 < k < V.
+    Val k = col(graph::kTopK);
+    Val k_on = b_.binary("and", b_.compare(k, b_.splat_i32(0, b1), "GT", "SIGNED"),
+                         b_.compare(k, b_.splat_i32(static_cast<int32_t>(V), b1), "LT", "SIGNED"));
+    Val kth = b_.select(k_on, pick(sv, b_.sub(b_.splat_i32(static_cast<int32_t>(V), b1), k), kNegInf),
+                        b_.splat_f32(kNegInf, b1));
+    s = b_.select(b_.compare(s, rows(kth), "LT", "FLOAT"), neg_inf, s);
+    sv = b_.select(b_.compare(sv, rows(kth), "LT", "FLOAT"), neg_inf, sv);  // still ascending
+
+    // top-p: r = number of leading sorted entries (of the first V - 1) with cumulative mass <= 1 - top_p.
+    Val top_p = colf(graph::kTopP);
+    Val cum = prefix_sum(softmax_rows(sv));
+    Val low = b_.compare(cum, rows(b_.sub(b_.splat_f32(1.0f, b1), top_p)), "LE", "FLOAT");
+    low = b_.binary("and", low, b_.compare(jj, b_.splat_i32(static_cast<int32_t>(V - 1), bv), "LT", "SIGNED"));
+    Val r = b_.convert(b_.reduce(b_.convert(low, "f32"), {1}, "add", 0.0f), "i32");  // [B]
+    r = b_.select(b_.compare(top_p, b_.splat_f32(1.0f, b1), "LT", "FLOAT"), r, b_.splat_i32(0, b1));
+    // Keep the entries at or after sorted position r: (value, index) >= (sv[r], si[r]).
+    Val vr = rows(pick(sv, r, kNegInf)), ir = rows(pick(si, r, -1.0f));
+    Val keep = b_.binary("or", b_.compare(s, vr, "GT", "FLOAT"),
+                         b_.binary("and", b_.compare(s, vr, "EQ", "FLOAT"), b_.compare(jj, ir, "GE", "SIGNED")));
+    s = b_.select(keep, s, neg_inf);
+
+    // min-p: drop probabilities below min_p x the largest.
+    Val probs = softmax_rows(s);
+    Val floor_p = b_.mul(colf(graph::kMinP), b_.reduce(probs, {1}, "maximum", 0.0f));
+    s = b_.select(b_.compare(probs, rows(floor_p), "LT", "FLOAT"), neg_inf, s);
+
+    // Draw: the first index whose cumulative probability exceeds u; the last non-zero one if rounding left u
+    // above the total.
+    probs = softmax_rows(s);
+    Val below = b_.compare(prefix_sum(probs), rows(uniform(p)), "LE", "FLOAT");
+    Val first = b_.convert(b_.reduce(b_.convert(below, "f32"), {1}, "add", 0.0f), "i32");
+    Val nonzero = b_.compare(probs, b_.splat_f32(0.0f, bv), "GT", "FLOAT");
+    Val last = b_.reduce(b_.select(nonzero, jj, b_.splat_i32(0, bv)), {1}, "maximum", 0.0f);
+    token = b_.select(b_.compare(first, b_.splat_i32(static_cast<int32_t>(V), b1), "LT", "SIGNED"), first, last);
+    return b_.reshape(token, {B, 1});
+  }
+
   StablehloProgram finish() {
     TS_ASSERT(!g_.outputs.empty(), "graph without outputs");
     const Val& logits = val(g_.outputs[0]);
     prog_.logits_shape = logits.shape;
+    prog_.tokens = logits.et == "i32";
     std::vector<Val> results = {logits};
     for (int c : cache_final_) results.push_back(val(c));
     prog_.num_results = static_cast<int>(results.size());
@@ -421,7 +587,7 @@ class Lowering {
     for (size_t i = 0; i < prog_.args.size(); ++i) {
       const StablehloArg& a = prog_.args[i];
       os << "      %arg" << i << ": " << tensor_type(a.shape, element_type(a.dtype));
-      if (a.kind == StablehloArg::Cache) os << " {tf.aliasing_output = " << 1 + cache_index++ << " : i32}";
+      if (a.kind == StablehloArg::Cache || a.kind == StablehloArg::Seen) os << " {tf.aliasing_output = " << 1 + cache_index++ << " : i32}";
       os << (i + 1 < prog_.args.size() ? "," : "") << "  // " << a.name << "\n";
     }
     os << "  ) -> (";

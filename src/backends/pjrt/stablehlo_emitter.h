@@ -4,8 +4,10 @@
 //   arguments = every weight (graph node order; matrices in the model dtype, vectors f32),
 //               the step inputs present (ids i32[rows], positions i32[rows], slots i32[seq], kv_begin i32[batch]),
 //               every KV cache (f32 [batch, kv_heads, cache_len, head_dim]; layer 0 K, layer 0 V, layer 1 K, ...),
+//               then the sampler's seen mask (f32 [batch, vocab]) when the step samples,
 //               each annotated `tf.aliasing_output = <result>` so it is donated and updated in place;
-//   results   = logits f32 [rows_out, vocab], then every updated cache in argument order.
+//   results   = logits f32 [rows_out, vocab] (or, when the step samples, token ids i32 [batch, 1]), then
+//               every updated state in argument order.
 // All arithmetic is float32 (bf16/f16 weights are converted inside the program; dots use HIGHEST precision
 // so a TPU does not drop to bf16 passes). No host callbacks, no dynamic shapes.
 #pragma once
@@ -18,7 +20,7 @@
 namespace tessera::pjrt {
 
 struct StablehloArg {
-  enum Kind { Weight, Input, Cache } kind = Weight;
+  enum Kind { Weight, Input, Cache, Seen } kind = Weight;
   std::string name;  // weight name / input name / "layers.<l>.k_cache"
   graph::InputKind input = graph::InputKind::TokenIds;
   int layer = -1, which = 0;  // Cache: layer, 0 = K / 1 = V
@@ -29,8 +31,9 @@ struct StablehloArg {
 struct StablehloProgram {
   std::string text;                // the MLIR module
   std::vector<StablehloArg> args;  // @main's arguments, in order
-  Shape logits_shape;              // result 0: [rows_out, vocab] f32
-  int num_results = 0;             // 1 + number of caches; result 1 + i aliases the i-th Cache argument
+  Shape logits_shape;              // result 0: [rows_out, vocab] f32, or [batch, 1] i32 token ids
+  bool tokens = false;             // result 0 holds token ids (in-step sampling)
+  int num_results = 0;             // 1 + number of states; result 1 + i aliases the i-th Cache/Seen argument
 };
 
 // Throws Error for an op the emitter cannot lower (none today) or a graph it cannot honour.
