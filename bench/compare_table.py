@@ -62,7 +62,12 @@ def main():
     a = ap.parse_args()
     rows = [json.loads(line) for line in open(a.jsonl) if line.strip()]
     ours = {(r["model_key"], r["dtype"]): r for r in rows if r["engine"] == "tessera" and "error" not in r}
-    machine = next((r["machine"] for r in ours.values() if "machine" in r), {})
+    # Ceilings: the best each probe achieved across the run's Tessera records (contention only lowers a probe).
+    probes = [r["machine"] for r in ours.values() if "machine" in r]
+    machine = dict(probes[0]) if probes else {}
+    for k in ("read_bandwidth_gbs", "peak_f32_gflops", "peak_bf16_gflops"):
+        vals = [p[k] for p in probes if p.get(k) is not None]
+        machine[k] = max(vals) if vals else None
     versions = {"tessera": (sh(a.tessera, "--version") or "tessera ?") + f" (git {git_sha()})"}
     for r in rows:
         if r["engine"] == "llama.cpp" and "version" in r:
@@ -79,10 +84,15 @@ def main():
     out.append(f"Machine: {machine.get('cpu') or cpu_name()}, {os.cpu_count()} cores; load average "
                f"{min(loads, default=0):.2f}–{max(loads, default=0):.2f} during the runs (a shared machine: "
                "other jobs compete for the cores).  ")
+    if loads and max(loads) > 0.5 * (os.cpu_count() or 1):
+        out.append(f"**Warning: the load average reached {max(loads):.1f} on {os.cpu_count()} cores, so other jobs held "
+                   "cores during these runs: the figures (and ratios between engines measured minutes apart) "
+                   "reflect contention as much as the engines. Re-run on an idle machine before drawing "
+                   "conclusions.**  ")
     out.append("Versions: " + ", ".join(versions.values()) + ".  ")
     if machine:
         bf16 = machine.get("peak_bf16_gflops")
-        out.append(f"Ceilings (measured by `tessera bench`): read bandwidth {machine['read_bandwidth_gbs']:.1f} GB/s, "
+        out.append(f"Ceilings (best of the `tessera bench` probes in this run; the fractions below use them): read bandwidth {machine['read_bandwidth_gbs']:.1f} GB/s, "
                    f"f32 FMA peak {machine['peak_f32_gflops']:.0f} GFLOP/s ({machine.get('peak_f32_isa', '?')}), "
                    f"bf16 peak {'n/a (no AVX512_BF16)' if bf16 is None else f'{bf16:.0f} GFLOP/s (vdpbf16ps)'}.  ")
     out.append(f"Batch 1, prompt {first.get('prompt_tokens', '?')} token ids, {first.get('new_tokens', '?')} greedy "
@@ -123,10 +133,16 @@ def main():
         out.append("| model | dtype | MB read per token | decode % of bandwidth limit | +KV | prefill GFLOP/s "
                    "| % of f32 peak | % of bf16 peak |")
         out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        bw, f32, bf16 = machine["read_bandwidth_gbs"] * 1e9, machine["peak_f32_gflops"], machine["peak_bf16_gflops"]
         for key, t in ours.items():
-            if "decode_bandwidth_fraction" not in t:
+            if "decode_weight_bytes_per_token" not in t or "prefill_gflops" not in t:
                 continue
-            bf = t.get("prefill_bf16_peak_fraction")
+            dec = t["decode_tokens_per_s"]
+            t["decode_bandwidth_fraction"] = dec * t["decode_weight_bytes_per_token"] / bw
+            t["decode_bandwidth_fraction_with_kv"] = dec * (t["decode_weight_bytes_per_token"] +
+                                                            t["decode_kv_bytes_per_token"]) / bw
+            t["prefill_f32_peak_fraction"] = t["prefill_gflops"] / f32
+            bf = None if bf16 is None else t["prefill_gflops"] / bf16
             out.append(f"| {MODEL_NAMES.get(key[0], key[0])} | {key[1]} | {t['decode_weight_bytes_per_token'] / 1e6:.0f} | "
                        f"{100 * t['decode_bandwidth_fraction']:.0f}% | {100 * t['decode_bandwidth_fraction_with_kv']:.0f}% | "
                        f"{t['prefill_gflops']:.1f} | {100 * t['prefill_f32_peak_fraction']:.0f}% | "
