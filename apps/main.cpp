@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_command.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/pjrt/pjrt_info.h"
@@ -443,6 +444,8 @@ int main(int argc, char** argv) {
   bool dev_json = false;
   auto* dv = app.add_subcommand("devices", "List the devices Tessera can run on");
   dv->add_flag("--json", dev_json, "JSON output");
+
+  add_bench_command(app);
 
   try {
     app.parse(argc, argv);
