@@ -18,6 +18,7 @@
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "tessera/error.h"
+#include "tessera/model.h"
 
 using namespace tessera;
 namespace golden = tessera::golden;
@@ -432,6 +433,48 @@ TEST(PjrtDecode, NonContiguousSlotsAreRejected) {
   in.ids = {5};
   in.slots = {0, 1};
   EXPECT_THROW(exe->run(in, *cache, logits), Error);
+}
+
+}  // namespace
+
+namespace {
+
+// disable_compile on PJRT: op by op, each distinct single-op program compiled once and shared by every
+// layer and step; same logits as the fused program and the same greedy tokens as Transformers.
+TEST(PjrtOpByOp, MatchesTheFusedProgramAndCompilesEachOpOnce) {
+  REQUIRE_XLA_CPU();
+  const std::string name = "llama_gqa";
+  TinyModel m(name);
+  auto be = backends::make_pjrt_backend("xla-cpu");
+  be->bind_weights(m.weights);
+  const ShapeKey key{.phase = Phase::Prefill, .batch = 1, .seq = 4, .cache_len = 8, .dtype = DType::F32};
+  StepInputs in{{5, 6, 7, 8}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0}, {}, {}};
+  std::vector<float> fused, ops, again;
+  be->compile(m.graph(key))->run(in, *m.cache(*be, 1, 8), fused);
+  be->compile_op_by_op(m.graph(key))->run(in, *m.cache(*be, 1, 8), ops);
+  const int compiled = be->op_compiles();
+  be->compile_op_by_op(m.graph(key))->run(in, *m.cache(*be, 1, 8), again);
+  EXPECT_EQ(be->op_compiles(), compiled) << "a second run compiles nothing new";
+  const size_t nodes = m.graph(key).nodes.size();
+  EXPECT_LT(static_cast<size_t>(compiled), nodes / 2) << "layers share single-op programs";
+  EXPECT_LE(golden::max_abs_diff(ops, fused).max_abs, 1e-5);
+  EXPECT_EQ(ops, again);
+  std::printf("[ pjrt ] op by op: %d single-op programs for a %zu-node graph\n", compiled, nodes);
+}
+
+TEST(PjrtOpByOp, GenerateWithDisableCompileMatchesTransformers) {
+  REQUIRE_XLA_CPU();
+  auto j = golden::load_model_golden("qwen3_tied")["greedy"][0];
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  opt.device_map = "xla-cpu";
+  CausalLM model = AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt);
+  GenerationConfig g;
+  g.max_new_tokens = j["max_new_tokens"].get<int>();
+  g.disable_compile = true;
+  auto out = model.generate({to32(j["input_ids"])}, {}, g);
+  EXPECT_EQ(out.sequences[0], to32(j["output_ids"]));
+  EXPECT_FALSE(out.device_sampling);
 }
 
 }  // namespace

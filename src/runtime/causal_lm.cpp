@@ -57,11 +57,13 @@ struct CausalLM::Impl {
     return len;
   }
 
-  // Compiled executable for `key`; with disable_compile a fresh one each call.
+  // Compiled executable for `key`; with disable_compile a fresh one each call (native cpu: a fresh plan;
+  // PJRT: op by op, each op's program compiled once and cached by the backend).
   backends::Executable& executable(const ShapeKey& key, bool disable_compile,
                                    std::unique_ptr<backends::Executable>& scratch) {
     if (disable_compile) {
-      scratch = backend->compile(build(key));
+      auto* pjrt = dynamic_cast<backends::PjrtBackend*>(backend.get());
+      scratch = pjrt ? pjrt->compile_op_by_op(build(key)) : backend->compile(build(key));
       return *scratch;
     }
     return cache->get(key, [this](const ShapeKey& k) { return build(k); });
@@ -377,9 +379,6 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
   using clock = std::chrono::steady_clock;
   Impl& m = *impl_;
   cfg.validate();
-  if (cfg.disable_compile && m.backend->name() != "cpu")
-    fail("generate: disable_compile (op-by-op execution) is not supported on the ", m.backend->name(),
-         " backend yet; use --device cpu");
   if (input_ids.empty() || input_ids[0].empty()) fail("generate: empty prompt");
   const size_t len = input_ids[0].size();
   for (size_t b = 0; b < input_ids.size(); ++b) {

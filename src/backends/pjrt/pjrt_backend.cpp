@@ -69,6 +69,44 @@ struct WeightBuffer {
 
 class PjrtBackendImpl;
 
+const std::vector<int32_t>& step_input(const StepInputs& in, graph::InputKind kind) {
+  switch (kind) {
+    case graph::InputKind::TokenIds: return in.ids;
+    case graph::InputKind::Positions: return in.positions;
+    case graph::InputKind::Slots: return in.slots;
+    case graph::InputKind::KvBegin: return in.kv_begin;
+    case graph::InputKind::SeenFrom: return in.seen_from;
+    case graph::InputKind::SampleParams: return in.sample_params;
+  }
+  return in.ids;
+}
+
+// Executes `exe` on one device; the buffers in `donated` (the arguments aliased to results 1, 2, ...) are
+// replaced by those results. Returns result 0.
+BufferHandle execute_loaded(const Plugin& p, PJRT_LoadedExecutable* exe, std::vector<PJRT_Buffer*>& args,
+                            const std::vector<BufferHandle*>& donated, int num_results) {
+  std::vector<PJRT_Buffer*> outs(static_cast<size_t>(num_results), nullptr);
+  PJRT_Buffer** out_list = outs.data();
+  PJRT_Buffer* const* arg_list = args.data();
+  PJRT_Event* done = nullptr;
+  PJRT_ExecuteOptions opts = pjrt::make_execute_options();
+  auto ex = pjrt::make_args<PJRT_LoadedExecutable_Execute_Args>();
+  ex.executable = exe;
+  ex.options = &opts;
+  ex.argument_lists = &arg_list;
+  ex.num_devices = 1;
+  ex.num_args = args.size();
+  ex.output_lists = &out_list;
+  ex.device_complete_events = &done;
+  PJRT_CALL(p, LoadedExecutable_Execute, ex);
+  // Take ownership of every output at once; the donated state buffers are replaced by their aliases.
+  std::vector<BufferHandle> results;
+  for (PJRT_Buffer* b : outs) results.emplace_back(&p, b);
+  for (size_t i = 0; i < donated.size(); ++i) *donated[i] = std::move(results[1 + i]);
+  pjrt::await(p, pjrt::EventHandle(&p, done), "PJRT execute");
+  return std::move(results[0]);
+}
+
 class PjrtExecutable : public Executable {
  public:
   PjrtExecutable(PjrtBackendImpl& be, const graph::ShapeKey& key, StablehloProgram prog,
@@ -258,6 +296,23 @@ class PjrtBackendImpl : public PjrtBackend {
   const Client& client() const { return client_; }
   TransferStats& stats() { return stats_; }
 
+  std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) override;
+  int op_compiles() const override { return static_cast<int>(op_cache_.size()); }
+  const WeightBuffer& weight(const std::string& name) const {
+    auto it = weights_.find(name);
+    if (it == weights_.end()) fail("PJRT backend: weight '", name, "' was not bound (bind_weights first)");
+    return it->second;
+  }
+  // The compiled single-op program with this text (compiled on first use).
+  PJRT_LoadedExecutable* op_executable(const std::string& text) {
+    auto it = op_cache_.find(text);
+    if (it != op_cache_.end()) return it->second.get();
+    auto t0 = clock_type::now();
+    auto exe = client_.compile(text, pjrt::compile_options_proto(1, 1));
+    timing_.compile_seconds += seconds_since(t0);
+    return op_cache_.emplace(text, std::move(exe)).first->second.get();
+  }
+
  private:
   // The compiled program must return exactly logits + one buffer per cache (aliasing needs the order).
   void check_outputs(const pjrt::LoadedExecutableHandle& exe, int expected, const graph::Graph& g) const {
@@ -290,18 +345,165 @@ class PjrtBackendImpl : public PjrtBackend {
   std::unordered_map<std::string, WeightBuffer> weights_;
   TransferStats stats_;
   CompileTiming timing_;
+  std::unordered_map<std::string, pjrt::LoadedExecutableHandle> op_cache_;  // single-op program text -> exe
 };
 
-const std::vector<int32_t>& PjrtExecutable::input(const StepInputs& in, const StablehloArg& a) const {
-  switch (a.input) {
-    case graph::InputKind::TokenIds: return in.ids;
-    case graph::InputKind::Positions: return in.positions;
-    case graph::InputKind::Slots: return in.slots;
-    case graph::InputKind::KvBegin: return in.kv_begin;
-    case graph::InputKind::SeenFrom: return in.seen_from;
-    case graph::InputKind::SampleParams: return in.sample_params;
+// Runs a graph one op at a time (disable_compile). Per op: a one-node graph whose operands are placeholders
+// (inputs and weights as themselves, KV caches / the seen mask as state arguments, intermediate values as
+// f32 arguments named by position), lowered by the same emitter; its text is the op-cache key. Names are
+// generic so that the same op in every layer shares one compiled program.
+class PjrtOpByOpExecutable : public Executable {
+ public:
+  PjrtOpByOpExecutable(PjrtBackendImpl& be, graph::Graph g) : be_(be), g_(std::move(g)) {
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const graph::Node& n = g_.nodes[i];
+      if (n.op == graph::Op::Input || n.op == graph::Op::Weight || n.op == graph::Op::CacheState ||
+          n.op == graph::Op::SamplerState)
+        continue;
+      steps_.push_back(lower_node(static_cast<int>(i)));
+    }
   }
-  return in.ids;
+
+  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override {
+    BufferHandle out = execute(in, cache);
+    if (g_.at(g_.outputs[0]).dtype != DType::F32) fail("PJRT op-by-op: this graph samples; use run_tokens()");
+    logits.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [rows_out, vocab]
+    pjrt::download(be_.plugin(), out.get(), logits.data(), logits.size() * sizeof(float));
+    be_.stats().d2h_bytes += logits.size() * sizeof(float);
+  }
+  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) override {
+    BufferHandle out = execute(in, cache);
+    if (g_.at(g_.outputs[0]).dtype != DType::I32) fail("PJRT op-by-op: this graph returns logits; use run()");
+    tokens.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [batch] int32
+    pjrt::download(be_.plugin(), out.get(), tokens.data(), tokens.size() * sizeof(int32_t));
+    be_.stats().d2h_bytes += tokens.size() * sizeof(int32_t);
+  }
+
+ private:
+  // Where a placeholder argument's buffer comes from at run time.
+  struct Source {
+    enum Kind { Weight, Value } kind = Value;
+    std::string weight;  // Weight: the model weight's name
+    int node = -1;       // Value: the node whose output it is
+  };
+  struct Step {
+    int node = -1;
+    StablehloProgram prog;
+    std::unordered_map<std::string, Source> sources;  // placeholder weight name -> source
+  };
+
+  // The CacheState / SamplerState behind a state-valued node (CacheUpdate and MarkSeen chains), or -1.
+  int state_root(int id) const {
+    while (true) {
+      const graph::Node& n = g_.at(id);
+      if (n.op == graph::Op::CacheState || n.op == graph::Op::SamplerState) return id;
+      if (n.op != graph::Op::CacheUpdate && n.op != graph::Op::MarkSeen) return -1;
+      id = n.inputs[0];
+    }
+  }
+
+  Step lower_node(int id) {
+    const graph::Node& n = g_.at(id);
+    graph::Graph mini;
+    mini.key = g_.key;
+    mini.rope_tables = g_.rope_tables;
+    Step step;
+    step.node = id;
+    std::unordered_map<int, int> remap;  // operand node -> placeholder node
+    std::vector<int> inputs;
+    for (int operand : n.inputs) {
+      if (!remap.count(operand)) {
+        const graph::Node& o = g_.at(operand);
+        graph::Node p;
+        const int root = state_root(operand);
+        const std::string name = "arg" + std::to_string(remap.size());
+        if (o.op == graph::Op::Input) {
+          p = o;
+          p.name = "input";
+        } else if (root >= 0) {
+          p = g_.at(root);
+          p.name = "state";
+        } else if (o.op == graph::Op::Weight) {
+          p = o;
+          p.name = name;
+          step.sources[name] = Source{Source::Weight, o.name, -1};
+        } else {
+          p = graph::Node{.op = graph::Op::Weight, .name = name, .inputs = {}, .shape = o.shape, .dtype = o.dtype};
+          step.sources[name] = Source{Source::Value, "", operand};
+        }
+        remap[operand] = mini.add(std::move(p));
+      }
+      inputs.push_back(remap[operand]);
+    }
+    graph::Node op = n;
+    op.name = graph::op_name(n.op);
+    op.inputs = inputs;
+    mini.outputs = {mini.add(std::move(op))};
+    step.prog = pjrt::lower_to_stablehlo(mini);
+    return step;
+  }
+
+  BufferHandle execute(const StepInputs& in, DeviceCache& cache_base) {
+    PjrtCache& cache = be_.own(cache_base);
+    std::vector<BufferHandle> values(g_.nodes.size());  // per node: its output on the device
+    std::unordered_map<int, BufferHandle> uploaded;      // per input kind: this run's upload
+    BufferHandle last;
+    for (Step& st : steps_) {
+      std::vector<PJRT_Buffer*> args(st.prog.args.size(), nullptr);
+      std::vector<BufferHandle*> donated;
+      for (size_t i = 0; i < st.prog.args.size(); ++i) {
+        const StablehloArg& a = st.prog.args[i];
+        switch (a.kind) {
+          case StablehloArg::Weight: {
+            const Source& src = st.sources.at(a.name);
+            args[i] = src.kind == Source::Weight ? be_.weight(src.weight).buffer.get()
+                                                 : values[static_cast<size_t>(src.node)].get();
+            TS_ASSERT(args[i], "op-by-op: operand of ", g_.at(st.node).name, " not computed");
+            break;
+          }
+          case StablehloArg::Input: {
+            auto& buf = uploaded[static_cast<int>(a.input)];
+            if (!buf) {
+              const auto& v = step_input(in, a.input);
+              if (static_cast<int64_t>(v.size()) != a.shape[0])
+                fail("PJRT op-by-op ", g_.key.str(), ": input '", g_.at(st.node).name, "' has ", v.size(),
+                     " values, expected ", a.shape[0]);
+              buf = be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape);
+              be_.stats().h2d_bytes += v.size() * sizeof(int32_t);
+            }
+            args[i] = buf.get();
+            break;
+          }
+          case StablehloArg::Cache:
+            donated.push_back(&cache.at(a.layer, a.which));
+            args[i] = donated.back()->get();
+            break;
+          case StablehloArg::Seen:
+            donated.push_back(&be_.seen_state(cache, a.shape));
+            args[i] = donated.back()->get();
+            break;
+        }
+      }
+      BufferHandle out = execute_loaded(be_.plugin(), be_.op_executable(st.prog.text), args, donated,
+                                        st.prog.num_results);
+      if (st.node == g_.outputs[0]) last = std::move(out);
+      else values[static_cast<size_t>(st.node)] = std::move(out);
+    }
+    ++be_.stats().runs;
+    return last;
+  }
+
+  PjrtBackendImpl& be_;
+  graph::Graph g_;
+  std::vector<Step> steps_;  // one per computing node, in graph order
+};
+
+std::unique_ptr<Executable> PjrtBackendImpl::compile_op_by_op(const graph::Graph& g) {
+  return std::make_unique<PjrtOpByOpExecutable>(*this, g);
+}
+
+const std::vector<int32_t>& PjrtExecutable::input(const StepInputs& in, const StablehloArg& a) const {
+  return step_input(in, a.input);
 }
 
 void PjrtExecutable::check_inputs(const StepInputs& in) const {
@@ -356,28 +558,9 @@ BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_ba
     }
   }
 
-  std::vector<PJRT_Buffer*> outs(static_cast<size_t>(prog_.num_results), nullptr);
-  PJRT_Buffer** out_list = outs.data();
-  PJRT_Buffer* const* arg_list = args.data();
-  PJRT_Event* done = nullptr;
-  PJRT_ExecuteOptions opts = pjrt::make_execute_options();
-  auto ex = pjrt::make_args<PJRT_LoadedExecutable_Execute_Args>();
-  ex.executable = exe_.get();
-  ex.options = &opts;
-  ex.argument_lists = &arg_list;
-  ex.num_devices = 1;
-  ex.num_args = args.size();
-  ex.output_lists = &out_list;
-  ex.device_complete_events = &done;
-  PJRT_CALL(p, LoadedExecutable_Execute, ex);
-
-  // Take ownership of every output at once; the donated state buffers are replaced by their aliases.
-  std::vector<BufferHandle> results;
-  for (PJRT_Buffer* b : outs) results.emplace_back(&p, b);
-  for (size_t i = 0; i < donated.size(); ++i) *donated[i] = std::move(results[1 + i]);
-  pjrt::await(p, pjrt::EventHandle(&p, done), "PJRT execute");
+  BufferHandle out = execute_loaded(p, exe_.get(), args, donated, prog_.num_results);
   ++be_.stats().runs;
-  return std::move(results[0]);
+  return out;
 }
 
 void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) {

@@ -43,6 +43,13 @@ class PjrtBackend : public Backend {
   // (PJRT_Executable_Serialize), and an executable for graph `g` loaded back from such bytes without
   // compiling (PJRT_Executable_DeserializeAndLoad). The bytes are opaque and tied to the plugin build: a
   // caller must key them by plugin path/version and program hash. Foreign or corrupt bytes throw Error.
+  // disable_compile (debugging): an executable that runs `g` one op at a time. Each op is lowered on its own
+  // (operands become arguments) and compiled once per distinct single-op program (op kind, attributes,
+  // shapes) into a cache kept by the backend, so repeated layers and steps reuse it. Intermediate values stay
+  // on the device; the KV cache is donated to the ops that write it.
+  virtual std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) = 0;
+  virtual int op_compiles() const = 0;  // distinct single-op programs compiled so far
+
   std::string serialize(const Executable& exe) const override = 0;
   std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override = 0;
 };
