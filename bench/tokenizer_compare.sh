@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Side-by-side encode throughput, one thread: tessera vs HF tokenizers.
 # usage: bench/tokenizer_compare.sh [TOKENIZER_DIR_OR_GGUF] [BUILD_DIR] [PYTHON]
-# Defaults: ../shared/tokenizers/qwen3, build, /work/venv-tools/bin/python (or .venv/bin/python).
+# Defaults: ../shared/tokenizers/qwen3, build, venv/bin/python (python3 -m venv venv && venv/bin/pip install -r tools/requirements.txt).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TOK="${1:-$ROOT/../shared/tokenizers/qwen3}"
 BUILD="${2:-$ROOT/build}"
 PY="${3:-}"
 if [[ -z "$PY" ]]; then
-  if "$ROOT/.venv/bin/python" -c "import tokenizers" 2>/dev/null; then PY="$ROOT/.venv/bin/python"; else PY=/work/venv-tools/bin/python; fi
+  PY="$ROOT/venv/bin/python"
 fi
 CORPUS="${TESSERA_BENCH_CORPUS:-$BUILD/tokenizer_corpus.jsonl}"
 PASSES="${PASSES:-5}"
