@@ -402,7 +402,7 @@ int run_devices(bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tessera: run Hugging Face causal language models natively (CPU today; TPU/GPU through PJRT next)"};
+  CLI::App app{"tessera: run Hugging Face causal language models natively: the CPU backend, or TPU/GPU/XLA-CPU through PJRT"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
 
