@@ -227,6 +227,7 @@ int run_generate(GenerateFlags& f) {
     std::string rest = stream->flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
+    std::fflush(stdout);  // before the stats line on stderr
   } else if (tok) {
     std::cout << tok->decode(new_ids, true) << "\n";
   } else {
