@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "bench_command.h"
+#include "launch_command.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/pjrt/pjrt_info.h"
@@ -447,6 +448,7 @@ int main(int argc, char** argv) {
   dv->add_flag("--json", dev_json, "JSON output");
 
   add_bench_command(app);
+  add_launch_command(app);
 
   try {
     app.parse(argc, argv);
