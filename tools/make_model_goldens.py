@@ -31,7 +31,7 @@ import safetensors  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from transformers import GenerationConfig, LlamaConfig, Qwen3Config  # noqa: E402
+from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -172,17 +172,65 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         **common,
     )
+    # GLM-4-0414 (Glm4ForCausalLM): rotary on the first half of each head (partial_rotary_factor 0.5, kept
+    # inside rope_parameters in transformers 5, written top-level in config.json as the hub ships it),
+    # interleaved pairs, fused mlp.gate_up_proj, extra post_self_attn/post_mlp norms, q/k/v bias.
+    glm4 = Glm4Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        **common,
+    )
+    # Tensor parallelism over 4 ranks: heads, KV heads, intermediate and vocab all divisible by 4.
+    qwen_tp4 = Qwen3Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **common,
+    )
+    llama_tp4 = LlamaConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=192,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        mlp_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
         ("llama_gqa", llama_gqa, torch.float16, 1, 1003),
         ("llama_bias", llama_bias, torch.float32, 2, 1004),
+        ("glm4", glm4, torch.float32, 1, 1005),
+        ("qwen3_tp4", qwen_tp4, torch.float32, 1, 1006),
+        ("llama_tp4", llama_tp4, torch.float32, 1, 1007),
     ]
 
 
 @torch.no_grad()
 def randomize(model, seed):
-    """Weights with enough spread that logits are far from flat; norm weights random around 1."""
+    """Weights with enough spread that logits are far from flat; norm weights random around 1.
+    Every parameter falls in one of the four branches, including Glm4's post_self_attn_layernorm /
+    post_mlp_layernorm (".norm.weight" suffix) and its fused mlp.gate_up_proj (the linear branch)."""
     gen = torch.Generator().manual_seed(seed)
     for name, p in sorted(model.named_parameters()):
         if name.endswith("norm.weight"):
@@ -200,9 +248,11 @@ def classic_config_json(path):
     (Qwen/Qwen3-*, meta-llama/Llama-3.*, SmolLM2) actually ship, so the C++ loader is tested on that."""
     with open(path) as f:
         cfg = json.load(f)
-    rope = cfg.pop("rope_parameters")
-    cfg["rope_theta"] = rope["rope_theta"]
-    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    rope = dict(cfg.pop("rope_parameters"))
+    cfg["rope_theta"] = rope.pop("rope_theta")
+    if "partial_rotary_factor" in rope:  # GLM-4-0414 on the hub: a top-level key, not part of rope_scaling
+        cfg["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
+    scaling = rope
     cfg["rope_scaling"] = None if scaling.get("rope_type") == "default" else scaling
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
@@ -216,6 +266,9 @@ def save_checkpoint(name, config, dtype, shards, seed, out_dir):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     randomize(model, seed)
+    for pname, p in model.named_parameters():  # nothing left at its constant init (norms 1, biases 0)
+        if p.numel() > 1 and float(p.float().std()) == 0.0:
+            raise RuntimeError(f"{name}: randomize() left {pname} constant")
     model = model.to(dtype)
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     # Shard limit a bit above half the size; the loop below checks we really got `shards` files.
@@ -227,6 +280,9 @@ def save_checkpoint(name, config, dtype, shards, seed, out_dir):
     gen_cfg = GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False)
     gen_cfg.save_pretrained(d)
     classic_config_json(os.path.join(d, "config.json"))
+    reloaded = AutoConfig.from_pretrained(d)
+    if dict(reloaded.rope_parameters) != dict(config.rope_parameters):
+        raise RuntimeError(f"{name}: config.json reloads as {reloaded.rope_parameters}, not {config.rope_parameters}")
     return d
 
 
