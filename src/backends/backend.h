@@ -49,7 +49,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual bool supports_op(graph::Op op) const = 0;
-  // Takes the weights the graphs refer to by name (host tensors; zero-copy views where possible).
+  // Takes the weights the graphs refer to, keyed by graph::weight_key (host tensors; zero-copy views where possible).
   virtual void bind_weights(WeightMap weights) = 0;
   virtual std::unique_ptr<Executable> compile(const graph::Graph& g) = 0;
   virtual std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
@@ -72,6 +72,8 @@ class Backend {
   }
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+class Communicator;
+// `comm`: the tensor-parallel group for graphs with tp_size > 1 (nullptr: single rank).
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr);
 
 }  // namespace tessera::backends

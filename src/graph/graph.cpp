@@ -12,7 +12,8 @@ const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "deco
 
 constexpr const char* kOpNames[] = {"input",  "weight",       "cache_state", "embedding", "rms_norm",
                                     "matmul", "rope",         "cache_update", "attention", "swiglu",
-                                    "add",    "last_row",     "sampler_state", "mark_seen", "sample"};
+                                    "add",    "last_row",     "sampler_state", "mark_seen", "sample",
+                                    "all_reduce", "all_gather"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
 }  // namespace
@@ -72,6 +73,20 @@ size_t ShapeKeyHash::operator()(const ShapeKey& k) const {
   return h;
 }
 
+std::string weight_key(const Node& n) {
+  const WeightView& v = n.view;
+  if (v.whole()) return n.name;
+  std::ostringstream os;
+  os << n.name << "[";
+  if (v.rows >= 0) os << v.row_begin << ":" << v.row_begin + v.rows;
+  else os << ":";
+  if (v.cols >= 0) os << ", " << v.col_begin << ":" << v.col_begin + v.cols;
+  os << "]";
+  if (v.zeros) os << " zeros";
+  if (v.rope_head > 0) os << " rope-interleaved(" << v.rope_head << "," << v.rope_rot << ")";
+  return os.str();
+}
+
 int Graph::add(Node n) {
   for (int in : n.inputs) TS_ASSERT(in >= 0 && in < static_cast<int>(nodes.size()), "node ", n.name, " input ", in);
   nodes.push_back(std::move(n));
@@ -111,7 +126,7 @@ std::string Graph::dump() const {
     const Node& n = nodes[i];
     os << "%" << i << " = " << op_name(n.op) << "(";
     for (size_t j = 0; j < n.inputs.size(); ++j) os << (j ? ", " : "") << "%" << n.inputs[j];
-    os << ") " << shape_str(n.shape) << " " << dtype_name(n.dtype) << "  # " << n.name << "\n";
+    os << ") " << shape_str(n.shape) << " " << dtype_name(n.dtype) << "  # " << (n.op == Op::Weight ? weight_key(n) : n.name) << "\n";
   }
   os << "outputs:";
   for (int o : outputs) os << " %" << o;

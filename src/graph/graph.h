@@ -57,6 +57,9 @@ enum class Op : uint8_t {
   SamplerState, // per-row "seen" mask [batch, vocab] f32 (1 = id occurred in the row), device state like a cache
   MarkSeen,     // (state, ids [batch*seq], seen_from? [batch]) -> state with ids[b, s] marked for s >= seen_from[b]
   Sample,       // (logits [batch, vocab], state, params [batch*kSampleParams]) -> token ids [batch, 1] i32
+  // Tensor parallelism (ShapeKey::tp_size > 1): collectives over the tp_size ranks.
+  AllReduce,    // (x) -> elementwise sum of x over all ranks (after a row-parallel matmul)
+  AllGather,    // (x [rows, c]) -> [rows, c * tp_size]: rank r's columns at [r*c, (r+1)*c) (vocab-parallel lm_head)
   kCount
 };
 const char* op_name(Op op);
@@ -79,6 +82,22 @@ enum SampleParam : int {
   kSampleParams  // count
 };
 
+// Op::Weight: the part of the stored (Hugging Face) tensor a node reads, and how it is rearranged. Tensor
+// parallelism reads a block of rows (column-parallel) or columns (row-parallel); fused tensors such as GLM-4's
+// gate_up_proj are read as row blocks too. Rows/columns count in the stored tensor's [out, in] layout.
+struct WeightView {
+  int64_t row_begin = 0, rows = -1;  // -1: all rows
+  int64_t col_begin = 0, cols = -1;  // -1: all columns (matrices only)
+  bool zeros = false;                // bound as zeros of the node's shape (a row-parallel bias off rank 0)
+  // > 0: rows form heads of `rope_head` rows whose first `rope_rot` rows hold interleaved rotary pairs
+  // (0,1), (2,3), ...; they are reordered to the rotate-half layout (0,2,4,...,1,3,5,...) so one Rope op serves
+  // both conventions (q . k is unchanged when q and k are permuted alike).
+  int64_t rope_head = 0, rope_rot = 0;
+
+  bool whole() const { return rows < 0 && cols < 0 && !zeros && rope_head == 0; }
+  bool operator==(const WeightView&) const = default;
+};
+
 struct Node {
   Op op;
   std::string name;            // e.g. "layers.3.attn.q" (weights: the HF tensor name)
@@ -94,7 +113,12 @@ struct Node {
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
   float scale = 0.f;           // Attention
   int rope_table = -1;         // Rope: index into Graph::rope_tables
+  WeightView view{};           // Weight: the part of the stored tensor `name` that is read
 };
+
+// The name a backend binds a weight node's tensor under: the stored name, plus the view when it is not the
+// whole tensor (e.g. "model.layers.0.mlp.down_proj.weight[:, 64:128]").
+std::string weight_key(const Node& weight);
 
 struct Graph {
   ShapeKey key;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "backends/backend.h"
+#include "backends/communicator.h"
 #include "backends/cpu/kernels.h"
 #include "generation/sampler.h"
 #include "tessera/error.h"
@@ -37,7 +38,12 @@ struct Slot {
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(const Graph& g, const WeightMap& weights) : g_(g) { plan(weights); }
+  CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm) : g_(g), comm_(comm) {
+    if (g.key.tp_size > 1 && (!comm_ || comm_->size() != g.key.tp_size || comm_->rank() != g.key.tp_rank))
+      fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size, " ranks (got ",
+           comm_ ? comm_->size() : 1, ")");
+    plan(weights);
+  }
 
   void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) override {
     const Node& out = g_.at(g_.outputs[0]);
@@ -115,7 +121,8 @@ class CpuExecutable : public Executable {
           node.op == Op::SamplerState || node.op == Op::MarkSeen)
         continue;
       int src = node.inputs.empty() ? -1 : node.inputs[0];
-      bool in_place = (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add) && src >= 0 &&
+      bool in_place = (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add ||
+                       node.op == Op::AllReduce) && src >= 0 &&
                       buffer[static_cast<size_t>(src)] >= 0 && last_use[static_cast<size_t>(src)] == i;
       if (in_place) {
         buffer[i] = buffer[static_cast<size_t>(src)];
@@ -136,8 +143,9 @@ class CpuExecutable : public Executable {
       Slot& s = slots_[i];
       switch (node.op) {
         case Op::Weight: {
-          auto it = weights.find(node.name);
-          TS_ASSERT(it != weights.end(), "weight not bound: ", node.name);
+          auto it = weights.find(graph::weight_key(node));
+          TS_ASSERT(it != weights.end(), "weight not bound: ", graph::weight_key(node));
+          TS_ASSERT(it->second.shape == node.shape, graph::weight_key(node), " bound as ", shape_str(it->second.shape));
           TS_ASSERT(it->second.dtype == node.dtype, node.name, " bound as ", dtype_name(it->second.dtype));
           s.kind = Slot::Weight;
           s.weight = it->second.data;
@@ -281,6 +289,24 @@ class CpuExecutable : public Executable {
       case Op::Sample:
         sample(n, id);
         return;
+      case Op::AllReduce: {
+        float* y = f32(id);
+        const float* x = f32(in[0]);
+        if (y != x) std::memcpy(y, x, static_cast<size_t>(rows * cols) * sizeof(float));
+        comm_->all_reduce_sum(y, static_cast<size_t>(rows * cols));
+        return;
+      }
+      case Op::AllGather: {
+        // Gathered rank-major ([tp][rows][c]), then interleaved into [rows][tp * c].
+        const int64_t c = g_.at(in[0]).shape[1], tp = g_.key.tp_size;
+        gather_.resize(static_cast<size_t>(rows * cols));
+        comm_->all_gather(f32(in[0]), static_cast<size_t>(rows * c), gather_.data());
+        float* y = f32(id);
+        for (int64_t r = 0; r < tp; ++r)
+          for (int64_t i = 0; i < rows; ++i)
+            std::memcpy(y + i * cols + r * c, gather_.data() + (r * rows + i) * c, static_cast<size_t>(c) * 4);
+        return;
+      }
       case Op::kCount:
         break;
     }
@@ -334,6 +360,8 @@ class CpuExecutable : public Executable {
   }
 
   Graph g_;
+  Communicator* comm_ = nullptr;  // tensor-parallel group (tp_size > 1), owned by the backend
+  std::vector<float> gather_;     // AllGather scratch, sized on first use
   int64_t vocab_ = 0;  // sampler state width (graphs with in-step sampling)
   std::vector<Slot> slots_;
   Tensor arena_;
@@ -343,11 +371,12 @@ class CpuExecutable : public Executable {
 
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
   std::string name() const override { return "cpu"; }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
   void bind_weights(WeightMap weights) override { weights_ = std::move(weights); }
   std::unique_ptr<Executable> compile(const Graph& g) override {
-    return std::make_unique<CpuExecutable>(g, weights_);
+    return std::make_unique<CpuExecutable>(g, weights_, comm_.get());
   }
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
                                             int64_t head_dim) override {
@@ -379,10 +408,13 @@ class CpuBackend : public Backend {
 
  private:
   WeightMap weights_;
+  std::shared_ptr<Communicator> comm_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm) {
+  return std::make_unique<CpuBackend>(std::move(comm));
+}
 
 }  // namespace tessera::backends

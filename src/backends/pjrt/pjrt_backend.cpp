@@ -426,9 +426,14 @@ class PjrtOpByOpExecutable : public Executable {
         } else if (o.op == graph::Op::Weight) {
           p = o;
           p.name = name;
-          step.sources[name] = Source{Source::Weight, o.name, -1};
+          p.view = {};
+          step.sources[name] = Source{Source::Weight, graph::weight_key(o), -1};
         } else {
-          p = graph::Node{.op = graph::Op::Weight, .name = name, .inputs = {}, .shape = o.shape, .dtype = o.dtype};
+          p = graph::Node{};
+          p.op = graph::Op::Weight;
+          p.name = name;
+          p.shape = o.shape;
+          p.dtype = o.dtype;
           step.sources[name] = Source{Source::Value, "", operand};
         }
         remap[operand] = mini.add(std::move(p));

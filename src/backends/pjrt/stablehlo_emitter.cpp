@@ -229,9 +229,10 @@ class Lowering {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
       if (n.op != Op::Weight) continue;
-      auto it = weights.find(n.name);
+      const std::string key = graph::weight_key(n);
+      auto it = weights.find(key);
       if (it == weights.end())
-        it = weights.emplace(n.name, add_arg({StablehloArg::Weight, n.name, {}, -1, 0, n.shape, n.dtype})).first;
+        it = weights.emplace(key, add_arg({StablehloArg::Weight, key, {}, -1, 0, n.shape, n.dtype})).first;
       vals_[i] = it->second;
     }
     for (InputKind kind : {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin,
@@ -270,6 +271,9 @@ class Lowering {
       case Op::SwiGlu: vals_[static_cast<size_t>(id)] = swiglu(n); break;
       case Op::Add: vals_[static_cast<size_t>(id)] = b_.add(val(n.inputs[0]), val(n.inputs[1])); break;
       case Op::LastRow: vals_[static_cast<size_t>(id)] = last_row(n); break;
+      case Op::AllReduce:
+      case Op::AllGather:
+        fail("stablehlo emitter: ", graph::op_name(n.op), " (tensor parallelism) is not lowered yet");
       case Op::kCount: fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
     TS_ASSERT(vals_[static_cast<size_t>(id)].shape == n.shape, n.name, ": lowered to ",
