@@ -17,6 +17,7 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "io/model_files.h"
 #include "tessera/auto_tokenizer.h"
+#include "dist/tp_plan.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/tokenizer.h"
@@ -32,6 +33,9 @@ struct ModelFlags {
   std::string device = "cpu";
   bool quiet = false;
   int threads = 0;
+  int tp_size = 1;
+  std::string tp_plan;               // FILE.json or "auto"
+  std::vector<std::string> tp_rules;  // PATTERN=STYLE
 };
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
@@ -47,6 +51,28 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
   cmd->add_option("--threads", f.threads, "Worker threads (default: all cores, or $TESSERA_NUM_THREADS)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--tp-size", f.tp_size,
+                  "Tensor-parallel ranks (default 1). On cpu, one process per rank: run under tessera launch "
+                  "--nproc-per-node N")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--tp-plan", f.tp_plan,
+                  "Tensor-parallel plan: a JSON file {\"layers.*.self_attn.q_proj\": \"colwise\", ...} over the "
+                  "model's default plan, or 'auto' (replicate what --tp-size cannot split, and say so)");
+  cmd->add_option("--tp-rule", f.tp_rules,
+                  "One plan rule PATTERN=STYLE, e.g. layers.*.self_attn.q_proj=replicated_with_grad_allreduce "
+                  "(repeatable; applied after --tp-plan). Styles: colwise, rowwise, colwise_gather_output, "
+                  "rowwise_split_input, replicated_with_grad_allreduce, replicated");
+}
+
+DistributedConfig distributed_config(const ModelFlags& f) {
+  DistributedConfig d;
+  d.tp_size = f.tp_size;
+  if (f.tp_plan == "auto")
+    d.tp_plan_auto = true;
+  else if (!f.tp_plan.empty())
+    d.tp_plan = dist::read_plan_file(f.tp_plan);
+  for (const auto& r : f.tp_rules) d.tp_plan.push_back(dist::parse_rule(r, "--tp-rule"));
+  return d;
 }
 
 std::string model_path(const ModelFlags& f) { return f.model.empty() ? io::find_default_model() : f.model; }
@@ -57,6 +83,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   if (more) more(opt);
   if (!f.dtype.empty()) opt.dtype = parse_dtype(f.dtype);
   opt.device_map = f.device;
+  opt.distributed = distributed_config(f);
   if (!f.quiet && isatty(STDERR_FILENO)) {
     opt.progress = [](size_t done, size_t total) {
       const int width = 30;

@@ -15,7 +15,7 @@ namespace golden = tessera::golden;
 
 namespace {
 
-const char* kModels[] = {"qwen3_tied", "qwen3_untied", "llama_gqa", "llama_bias"};
+const char* kModels[] = {"qwen3_tied", "qwen3_untied", "llama_gqa", "llama_bias", "glm4", "qwen3_tp4", "llama_tp4"};
 
 std::vector<int32_t> to32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 std::vector<std::vector<int32_t>> rows32(const nlohmann::json& j) {

@@ -13,6 +13,22 @@
 
 namespace tessera {
 
+// One rule of a tensor-parallel plan, as in Transformers' tp_plan: module pattern ("layers.*.self_attn.q_proj")
+// and style ("colwise", "rowwise", "colwise_gather_output", "rowwise_split_input",
+// "replicated_with_grad_allreduce", "replicated"). `origin` names where it came from, for error messages.
+struct TpPlanRule {
+  std::string pattern, style, origin = "tp_plan";
+};
+
+// Tensor parallelism, as Transformers' DistributedConfig(tp_size, tp_plan). Each rank holds its share of every
+// split weight. Native cpu: one process per rank (started by `tessera launch`, collectives over MPI). PJRT
+// devices: one process drives tp_size devices.
+struct DistributedConfig {
+  int tp_size = 1;
+  std::vector<TpPlanRule> tp_plan;  // over the architecture's default plan; later rules win
+  bool tp_plan_auto = false;        // replicate what tp_size cannot split (e.g. 2 KV heads on 4 ranks) and say so
+};
+
 struct LoadOptions {
   std::optional<DType> dtype;        // unset: the checkpoint's torch_dtype (GGUF: bfloat16)
   std::string device_map = "cpu";    // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
@@ -28,6 +44,7 @@ struct LoadOptions {
   // naming the key that changed. -1: $TESSERA_MAX_RECOMPILES when set, else no limit.
   int max_recompiles = -1;
   bool verbose_compiles = false;  // say every compile-cache miss and why on stderr (also $TESSERA_VERBOSE=1)
+  DistributedConfig distributed;
   // Called after each tensor is loaded: (tensors done, tensors total).
   std::function<void(size_t, size_t)> progress;
 };
@@ -36,7 +53,8 @@ struct ModelInfo {
   std::string architecture, origin, device;
   DType dtype = DType::F32;
   int64_t num_layers = 0, hidden_size = 0, vocab_size = 0, max_position_embeddings = 0;
-  size_t weight_bytes = 0;  // bytes of weights as held by the backend
+  size_t weight_bytes = 0;  // bytes of weights as held by the backend (this rank's share)
+  int tp_rank = 0, tp_size = 1;
 };
 
 class CausalLM {

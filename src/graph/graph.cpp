@@ -10,9 +10,9 @@ namespace tessera::graph {
 namespace {
 const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "decode"; }
 
-constexpr const char* kOpNames[] = {"input",  "weight",       "cache_state", "embedding", "rms_norm",
-                                    "matmul", "rope",         "cache_update", "attention", "swiglu",
-                                    "add",    "last_row",     "sampler_state", "mark_seen", "sample",
+constexpr const char* kOpNames[] = {"input",      "weight",    "cache_state",   "embedding", "rms_norm",
+                                    "matmul",     "rope",      "cache_update",  "attention", "swiglu",
+                                    "add",        "last_row",  "sampler_state", "mark_seen", "sample",
                                     "all_reduce", "all_gather"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
@@ -22,9 +22,12 @@ const char* op_name(Op op) { return kOpNames[static_cast<size_t>(op)]; }
 
 const char* sampling_name(Sampling s) {
   switch (s) {
-    case Sampling::Off: return "off";
-    case Sampling::Greedy: return "greedy";
-    case Sampling::Sample: return "sample";
+    case Sampling::Off:
+      return "off";
+    case Sampling::Greedy:
+      return "greedy";
+    case Sampling::Sample:
+      return "sample";
   }
   return "?";
 }
@@ -78,8 +81,10 @@ std::string weight_key(const Node& n) {
   if (v.whole()) return n.name;
   std::ostringstream os;
   os << n.name << "[";
-  if (v.rows >= 0) os << v.row_begin << ":" << v.row_begin + v.rows;
-  else os << ":";
+  if (v.rows >= 0)
+    os << v.row_begin << ":" << v.row_begin + v.rows;
+  else
+    os << ":";
   if (v.cols >= 0) os << ", " << v.col_begin << ":" << v.col_begin + v.cols;
   os << "]";
   if (v.zeros) os << " zeros";
@@ -88,7 +93,8 @@ std::string weight_key(const Node& n) {
 }
 
 int Graph::add(Node n) {
-  for (int in : n.inputs) TS_ASSERT(in >= 0 && in < static_cast<int>(nodes.size()), "node ", n.name, " input ", in);
+  for (int in : n.inputs)
+    TS_ASSERT(in >= 0 && in < static_cast<int>(nodes.size()), "node ", n.name, " input ", in);
   nodes.push_back(std::move(n));
   return static_cast<int>(nodes.size()) - 1;
 }
@@ -111,11 +117,14 @@ void append_sampling(Graph& g, int64_t vocab) {
   Node state{.op = Op::SamplerState, .name = "sampler.seen", .inputs = {}, .shape = {k.batch, vocab}};
   std::vector<int> mark_inputs = {g.add(std::move(state)), ids};
   if (k.phase == Phase::Prefill) mark_inputs.push_back(input(InputKind::SeenFrom, "seen_from", k.batch));
-  const int seen = g.add(Node{.op = Op::MarkSeen, .name = "sampler.mark_seen", .inputs = mark_inputs,
-                              .shape = {k.batch, vocab}});
+  const int seen = g.add(Node{
+      .op = Op::MarkSeen, .name = "sampler.mark_seen", .inputs = mark_inputs, .shape = {k.batch, vocab}});
   const int params = input(InputKind::SampleParams, "sample_params", int64_t{k.batch} * kSampleParams);
-  const int tokens = g.add(Node{.op = Op::Sample, .name = "sampler.sample", .inputs = {logits, seen, params},
-                                .shape = {k.batch, 1}, .dtype = DType::I32});
+  const int tokens = g.add(Node{.op = Op::Sample,
+                                .name = "sampler.sample",
+                                .inputs = {logits, seen, params},
+                                .shape = {k.batch, 1},
+                                .dtype = DType::I32});
   g.outputs = {tokens};
 }
 
@@ -126,7 +135,8 @@ std::string Graph::dump() const {
     const Node& n = nodes[i];
     os << "%" << i << " = " << op_name(n.op) << "(";
     for (size_t j = 0; j < n.inputs.size(); ++j) os << (j ? ", " : "") << "%" << n.inputs[j];
-    os << ") " << shape_str(n.shape) << " " << dtype_name(n.dtype) << "  # " << (n.op == Op::Weight ? weight_key(n) : n.name) << "\n";
+    os << ") " << shape_str(n.shape) << " " << dtype_name(n.dtype) << "  # "
+       << (n.op == Op::Weight ? weight_key(n) : n.name) << "\n";
   }
   os << "outputs:";
   for (int o : outputs) os << " %" << o;

@@ -23,8 +23,8 @@ const char* sampling_name(Sampling s);
 struct ShapeKey {
   Phase phase = Phase::Prefill;
   int batch = 1;
-  int seq = 1;          // query tokens per row in this step (the prompt bucket, or 1 for decode)
-  int cache_len = 0;    // slots in the static KV cache
+  int seq = 1;               // query tokens per row in this step (the prompt bucket, or 1 for decode)
+  int cache_len = 0;         // slots in the static KV cache
   DType dtype = DType::F32;  // weight dtype
   bool all_logits = false;   // logits for every position (forward) or only the last (generate)
   int tp_rank = 0, tp_size = 1;
@@ -54,44 +54,53 @@ enum class Op : uint8_t {
   Add,          // (a, b) -> a + b
   LastRow,      // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
   // In-step sampling (ShapeKey::sampling != Off; appended by graph::append_sampling):
-  SamplerState, // per-row "seen" mask [batch, vocab] f32 (1 = id occurred in the row), device state like a cache
-  MarkSeen,     // (state, ids [batch*seq], seen_from? [batch]) -> state with ids[b, s] marked for s >= seen_from[b]
-  Sample,       // (logits [batch, vocab], state, params [batch*kSampleParams]) -> token ids [batch, 1] i32
+  SamplerState,  // per-row "seen" mask [batch, vocab] f32 (1 = id occurred in the row), device state like a
+                 // cache
+  MarkSeen,      // (state, ids [batch*seq], seen_from? [batch]) -> state with ids[b, s] marked for s >=
+                 // seen_from[b]
+  Sample,        // (logits [batch, vocab], state, params [batch*kSampleParams]) -> token ids [batch, 1] i32
   // Tensor parallelism (ShapeKey::tp_size > 1): collectives over the tp_size ranks.
-  AllReduce,    // (x) -> elementwise sum of x over all ranks (after a row-parallel matmul)
-  AllGather,    // (x [rows, c]) -> [rows, c * tp_size]: rank r's columns at [r*c, (r+1)*c) (vocab-parallel lm_head)
+  AllReduce,  // (x) -> elementwise sum of x over all ranks (after a row-parallel matmul)
+  AllGather,  // (x [rows, c]) -> [rows, c * tp_size]: rank r's columns at [r*c, (r+1)*c) (vocab-parallel
+              // lm_head)
   kCount
 };
 const char* op_name(Op op);
 
 enum class InputKind : uint8_t {
-  TokenIds, Positions, Slots, KvBegin,
+  TokenIds,
+  Positions,
+  Slots,
+  KvBegin,
   SeenFrom,      // [batch] prefill only: first column of the row whose ids count for the repetition penalty
   SampleParams,  // [batch * kSampleParams] per-row sampling parameters (layout: SampleParam)
 };
 
 // Per-row sampling parameters, int32 (floats bit-cast), in this order.
 enum SampleParam : int {
-  kTemperature,  // f32 bits
-  kTopP,         // f32 bits
-  kMinP,         // f32 bits
+  kTemperature,        // f32 bits
+  kTopP,               // f32 bits
+  kMinP,               // f32 bits
   kRepetitionPenalty,  // f32 bits
-  kTopK,         // 0 = off
-  kSeedLo, kSeedHi,    // 64-bit seed
+  kTopK,               // 0 = off
+  kSeedLo,
+  kSeedHi,       // 64-bit seed
   kStep,         // generation step (0 = the token chosen from the prefill)
   kSampleParams  // count
 };
 
 // Op::Weight: the part of the stored (Hugging Face) tensor a node reads, and how it is rearranged. Tensor
-// parallelism reads a block of rows (column-parallel) or columns (row-parallel); fused tensors such as GLM-4's
-// gate_up_proj are read as row blocks too. Rows/columns count in the stored tensor's [out, in] layout.
+// parallelism reads a block of rows (column-parallel) or columns (row-parallel); fused tensors such as
+// GLM-4's gate_up_proj are read as row blocks too. Rows/columns count in the stored tensor's [out, in]
+// layout.
 struct WeightView {
+  Shape stored;                      // the stored tensor's shape (what the checkpoint must hold)
   int64_t row_begin = 0, rows = -1;  // -1: all rows
   int64_t col_begin = 0, cols = -1;  // -1: all columns (matrices only)
   bool zeros = false;                // bound as zeros of the node's shape (a row-parallel bias off rank 0)
   // > 0: rows form heads of `rope_head` rows whose first `rope_rot` rows hold interleaved rotary pairs
-  // (0,1), (2,3), ...; they are reordered to the rotate-half layout (0,2,4,...,1,3,5,...) so one Rope op serves
-  // both conventions (q . k is unchanged when q and k are permuted alike).
+  // (0,1), (2,3), ...; they are reordered to the rotate-half layout (0,2,4,...,1,3,5,...) so one Rope op
+  // serves both conventions (q . k is unchanged when q and k are permuted alike).
   int64_t rope_head = 0, rope_rot = 0;
 
   bool whole() const { return rows < 0 && cols < 0 && !zeros && rope_head == 0; }
@@ -100,20 +109,20 @@ struct WeightView {
 
 struct Node {
   Op op;
-  std::string name;            // e.g. "layers.3.attn.q" (weights: the HF tensor name)
-  std::vector<int> inputs;     // node ids
-  Shape shape;                 // output shape
+  std::string name;         // e.g. "layers.3.attn.q" (weights: the HF tensor name)
+  std::vector<int> inputs;  // node ids
+  Shape shape;              // output shape
   DType dtype = DType::F32;
   // Attributes (meaning depends on op).
   InputKind input_kind = InputKind::TokenIds;
-  int layer = -1;              // CacheState: layer; which = 0 (K) / 1 (V)
+  int layer = -1;  // CacheState: layer; which = 0 (K) / 1 (V)
   int which = 0;
-  int64_t dim = 0;             // RmsNorm: normalised group size
-  float eps = 0.f;             // RmsNorm
+  int64_t dim = 0;                                             // RmsNorm: normalised group size
+  float eps = 0.f;                                             // RmsNorm
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
-  float scale = 0.f;           // Attention
-  int rope_table = -1;         // Rope: index into Graph::rope_tables
-  WeightView view{};           // Weight: the part of the stored tensor `name` that is read
+  float scale = 0.f;                                           // Attention
+  int rope_table = -1;                                         // Rope: index into Graph::rope_tables
+  WeightView view{};  // Weight: the part of the stored tensor `name` that is read
 };
 
 // The name a backend binds a weight node's tensor under: the stored name, plus the view when it is not the
@@ -123,7 +132,7 @@ std::string weight_key(const Node& weight);
 struct Graph {
   ShapeKey key;
   std::vector<Node> nodes;
-  std::vector<int> outputs;                // logits first
+  std::vector<int> outputs;                     // logits first
   std::vector<std::vector<float>> rope_tables;  // inv_freq per rope variant
 
   int add(Node n);

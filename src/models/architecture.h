@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -28,6 +29,9 @@ struct Architecture {
   std::function<graph::Graph(const DecoderConfig& c, const graph::ShapeKey& key)> build_graph;
   // Tensors a checkpoint may carry that we do not need (e.g. rotary caches), as name suffixes.
   std::vector<std::string> ignorable_suffixes;
+  // Default tensor-parallel plan, as Transformers writes it: (module pattern, style), e.g.
+  // ("layers.*.self_attn.q_proj", "colwise"). Resolved against the user's rules by dist::resolve_tp_plan.
+  std::vector<std::pair<std::string, std::string>> tp_plan;
 };
 
 // The registry. Throws Error listing the supported architectures when `name` is unknown.

@@ -101,6 +101,7 @@ void parse_common(const ConfigReader& r, DecoderConfig& c) {
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
   c.rope.theta = r.number_or("rope_theta", 10000.0);
   parse_rope_scaling(r, c.rope);
+  c.rope.partial_rotary_factor = r.number_or("partial_rotary_factor", c.rope.partial_rotary_factor);
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
   c.attention_bias = r.bool_or("attention_bias", false);
   c.mlp_bias = r.bool_or("mlp_bias", false);

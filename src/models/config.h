@@ -21,6 +21,19 @@ struct RopeConfig {
   double partial_rotary_factor = 1.0;
 };
 
+// How one rank's share of the model is laid out (tensor parallelism); the default is one rank, nothing split.
+// Resolved from the architecture's plan and the user's rules by dist::resolve_tp_plan.
+struct TpLayout {
+  int rank = 0, size = 1;
+  bool attn_split = false;         // q/k/v column-parallel by heads, o_proj row-parallel (the same in every layer)
+  std::vector<uint8_t> mlp_split;  // per layer (empty: none): gate/up column-parallel, down row-parallel
+  bool lm_head_split = false;      // vocab-parallel LM head, logits all-gathered
+
+  bool mlp_split_at(int64_t layer) const {
+    return layer < static_cast<int64_t>(mlp_split.size()) && mlp_split[static_cast<size_t>(layer)] != 0;
+  }
+};
+
 struct DecoderConfig {
   std::string architecture;  // architectures[0]
   std::string model_type;
@@ -35,7 +48,10 @@ struct DecoderConfig {
   std::optional<DType> torch_dtype;
   std::optional<int32_t> bos_token_id, pad_token_id;
   std::vector<int32_t> eos_token_ids;
+  TpLayout tp;  // this rank's share (set after parsing, before building graphs)
 
+  int64_t local_heads() const { return tp.attn_split ? num_heads / tp.size : num_heads; }
+  int64_t local_kv_heads() const { return tp.attn_split ? num_kv_heads / tp.size : num_kv_heads; }
   int64_t rot_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor); }
 };
 

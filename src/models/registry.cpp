@@ -12,10 +12,13 @@ Architecture architecture();
 namespace llama {
 Architecture architecture();
 }
+namespace glm4 {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
-  static const std::vector<Architecture> t = {qwen3::architecture(), llama::architecture()};
+  static const std::vector<Architecture> t = {qwen3::architecture(), llama::architecture(), glm4::architecture()};
   return t;
 }
 }  // namespace

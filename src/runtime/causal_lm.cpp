@@ -19,8 +19,11 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "generation/sampler.h"
 #include "graph/compile_cache.h"
+#include "dist/mpi_communicator.h"
+#include "dist/tp_plan.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
+#include "runtime/weight_loader.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -42,7 +45,10 @@ struct CausalLM::Impl {
   bool first_generate_done = false;
 
   graph::Graph build(const ShapeKey& key) const {
-    graph::Graph g = arch->build_graph(config, key);
+    ShapeKey k = key;  // one model instance is one rank: the layout comes from the config
+    k.tp_rank = config.tp.rank;
+    k.tp_size = config.tp.size;
+    graph::Graph g = arch->build_graph(config, k);
     graph::append_sampling(g, config.vocab_size);
     return g;
   }
@@ -78,56 +84,8 @@ struct CausalLM::Impl {
 
 namespace {
 
-std::string join_names(const std::vector<std::string>& names, size_t limit) {
-  std::ostringstream os;
-  for (size_t i = 0; i < names.size() && i < limit; ++i) os << (i ? ", " : "") << names[i];
-  if (names.size() > limit) os << ", ... (" << names.size() << " in all)";
-  return os.str();
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Strict checkpoint validation and loading of every weight the graph reads.
-backends::WeightMap load_weights(const io::WeightSource& src, const models::Architecture& arch,
-                                 const models::DecoderConfig& c, DType dtype, const LoadOptions& opt,
-                                 size_t& bytes) {
-  std::vector<models::WeightSpec> specs = arch.weights(c);
-  std::set<std::string> needed;
-  for (const auto& w : specs) {
-    needed.insert(w.name);
-    const io::TensorMeta* m = src.find(w.name);
-    if (!m) fail(src.origin(), ": missing tensor '", w.name, "' required by ", arch.name);
-    if (m->shape != w.shape)
-      fail(m->file, ": tensor '", w.name, "' has shape ", shape_str(m->shape), ", expected ", shape_str(w.shape),
-           " from the config");
-  }
-  std::vector<std::string> unexpected;
-  for (const auto& m : src.tensors()) {
-    if (needed.count(m.name)) continue;
-    if (m.name == "lm_head.weight" && c.tie_word_embeddings) continue;  // tied: the embedding is used
-    bool ignorable = false;
-    for (const auto& s : arch.ignorable_suffixes) ignorable = ignorable || ends_with(m.name, s);
-    if (!ignorable) unexpected.push_back(m.name);
-  }
-  if (!unexpected.empty())
-    fail(src.origin(), ": unexpected tensors for ", arch.name, ": ", join_names(unexpected, 5));
-  // GGUF tensors with no Hugging Face counterpart change the model's math (e.g. rope_freqs.weight carries
-  // Llama 3.1's rope scaling); running without them would be silently wrong.
-  if (!src.unmapped_tensors().empty())
-    fail(src.origin(), ": GGUF tensors not supported yet: ", join_names(src.unmapped_tensors(), 5));
-
-  backends::WeightMap weights;
-  bytes = 0;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const auto& w = specs[i];
-    Tensor t = src.load(w.name, w.is_vector ? DType::F32 : dtype);
-    bytes += t.nbytes();
-    weights.emplace(w.name, std::move(t));
-    if (opt.progress) opt.progress(i + 1, specs.size());
-  }
-  return weights;
 }
 
 // Per-row count of leading padding; the mask must be 0s then 1s (left padding).
@@ -255,8 +213,10 @@ namespace {
 
 // The backend for a device name. "auto" picks TPU, then GPU, then the native CPU, and says on stderr what it
 // found and what it chose (never a silent CPU fallback).
-std::unique_ptr<backends::Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return backends::make_cpu_backend();
+std::unique_ptr<backends::Backend> make_backend(const std::string& device,
+                                               std::shared_ptr<backends::Communicator> comm) {
+  if (device == "cpu") return backends::make_cpu_backend(std::move(comm));
+  if (comm) fail("--tp-size ", comm->size(), " with --device ", device, ": tensor parallelism runs on the cpu device only");
   if (backends::is_pjrt_device(device)) {
     try {
       return backends::make_pjrt_backend(device);
@@ -288,7 +248,7 @@ std::unique_ptr<backends::Backend> make_backend(const std::string& device) {
     }
   }
   std::fprintf(stderr, "tessera: device auto: %s; using cpu (native backend)\n", found.c_str());
-  return backends::make_cpu_backend();
+  return backends::make_cpu_backend(comm);
 }
 
 }  // namespace
@@ -317,7 +277,21 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   if (!impl->gen_defaults.pad_token_id) impl->gen_defaults.pad_token_id = impl->config.pad_token_id;
   impl->gen_defaults.max_new_tokens = 20;  // Transformers' default when generation_config.json has max_length only
 
-  impl->backend = make_backend(opt.device_map);
+  // Tensor parallelism: the plan is checked (with rank 0's view) before MPI starts or any weight is read.
+  const DistributedConfig& dist_cfg = opt.distributed;
+  std::vector<std::string> notes;
+  impl->config.tp = dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, 0, src->origin(), &notes);
+  std::shared_ptr<backends::Communicator> comm;
+  if (dist_cfg.tp_size > 1) {
+    if (opt.device_map != "cpu")
+      fail("--tp-size ", dist_cfg.tp_size, " with --device ", opt.device_map,
+           ": tensor parallelism runs on the cpu device only for now");
+    comm = dist::mpi_world(dist_cfg.tp_size);
+    impl->config.tp = dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
+    if (comm->rank() == 0)
+      for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
+  }
+  impl->backend = make_backend(opt.device_map, comm);
   graph::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;
   if (cache_opt.disk_dir.empty())
@@ -330,7 +304,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->buckets = parse_buckets(opt.buckets, pjrt, static_cast<int>(impl->config.max_position_embeddings));
   impl->device_sampling = pjrt;
   size_t bytes = 0;
-  impl->backend->bind_weights(load_weights(*src, *impl->arch, impl->config, dtype, opt, bytes));
+  impl->backend->bind_weights(runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes));
   impl->info = ModelInfo{impl->arch->name,
                          src->origin(),
                          impl->backend->name(),
@@ -339,7 +313,9 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                          impl->config.hidden_size,
                          impl->config.vocab_size,
                          impl->config.max_position_embeddings,
-                         bytes};
+                         bytes,
+                         impl->config.tp.rank,
+                         impl->config.tp.size};
   return CausalLM(std::move(impl));
 }
 
@@ -353,7 +329,7 @@ std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
                .all_logits = true};
   std::unique_ptr<backends::Executable> scratch;
   auto& exe = impl_->executable(key, false, scratch);
-  auto cache = impl_->backend->create_cache(impl_->config.num_layers, 1, impl_->config.num_kv_heads, n,
+  auto cache = impl_->backend->create_cache(impl_->config.num_layers, 1, impl_->config.local_kv_heads(), n,
                                             impl_->config.head_dim);
   StepInputs in;
   in.ids = ids;
@@ -410,7 +386,7 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
     return dynamic ? (needed + kDynamicChunk - 1) / kDynamicChunk * kDynamicChunk : prefill_len + cfg.max_new_tokens;
   };
   int cache_len = cache_len_for(prefill_len + (cfg.max_new_tokens > 0 ? 1 : 0));
-  auto cache = m.backend->create_cache(m.config.num_layers, batch, m.config.num_kv_heads, cache_len, m.config.head_dim);
+  auto cache = m.backend->create_cache(m.config.num_layers, batch, m.config.local_kv_heads(), cache_len, m.config.head_dim);
 
   const std::vector<int32_t> eos = cfg.eos_token_id;
   const int32_t pad_id = cfg.pad_token_id.value_or(eos.empty() ? 0 : eos[0]);
@@ -506,7 +482,7 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
     const int slot = prefill_len + step;
     if (slot >= cache_len) {  // dynamic cache: grow by a chunk (the decode shape changes: expected)
       int grown = cache_len_for(slot + 1);
-      auto bigger = m.backend->create_cache(m.config.num_layers, batch, m.config.num_kv_heads, grown, m.config.head_dim);
+      auto bigger = m.backend->create_cache(m.config.num_layers, batch, m.config.local_kv_heads(), grown, m.config.head_dim);
       m.backend->copy_cache(*cache, *bigger);
       cache = std::move(bigger);
       cache_len = grown;

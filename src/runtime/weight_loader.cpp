@@ -1,0 +1,126 @@
+#include "runtime/weight_loader.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "tessera/error.h"
+
+namespace tessera::runtime {
+
+namespace {
+
+std::string join_names(const std::vector<std::string>& names, size_t limit) {
+  std::ostringstream os;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) os << (i ? ", " : "") << names[i];
+  if (names.size() > limit) os << ", ... (" << names.size() << " in all)";
+  return os.str();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void validate_checkpoint(const io::WeightSource& src, const models::Architecture& arch,
+                         const models::DecoderConfig& c) {
+  std::set<std::string> needed;
+  for (const auto& w : arch.weights(c)) {
+    needed.insert(w.name);
+    const io::TensorMeta* m = src.find(w.name);
+    if (!m) fail(src.origin(), ": missing tensor '", w.name, "' required by ", arch.name);
+    if (m->shape != w.shape)
+      fail(m->file, ": tensor '", w.name, "' has shape ", shape_str(m->shape), ", expected ",
+           shape_str(w.shape), " from the config");
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& m : src.tensors()) {
+    if (needed.count(m.name)) continue;
+    if (m.name == "lm_head.weight" && c.tie_word_embeddings) continue;  // tied: the embedding is used
+    bool ignorable = false;
+    for (const auto& s : arch.ignorable_suffixes) ignorable = ignorable || ends_with(m.name, s);
+    if (!ignorable) unexpected.push_back(m.name);
+  }
+  if (!unexpected.empty())
+    fail(src.origin(), ": unexpected tensors for ", arch.name, ": ", join_names(unexpected, 5));
+  // GGUF tensors with no Hugging Face counterpart change the model's math (e.g. rope_freqs.weight carries
+  // Llama 3.1's rope scaling); running without them would be silently wrong.
+  if (!src.unmapped_tensors().empty())
+    fail(src.origin(), ": GGUF tensors not supported yet: ", join_names(src.unmapped_tensors(), 5));
+}
+
+bool stored_as(const std::string& stored_type, DType dt) {
+  return (stored_type == "F32" && dt == DType::F32) || (stored_type == "BF16" && dt == DType::BF16) ||
+         (stored_type == "F16" && dt == DType::F16);
+}
+
+}  // namespace
+
+Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, bool zero_copy) {
+  const size_t es = dtype_size(full.dtype);
+  if (v.zeros) return Tensor::empty(full.dtype, local);
+  if (v.whole()) return full;
+  const int64_t stored_cols = full.shape.size() > 1 ? full.shape[1] : 1;
+  const int64_t row0 = v.rows >= 0 ? v.row_begin : 0, rows = local[0];
+  const int64_t col0 = v.cols >= 0 ? v.col_begin : 0, cols = local.size() > 1 ? local[1] : 1;
+  TS_ASSERT(row0 >= 0 && row0 + rows <= full.shape[0] && col0 >= 0 && col0 + cols <= stored_cols, "view of ",
+            shape_str(full.shape));
+  auto* base = static_cast<uint8_t*>(full.data);
+  if (zero_copy && v.cols < 0 && v.rope_head == 0)
+    return Tensor::view(full.dtype, local, base + static_cast<size_t>(row0 * stored_cols) * es, full.owner);
+  Tensor out = Tensor::empty(full.dtype, local);
+  auto* dst = static_cast<uint8_t*>(out.data);
+  const size_t row_bytes = static_cast<size_t>(cols) * es;
+  for (int64_t r = 0; r < rows; ++r) {
+    // Interleaved rotary rows (2i, 2i+1) of each head's first rope_rot rows go to i and i + rope_rot / 2.
+    int64_t src_r = r;
+    if (v.rope_head > 0) {
+      const int64_t head = r / v.rope_head, j = r % v.rope_head, half = v.rope_rot / 2;
+      if (j < v.rope_rot) src_r = head * v.rope_head + (j < half ? 2 * j : 2 * (j - half) + 1);
+    }
+    std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
+                base + (static_cast<size_t>((row0 + src_r) * stored_cols + col0)) * es, row_bytes);
+  }
+  return out;
+}
+
+backends::WeightMap load_weights(const io::WeightSource& src, const models::Architecture& arch,
+                                 const models::DecoderConfig& c, DType dtype,
+                                 const std::function<void(size_t, size_t)>& progress, size_t& bytes) {
+  validate_checkpoint(src, arch, c);
+  // What this rank's graphs read: every weight node of a small graph with the same tensor-parallel layout.
+  graph::ShapeKey key{.phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 1, .dtype = dtype};
+  key.tp_rank = c.tp.rank;
+  key.tp_size = c.tp.size;
+  const graph::Graph g = arch.build_graph(c, key);
+  std::map<std::string, std::vector<const graph::Node*>>
+      by_tensor;  // stored name -> its views, in graph order
+  std::set<std::string> keys;
+  std::vector<std::string> order;
+  for (const auto& n : g.nodes) {
+    if (n.op != graph::Op::Weight || !keys.insert(graph::weight_key(n)).second) continue;
+    if (by_tensor[n.name].empty()) order.push_back(n.name);
+    by_tensor[n.name].push_back(&n);
+  }
+  backends::WeightMap weights;
+  bytes = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::string& name = order[i];
+    const auto& views = by_tensor[name];
+    const DType dt = views.front()->dtype;
+    const bool zero_copy = stored_as(src.find(name)->stored_type, dt);
+    // A tensor read only as zeros (a row-parallel bias off rank 0) is never loaded.
+    bool only_zeros = true;
+    for (const auto* n : views) only_zeros = only_zeros && n->view.zeros;
+    Tensor full = only_zeros ? Tensor{dt, views.front()->view.stored, nullptr, nullptr} : src.load(name, dt);
+    for (const auto* n : views) {
+      Tensor t = apply_view(full, n->view, n->shape, zero_copy);
+      bytes += t.nbytes();
+      weights.emplace(graph::weight_key(*n), std::move(t));
+    }
+    if (progress) progress(i + 1, order.size());
+  }
+  return weights;
+}
+
+}  // namespace tessera::runtime

@@ -1,0 +1,26 @@
+// Loading a checkpoint's weights for one rank: strict validation against the architecture's full weight list,
+// then each weight node's view (a tensor-parallel block, a part of a fused tensor, a reordering)
+// materialised.
+#pragma once
+#include <functional>
+
+#include "backends/backend.h"
+#include "graph/graph.h"
+#include "io/weight_source.h"
+#include "models/architecture.h"
+
+namespace tessera::runtime {
+
+// Every tensor the architecture needs must be present with its shape; any tensor it does not need is an error
+// (except ignorable suffixes and a tied lm_head). Then loads what this rank's graphs read (config.tp), keyed
+// by graph::weight_key. `bytes` receives the total held.
+backends::WeightMap load_weights(const io::WeightSource& src, const models::Architecture& arch,
+                                 const models::DecoderConfig& c, DType dtype,
+                                 const std::function<void(size_t, size_t)>& progress, size_t& bytes);
+
+// The part of `full` (the stored tensor, in its load dtype) that `v` selects, with shape `local`. A block of
+// whole rows of a tensor mapped from the file stays a zero-copy view when `zero_copy` is set; anything else
+// is copied.
+Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, bool zero_copy);
+
+}  // namespace tessera::runtime
