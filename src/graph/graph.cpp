@@ -80,15 +80,11 @@ std::string weight_key(const Node& n) {
   const WeightView& v = n.view;
   if (v.whole()) return n.name;
   std::ostringstream os;
-  os << n.name << "[";
-  if (v.rows >= 0)
-    os << v.row_begin << ":" << v.row_begin + v.rows;
-  else
-    os << ":";
-  if (v.cols >= 0) os << ", " << v.col_begin << ":" << v.col_begin + v.cols;
-  os << "]";
-  if (v.zeros) os << " zeros";
-  if (v.rope_head > 0) os << " rope-interleaved(" << v.rope_head << "," << v.rope_rot << ")";
+  os << n.name;
+  if (v.rows >= 0) os << "[rows " << v.row_begin << ":" << v.row_begin + v.rows << "]";
+  if (v.split_dim >= 0) os << "[" << (v.split_dim == 0 ? "rows" : "cols") << " split " << v.shards << "]";
+  if (v.rank0_only) os << "[rank 0 only]";
+  if (v.rope_head > 0) os << "[rotary pairs " << v.rope_head << "/" << v.rope_rot << "]";
   return os.str();
 }
 

@@ -89,21 +89,21 @@ enum SampleParam : int {
   kSampleParams  // count
 };
 
-// Op::Weight: the part of the stored (Hugging Face) tensor a node reads, and how it is rearranged. Tensor
-// parallelism reads a block of rows (column-parallel) or columns (row-parallel); fused tensors such as
-// GLM-4's gate_up_proj are read as row blocks too. Rows/columns count in the stored tensor's [out, in]
-// layout.
+// Op::Weight: the part of the stored (Hugging Face) tensor a node reads, and how it is rearranged. A view is
+// the same on every tensor-parallel rank (so every rank runs the same program); the rank picks its shard when
+// the weight is loaded. Rows/columns count in the stored tensor's [out, in] layout.
 struct WeightView {
   Shape stored;                      // the stored tensor's shape (what the checkpoint must hold)
-  int64_t row_begin = 0, rows = -1;  // -1: all rows
-  int64_t col_begin = 0, cols = -1;  // -1: all columns (matrices only)
-  bool zeros = false;                // bound as zeros of the node's shape (a row-parallel bias off rank 0)
+  int64_t row_begin = 0, rows = -1;  // a block of rows (a part of a fused tensor); -1: all rows
+  int split_dim = -1;                // 0: the rows above split into `shards` equal blocks, one per rank;
+  int shards = 1;                    // 1: the columns split likewise (-1: not split)
+  bool rank0_only = false;           // rank 0 holds the tensor, the others zeros (a row-parallel bias)
   // > 0: rows form heads of `rope_head` rows whose first `rope_rot` rows hold interleaved rotary pairs
   // (0,1), (2,3), ...; they are reordered to the rotate-half layout (0,2,4,...,1,3,5,...) so one Rope op
   // serves both conventions (q . k is unchanged when q and k are permuted alike).
   int64_t rope_head = 0, rope_rot = 0;
 
-  bool whole() const { return rows < 0 && cols < 0 && !zeros && rope_head == 0; }
+  bool whole() const { return rows < 0 && split_dim < 0 && !rank0_only && rope_head == 0; }
   bool operator==(const WeightView&) const = default;
 };
 

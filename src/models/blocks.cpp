@@ -35,7 +35,11 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
   DType dt = stored.size() == 1 ? DType::F32 : g_.key.dtype;
   Shape local = stored;
   if (view.rows >= 0) local[0] = view.rows;
-  if (view.cols >= 0) local[1] = view.cols;
+  if (view.split_dim >= 0) {
+    TS_ASSERT(local[static_cast<size_t>(view.split_dim)] % view.shards == 0, name, " ", shape_str(local),
+              " over ", view.shards);
+    local[static_cast<size_t>(view.split_dim)] /= view.shards;
+  }
   view.stored = std::move(stored);
   Node n{.op = Op::Weight, .name = name, .inputs = {}, .shape = std::move(local), .dtype = dt};
   n.view = std::move(view);
@@ -77,7 +81,7 @@ int GraphBuilder::matmul(int x, int w, int bias, const std::string& name) {
 }
 
 int GraphBuilder::linear(int x, const Linear& l, const std::string& name) {
-  const int tp = g_.key.tp_size, rank = g_.key.tp_rank;
+  const int tp = g_.key.tp_size;
   const int64_t stored_out = l.stored_out > 0 ? l.stored_out : l.out;
   graph::WeightView wv, bv;
   wv.rope_head = bv.rope_head = l.rope_head;
@@ -88,14 +92,12 @@ int GraphBuilder::linear(int x, const Linear& l, const std::string& name) {
   }
   const bool split = tp > 1 && l.split != Split::None;
   if (split && (l.split == Split::Col || l.split == Split::ColGather)) {
-    TS_ASSERT(l.out % tp == 0, name, ": ", l.out, " outputs over ", tp, " ranks");
-    wv.rows = bv.rows = l.out / tp;
-    wv.row_begin = bv.row_begin = l.part_begin + rank * wv.rows;
+    wv.split_dim = bv.split_dim = 0;
+    wv.shards = bv.shards = tp;
   } else if (split && l.split == Split::Row) {
-    TS_ASSERT(l.in % tp == 0, name, ": ", l.in, " inputs over ", tp, " ranks");
-    wv.cols = l.in / tp;
-    wv.col_begin = rank * wv.cols;
-    bv.zeros = rank != 0;  // the bias is added once: by rank 0's partial sum
+    wv.split_dim = 1;
+    wv.shards = tp;
+    bv.rank0_only = true;  // the bias is added once: by rank 0's partial sum
   }
   const int w = weight(l.module + ".weight", {stored_out, l.in}, wv);
   const int b = l.bias ? weight(l.module + ".bias", {stored_out}, bv) : -1;

@@ -56,17 +56,20 @@ bool stored_as(const std::string& stored_type, DType dt) {
 
 }  // namespace
 
-Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, bool zero_copy) {
+Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, int rank,
+                  bool zero_copy) {
   const size_t es = dtype_size(full.dtype);
-  if (v.zeros) return Tensor::empty(full.dtype, local);
-  if (v.whole()) return full;
+  if (v.rank0_only && rank != 0) return Tensor::empty(full.dtype, local);
+  if (v.whole() || (v.rank0_only && v.rows < 0 && v.split_dim < 0 && v.rope_head == 0)) return full;
   const int64_t stored_cols = full.shape.size() > 1 ? full.shape[1] : 1;
-  const int64_t row0 = v.rows >= 0 ? v.row_begin : 0, rows = local[0];
-  const int64_t col0 = v.cols >= 0 ? v.col_begin : 0, cols = local.size() > 1 ? local[1] : 1;
+  int64_t row0 = v.rows >= 0 ? v.row_begin : 0, col0 = 0;
+  const int64_t rows = local[0], cols = local.size() > 1 ? local[1] : 1;
+  if (v.split_dim == 0) row0 += rank * rows;
+  if (v.split_dim == 1) col0 = rank * cols;
   TS_ASSERT(row0 >= 0 && row0 + rows <= full.shape[0] && col0 >= 0 && col0 + cols <= stored_cols, "view of ",
             shape_str(full.shape));
   auto* base = static_cast<uint8_t*>(full.data);
-  if (zero_copy && v.cols < 0 && v.rope_head == 0)
+  if (zero_copy && cols == stored_cols && v.rope_head == 0)
     return Tensor::view(full.dtype, local, base + static_cast<size_t>(row0 * stored_cols) * es, full.owner);
   Tensor out = Tensor::empty(full.dtype, local);
   auto* dst = static_cast<uint8_t*>(out.data);
@@ -110,11 +113,11 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     const DType dt = views.front()->dtype;
     const bool zero_copy = stored_as(src.find(name)->stored_type, dt);
     // A tensor read only as zeros (a row-parallel bias off rank 0) is never loaded.
-    bool only_zeros = true;
-    for (const auto* n : views) only_zeros = only_zeros && n->view.zeros;
+    bool only_zeros = c.tp.rank != 0;
+    for (const auto* n : views) only_zeros = only_zeros && n->view.rank0_only;
     Tensor full = only_zeros ? Tensor{dt, views.front()->view.stored, nullptr, nullptr} : src.load(name, dt);
     for (const auto* n : views) {
-      Tensor t = apply_view(full, n->view, n->shape, zero_copy);
+      Tensor t = apply_view(full, n->view, n->shape, c.tp.rank, zero_copy);
       bytes += t.nbytes();
       weights.emplace(graph::weight_key(*n), std::move(t));
     }
