@@ -18,9 +18,9 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
                                  const models::DecoderConfig& c, DType dtype,
                                  const std::function<void(size_t, size_t)>& progress, size_t& bytes);
 
-// The part of `full` (the stored tensor, in its load dtype) that `v` selects, with shape `local`. A block of
-// whole rows of a tensor mapped from the file stays a zero-copy view when `zero_copy` is set; anything else
-// is copied.
-Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, bool zero_copy);
+// The part of `full` (the stored tensor, in its load dtype) that `v` selects for tensor-parallel `rank`, with
+// shape `local`. A block of whole rows of a tensor mapped from the file stays a zero-copy view when `zero_copy`
+// is set; anything else is copied.
+Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, int rank, bool zero_copy);
 
 }  // namespace tessera::runtime
