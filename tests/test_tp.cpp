@@ -1,0 +1,245 @@
+// Tensor parallelism: plans (rules, checks, auto), weight views, the per-rank graph, and end-to-end runs of
+// 2 and 4 native ranks over MPI compared with one process.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dist/tp_plan.h"
+#include "golden_util.h"
+#include "io/weight_source.h"
+#include "models/architecture.h"
+#include "runtime/weight_loader.h"
+#include "tessera/error.h"
+
+namespace golden = tessera::golden;
+using namespace tessera;
+
+namespace {
+
+struct Loaded {
+  const models::Architecture* arch;
+  models::DecoderConfig config;
+  std::string origin;
+};
+
+Loaded load_config(const std::string& fixture) {
+  auto src = io::open_checkpoint(golden::model_path(fixture));
+  auto j = nlohmann::json::parse(src->config_json());
+  const auto& arch = models::find_architecture(j["architectures"][0].get<std::string>(), fixture);
+  return {&arch, arch.parse_config(j, fixture), fixture};
+}
+
+models::TpLayout resolve(const Loaded& m, int tp, std::vector<TpPlanRule> rules = {}, bool autop = false,
+                         std::vector<std::string>* notes = nullptr, int rank = 0) {
+  DistributedConfig d{.tp_size = tp, .tp_plan = std::move(rules), .tp_plan_auto = autop};
+  return dist::resolve_tp_plan(*m.arch, m.config, d, rank, m.origin, notes);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<TpPlanRule> replicate_attention() {
+  std::vector<TpPlanRule> r;
+  for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
+    r.push_back({std::string("layers.*.self_attn.") + p, "replicated_with_grad_allreduce", "test"});
+  return r;
+}
+
+TEST(TpPlan, PatternsMatchOneComponentPerStar) {
+  EXPECT_TRUE(dist::module_matches("layers.*.self_attn.q_proj", "layers.12.self_attn.q_proj"));
+  EXPECT_TRUE(dist::module_matches("model.layers.*.mlp.up_proj", "layers.0.mlp.up_proj"));
+  EXPECT_TRUE(dist::module_matches("layers.3.mlp.up_proj", "model.layers.3.mlp.up_proj"));
+  EXPECT_FALSE(dist::module_matches("layers.3.mlp.up_proj", "layers.4.mlp.up_proj"));
+  EXPECT_FALSE(dist::module_matches("layers.*", "layers.0.mlp.up_proj"));
+  EXPECT_FALSE(dist::module_matches("layers.*.mlp.up", "layers.0.mlp.up_proj"));
+}
+
+TEST(TpPlan, RuleSyntaxAndPlanFiles) {
+  auto r = dist::parse_rule("layers.*.self_attn.q_proj=replicated", "--tp-rule");
+  EXPECT_EQ(r.pattern, "layers.*.self_attn.q_proj");
+  EXPECT_EQ(r.style, "replicated");
+  EXPECT_NE(error_of([] {
+              dist::parse_rule("layers.*.self_attn.q_proj", "--tp-rule");
+            }).find("expected PATTERN=STYLE"),
+            std::string::npos);
+  const std::string path = ::testing::TempDir() + "tp_plan_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << R"({"layers.*.self_attn.q_proj": "replicated", "lm_head": "replicated"})";
+  auto rules = dist::read_plan_file(path);
+  ASSERT_EQ(rules.size(), 2u);
+  EXPECT_EQ(rules[0].pattern, "layers.*.self_attn.q_proj");
+  EXPECT_EQ(rules[1].origin, path);
+  std::ofstream(path) << R"(["colwise"])";
+  EXPECT_NE(error_of([&] { dist::read_plan_file(path); }).find("is a JSON object"), std::string::npos);
+  std::ofstream(path) << R"({"lm_head": 3})";
+  EXPECT_NE(error_of([&] { dist::read_plan_file(path); }).find("rule 'lm_head' must map to a style"),
+            std::string::npos);
+  std::remove(path.c_str());
+  EXPECT_NE(error_of([] { dist::read_plan_file("/nonexistent/plan.json"); }).find("/nonexistent/plan.json"),
+            std::string::npos);
+}
+
+TEST(TpPlan, DefaultPlansSplitAttentionMlpAndLmHead) {
+  for (const char* fixture : {"qwen3_tp4", "llama_tp4", "qwen3_tied", "glm4"}) {
+    Loaded m = load_config(fixture);
+    auto t = resolve(m, 2, {}, false, nullptr, 1);
+    EXPECT_EQ(t.rank, 1);
+    EXPECT_EQ(t.size, 2);
+    EXPECT_TRUE(t.attn_split) << fixture;
+    EXPECT_TRUE(t.lm_head_split) << fixture;
+    ASSERT_EQ(t.mlp_split.size(), static_cast<size_t>(m.config.num_layers));
+    for (auto s : t.mlp_split) EXPECT_TRUE(s) << fixture;
+  }
+  auto one = resolve(load_config("glm4"), 1);
+  EXPECT_FALSE(one.attn_split);
+  EXPECT_TRUE(one.mlp_split.empty());
+}
+
+TEST(TpPlan, KvHeadsThatDoNotDivideNameModelNumbersAndTheRules) {
+  Loaded m = load_config("glm4");  // 2 key-value heads
+  const std::string e = error_of([&] { resolve(m, 4); });
+  EXPECT_NE(e.find("glm4 (Glm4ForCausalLM) has 2 key-value heads, which tp_size 4 does not divide"),
+            std::string::npos)
+      << e;
+  for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
+    EXPECT_NE(e.find(std::string("--tp-rule layers.*.self_attn.") + p + "=replicated_with_grad_allreduce"),
+              std::string::npos)
+        << e;
+  EXPECT_NE(e.find("--tp-plan auto"), std::string::npos);
+  // The guide's rules replicate attention; the MLP and LM head stay split.
+  auto t = resolve(m, 4, replicate_attention());
+  EXPECT_FALSE(t.attn_split);
+  EXPECT_TRUE(t.lm_head_split);
+  EXPECT_TRUE(t.mlp_split_at(0));
+  // auto does the same and says so.
+  std::vector<std::string> notes;
+  auto a = resolve(m, 4, {}, true, &notes);
+  EXPECT_FALSE(a.attn_split);
+  EXPECT_TRUE(a.mlp_split_at(1));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("2 key-value heads"), std::string::npos);
+  EXPECT_NE(notes[0].find("replicated"), std::string::npos);
+}
+
+TEST(TpPlan, BadRulesListWhatIsValid) {
+  Loaded m = load_config("llama_tp4");
+  std::string e = error_of([&] { resolve(m, 2, {{"layers.*.self_attn.q_proj", "colwize", "--tp-rule"}}); });
+  EXPECT_NE(
+      e.find(
+          "--tp-rule: tp_plan rule 'layers.*.self_attn.q_proj': unknown style 'colwize' (valid: colwise, "
+          "rowwise, colwise_gather_output, rowwise_split_input, replicated_with_grad_allreduce, replicated)"),
+      std::string::npos)
+      << e;
+  e = error_of([&] { resolve(m, 2, {{"layers.*.attn.q_proj", "colwise", "plan.json"}}); });
+  EXPECT_NE(
+      e.find("plan.json: tp_plan rule 'layers.*.attn.q_proj' matches no module of LlamaForCausalLM (modules: "
+             "embed_tokens, layers.*.input_layernorm, layers.*.self_attn.q_proj"),
+      std::string::npos)
+      << e;
+  // Checked with one rank too: a typo never passes silently.
+  e = error_of([&] { resolve(m, 1, {{"layers.*.attn.q_proj", "colwise", "plan.json"}}); });
+  EXPECT_NE(e.find("matches no module"), std::string::npos);
+  e = error_of([&] { resolve(m, 2, {{"layers.*.self_attn.k_proj", "replicated", "t"}}); });
+  EXPECT_NE(e.find("layers.0.self_attn has q_proj=colwise, k_proj=replicated"), std::string::npos) << e;
+  e = error_of([&] { resolve(m, 2, {{"layers.1.self_attn.*", "replicated", "t"}}); });
+  EXPECT_NE(e.find("split in some layers and replicated in others (layer 1)"), std::string::npos) << e;
+  e = error_of([&] { resolve(m, 2, {{"layers.*.mlp.down_proj", "colwise", "t"}}); });
+  EXPECT_NE(e.find("the MLP is split only with"), std::string::npos) << e;
+  e = error_of([&] { resolve(m, 2, {{"lm_head", "rowwise", "t"}}); });
+  EXPECT_NE(e.find("lm_head=rowwise is not supported"), std::string::npos) << e;
+  e = error_of([&] { resolve(m, 2, {{"layers.*.input_layernorm", "colwise", "t"}}); });
+  EXPECT_NE(e.find("module 'layers.0.input_layernorm' is colwise"), std::string::npos) << e;
+  // Replicating a whole block is fine, per layer for the MLP.
+  auto t = resolve(m, 2, {{"layers.1.mlp.*", "replicated", "t"}});
+  EXPECT_TRUE(t.mlp_split_at(0));
+  EXPECT_FALSE(t.mlp_split_at(1));
+}
+
+TEST(TpPlan, SizesThatDoNotDivide) {
+  Loaded m = load_config("llama_gqa");  // 6 heads / 2 KV heads, intermediate 160, vocab 1024
+  std::string e = error_of([&] { resolve(m, 3); });
+  EXPECT_NE(e.find("has 2 key-value heads, which tp_size 3 does not divide"), std::string::npos) << e;
+  std::vector<std::string> notes;
+  auto t = resolve(m, 3, {}, true, &notes);
+  EXPECT_FALSE(t.attn_split);
+  EXPECT_FALSE(t.lm_head_split);    // 1024 % 3
+  EXPECT_FALSE(t.mlp_split_at(0));  // 160 % 3
+  EXPECT_EQ(notes.size(), 3u);
+  e = error_of([&] { resolve(m, 3, replicate_attention()); });
+  EXPECT_NE(e.find("intermediate_size 160 does not divide by tp_size 3"), std::string::npos) << e;
+}
+
+TEST(TpViews, RowBlocksStayZeroCopyColumnBlocksAreCopied) {
+  Tensor full = Tensor::empty(DType::F32, {4, 6});
+  for (int i = 0; i < 24; ++i) full.ptr<float>()[i] = static_cast<float>(i);
+  graph::WeightView v;
+  v.stored = {4, 6};
+  v.split_dim = 0;
+  v.shards = 2;
+  Tensor r1 = runtime::apply_view(full, v, {2, 6}, 1, true);
+  EXPECT_EQ(r1.data, full.ptr<float>() + 12);  // a view of rows 2..3
+  Tensor r1c = runtime::apply_view(full, v, {2, 6}, 1, false);
+  EXPECT_NE(r1c.data, r1.data);
+  EXPECT_EQ(r1c.ptr<float>()[0], 12.f);
+  v.split_dim = 1;
+  v.shards = 3;
+  Tensor c2 = runtime::apply_view(full, v, {4, 2}, 2, true);
+  EXPECT_EQ(c2.ptr<float>()[0], 4.f);
+  EXPECT_EQ(c2.ptr<float>()[1], 5.f);
+  EXPECT_EQ(c2.ptr<float>()[2], 10.f);
+  EXPECT_EQ(c2.ptr<float>()[7], 23.f);
+  graph::WeightView b;
+  b.stored = {6};
+  b.rank0_only = true;
+  Tensor bias = Tensor::empty(DType::F32, {6});
+  bias.ptr<float>()[3] = 7.f;
+  EXPECT_EQ(runtime::apply_view(bias, b, {6}, 0, true).ptr<float>()[3], 7.f);
+  EXPECT_EQ(runtime::apply_view(bias, b, {6}, 1, true).ptr<float>()[3], 0.f);
+}
+
+TEST(TpViews, InterleavedRotaryRowsBecomeHalves) {
+  // Two heads of 6 rows, the first 4 rotary: rows (0,1,2,3) -> (0,2,1,3) within each head; 4, 5 unchanged.
+  Tensor full = Tensor::empty(DType::F32, {12, 1});
+  for (int i = 0; i < 12; ++i) full.ptr<float>()[i] = static_cast<float>(i);
+  graph::WeightView v;
+  v.stored = {12, 1};
+  v.rope_head = 6;
+  v.rope_rot = 4;
+  Tensor t = runtime::apply_view(full, v, {12, 1}, 0, true);
+  const float want[] = {0, 2, 1, 3, 4, 5, 6, 8, 7, 9, 10, 11};
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(t.ptr<float>()[i], want[i]) << i;
+}
+
+TEST(TpGraph, EveryRankRunsTheSameGraphWithCollectives) {
+  Loaded m = load_config("glm4");
+  auto graph_for = [&](int rank) {
+    models::DecoderConfig c = m.config;
+    c.tp = resolve(m, 2, {}, false, nullptr, rank);
+    graph::ShapeKey key{
+        .phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 8, .dtype = DType::F32};
+    key.tp_rank = rank;
+    key.tp_size = 2;
+    return m.arch->build_graph(c, key);
+  };
+  graph::Graph g0 = graph_for(0), g1 = graph_for(1);
+  g0.key.tp_rank = 0;
+  g1.key.tp_rank = 0;
+  EXPECT_EQ(g0.dump(), g1.dump());
+  int reduces = 0, gathers = 0;
+  for (const auto& n : g0.nodes) {
+    reduces += n.op == graph::Op::AllReduce;
+    gathers += n.op == graph::Op::AllGather;
+  }
+  EXPECT_EQ(reduces, 2 * m.config.num_layers);  // after o_proj and down_proj
+  EXPECT_EQ(gathers, 1);                        // the vocab-parallel LM head
+}
+
+}  // namespace
