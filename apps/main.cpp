@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -73,6 +76,15 @@ DistributedConfig distributed_config(const ModelFlags& f) {
     d.tp_plan = dist::read_plan_file(f.tp_plan);
   for (const auto& r : f.tp_rules) d.tp_plan.push_back(dist::parse_rule(r, "--tp-rule"));
   return d;
+}
+
+// A memory figure of this process from /proc/self/status ("VmRSS:", "VmHWM:") in MB; -1 when unavailable.
+double proc_status_mb(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(field, 0) == 0) return std::atof(line.c_str() + std::strlen(field)) / 1024.0;
+  return -1;
 }
 
 std::string model_path(const ModelFlags& f) { return f.model.empty() ? io::find_default_model() : f.model; }
@@ -250,6 +262,11 @@ int run_generate(GenerateFlags& f) {
     j["decode_d2h_bytes"] = out.decode_d2h_bytes;
     j["dtype"] = dtype_name(model.info().dtype);
     j["device"] = model.info().device;
+    j["tp_rank"] = model.info().tp_rank;
+    j["tp_size"] = model.info().tp_size;
+    j["weight_bytes"] = model.info().weight_bytes;  // this rank's share
+    j["rss_mb"] = proc_status_mb("VmRSS:");
+    j["peak_rss_mb"] = proc_status_mb("VmHWM:");
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else if (streaming) {
     std::string rest = stream->flush();

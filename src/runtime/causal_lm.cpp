@@ -4,6 +4,8 @@
 // kv_begin, and on PJRT devices the sampling parameters) and gets back logits
 // (native cpu: the host samples) or only the chosen token ids (PJRT: the
 // compiled step samples). Prompts are left-padded to a length bucket.
+#include <malloc.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -305,6 +307,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->device_sampling = pjrt;
   size_t bytes = 0;
   impl->backend->bind_weights(runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes));
+  malloc_trim(0);  // give back the heap that converted / dequantised full tensors used before being sliced
   impl->info = ModelInfo{impl->arch->name,
                          src->origin(),
                          impl->backend->name(),
