@@ -111,14 +111,26 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     const std::string& name = order[i];
     const auto& views = by_tensor[name];
     const DType dt = views.front()->dtype;
-    const bool zero_copy = stored_as(src.find(name)->stored_type, dt);
+    // GGUF files are mostly quantised, so nearly every weight is a converted copy; copying the few tensors
+    // stored as-is (norms) too lets the mapping go once loading is done instead of staying resident for them.
+    const bool mapped = stored_as(src.find(name)->stored_type, dt);
+    const bool zero_copy = mapped && !src.gguf();
     // A tensor read only as zeros (a row-parallel bias off rank 0) is never loaded.
     bool only_zeros = c.tp.rank != 0;
     for (const auto* n : views) only_zeros = only_zeros && n->view.rank0_only;
     Tensor full = only_zeros ? Tensor{dt, views.front()->view.stored, nullptr, nullptr} : src.load(name, dt);
+    if (mapped && !zero_copy && !only_zeros) {  // own the whole tensor, so the mapping is not kept for it
+      Tensor copy = Tensor::empty(full.dtype, full.shape);
+      std::memcpy(copy.data, full.data, full.nbytes());
+      full = std::move(copy);
+    }
+    // When some node reads the whole tensor (a tied embedding), the others' row blocks alias it.
+    bool whole_kept = false;
+    for (const auto* n : views) whole_kept = whole_kept || n->view.whole();
     for (const auto* n : views) {
-      Tensor t = apply_view(full, n->view, n->shape, c.tp.rank, zero_copy);
-      bytes += t.nbytes();
+      Tensor t = apply_view(full, n->view, n->shape, c.tp.rank, zero_copy || whole_kept);
+      const bool aliases = whole_kept && !n->view.whole() && t.owner == full.owner && full.owner;
+      if (!aliases) bytes += t.nbytes();
       weights.emplace(graph::weight_key(*n), std::move(t));
     }
     if (progress) progress(i + 1, order.size());
