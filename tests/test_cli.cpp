@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "golden_util.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "io/model_files.h"
@@ -16,26 +17,9 @@ namespace golden = tessera::golden;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out, err;
-};
+using Result = tessera::testing::CliResult;
 
-// Runs the CLI with `args` (shell-quoted by the caller), feeding `input` on stdin.
-Result run(const std::string& args, const std::string& input = "") {
-  static int n = 0;
-  const std::string base = ::testing::TempDir() + "tessera_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-  std::ofstream(base + ".in") << input;
-  std::string cmd = std::string(TESSERA_CLI_PATH) + " " + args + " <" + base + ".in >" + base + ".out 2>" + base + ".err";
-  int status = std::system(cmd.c_str());
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(base + ".out"), slurp(base + ".err")};
-  for (const char* ext : {".in", ".out", ".err"}) std::remove((base + ext).c_str());
-  return r;
-}
+Result run(const std::string& args, const std::string& input = "") { return tessera::testing::run_cli(args, input); }
 
 std::string ids_arg(const nlohmann::json& ids) {
   std::string s;

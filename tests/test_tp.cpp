@@ -7,8 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "dist/tp_plan.h"
 #include "golden_util.h"
+#include "io/model_files.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "runtime/weight_loader.h"
@@ -240,6 +242,117 @@ TEST(TpGraph, EveryRankRunsTheSameGraphWithCollectives) {
   }
   EXPECT_EQ(reduces, 2 * m.config.num_layers);  // after o_proj and down_proj
   EXPECT_EQ(gathers, 1);                        // the vocab-parallel LM head
+}
+
+// ---- End to end: ranks started by `tessera launch` (through mpirun), native backend ----
+
+std::string launch(int n) {
+  return "launch --nproc-per-node " + std::to_string(n) + " -- " + TESSERA_CLI_PATH + " ";
+}
+
+std::vector<std::vector<double>> logits_of(const std::string& json_text) {
+  return nlohmann::json::parse(json_text)["logits"].get<std::vector<std::vector<double>>>();
+}
+
+struct TpCase {
+  const char* fixture;
+  int tp;
+  const char* flags;
+};
+
+// Greedy token ids and every position's logits of one prompt: from one process, and from `tp` ranks.
+void expect_same_as_one_process(const TpCase& c) {
+  SCOPED_TRACE(std::string(c.fixture) + " tp=" + std::to_string(c.tp) + " " + c.flags);
+  const std::string model = golden::model_path(c.fixture);
+  const std::string prompt = "--input-ids 1,17,33,250,7,99,512,3";
+  const std::string fwd = "forward " + model + " --dtype float32 --json " + prompt;
+  const std::string gen = "generate " + model + " --dtype float32 --json --max-new-tokens 16 " + prompt;
+  const std::string tp = " --tp-size " + std::to_string(c.tp) + " " + c.flags;
+  auto one_f = tessera::testing::run_cli(fwd), many_f = tessera::testing::run_cli(launch(c.tp) + fwd + tp);
+  ASSERT_EQ(one_f.code, 0) << one_f.err;
+  ASSERT_EQ(many_f.code, 0) << many_f.err;
+  auto a = logits_of(one_f.out), b = logits_of(many_f.out);  // rank 0's stdout only: one JSON document
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size());
+    for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, std::abs(a[i][j] - b[i][j]));
+  }
+  EXPECT_LE(worst, 1e-4);
+  auto one_g = tessera::testing::run_cli(gen), many_g = tessera::testing::run_cli(launch(c.tp) + gen + tp);
+  ASSERT_EQ(one_g.code, 0) << one_g.err;
+  ASSERT_EQ(many_g.code, 0) << many_g.err;
+  auto ja = nlohmann::json::parse(one_g.out), jb = nlohmann::json::parse(many_g.out);
+  EXPECT_EQ(ja["ids"], jb["ids"]);
+  EXPECT_EQ(jb["tp_size"], c.tp);
+  EXPECT_EQ(jb["tp_rank"], 0);
+  EXPECT_LT(jb["weight_bytes"].get<double>(),
+            ja["weight_bytes"].get<double>());  // a share, not the whole model
+}
+
+const char* kReplicateAttention =
+    "--tp-rule layers.*.self_attn.q_proj=replicated_with_grad_allreduce "
+    "--tp-rule layers.*.self_attn.k_proj=replicated_with_grad_allreduce "
+    "--tp-rule layers.*.self_attn.v_proj=replicated_with_grad_allreduce "
+    "--tp-rule layers.*.self_attn.o_proj=replicated_with_grad_allreduce";
+
+TEST(Cli, TpNativeQwen3TiedEmbeddings) {
+  expect_same_as_one_process({"qwen3_tied", 2, ""});
+  expect_same_as_one_process({"qwen3_tied", 4, "--tp-plan auto"});  // 2 KV heads on 4 ranks
+  expect_same_as_one_process({"qwen3_tp4", 4, ""});
+}
+
+TEST(Cli, TpNativeLlamaGqaAndBiases) {
+  expect_same_as_one_process({"llama_gqa", 2, ""});
+  expect_same_as_one_process({"llama_tp4", 4, ""});
+}
+
+TEST(Cli, TpNativeGlm4TwoKvHeads) {
+  expect_same_as_one_process({"glm4", 2, ""});
+  expect_same_as_one_process({"glm4", 4, kReplicateAttention});
+  expect_same_as_one_process({"glm4", 4, "--tp-plan auto"});
+}
+
+TEST(Cli, TpGuideLimitsAndLaunchErrors) {
+  const std::string glm = golden::model_path("glm4");
+  auto r = tessera::testing::run_cli("generate " + glm + " --input-ids 1,2 --tp-size 4");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("(Glm4ForCausalLM) has 2 key-value heads, which tp_size 4 does not divide"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // one line
+  r = tessera::testing::run_cli("generate " + glm + " --input-ids 1,2 --tp-size 2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("start them with: tessera launch --nproc-per-node 2"), std::string::npos) << r.err;
+  r = tessera::testing::run_cli("generate " + glm + " --input-ids 1,2 --tp-rule layers.*.self_attn.q_proj");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("expected PATTERN=STYLE"), std::string::npos) << r.err;
+  r = tessera::testing::run_cli(launch(2) + "generate " + glm + " --input-ids 1,2 --tp-size 4");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("tp_size 4 does not divide"), std::string::npos) << r.err;
+  r = tessera::testing::run_cli(launch(2) + "generate " + glm +
+                                " --input-ids 1,2 --tp-size 3 --tp-plan auto");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--tp-size 3 but this job has 2 MPI ranks"), std::string::npos) << r.err;
+}
+
+// The acceptance run: the real model, a text prompt, 2 ranks print what one process prints.
+TEST(Cli, TpLaunchSmolLM2GreedyTextMatchesOneProcess) {
+  std::string model;
+  try {
+    model = io::find_default_model();
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const std::string gen = "generate --prompt 'The capital of France is' --max-new-tokens 12 --threads 1";
+  auto one = tessera::testing::run_cli(gen);
+  ASSERT_EQ(one.code, 0) << one.err;
+  // SmolLM2 has 9 heads / 3 KV heads: attention is replicated on 2 ranks, the MLP and LM head split.
+  auto two = tessera::testing::run_cli(launch(2) + gen + " --tp-size 2 --tp-plan auto");
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(one.out, two.out);
+  EXPECT_NE(two.err.find("--tp-plan auto: LlamaForCausalLM has 3 key-value heads"), std::string::npos)
+      << two.err;
 }
 
 }  // namespace
