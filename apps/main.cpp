@@ -52,7 +52,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
                   "Device: cpu (native, default), xla-cpu, tpu, cuda, pjrt:/path/plugin.so, or auto (TPU, then GPU, "
                   "then cpu; says what it found)");
   cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
-  cmd->add_option("--threads", f.threads, "Worker threads (default: all cores, or $TESSERA_NUM_THREADS)")
+  cmd->add_option("--threads", f.threads,
+                  "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
+                  "divided by the ranks on this node)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--tp-size", f.tp_size,
                   "Tensor-parallel ranks (default 1). On cpu, one process per rank: run under tessera launch "
@@ -90,7 +92,15 @@ double proc_status_mb(const char* field) {
 std::string model_path(const ModelFlags& f) { return f.model.empty() ? io::find_default_model() : f.model; }
 
 CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>& more = {}) {
-  if (f.threads > 0) cpu::ThreadPool::instance().set_num_threads(f.threads);
+  if (f.threads > 0) {
+    cpu::ThreadPool::instance().set_num_threads(f.threads);
+  } else if (!std::getenv("TESSERA_NUM_THREADS")) {
+    // Ranks started by `tessera launch` on one node share its cores instead of each taking all of them.
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int ranks = local ? std::atoi(local) : 1;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (ranks > 1) cpu::ThreadPool::instance().set_num_threads(std::max(1, cores / ranks));
+  }
   LoadOptions opt;
   if (more) more(opt);
   if (!f.dtype.empty()) opt.dtype = parse_dtype(f.dtype);
