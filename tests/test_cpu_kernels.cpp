@@ -6,7 +6,8 @@
 //  * matmul: |y - ref| <= 1e-6 * sqrt(K) * rss(x_k * w_k, bias) + 2^-23 |ref| for every weight dtype: f32
 //  accumulation
 //    of K products with round-off growing like sqrt(K) (the typical error is ~20x below this); rounding x
-//    to bf16 would exceed it by ~100x, so the test catches that.
+//    to bf16 would exceed it by ~100x, so the test catches that. Bf16Dot::RoundX with bf16 weights at
+//    M < matmul_bf16_dot_rows() (avx512bf16) is checked against a reference whose x is rounded to bf16.
 //  * rms_norm, rope, attention, softmax: 1e-5 relative to the row/head scale (+1e-6 absolute).
 //  * swiglu: 2e-6 relative (+1e-30 absolute): exp is a ~1 ulp polynomial on the vector paths.
 //  * add, embedding, argmax: exact.
@@ -35,7 +36,7 @@ void PrintTo(const Target& t, std::ostream* os) { *os << isa_name(t.isa) << " x"
 
 std::vector<Target> all_targets() {
   std::vector<Target> out;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
     if (!isa_supported(isa)) continue;
     for (int t : {1, 2}) out.push_back({isa, t});
   }
@@ -84,12 +85,16 @@ class CpuKernels : public testing::TestWithParam<Target> {
 
 // ------------------------------------------------------------------ matmul
 
-void check_matmul(int64_t M, int64_t K, int64_t N, DType dt, bool with_bias, uint32_t seed) {
+void check_matmul(int64_t M, int64_t K, int64_t N, DType dt, bool with_bias, uint32_t seed,
+                  Bf16Dot mode = Bf16Dot::Exact) {
   std::vector<float> x = random_vec(M * K, seed);         // [M, K]
   Weights w = make_weights(N * K, dt, seed + 1);          // [N, K]
   std::vector<float> bias = random_vec(N, seed + 2);      // [N]
   std::vector<float> y(static_cast<size_t>(M * N), NAN);  // [M, N]
-  matmul(x.data(), M, K, w.raw.data(), dt, N, with_bias ? bias.data() : nullptr, y.data());
+  matmul(x.data(), M, K, w.raw.data(), dt, N, with_bias ? bias.data() : nullptr, y.data(), mode);
+  if (mode == Bf16Dot::RoundX && dt == DType::BF16 && M < matmul_bf16_dot_rows()) {
+    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));  // what the bf16 dot-product kernel multiplies
+  }
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
       double ref = with_bias ? bias[n] : 0.0, rss = 0.0;
@@ -127,6 +132,30 @@ TEST_P(CpuKernels, MatmulModelShapes) {
   check_matmul(1, 576, 192, DType::BF16, false, 7);
   check_matmul(37, 1536, 70, DType::BF16, true, 8);
   check_matmul(64, 96, 200, DType::F32, false, 9);
+}
+
+TEST_P(CpuKernels, MatmulBf16DecodeShapes) {
+  // Every K tail (masked loads) and N remainder of the decode kernels, 1..7 rows, with and without bias,
+  // rounding x where RoundX allows it; Exact stays exact at the same shapes.
+  uint32_t seed = 100;
+  for (int64_t M : {1, 2, 4, 5, 7}) {
+    for (int64_t K : {2, 31, 32, 33, 64, 95, 576}) {
+      for (int64_t N : {1, 4, 7, 67, 300}) {
+        ++seed;
+        check_matmul(M, K, N, DType::BF16, (seed & 1) != 0, seed, Bf16Dot::RoundX);
+        if (M == 1) check_matmul(M, K, N, DType::BF16, (seed & 1) != 0, seed, Bf16Dot::Exact);
+      }
+    }
+  }
+}
+
+TEST(CpuKernelsIsa, Bf16DotRowsOnlyOnAvx512Bf16) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+    if (!isa_supported(isa)) continue;
+    set_isa(isa);
+    EXPECT_EQ(matmul_bf16_dot_rows() > 0, isa == Isa::Avx512Bf16) << isa_name(isa);
+  }
+  set_isa(best_isa());
 }
 
 TEST_P(CpuKernels, MatmulZeroK) {

@@ -233,7 +233,9 @@ class CpuExecutable : public Executable {
       case Op::MatMul: {
         const Node& w = g_.at(in[1]);
         const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
-        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id));
+        // Decode steps stream every weight once per token: bf16 weights may use bf16 dot products there.
+        const cpu::Bf16Dot dot = g_.key.phase == graph::Phase::Decode ? cpu::Bf16Dot::RoundX : cpu::Bf16Dot::Exact;
+        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id), dot);
         return;
       }
       case Op::Rope: {

@@ -1,7 +1,8 @@
 // CPU kernels of the native backend. Activations are float32; weights may be F32, BF16 or F16 in the
 // Hugging Face [out, in] row-major layout. Every kernel exists for three instruction sets (portable scalar,
-// AVX2+FMA, AVX-512) chosen once at start-up from the CPU (or TESSERA_ISA=scalar|avx2|avx512) and
-// switchable with set_isa() so tests can run each target against a scalar reference.
+// AVX2+FMA, AVX-512) chosen once at start-up from the CPU (or TESSERA_ISA=scalar|avx2|avx512|avx512bf16) and
+// switchable with set_isa() so tests can run each target against a scalar reference. "avx512bf16" is AVX-512
+// plus vdpbf16ps dot products for the decode matmul of bf16 weights (see matmul).
 // Kernels are threaded through ThreadPool::instance() and do not allocate in the steady state (per-thread
 // scratch grows once).
 #pragma once
@@ -12,22 +13,32 @@
 namespace tessera::cpu {
 
 // ---- instruction-set dispatch ----
-enum class Isa : uint8_t { Scalar, Avx2, Avx512 };
-const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
+enum class Isa : uint8_t { Scalar, Avx2, Avx512, Avx512Bf16 };
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 bool isa_supported(Isa isa);    // by this CPU
 Isa best_isa();                 // the best supported one
 Isa active_isa();               // the one kernels use now
 // Selects the kernels' instruction set; throws tessera::Error when this CPU lacks it.
 // Not thread-safe with running kernels (call it between steps, as tests do).
 void set_isa(Isa isa);
-// Parses "scalar" | "avx2" | "avx512"; throws tessera::Error otherwise.
+// Parses "scalar" | "avx2" | "avx512" | "avx512bf16"; throws tessera::Error otherwise.
 Isa parse_isa(const char* name);
 
 // ---- linear algebra ----
+// What a matmul with bf16 weights may do with x. Exact: x stays f32 (products of f32 x and exactly widened
+// weights, summed in f32). RoundX: x may be rounded to bf16 (round-to-nearest-even) so the products come from
+// vdpbf16ps, as llama.cpp does for bf16 weights; used for decode steps, where the weights are streamed from
+// memory once per token. It takes effect for M < matmul_bf16_dot_rows() on the avx512bf16 instruction set
+// and is Exact everywhere else.
+enum class Bf16Dot : uint8_t { Exact, RoundX };
+
 // y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16) row-major [N, K];
-// bias f32 or nullptr; y f32 (must not alias x). Accumulates in f32; x is never rounded to bf16.
+// bias f32 or nullptr; y f32 (must not alias x). Accumulates in f32; x stays f32 unless `bf16` allows
+// rounding (above).
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
-            float* y);
+            float* y, Bf16Dot bf16 = Bf16Dot::Exact);
+// Row count below which Bf16Dot::RoundX rounds x on the active instruction set (0: never).
+int64_t matmul_bf16_dot_rows();
 
 // ---- normalisation ----
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (weight f32 [dim]); x may equal y.

@@ -1,9 +1,14 @@
-// Causal attention over a static KV cache. One task is one query token and one kv head with the G = nh / nkv
-// query heads that share it (GQA), so each key and value row is read once for the whole group:
-//   scores S[G, n] = Q[G, hd] · K[kv_begin .. q_slot[t]]^T      (the matmul kernel, f32 weights)
-//   P = softmax(S * scale) per row in f32;   O[g, :] = sum_j P[g, j] V[j, :].
-// Slots outside kv_begin .. q_slot[t] are never read.
+// Causal attention over a static KV cache. One task is one kv head g and a block of up to TB consecutive
+// query tokens with the G = nh / nkv query heads that share g (GQA), so each key and value row is read once
+// for G * TB query rows (R of them):
+//   scores S[R, n] = Q[R, hd] · K[kv_begin .. last]^T   (the matmul kernel with f32 weights: its gemm path
+//                                                        for a prefill block, its gemv path for decode)
+//   P = softmax(S * scale) per row over that row's own keys kv_begin .. q_slot[t], in f32;
+//   O[r, :] = sum_j P[r, j] V[j, :]                      (six rows per pass over V).
+// `last` is the block's largest q_slot: a row's scores past its own q_slot are computed but never used, and
+// its weighted sum stops at its own q_slot. Slots outside kv_begin .. max(q_slot) are never read.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -14,6 +19,8 @@
 
 namespace tessera::cpu {
 namespace {
+
+constexpr int64_t kBlockRows = 96;  // query rows (tokens x group) per task: three 32-row gemm panels
 
 struct AttnArgs {
   const float* q;                    // [T, nh, hd]
@@ -26,27 +33,65 @@ struct AttnArgs {
   float* out;  // [T, nh * hd]
 };
 
-// Query token t, kv head g: writes out[t, (g * group + i) * hd ...] for i < group.
-void attend_group(const AttnArgs& a, const VecOps& ops, int64_t t, int64_t g) {
-  const int64_t h0 = g * a.group;
-  float* o = a.out + (t * a.nh + h0) * a.hd;  // [group, hd]
-  const int64_t last = a.q_slot[t];
-  if (last < a.kv_begin) {  // nothing visible (a padding row)
-    std::memset(o, 0, static_cast<size_t>(a.group * a.hd) * sizeof(float));
+// Tokens t0 .. t1-1, kv head g: writes out[t, (g * group + i) * hd ...] for i < group.
+void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, int64_t g) {
+  const int64_t h0 = g * a.group, G = a.group, hd = a.hd, R = (t1 - t0) * G;
+  int64_t last = -1;
+  for (int64_t t = t0; t < t1; ++t) last = std::max<int64_t>(last, a.q_slot[t]);
+  auto out_row = [&](int64_t r) { return a.out + ((t0 + r / G) * a.nh + h0 + r % G) * hd; };
+  auto keys = [&](int64_t r) { return std::max<int64_t>(0, a.q_slot[t0 + r / G] - a.kv_begin + 1); };
+  if (last < a.kv_begin) {  // nothing visible for any row (padding)
+    for (int64_t r = 0; r < R; ++r) std::memset(out_row(r), 0, static_cast<size_t>(hd) * sizeof(float));
     return;
   }
   const int64_t n = last - a.kv_begin + 1;
-  const float* qg = a.q + (t * a.nh + h0) * a.hd;                 // [group, hd]
-  const float* kg = a.k + (g * a.cache_len + a.kv_begin) * a.hd;  // [n, hd]
-  const float* vg = a.v + (g * a.cache_len + a.kv_begin) * a.hd;  // [n, hd]
-  float* s = scratch(3, a.group * n);                             // [group, n] scores
-  matmul(qg, a.group, a.hd, kg, DType::F32, n, nullptr, s);       // runs inline: we are inside a pool job
-  for (int64_t i = 0; i < a.group; ++i) {
-    float* si = s + i * n;
-    ops.scale(a.scale, si, n);
-    const float mx = *std::max_element(si, si + n);
-    ops.scale(1.0f / ops.exp_sum(si, n, mx), si, n);
-    ops.weighted_rows(si, n, vg, a.hd, o + i * a.hd);
+  const float* kg = a.k + (g * a.cache_len + a.kv_begin) * hd;  // [n, hd]
+  const float* vg = a.v + (g * a.cache_len + a.kv_begin) * hd;  // [n, hd]
+  // Q rows of the block, [R, hd] (token-major, then the group's heads): contiguous per token already.
+  const float* qb = a.q + (t0 * a.nh + h0) * hd;
+  if (t1 - t0 > 1) {
+    float* qc = scratch(2, R * hd);
+    for (int64_t t = t0; t < t1; ++t)
+      std::memcpy(qc + (t - t0) * G * hd, a.q + (t * a.nh + h0) * hd,
+                  static_cast<size_t>(G * hd) * sizeof(float));
+    qb = qc;
+  }
+  float* s = scratch(3, R * n);                      // [R, n] scores, then probabilities
+  matmul(qb, R, hd, kg, DType::F32, n, nullptr, s);  // runs inline: we are inside a pool job
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t nr = keys(r);
+    if (nr == 0) continue;
+    float* sr = s + r * n;
+    ops.scale(a.scale, sr, nr);
+    const float mx = *std::max_element(sr, sr + nr);
+    ops.scale(1.0f / ops.exp_sum(sr, nr, mx), sr, nr);
+  }
+  // O = P V: rows in runs of six share each V row up to the run's smallest key count; the few keys left
+  // (later tokens of the run) are added row by row.
+  for (int64_t r0 = 0; r0 < R;) {
+    int64_t r1 = std::min(R, r0 + 6);
+    int64_t common = n;
+    for (int64_t r = r0; r < r1; ++r) common = std::min(common, keys(r));
+    if (common == 0) {  // a row with no visible key: handle it alone
+      if (keys(r0) == 0) {
+        std::memset(out_row(r0), 0, static_cast<size_t>(hd) * sizeof(float));
+      } else {
+        ops.weighted_rows(s + r0 * n, keys(r0), vg, hd, out_row(r0));
+      }
+      ++r0;
+      continue;
+    }
+    // out rows of one token are contiguous; a run may span tokens, so write through a staging buffer.
+    float o[6 * 512];
+    float* ob = hd <= 512 ? o : scratch(1, 6 * hd);
+    ops.weighted_rows_multi(s + r0 * n, n, r1 - r0, common, vg, hd, ob, hd);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* dst = out_row(r);
+      std::memcpy(dst, ob + (r - r0) * hd, static_cast<size_t>(hd) * sizeof(float));
+      const float* sr = s + r * n;
+      for (int64_t j = common; j < keys(r); ++j) ops.axpy(sr[j], vg + j * hd, dst, hd);
+    }
+    r0 = r1;
   }
 }
 
@@ -61,9 +106,16 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const float* k
   }
   const AttnArgs a{q, k, v, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out};
   const VecOps& ops = vec_ops();
-  ThreadPool::instance().run([&](int tid, int nth) {
-    // Interleaved (not contiguous) tasks: later tokens see more keys, so this balances causal prefill.
-    for (int64_t i = tid; i < T * nkv; i += nth) attend_group(a, ops, i / nkv, i % nkv);
+  const int64_t tb = std::max<int64_t>(1, kBlockRows / a.group);  // tokens per block
+  const int64_t blocks = (T + tb - 1) / tb, tasks = blocks * nkv;
+  // Tasks claimed from a counter, the last (longest: causal) blocks first.
+  std::atomic<int64_t> next{0};
+  ThreadPool::instance().run([&](int, int) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < tasks;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t b = blocks - 1 - i / nkv;
+      attend_block(a, ops, b * tb, std::min(T, (b + 1) * tb), i % nkv);
+    }
   });
 }
 

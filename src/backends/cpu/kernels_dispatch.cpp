@@ -52,9 +52,15 @@ bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
+
+bool cpu_has_avx512bf16() {
+  __builtin_cpu_init();
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+}
 #else
 bool cpu_has_avx2() { return false; }
 bool cpu_has_avx512() { return false; }
+bool cpu_has_avx512bf16() { return false; }
 #endif
 
 Isa initial_isa() {
@@ -83,6 +89,8 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::Avx512:
       return "avx512";
+    case Isa::Avx512Bf16:
+      return "avx512bf16";
   }
   return "?";
 }
@@ -95,21 +103,24 @@ bool isa_supported(Isa isa) {
       return cpu_has_avx2();
     case Isa::Avx512:
       return cpu_has_avx512();
+    case Isa::Avx512Bf16:
+      return cpu_has_avx512bf16();
   }
   return false;
 }
 
 Isa best_isa() {
+  if (cpu_has_avx512bf16()) return Isa::Avx512Bf16;
   if (cpu_has_avx512()) return Isa::Avx512;
   if (cpu_has_avx2()) return Isa::Avx2;
   return Isa::Scalar;
 }
 
 Isa parse_isa(const char* name) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
     if (std::strcmp(name, isa_name(isa)) == 0) return isa;
   }
-  fail("unknown instruction set '", name, "' (expected scalar, avx2 or avx512)");
+  fail("unknown instruction set '", name, "' (expected scalar, avx2, avx512 or avx512bf16)");
 }
 
 Isa active_isa() { return current_isa(); }
@@ -123,11 +134,13 @@ const VecOps& vec_ops() {
   switch (current_isa()) {
 #if TESSERA_CPU_WIDE
     case Isa::Avx512:
+    case Isa::Avx512Bf16:
       return isa_avx512::kVecOps;
     case Isa::Avx2:
       return isa_avx2::kVecOps;
 #else
     case Isa::Avx512:
+    case Isa::Avx512Bf16:
     case Isa::Avx2:
 #endif
     case Isa::Scalar:

@@ -49,7 +49,7 @@ using V = VAvx512;
 #endif  // TESSERA_CPU_WIDE
 
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
-            float* y) {
+            float* y, Bf16Dot bf16) {
   TS_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul shape M=", M, " K=", K, " N=", N);
   if (M == 0 || N == 0) return;
   if (K == 0) {  // empty sum
@@ -60,11 +60,17 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
   }
   switch (active_isa()) {
 #if TESSERA_CPU_WIDE
+    case Isa::Avx512Bf16:
+      if (bf16 == Bf16Dot::RoundX && wdt == DType::BF16 && M < kGemmMinRows) {
+        return isa_avx512bf16::matmul_bf16_small_m(x, M, K, static_cast<const uint16_t*>(w), N, bias, y);
+      }
+      return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
     case Isa::Avx512:
       return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
     case Isa::Avx2:
       return isa_avx2::matmul_impl(x, M, K, w, wdt, N, bias, y);
 #else
+    case Isa::Avx512Bf16:
     case Isa::Avx512:
     case Isa::Avx2:
 #endif
@@ -72,5 +78,7 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
       return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y);
   }
 }
+
+int64_t matmul_bf16_dot_rows() { return active_isa() == Isa::Avx512Bf16 ? kGemmMinRows : 0; }
 
 }  // namespace tessera::cpu

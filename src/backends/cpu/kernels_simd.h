@@ -221,6 +221,9 @@ struct VecOps {
   void (*add)(const float* a, const float* b, int64_t n, float* y);
   // out[dim] = sum_j p[j] * rows[j, :] for rows [n, dim] (overwrites out).
   void (*weighted_rows)(const float* p, int64_t n, const float* rows, int64_t dim, float* out);
+  // out[r * ldo + :] = sum_j p[r * ldp + j] * rows[j, :] for r < R (any R; rows loaded once per 6 r).
+  void (*weighted_rows_multi)(const float* p, int64_t ldp, int64_t R, int64_t n, const float* rows,
+                              int64_t dim, float* out, int64_t ldo);
 };
 const VecOps& vec_ops();  // of active_isa()
 
@@ -228,5 +231,13 @@ const VecOps& vec_ops();  // of active_isa()
 // first asked for on this thread, so kernels do not allocate in the steady state. `slot` separates
 // buffers that are live at the same time (0..3).
 float* scratch(int slot, int64_t n);
+
+#if TESSERA_CPU_WIDE
+namespace isa_avx512bf16 {
+// kernels_matmul_bf16.cpp: matmul() for bf16 weights and M < kGemmMinRows on the avx512bf16 set.
+void matmul_bf16_small_m(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t N,
+                         const float* bias, float* y);
+}  // namespace isa_avx512bf16
+#endif
 
 }  // namespace tessera::cpu

@@ -163,4 +163,22 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   });
 }
 
+void ThreadPool::parallel_chunks(int64_t n, int64_t chunk,
+                                 const std::function<void(int64_t begin, int64_t end)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  if (chunks <= 1 || num_threads_ == 1 || t_inside_job) {
+    fn(0, n);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run([&](int, int) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      fn(c * chunk, std::min(n, (c + 1) * chunk));
+    }
+  });
+}
+
 }  // namespace tessera::cpu

@@ -36,6 +36,11 @@ class ThreadPool {
   // Splits [0, n) into contiguous chunks (>= grain elements, except a single short chunk) over the threads.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
 
+  // Covers [0, n) with chunks of `chunk` elements (the last one shorter) that the threads claim from a shared
+  // counter, so a thread that starts late or is preempted on a busy machine takes fewer chunks instead of
+  // holding up the others. Runs inline when there is a single chunk.
+  void parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t begin, int64_t end)>& fn);
+
  private:
   void start(int n);
   void stop();
