@@ -215,13 +215,22 @@ namespace {
 
 // The backend for a device name. "auto" picks TPU, then GPU, then the native CPU, and says on stderr what it
 // found and what it chose (never a silent CPU fallback).
+// Tensor parallelism: `comm` (one process per rank: native cpu, or a PJRT device per process running its
+// graphs in segments around host collectives), or `replicas` > 1 (one process driving that many PJRT
+// devices).
 std::unique_ptr<backends::Backend> make_backend(const std::string& device,
-                                               std::shared_ptr<backends::Communicator> comm) {
+                                                std::shared_ptr<backends::Communicator> comm, int replicas) {
   if (device == "cpu") return backends::make_cpu_backend(std::move(comm));
-  if (comm) fail("--tp-size ", comm->size(), " with --device ", device, ": tensor parallelism runs on the cpu device only");
+  if ((comm || replicas > 1) && !backends::is_pjrt_device(device))
+    fail("--tp-size ", comm ? comm->size() : replicas, " with --device ", device,
+         ": tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
   if (backends::is_pjrt_device(device)) {
     try {
-      return backends::make_pjrt_backend(device);
+      backends::PjrtOptions po;
+      po.device_count = std::max(1, replicas);
+      po.replicas = std::max(1, replicas);
+      po.comm = std::move(comm);
+      return backends::make_pjrt_backend(device, po);
     } catch (const Error& e) {
       std::string found = "cpu";
       for (const char* d : {"xla-cpu", "tpu", "cuda"}) {
@@ -280,20 +289,30 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->gen_defaults.max_new_tokens = 20;  // Transformers' default when generation_config.json has max_length only
 
   // Tensor parallelism: the plan is checked (with rank 0's view) before MPI starts or any weight is read.
+  // Native cpu: one process per rank (MPI). A PJRT device: one process driving tp_size devices (one program
+  // with cross-device collectives), unless this process is one of several MPI ranks (one device each).
   const DistributedConfig& dist_cfg = opt.distributed;
   std::vector<std::string> notes;
   impl->config.tp = dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, 0, src->origin(), &notes);
   std::shared_ptr<backends::Communicator> comm;
+  int replicas = 1;
   if (dist_cfg.tp_size > 1) {
-    if (opt.device_map != "cpu")
+    const bool pjrt_device = backends::is_pjrt_device(opt.device_map);
+    if (opt.device_map != "cpu" && !pjrt_device)
       fail("--tp-size ", dist_cfg.tp_size, " with --device ", opt.device_map,
-           ": tensor parallelism runs on the cpu device only for now");
-    comm = dist::mpi_world(dist_cfg.tp_size);
-    impl->config.tp = dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
-    if (comm->rank() == 0)
+           ": tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
+    if (pjrt_device && !dist::launched_under_mpi()) {
+      replicas = dist_cfg.tp_size;
       for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
+    } else {
+      comm = dist::mpi_world(dist_cfg.tp_size);
+      impl->config.tp =
+          dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
+      if (comm->rank() == 0)
+        for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
+    }
   }
-  impl->backend = make_backend(opt.device_map, comm);
+  impl->backend = make_backend(opt.device_map, comm, replicas);
   graph::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;
   if (cache_opt.disk_dir.empty())
@@ -306,7 +325,24 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->buckets = parse_buckets(opt.buckets, pjrt, static_cast<int>(impl->config.max_position_embeddings));
   impl->device_sampling = pjrt;
   size_t bytes = 0;
-  impl->backend->bind_weights(runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes));
+  if (replicas > 1) {
+    // One process, tp_size devices: each rank's share loaded (its own layout) and uploaded to its device in
+    // turn, so the host holds one rank's copies at a time. The graphs are rank 0's: the same program on every
+    // device.
+    auto* pjrt_backend = dynamic_cast<backends::PjrtBackend*>(impl->backend.get());
+    TS_ASSERT(pjrt_backend, "a multi-device backend is a PJRT backend");
+    for (int r = replicas - 1; r >= 0; --r) {
+      models::DecoderConfig rank_config = impl->config;
+      rank_config.tp = dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, r, src->origin(), nullptr);
+      size_t rank_bytes = 0;
+      pjrt_backend->bind_replica_weights(
+          r, runtime::load_weights(*src, *impl->arch, rank_config, dtype, opt.progress, rank_bytes));
+      if (r == 0) bytes = rank_bytes;
+    }
+  } else {
+    impl->backend->bind_weights(
+        runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes));
+  }
   malloc_trim(0);  // give back the heap that converted / dequantised full tensors used before being sliced
   impl->info = ModelInfo{impl->arch->name,
                          src->origin(),

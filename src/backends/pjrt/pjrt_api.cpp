@@ -293,15 +293,67 @@ void download(const Plugin& p, PJRT_Buffer* buf, void* dst, size_t bytes) {
   await(p, EventHandle(&p, a.event), "device-to-host transfer");
 }
 
-std::string compile_options_proto(int replicas, int partitions) {
-  // ExecutableBuildOptionsProto: num_replicas = 4, num_partitions = 5.
+std::string compile_options_proto(int replicas, int partitions, const std::vector<int64_t>& replica_devices) {
+  // ExecutableBuildOptionsProto: num_replicas = 4, num_partitions = 5, device_assignment = 9.
   std::string build;
   put_varint_field(build, 4, static_cast<uint64_t>(replicas));
   put_varint_field(build, 5, static_cast<uint64_t>(partitions));
+  if (!replica_devices.empty()) {
+    TS_ASSERT(static_cast<int>(replica_devices.size()) == replicas && partitions == 1,
+              "device assignment of ", replica_devices.size(), " for ", replicas, "x", partitions);
+    // DeviceAssignmentProto: replica_count = 1, computation_count = 2, computation_devices = 3
+    // (ComputationDevice: replica_device_ids = 1, repeated int64, packed).
+    std::string ids;
+    for (int64_t d : replica_devices) put_varint(ids, static_cast<uint64_t>(d));
+    std::string computation;
+    put_message_field(computation, 1, ids);
+    std::string assignment;
+    put_varint_field(assignment, 1, static_cast<uint64_t>(replicas));
+    put_varint_field(assignment, 2, 1);
+    put_message_field(assignment, 3, computation);
+    put_message_field(build, 9, assignment);
+  }
   // CompileOptionsProto: executable_build_options = 3.
   std::string options;
   put_message_field(options, 3, build);
   return options;
+}
+
+std::vector<std::vector<BufferHandle>> execute(const Plugin& p, PJRT_LoadedExecutable* exe,
+                                               const std::vector<std::vector<PJRT_Buffer*>>& args,
+                                               int num_results) {
+  const size_t devices = args.size();
+  TS_ASSERT(devices > 0, "execute on no device");
+  std::vector<std::vector<PJRT_Buffer*>> outs(devices,
+                                              std::vector<PJRT_Buffer*>(static_cast<size_t>(num_results)));
+  std::vector<PJRT_Buffer**> out_lists(devices);
+  std::vector<PJRT_Buffer* const*> arg_lists(devices);
+  for (size_t d = 0; d < devices; ++d) {
+    TS_ASSERT(args[d].size() == args[0].size(), "device ", d, ": ", args[d].size(),
+              " arguments, device 0 has ", args[0].size());
+    out_lists[d] = outs[d].data();
+    arg_lists[d] = args[d].data();
+  }
+  std::vector<PJRT_Event*> done(devices, nullptr);
+  PJRT_ExecuteOptions opts = make_execute_options();
+  auto ex = make_args<PJRT_LoadedExecutable_Execute_Args>();
+  ex.executable = exe;
+  ex.options = &opts;
+  ex.argument_lists = arg_lists.data();
+  ex.num_devices = devices;
+  ex.num_args = args[0].size();
+  ex.output_lists = out_lists.data();
+  ex.device_complete_events = done.data();
+  PJRT_CALL(p, LoadedExecutable_Execute, ex);
+  // Take ownership of every output and event at once, then wait for every device.
+  std::vector<std::vector<BufferHandle>> results(devices);
+  std::vector<EventHandle> events;
+  for (size_t d = 0; d < devices; ++d) {
+    for (PJRT_Buffer* b : outs[d]) results[d].emplace_back(&p, b);
+    events.emplace_back(&p, done[d]);
+  }
+  for (auto& e : events) await(p, std::move(e), "PJRT execute");
+  return results;
 }
 
 PlatformInfo describe_platform(const std::string& device, int device_count) {

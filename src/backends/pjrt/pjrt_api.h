@@ -218,7 +218,16 @@ std::string serialize(const Plugin& p, PJRT_LoadedExecutable* exe);
 void download(const Plugin& p, PJRT_Buffer* buf, void* dst, size_t bytes);
 
 // Serialized xla.CompileOptionsProto for `replicas` x `partitions` (hand-encoded protobuf; see pjrt.md).
-std::string compile_options_proto(int replicas, int partitions);
+// `replica_devices` (one device id per replica, replica order), when given, becomes a static
+// DeviceAssignmentProto of one computation: replica r runs on device replica_devices[r].
+std::string compile_options_proto(int replicas, int partitions,
+                                  const std::vector<int64_t>& replica_devices = {});
+
+// Executes `exe` on `args.size()` devices (argument_lists[d] = args[d]) and returns every result of every
+// device ([device][result], owned). Waits for all devices.
+std::vector<std::vector<BufferHandle>> execute(const Plugin& p, PJRT_LoadedExecutable* exe,
+                                               const std::vector<std::vector<PJRT_Buffer*>>& args,
+                                               int num_results);
 
 }  // namespace tessera::pjrt
 #endif  // TESSERA_HAVE_PJRT

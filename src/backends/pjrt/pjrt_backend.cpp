@@ -3,6 +3,7 @@
 // and caches never cross to the host during a step; TransferStats counts what does.
 #include "backends/pjrt/pjrt_backend.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -48,14 +49,17 @@ double seconds_since(clock_type::time_point t) {
 
 class PjrtCache : public DeviceCache {
  public:
-  // k[l], v[l]: device buffers f32 [batch, kv_heads, cache_len, head_dim]
-  std::vector<BufferHandle> k, v;
-  BufferHandle seen;  // sampler state f32 [batch, vocab]; created zeroed by the first sampling step
+  // k[r][l], v[r][l]: replica r's (device r's) buffers f32 [batch, kv_heads, cache_len, head_dim]
+  std::vector<std::vector<BufferHandle>> k, v;
+  std::vector<BufferHandle>
+      seen;  // per replica: sampler state f32 [batch, vocab]; zeroed by the first sampling step
   int64_t kv_heads = 0, head_dim = 0;
   const void* owner = nullptr;  // the backend that created it
 
-  BufferHandle& at(int layer, int which) {
-    auto& list = which == 0 ? k : v;
+  BufferHandle& at(int replica, int layer, int which) {
+    auto& lists = which == 0 ? k : v;
+    TS_ASSERT(replica >= 0 && static_cast<size_t>(replica) < lists.size(), "cache replica ", replica);
+    auto& list = lists[static_cast<size_t>(replica)];
     TS_ASSERT(layer >= 0 && static_cast<size_t>(layer) < list.size(), "cache layer ", layer, " of ", list.size());
     return list[static_cast<size_t>(layer)];
   }
@@ -81,37 +85,30 @@ const std::vector<int32_t>& step_input(const StepInputs& in, graph::InputKind ki
   return in.ids;
 }
 
-// Executes `exe` on one device; the buffers in `donated` (the arguments aliased to results 1, 2, ...) are
-// replaced by those results. Returns result 0.
-BufferHandle execute_loaded(const Plugin& p, PJRT_LoadedExecutable* exe, std::vector<PJRT_Buffer*>& args,
-                            const std::vector<BufferHandle*>& donated, int num_results) {
-  std::vector<PJRT_Buffer*> outs(static_cast<size_t>(num_results), nullptr);
-  PJRT_Buffer** out_list = outs.data();
-  PJRT_Buffer* const* arg_list = args.data();
-  PJRT_Event* done = nullptr;
-  PJRT_ExecuteOptions opts = pjrt::make_execute_options();
-  auto ex = pjrt::make_args<PJRT_LoadedExecutable_Execute_Args>();
-  ex.executable = exe;
-  ex.options = &opts;
-  ex.argument_lists = &arg_list;
-  ex.num_devices = 1;
-  ex.num_args = args.size();
-  ex.output_lists = &out_list;
-  ex.device_complete_events = &done;
-  PJRT_CALL(p, LoadedExecutable_Execute, ex);
-  // Take ownership of every output at once; the donated state buffers are replaced by their aliases.
-  std::vector<BufferHandle> results;
-  for (PJRT_Buffer* b : outs) results.emplace_back(&p, b);
-  for (size_t i = 0; i < donated.size(); ++i) *donated[i] = std::move(results[1 + i]);
-  pjrt::await(p, pjrt::EventHandle(&p, done), "PJRT execute");
+// Executes `exe` on args.size() devices; the buffers in donated[d] (device d's arguments aliased to results
+// num_outputs, num_outputs + 1, ...) are replaced by those results. Returns device 0's results 0 ..
+// num_outputs-1.
+std::vector<BufferHandle> execute_loaded(const Plugin& p, PJRT_LoadedExecutable* exe,
+                                         const std::vector<std::vector<PJRT_Buffer*>>& args,
+                                         const std::vector<std::vector<BufferHandle*>>& donated,
+                                         int num_outputs, int num_results) {
+  auto results = pjrt::execute(p, exe, args, num_results);
+  for (size_t d = 0; d < results.size(); ++d)
+    for (size_t i = 0; i < donated[d].size(); ++i)
+      *donated[d][i] = std::move(results[d][static_cast<size_t>(num_outputs) + i]);
+  results[0].resize(static_cast<size_t>(num_outputs));
   return std::move(results[0]);
 }
 
 class PjrtExecutable : public Executable {
  public:
   PjrtExecutable(PjrtBackendImpl& be, const graph::ShapeKey& key, StablehloProgram prog,
-                 pjrt::LoadedExecutableHandle exe, std::vector<PJRT_Buffer*> weight_args)
-      : be_(be), key_(key), prog_(std::move(prog)), exe_(std::move(exe)), weight_args_(std::move(weight_args)) {}
+                 pjrt::LoadedExecutableHandle exe, std::vector<std::vector<PJRT_Buffer*>> weight_args)
+      : be_(be),
+        key_(key),
+        prog_(std::move(prog)),
+        exe_(std::move(exe)),
+        weight_args_(std::move(weight_args)) {}
 
   void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override;
   void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) override;
@@ -128,14 +125,19 @@ class PjrtExecutable : public Executable {
   graph::ShapeKey key_;
   StablehloProgram prog_;
   pjrt::LoadedExecutableHandle exe_;
-  std::vector<PJRT_Buffer*> weight_args_;  // per argument: the weight buffer, or null for inputs/caches
+  // [replica][argument]: the weight buffer, or null for inputs/caches; one row per device the program runs on
+  std::vector<std::vector<PJRT_Buffer*>> weight_args_;
 };
+
+class PjrtSegmentedExecutable;
 
 class PjrtBackendImpl : public PjrtBackend {
  public:
   PjrtBackendImpl(const std::string& device, const PjrtOptions& opt)
       : plugin_(Plugin::load(pjrt::find_plugin(device))),
-        client_(plugin_, device == "xla-cpu" ? opt.device_count : 0) {
+        client_(plugin_, device == "xla-cpu" ? std::max(opt.device_count, opt.replicas) : 0),
+        replicas_(std::max(1, opt.replicas)),
+        comm_(opt.comm) {
     info_.device = device;
     info_.plugin_path = plugin_.path();
     info_.api_version = plugin_.api_version();
@@ -144,6 +146,10 @@ class PjrtBackendImpl : public PjrtBackend {
     info_.platform_version = client_.platform_version();
     info_.attributes = plugin_.attributes();
     info_.devices = client_.describe_devices();
+    if (static_cast<int>(client_.devices().size()) < replicas_)
+      fail("device ", device, ": tensor parallelism over ", replicas_, " devices, but the plugin has ",
+           client_.devices().size(), " (", info_.platform_name, ")");
+    weights_.resize(static_cast<size_t>(replicas_));
   }
 
   std::string name() const override { return info_.device; }
@@ -152,70 +158,77 @@ class PjrtBackendImpl : public PjrtBackend {
   TransferStats transfer_stats() const override { return stats_; }
   void reset_transfer_stats() override { stats_ = {}; }
   CompileTiming compile_timing() const override { return timing_; }
+  int replicas() const override { return replicas_; }
 
-  void bind_weights(WeightMap weights) override {
-    weights_.clear();
+  void bind_weights(WeightMap weights) override { bind_replica_weights(0, std::move(weights)); }
+
+  void bind_replica_weights(int replica, WeightMap weights) override {
+    if (replica < 0 || replica >= replicas_)
+      fail("PJRT backend: weights for replica ", replica, " of ", replicas_);
+    auto& map = weights_[static_cast<size_t>(replica)];
+    map.clear();
     for (auto& [name, t] : weights) {
       if (buffer_type(t.dtype) == PJRT_Buffer_Type_INVALID) fail("weight ", name, ": unsupported dtype");
-      BufferHandle b = client_.upload(t.data, buffer_type(t.dtype), t.shape);
+      BufferHandle b = client_.upload(t.data, buffer_type(t.dtype), t.shape, static_cast<size_t>(replica));
       stats_.setup_h2d_bytes += t.nbytes();
-      weights_.emplace(name, WeightBuffer{std::move(b), t.dtype, t.shape});
+      map.emplace(name, WeightBuffer{std::move(b), t.dtype, t.shape});
     }
     // The host tensors are dropped here: the device copies are the only ones kept.
   }
 
-  std::unique_ptr<Executable> compile(const graph::Graph& g) override {
-    auto t0 = clock_type::now();
-    StablehloProgram prog = pjrt::lower_to_stablehlo(g);
-    timing_.emit_seconds += seconds_since(t0);
-    dump(g, prog);
-    std::vector<PJRT_Buffer*> weight_args = bind_weight_args(prog, g);
-    auto t1 = clock_type::now();
-    auto exe = client_.compile(prog.text, pjrt::compile_options_proto(1, 1));
-    timing_.last_compile_seconds = seconds_since(t1);
-    timing_.compile_seconds += timing_.last_compile_seconds;
-    ++timing_.compiles;
-    check_outputs(exe, prog.num_results, g);
-    return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe), std::move(weight_args));
+  // How a graph runs: on `replicas_` devices as one program (tp_size == replicas_), in segments with host
+  // collectives (tp_size > 1 and a communicator), or on device 0.
+  bool segmented(const graph::Graph& g) const {
+    if (g.key.tp_size <= 1 || g.key.tp_size == replicas_) return false;
+    if (!comm_)
+      fail("PJRT backend: the graph for ", g.key.str(), " is one of ", g.key.tp_size,
+           " tensor-parallel ranks; this backend drives ", replicas_,
+           " device(s) and has no communicator (load with distributed.tp_size on a PJRT device)");
+    if (comm_->size() != g.key.tp_size || comm_->rank() != g.key.tp_rank)
+      fail("PJRT backend: the graph for ", g.key.str(), " needs rank ", g.key.tp_rank, " of ", g.key.tp_size,
+           "; the communicator is rank ", comm_->rank(), " of ", comm_->size());
+    return true;
+  }
+  int program_replicas(const graph::Graph& g) const { return g.key.tp_size > 1 ? g.key.tp_size : 1; }
+  std::string options_for(int replicas) const {
+    if (replicas == 1) return pjrt::compile_options_proto(1, 1);
+    std::vector<int64_t> ids;
+    for (int r = 0; r < replicas; ++r) ids.push_back(info_.devices[static_cast<size_t>(r)].id);
+    return pjrt::compile_options_proto(replicas, 1, ids);
   }
 
-  std::string serialize(const Executable& base) const override {
-    auto* exe = dynamic_cast<const PjrtExecutable*>(&base);
-    if (!exe || exe->backend() != this) fail("PJRT backend: serialize() of an executable from another backend");
-    return pjrt::serialize(plugin_, exe->loaded());
-  }
+  std::unique_ptr<Executable> compile(const graph::Graph& g) override;
+
+  std::string serialize(const Executable& base) const override;
 
   // The program text and the compile options; the compiler is compiler_identity().
-  std::string program_identity(const graph::Graph& g) override {
-    return pjrt::lower_to_stablehlo(g).text + "\ncompile options: " + pjrt::compile_options_proto(1, 1);
-  }
+  std::string program_identity(const graph::Graph& g) override;
   std::string compiler_identity() const override {
     return "platform " + info_.platform_name + " " + info_.platform_version + "; PJRT API " + info_.api_version +
            "; device " + (info_.devices.empty() ? std::string("?") : info_.devices[0].kind);
   }
 
-  std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override {
-    StablehloProgram prog = pjrt::lower_to_stablehlo(g);  // the signature (cheap: no compile)
-    std::vector<PJRT_Buffer*> weight_args = bind_weight_args(prog, g);
-    auto exe = client_.deserialize(bytes);
-    check_outputs(exe, prog.num_results, g);
-    return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe), std::move(weight_args));
-  }
+  std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override;
 
-  // Per argument of `prog`: the bound weight's buffer, or null for step inputs and caches.
-  std::vector<PJRT_Buffer*> bind_weight_args(const StablehloProgram& prog, const graph::Graph& g) const {
-    std::vector<PJRT_Buffer*> weight_args(prog.args.size(), nullptr);
-    for (size_t i = 0; i < prog.args.size(); ++i) {
-      const StablehloArg& a = prog.args[i];
-      if (a.kind != StablehloArg::Weight) continue;
-      auto it = weights_.find(a.name);
-      if (it == weights_.end()) fail("PJRT backend: weight '", a.name, "' was not bound (bind_weights first)");
-      if (it->second.dtype != a.dtype || it->second.shape != a.shape)
-        fail("PJRT backend: weight '", a.name, "' is ", dtype_name(it->second.dtype), " ", shape_str(it->second.shape),
-             ", the graph for ", g.key.str(), " reads ", dtype_name(a.dtype), " ", shape_str(a.shape));
-      weight_args[i] = it->second.buffer.get();
+  // Per replica the program runs on, per argument of `prog`: the bound weight's buffer, or null for step
+  // inputs and caches.
+  std::vector<std::vector<PJRT_Buffer*>> bind_weight_args(const StablehloProgram& prog, const graph::Graph& g,
+                                                          int replicas) const {
+    std::vector<std::vector<PJRT_Buffer*>> out;
+    for (int r = 0; r < replicas; ++r) {
+      std::vector<PJRT_Buffer*> weight_args(prog.args.size(), nullptr);
+      for (size_t i = 0; i < prog.args.size(); ++i) {
+        const StablehloArg& a = prog.args[i];
+        if (a.kind != StablehloArg::Weight) continue;
+        const WeightBuffer& w = weight(a.name, r);
+        if (w.dtype != a.dtype || w.shape != a.shape)
+          fail("PJRT backend: weight '", a.name, "' is ", dtype_name(w.dtype), " ", shape_str(w.shape),
+               ", the graph for ", g.key.str(), " reads ", dtype_name(a.dtype), " ", shape_str(a.shape));
+        weight_args[i] = w.buffer.get();
+      }
+      out.push_back(std::move(weight_args));
     }
-    return weight_args;
+    return out;
   }
 
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
@@ -228,11 +241,17 @@ class PjrtBackendImpl : public PjrtBackend {
     c->owner = this;
     const std::vector<int64_t> dims{batch, kv_heads, cache_len, head_dim};
     const std::vector<float> zeros(static_cast<size_t>(shape_numel(dims)), 0.0f);  // [B, KV, L, hd]
-    for (int64_t l = 0; l < layers; ++l) {
-      c->k.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims));
-      c->v.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims));
-      stats_.setup_h2d_bytes += 2 * zeros.size() * sizeof(float);
-    }
+    c->k.resize(static_cast<size_t>(replicas_));
+    c->v.resize(static_cast<size_t>(replicas_));
+    c->seen.resize(static_cast<size_t>(replicas_));
+    for (int r = 0; r < replicas_; ++r)
+      for (int64_t l = 0; l < layers; ++l) {
+        c->k[static_cast<size_t>(r)].push_back(
+            client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
+        c->v[static_cast<size_t>(r)].push_back(
+            client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
+        stats_.setup_h2d_bytes += 2 * zeros.size() * sizeof(float);
+      }
     return c;
   }
 
@@ -245,43 +264,50 @@ class PjrtBackendImpl : public PjrtBackend {
     std::vector<float> src(static_cast<size_t>(rows * from.cache_len * hd));  // [B*KV, Lf, hd]
     std::vector<float> dst(static_cast<size_t>(rows * to.cache_len * hd));    // [B*KV, Lt, hd]
     const std::vector<int64_t> dims{to.batch, to.kv_heads, to.cache_len, hd};
-    auto copy = [&](const BufferHandle& a, BufferHandle& b) {
+    auto copy = [&](const BufferHandle& a, BufferHandle& b, size_t device) {
       pjrt::download(plugin_, a.get(), src.data(), src.size() * sizeof(float));
       std::fill(dst.begin(), dst.end(), 0.0f);
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(dst.data() + r * to.cache_len * hd, src.data() + r * from.cache_len * hd,
                     static_cast<size_t>(from.cache_len * hd) * sizeof(float));
-      b = client_.upload(dst.data(), PJRT_Buffer_Type_F32, dims);
+      b = client_.upload(dst.data(), PJRT_Buffer_Type_F32, dims, device);
       stats_.cache_copy_bytes += (src.size() + dst.size()) * sizeof(float);
     };
-    for (size_t l = 0; l < from.k.size(); ++l) {
-      copy(from.k[l], to.k[l]);
-      copy(from.v[l], to.v[l]);
+    for (size_t r = 0; r < from.k.size(); ++r) {
+      TS_ASSERT(from.k[r].size() == to.k[r].size());
+      for (size_t l = 0; l < from.k[r].size(); ++l) {
+        copy(from.k[r][l], to.k[r][l], r);
+        copy(from.v[r][l], to.v[r][l], r);
+      }
     }
     // Growing caches are used with host-side sampling only (CausalLM::generate), so there is no state to copy.
-    if (from.seen) fail("PJRT backend: a cache with in-step sampler state cannot grow (use the static cache)");
+    for (const auto& s : from.seen)
+      if (s) fail("PJRT backend: a cache with in-step sampler state cannot grow (use the static cache)");
   }
 
-  // The sampler state of `c` for a step whose graph reads it ([batch, vocab] f32), zeroed on first use.
-  BufferHandle& seen_state(PjrtCache& c, const Shape& shape) {
-    if (!c.seen) {
+  // Replica r's sampler state of `c` for a step whose graph reads it ([batch, vocab] f32), zeroed on first
+  // use.
+  BufferHandle& seen_state(PjrtCache& c, int replica, const Shape& shape) {
+    BufferHandle& seen = c.seen.at(static_cast<size_t>(replica));
+    if (!seen) {
       const std::vector<float> zeros(static_cast<size_t>(shape_numel(shape)), 0.0f);  // [B, V]
-      c.seen = client_.upload(zeros.data(), PJRT_Buffer_Type_F32, shape);
+      seen = client_.upload(zeros.data(), PJRT_Buffer_Type_F32, shape, static_cast<size_t>(replica));
       stats_.setup_h2d_bytes += zeros.size() * sizeof(float);
     }
-    return c.seen;
+    return seen;
   }
 
   std::vector<uintptr_t> cache_addresses(const DeviceCache& base) const override {
     const PjrtCache& c = own(base);
     std::vector<uintptr_t> out;
-    for (const auto* list : {&c.k, &c.v})
-      for (const auto& b : *list) {
-        auto a = pjrt::make_args<PJRT_Buffer_UnsafePointer_Args>();
-        a.buffer = b.get();
-        PJRT_CALL(plugin_, Buffer_UnsafePointer, a);
-        out.push_back(a.buffer_pointer);
-      }
+    for (size_t r = 0; r < c.k.size(); ++r)
+      for (const auto* list : {&c.k[r], &c.v[r]})
+        for (const auto& b : *list) {
+          auto a = pjrt::make_args<PJRT_Buffer_UnsafePointer_Args>();
+          a.buffer = b.get();
+          PJRT_CALL(plugin_, Buffer_UnsafePointer, a);
+          out.push_back(a.buffer_pointer);
+        }
     return out;
   }
 
@@ -295,12 +321,20 @@ class PjrtBackendImpl : public PjrtBackend {
   const Plugin& plugin() const { return plugin_; }
   const Client& client() const { return client_; }
   TransferStats& stats() { return stats_; }
+  CompileTiming& timing() { return timing_; }
+  Communicator& comm() const {
+    TS_ASSERT(comm_, "no communicator");
+    return *comm_;
+  }
 
   std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) override;
   int op_compiles() const override { return static_cast<int>(op_cache_.size()); }
-  const WeightBuffer& weight(const std::string& name) const {
-    auto it = weights_.find(name);
-    if (it == weights_.end()) fail("PJRT backend: weight '", name, "' was not bound (bind_weights first)");
+  const WeightBuffer& weight(const std::string& name, int replica = 0) const {
+    const auto& map = weights_.at(static_cast<size_t>(replica));
+    auto it = map.find(name);
+    if (it == map.end())
+      fail("PJRT backend: weight '", name, "' was not bound",
+           replica > 0 ? " for replica " + std::to_string(replica) : "", " (bind_weights first)");
     return it->second;
   }
   // The compiled single-op program with this text (compiled on first use).
@@ -313,8 +347,7 @@ class PjrtBackendImpl : public PjrtBackend {
     return op_cache_.emplace(text, std::move(exe)).first->second.get();
   }
 
- private:
-  // The compiled program must return exactly logits + one buffer per cache (aliasing needs the order).
+  // The compiled program must return exactly its outputs + one buffer per state (aliasing needs the order).
   void check_outputs(const pjrt::LoadedExecutableHandle& exe, int expected, const graph::Graph& g) const {
     if (!PJRT_HAS(plugin_, LoadedExecutable_GetExecutable) || !PJRT_HAS(plugin_, Executable_NumOutputs)) return;
     auto ge = pjrt::make_args<PJRT_LoadedExecutable_GetExecutable_Args>();
@@ -329,20 +362,23 @@ class PjrtBackendImpl : public PjrtBackend {
            " (logits + one per cache)");
   }
 
-  // TESSERA_PJRT_DUMP=<dir>: writes each emitted module to <dir>/<key>.mlir for debugging.
-  void dump(const graph::Graph& g, const StablehloProgram& prog) const {
+  // TESSERA_PJRT_DUMP=<dir>: writes each emitted module to <dir>/<key><suffix>.mlir for debugging.
+  void dump(const graph::Graph& g, const StablehloProgram& prog, const std::string& suffix = "") const {
     const char* dir = std::getenv("TESSERA_PJRT_DUMP");
     if (!dir || !*dir) return;
-    std::string name = g.key.str();
+    std::string name = g.key.str() + suffix;
     for (char& ch : name)
       if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     std::ofstream(std::string(dir) + "/" + name + ".mlir") << prog.text;
   }
 
+ private:
   Plugin& plugin_;
   Client client_;
+  int replicas_ = 1;
+  std::shared_ptr<Communicator> comm_;
   pjrt::PlatformInfo info_;
-  std::unordered_map<std::string, WeightBuffer> weights_;
+  std::vector<std::unordered_map<std::string, WeightBuffer>> weights_;  // per replica
   TransferStats stats_;
   CompileTiming timing_;
   std::unordered_map<std::string, pjrt::LoadedExecutableHandle> op_cache_;  // single-op program text -> exe
@@ -480,17 +516,17 @@ class PjrtOpByOpExecutable : public Executable {
             break;
           }
           case StablehloArg::Cache:
-            donated.push_back(&cache.at(a.layer, a.which));
+            donated.push_back(&cache.at(0, a.layer, a.which));
             args[i] = donated.back()->get();
             break;
           case StablehloArg::Seen:
-            donated.push_back(&be_.seen_state(cache, a.shape));
+            donated.push_back(&be_.seen_state(cache, 0, a.shape));
             args[i] = donated.back()->get();
             break;
         }
       }
-      BufferHandle out = execute_loaded(be_.plugin(), be_.op_executable(st.prog.text), args, donated,
-                                        st.prog.num_results);
+      BufferHandle out = std::move(execute_loaded(be_.plugin(), be_.op_executable(st.prog.text), {args},
+                                                  {donated}, st.prog.num_outputs, st.prog.num_results)[0]);
       if (st.node == g_.outputs[0]) last = std::move(out);
       else values[static_cast<size_t>(st.node)] = std::move(out);
     }
@@ -504,6 +540,9 @@ class PjrtOpByOpExecutable : public Executable {
 };
 
 std::unique_ptr<Executable> PjrtBackendImpl::compile_op_by_op(const graph::Graph& g) {
+  if (g.key.tp_size > 1)
+    fail("PJRT backend: disable_compile (op by op) does not run tensor-parallel graphs (", g.key.str(),
+         "); compile the whole step instead");
   return std::make_unique<PjrtOpByOpExecutable>(*this, g);
 }
 
@@ -536,36 +575,42 @@ BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_ba
   if (cache.batch != key_.batch || cache.cache_len != key_.cache_len)
     fail("PJRT step ", key_.str(), ": cache has batch ", cache.batch, " and ", cache.cache_len, " slots");
 
-  // Arguments: bound weights, freshly uploaded step inputs, the states (donated).
+  // Per device: bound weights, freshly uploaded step inputs, the states (donated).
+  const size_t devices = weight_args_.size();
   std::vector<BufferHandle> uploads;
-  uploads.reserve(prog_.args.size());
-  std::vector<PJRT_Buffer*> args(prog_.args.size(), nullptr);
-  std::vector<BufferHandle*> donated;
-  for (size_t i = 0; i < prog_.args.size(); ++i) {
-    const StablehloArg& a = prog_.args[i];
-    switch (a.kind) {
-      case StablehloArg::Weight: args[i] = weight_args_[i]; break;
-      case StablehloArg::Input: {
-        const auto& v = input(in, a);
-        uploads.push_back(be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape));
-        be_.stats().h2d_bytes += v.size() * sizeof(int32_t);
-        args[i] = uploads.back().get();
-        break;
+  uploads.reserve(prog_.args.size() * devices);
+  std::vector<std::vector<PJRT_Buffer*>> args(devices, std::vector<PJRT_Buffer*>(prog_.args.size(), nullptr));
+  std::vector<std::vector<BufferHandle*>> donated(devices);
+  for (size_t d = 0; d < devices; ++d) {
+    const int r = static_cast<int>(d);
+    for (size_t i = 0; i < prog_.args.size(); ++i) {
+      const StablehloArg& a = prog_.args[i];
+      switch (a.kind) {
+        case StablehloArg::Weight:
+          args[d][i] = weight_args_[d][i];
+          break;
+        case StablehloArg::Input: {
+          const auto& v = input(in, a);
+          uploads.push_back(be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape, d));
+          be_.stats().h2d_bytes += v.size() * sizeof(int32_t);
+          args[d][i] = uploads.back().get();
+          break;
+        }
+        case StablehloArg::Cache:
+          donated[d].push_back(&cache.at(r, a.layer, a.which));
+          args[d][i] = donated[d].back()->get();
+          break;
+        case StablehloArg::Seen:
+          donated[d].push_back(&be_.seen_state(cache, r, a.shape));
+          args[d][i] = donated[d].back()->get();
+          break;
       }
-      case StablehloArg::Cache:
-        donated.push_back(&cache.at(a.layer, a.which));
-        args[i] = donated.back()->get();
-        break;
-      case StablehloArg::Seen:
-        donated.push_back(&be_.seen_state(cache, a.shape));
-        args[i] = donated.back()->get();
-        break;
     }
   }
 
-  BufferHandle out = execute_loaded(p, exe_.get(), args, donated, prog_.num_results);
+  auto out = execute_loaded(p, exe_.get(), args, donated, prog_.num_outputs, prog_.num_results);
   ++be_.stats().runs;
-  return out;
+  return std::move(out[0]);
 }
 
 void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) {
@@ -582,6 +627,400 @@ void PjrtExecutable::run_tokens(const StepInputs& in, DeviceCache& cache, std::v
   tokens.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [batch] int32
   pjrt::download(be_.plugin(), out.get(), tokens.data(), tokens.size() * sizeof(int32_t));
   be_.stats().d2h_bytes += tokens.size() * sizeof(int32_t);
+}
+
+// A tensor-parallel graph run by one rank of several processes (one device each): the graph is cut at its
+// AllReduce / AllGather nodes into segments, each lowered as its own program; between segments the
+// collective's input is read to the host, combined through the communicator and written back. Segments are
+// lowered with generic names (weights and carried values as positional placeholders, states as "state"), so
+// the segments of different layers share one program text and are compiled once.
+class PjrtSegmentedExecutable : public Executable {
+ public:
+  PjrtSegmentedExecutable(PjrtBackendImpl& be, const graph::Graph& g) : be_(be), g_(g) { split(); }
+
+  // The distinct segment program texts, in first-use order (what the on-disk cache identifies and stores).
+  const std::vector<std::string>& texts() const { return texts_; }
+
+  void compile_all() {
+    for (const std::string& text : texts_) {
+      auto t0 = clock_type::now();
+      auto exe = be_.client().compile(text, pjrt::compile_options_proto(1, 1));
+      be_.timing().compile_seconds += seconds_since(t0);
+      be_.timing().last_compile_seconds = seconds_since(t0);
+      programs_.push_back(std::move(exe));
+    }
+    link();
+  }
+  void load_all(const std::vector<std::string>& bytes) {
+    if (bytes.size() != texts_.size())
+      fail("PJRT segmented executable for ", g_.key.str(), ": ", bytes.size(),
+           " serialized programs, expected ", texts_.size());
+    for (const std::string& b : bytes) programs_.push_back(be_.client().deserialize(b));
+    link();
+  }
+  std::vector<std::string> serialize_all() const {
+    std::vector<std::string> out;
+    for (const auto& p : programs_) out.push_back(pjrt::serialize(be_.plugin(), p.get()));
+    return out;
+  }
+  const PjrtBackendImpl* backend() const { return &be_; }
+
+  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override {
+    if (g_.at(g_.outputs[0]).dtype != DType::F32)
+      fail("PJRT step ", g_.key.str(), ": this step samples; use run_tokens()");
+    logits.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [rows_out, vocab]
+    execute(in, cache, logits.data(), logits.size() * sizeof(float));
+  }
+  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) override {
+    if (g_.at(g_.outputs[0]).dtype != DType::I32)
+      fail("PJRT step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
+    tokens.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [batch] int32
+    execute(in, cache, tokens.data(), tokens.size() * sizeof(int32_t));
+  }
+
+ private:
+  struct Source {
+    enum Kind { Weight, Value } kind = Value;
+    std::string weight;  // Weight: graph::weight_key of the model weight
+    int node = -1;       // Value: the node whose output is carried in
+  };
+  struct Segment {
+    std::vector<int> nodes;    // computing nodes, graph order
+    std::vector<int> outputs;  // nodes whose values later items read (results 0 .. outputs.size()-1)
+    StablehloProgram prog;
+    std::vector<Source> sources;  // per argument (Weight arguments only)
+    size_t program = 0;           // index into texts_ / programs_
+    PJRT_LoadedExecutable* exe = nullptr;
+  };
+  struct Item {
+    int segment = -1;     // >= 0: run segments_[segment]
+    int collective = -1;  // else: the AllReduce / AllGather node
+  };
+
+  static bool is_leaf(graph::Op op) {
+    return op == graph::Op::Input || op == graph::Op::Weight || op == graph::Op::CacheState ||
+           op == graph::Op::SamplerState;
+  }
+  static bool is_collective(graph::Op op) { return op == graph::Op::AllReduce || op == graph::Op::AllGather; }
+
+  void split() {
+    std::vector<int> seg_of(g_.nodes.size(), -1);
+    std::vector<int> current;
+    auto flush = [&] {
+      if (current.empty()) return;
+      for (int id : current) seg_of[static_cast<size_t>(id)] = static_cast<int>(segments_.size());
+      items_.push_back({static_cast<int>(segments_.size()), -1});
+      segments_.push_back(Segment{current, {}, {}, {}, 0, nullptr});
+      current.clear();
+    };
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const graph::Op op = g_.nodes[i].op;
+      if (is_leaf(op)) continue;
+      if (is_collective(op)) {
+        flush();
+        items_.push_back({-1, static_cast<int>(i)});
+      } else {
+        current.push_back(static_cast<int>(i));
+      }
+    }
+    flush();
+    // A segment's outputs: its values read outside it (by later segments or collectives), and the graph's
+    // output.
+    std::vector<std::vector<int>> outs(segments_.size());
+    for (size_t j = 0; j < g_.nodes.size(); ++j) {
+      if (is_leaf(g_.nodes[j].op)) continue;
+      for (int in : g_.nodes[j].inputs) {
+        const int s = seg_of[static_cast<size_t>(in)];
+        if (s >= 0 && s != seg_of[j]) outs[static_cast<size_t>(s)].push_back(in);
+      }
+    }
+    const int final_seg = seg_of[static_cast<size_t>(g_.outputs[0])];
+    if (final_seg >= 0) outs[static_cast<size_t>(final_seg)].push_back(g_.outputs[0]);
+    for (size_t s = 0; s < segments_.size(); ++s) {
+      auto& o = outs[s];
+      std::sort(o.begin(), o.end());
+      o.erase(std::unique(o.begin(), o.end()), o.end());
+      // The graph's output goes first (result 0), so a sampling segment reads like a whole step.
+      if (static_cast<int>(s) == final_seg) {
+        o.erase(std::find(o.begin(), o.end(), g_.outputs[0]));
+        o.insert(o.begin(), g_.outputs[0]);
+      }
+      segments_[s].outputs = o;
+      lower(segments_[s]);
+      auto it = std::find(texts_.begin(), texts_.end(), segments_[s].prog.text);
+      segments_[s].program = static_cast<size_t>(it - texts_.begin());
+      if (it == texts_.end()) texts_.push_back(segments_[s].prog.text);
+    }
+  }
+
+  void lower(Segment& seg) {
+    graph::Graph mini;
+    mini.key = g_.key;
+    mini.key.tp_rank = 0;  // no collectives inside: an ordinary single-device program
+    mini.key.tp_size = 1;
+    mini.rope_tables = g_.rope_tables;
+    std::unordered_map<int, int> remap;               // graph node -> mini node
+    std::unordered_map<std::string, Source> sources;  // placeholder name -> source
+    int placeholders = 0;
+    for (int id : seg.nodes) {
+      graph::Node n = g_.at(id);
+      for (int& operand : n.inputs) {
+        auto it = remap.find(operand);
+        if (it == remap.end()) {
+          const graph::Node& o = g_.at(operand);
+          graph::Node p;
+          if (o.op == graph::Op::Input) {
+            p = o;
+          } else if (o.op == graph::Op::CacheState || o.op == graph::Op::SamplerState) {
+            p = o;
+            p.name = "state";
+          } else if (o.op == graph::Op::Weight) {
+            p = o;
+            p.name = "w" + std::to_string(placeholders++);
+            p.view = {};
+            sources[p.name] = Source{Source::Weight, graph::weight_key(o), -1};
+          } else {  // computed by an earlier segment or a collective
+            p = graph::Node{};
+            p.op = graph::Op::Weight;
+            p.name = "x" + std::to_string(placeholders++);
+            p.shape = o.shape;
+            p.dtype = o.dtype;
+            sources[p.name] = Source{Source::Value, "", operand};
+          }
+          it = remap.emplace(operand, mini.add(std::move(p))).first;
+        }
+        operand = it->second;
+      }
+      n.name = graph::op_name(n.op);
+      remap[id] = mini.add(std::move(n));
+    }
+    for (int o : seg.outputs) mini.outputs.push_back(remap.at(o));
+    seg.prog = pjrt::lower_to_stablehlo(mini);
+    seg.sources.assign(seg.prog.args.size(), Source{});
+    for (size_t i = 0; i < seg.prog.args.size(); ++i)
+      if (seg.prog.args[i].kind == StablehloArg::Weight) seg.sources[i] = sources.at(seg.prog.args[i].name);
+  }
+
+  // Resolves each segment's program and checks its weights are bound with the shapes the program reads.
+  void link() {
+    for (Segment& seg : segments_) {
+      seg.exe = programs_.at(seg.program).get();
+      for (size_t i = 0; i < seg.prog.args.size(); ++i) {
+        const StablehloArg& a = seg.prog.args[i];
+        if (a.kind != StablehloArg::Weight || seg.sources[i].kind != Source::Weight) continue;
+        const WeightBuffer& w = be_.weight(seg.sources[i].weight);
+        if (w.dtype != a.dtype || w.shape != a.shape)
+          fail("PJRT backend: weight '", seg.sources[i].weight, "' is ", dtype_name(w.dtype), " ",
+               shape_str(w.shape), ", the graph for ", g_.key.str(), " reads ", dtype_name(a.dtype), " ",
+               shape_str(a.shape));
+      }
+    }
+  }
+
+  // Runs every item; the graph's output (computed on the device, or by the last collective on the host) is
+  // copied to `out` (`bytes` bytes).
+  void execute(const StepInputs& in, DeviceCache& cache_base, void* out, size_t bytes) {
+    PjrtCache& cache = be_.own(cache_base);
+    if (cache.batch != g_.key.batch || cache.cache_len != g_.key.cache_len)
+      fail("PJRT step ", g_.key.str(), ": cache has batch ", cache.batch, " and ", cache.cache_len, " slots");
+    TransferStats& st = be_.stats();
+    const Plugin& p = be_.plugin();
+    std::vector<BufferHandle> values(g_.nodes.size());  // per node: its value on the device
+    std::unordered_map<int, BufferHandle> uploaded;     // per input kind: this step's upload
+    std::vector<float> host, gathered;
+    bool done = false;
+    for (const Item& item : items_) {
+      if (item.segment >= 0) {
+        Segment& seg = segments_[static_cast<size_t>(item.segment)];
+        std::vector<PJRT_Buffer*> args(seg.prog.args.size(), nullptr);
+        std::vector<BufferHandle*> donated;
+        for (size_t i = 0; i < seg.prog.args.size(); ++i) {
+          const StablehloArg& a = seg.prog.args[i];
+          switch (a.kind) {
+            case StablehloArg::Weight: {
+              const Source& src = seg.sources[i];
+              args[i] = src.kind == Source::Weight ? be_.weight(src.weight).buffer.get()
+                                                   : values[static_cast<size_t>(src.node)].get();
+              TS_ASSERT(args[i], "segmented step: value of ", g_.at(src.node).name, " not computed");
+              break;
+            }
+            case StablehloArg::Input: {
+              auto& buf = uploaded[static_cast<int>(a.input)];
+              if (!buf) {
+                const auto& v = step_input(in, a.input);
+                if (static_cast<int64_t>(v.size()) != a.shape[0])
+                  fail("PJRT step ", g_.key.str(), ": input '", a.name, "' has ", v.size(),
+                       " values, expected ", a.shape[0]);
+                buf = be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape);
+                st.h2d_bytes += v.size() * sizeof(int32_t);
+              }
+              args[i] = buf.get();
+              break;
+            }
+            case StablehloArg::Cache:
+              donated.push_back(&cache.at(0, a.layer, a.which));
+              args[i] = donated.back()->get();
+              break;
+            case StablehloArg::Seen:
+              donated.push_back(&be_.seen_state(cache, 0, a.shape));
+              args[i] = donated.back()->get();
+              break;
+          }
+        }
+        auto results =
+            execute_loaded(p, seg.exe, {args}, {donated}, seg.prog.num_outputs, seg.prog.num_results);
+        for (size_t j = 0; j < seg.outputs.size(); ++j)
+          values[static_cast<size_t>(seg.outputs[j])] = std::move(results[j]);
+        continue;
+      }
+      // A collective: device -> host, combine across the ranks, host -> device.
+      const graph::Node& n = g_.at(item.collective);
+      const graph::Node& x = g_.at(n.inputs[0]);
+      const int64_t rows = x.shape[0], c = x.shape[1], tp = g_.key.tp_size;
+      host.resize(static_cast<size_t>(rows * c));  // [rows, c]
+      BufferHandle& src = values[static_cast<size_t>(n.inputs[0])];
+      TS_ASSERT(src, "segmented step: input of ", n.name, " not computed");
+      pjrt::download(p, src.get(), host.data(), host.size() * sizeof(float));
+      st.d2h_bytes += host.size() * sizeof(float);
+      st.collective_bytes += host.size() * sizeof(float);
+      const std::vector<float>* result = &host;
+      if (n.op == graph::Op::AllReduce) {
+        be_.comm().all_reduce_sum(host.data(), host.size());
+      } else {
+        // Gathered rank-major ([tp][rows][c]), then interleaved into [rows][tp * c].
+        std::vector<float> ranks(static_cast<size_t>(tp * rows * c));
+        be_.comm().all_gather(host.data(), host.size(), ranks.data());
+        gathered.resize(ranks.size());
+        for (int64_t r = 0; r < tp; ++r)
+          for (int64_t i = 0; i < rows; ++i)
+            std::memcpy(gathered.data() + (i * tp + r) * c, ranks.data() + (r * rows + i) * c,
+                        static_cast<size_t>(c) * sizeof(float));
+        result = &gathered;
+      }
+      if (item.collective == g_.outputs[0]) {  // the logits: already on the host
+        TS_ASSERT(result->size() * sizeof(float) == bytes, "segmented step: output of ", result->size(),
+                  " floats");
+        std::memcpy(out, result->data(), bytes);
+        done = true;
+        continue;
+      }
+      values[static_cast<size_t>(item.collective)] =
+          be_.client().upload(result->data(), PJRT_Buffer_Type_F32, n.shape);
+      st.h2d_bytes += result->size() * sizeof(float);
+      st.collective_bytes += result->size() * sizeof(float);
+    }
+    if (!done) {
+      BufferHandle& final = values[static_cast<size_t>(g_.outputs[0])];
+      TS_ASSERT(final, "segmented step: output not computed");
+      pjrt::download(p, final.get(), out, bytes);
+      st.d2h_bytes += bytes;
+    }
+    ++st.runs;
+  }
+
+  PjrtBackendImpl& be_;
+  graph::Graph g_;
+  std::vector<Segment> segments_;
+  std::vector<Item> items_;
+  std::vector<std::string> texts_;                      // distinct segment programs
+  std::vector<pjrt::LoadedExecutableHandle> programs_;  // compiled, same order as texts_
+};
+
+// The on-disk form of a segmented executable: "tessera-segments <count>\n" then per program
+// "<size>\n<bytes>".
+std::string pack_segments(const std::vector<std::string>& parts) {
+  std::string out = "tessera-segments " + std::to_string(parts.size()) + "\n";
+  for (const std::string& p : parts) out += std::to_string(p.size()) + "\n" + p;
+  return out;
+}
+std::vector<std::string> unpack_segments(const std::string& bytes) {
+  auto bad = [] { fail("PJRT backend: corrupt segmented executable bytes"); };
+  size_t pos = 0;
+  auto number = [&]() -> size_t {
+    const size_t nl = bytes.find('\n', pos);
+    if (nl == std::string::npos || nl == pos || nl - pos > 19) bad();
+    size_t v = 0;
+    for (size_t i = pos; i < nl; ++i) {
+      if (bytes[i] < '0' || bytes[i] > '9') bad();
+      v = v * 10 + static_cast<size_t>(bytes[i] - '0');
+    }
+    pos = nl + 1;
+    return v;
+  };
+  const std::string magic = "tessera-segments ";
+  if (bytes.compare(0, magic.size(), magic) != 0) bad();
+  pos = magic.size();
+  const size_t count = number();
+  if (count > bytes.size()) bad();
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t n = number();
+    if (n > bytes.size() - pos) bad();
+    parts.push_back(bytes.substr(pos, n));
+    pos += n;
+  }
+  if (pos != bytes.size()) bad();
+  return parts;
+}
+
+std::unique_ptr<Executable> PjrtBackendImpl::compile(const graph::Graph& g) {
+  if (segmented(g)) {
+    auto t0 = clock_type::now();
+    auto exe = std::make_unique<PjrtSegmentedExecutable>(*this, g);
+    timing_.emit_seconds += seconds_since(t0);
+    exe->compile_all();
+    ++timing_.compiles;
+    return exe;
+  }
+  const int replicas = program_replicas(g);
+  auto t0 = clock_type::now();
+  StablehloProgram prog = pjrt::lower_to_stablehlo(g);
+  timing_.emit_seconds += seconds_since(t0);
+  dump(g, prog);
+  auto weight_args = bind_weight_args(prog, g, replicas);
+  auto t1 = clock_type::now();
+  auto exe = client_.compile(prog.text, options_for(replicas));
+  timing_.last_compile_seconds = seconds_since(t1);
+  timing_.compile_seconds += timing_.last_compile_seconds;
+  ++timing_.compiles;
+  check_outputs(exe, prog.num_results, g);
+  return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe),
+                                          std::move(weight_args));
+}
+
+std::string PjrtBackendImpl::serialize(const Executable& base) const {
+  if (auto* seg = dynamic_cast<const PjrtSegmentedExecutable*>(&base)) {
+    if (seg->backend() != this) fail("PJRT backend: serialize() of an executable from another backend");
+    return pack_segments(seg->serialize_all());
+  }
+  auto* exe = dynamic_cast<const PjrtExecutable*>(&base);
+  if (!exe || exe->backend() != this) fail("PJRT backend: serialize() of an executable from another backend");
+  return pjrt::serialize(plugin_, exe->loaded());
+}
+
+std::string PjrtBackendImpl::program_identity(const graph::Graph& g) {
+  if (segmented(g)) {
+    std::string id = "segments (host collectives over " + std::to_string(g.key.tp_size) + " ranks)\n";
+    const PjrtSegmentedExecutable segments(*this, g);
+    for (const std::string& t : segments.texts()) id += t;
+    return id + "\ncompile options: " + pjrt::compile_options_proto(1, 1);
+  }
+  return pjrt::lower_to_stablehlo(g).text + "\ncompile options: " + options_for(program_replicas(g));
+}
+
+std::unique_ptr<Executable> PjrtBackendImpl::load_serialized(const graph::Graph& g,
+                                                             const std::string& bytes) {
+  if (segmented(g)) {
+    auto exe = std::make_unique<PjrtSegmentedExecutable>(*this, g);
+    exe->load_all(unpack_segments(bytes));
+    return exe;
+  }
+  StablehloProgram prog = pjrt::lower_to_stablehlo(g);  // the signature (cheap: no compile)
+  auto weight_args = bind_weight_args(prog, g, program_replicas(g));
+  auto exe = client_.deserialize(bytes);
+  check_outputs(exe, prog.num_results, g);
+  return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe),
+                                          std::move(weight_args));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/communicator.h"
 #include "backends/pjrt/pjrt_info.h"
 
 namespace tessera::backends {
@@ -20,6 +21,8 @@ struct TransferStats {
   uint64_t runs = 0;       // Executable::run calls
   uint64_t setup_h2d_bytes = 0;  // weights (bind_weights) and zeroed caches (create_cache); not per step
   uint64_t cache_copy_bytes = 0; // copy_cache through the host (dynamic cache growth), both directions
+  uint64_t collective_bytes = 0;  // segmented steps (one process per rank): activations read for and written
+                                  // back after each host collective; also counted in h2d/d2h_bytes
 };
 
 struct CompileTiming {
@@ -50,14 +53,30 @@ class PjrtBackend : public Backend {
   virtual std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) = 0;
   virtual int op_compiles() const = 0;  // distinct single-op programs compiled so far
 
+  // Devices one tensor-parallel program runs on (PjrtOptions::replicas).
+  virtual int replicas() const = 0;
+  // Tensor parallelism in one process: the weights of rank `replica`, uploaded to device `replica` (keyed by
+  // graph::weight_key as for bind_weights, which binds replica 0). Every replica must be bound before a graph
+  // with tp_size = replicas() is compiled.
+  virtual void bind_replica_weights(int replica, WeightMap weights) = 0;
+
   std::string serialize(const Executable& exe) const override = 0;
   std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override = 0;
 };
 
 struct PjrtOptions {
-  // Devices to ask the XLA CPU plugin for ("cpu_device_count"); ignored by other plugins. The backend
-  // runs on device 0.
+  // Devices to ask the XLA CPU plugin for ("cpu_device_count"; at least `replicas`); ignored by other
+  // plugins. Single-device programs run on device 0.
   int device_count = 1;
+  // Tensor parallelism in one process: a graph with tp_size = replicas is one program compiled with
+  // num_replicas = replicas (collectives as stablehlo.all_reduce / all_gather) and run on devices
+  // 0 .. replicas-1, each with its own weights (bind_replica_weights) and KV cache.
+  int replicas = 1;
+  // Tensor parallelism across processes (one device each, e.g. one process per chip under mpirun): a graph
+  // with tp_size > 1 runs as segments cut at its collectives, each segment one compiled program; between
+  // segments the collective's input is read to the host, reduced or gathered through `comm`, and written
+  // back.
+  std::shared_ptr<Communicator> comm;
 };
 
 // device: "xla-cpu", "tpu", "cuda" or "pjrt:/path/to/plugin.so". Throws Error when the plugin is missing

@@ -3,6 +3,7 @@
 // the same way. The semantics follow the native CPU backend (src/backends/cpu/cpu_backend.cpp) op for op.
 #include "backends/pjrt/stablehlo_emitter.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -170,6 +171,19 @@ class Builder {
     return out;
   }
 
+  // all_reduce with an add region over `groups` (the replica_groups attribute text).
+  Val all_reduce_sum(const Val& a, const std::string& groups) {
+    Val out{"%v" + std::to_string(next_++), a.shape, a.et};
+    const std::string r = out.name.substr(2), scalar = tensor_type({}, a.et);
+    body << "    " << out.name << " = \"stablehlo.all_reduce\"(" << a.name << ") ({\n"
+         << "    ^bb0(%r" << r << "a: " << scalar << ", %r" << r << "b: " << scalar << "):\n"
+         << "      %r" << r << "c = \"stablehlo.add\"(%r" << r << "a, %r" << r << "b) : (" << scalar << ", "
+         << scalar << ") -> " << scalar << "\n"
+         << "      \"stablehlo.return\"(%r" << r << "c) : (" << scalar << ") -> ()\n"
+         << "    }) {" << groups << "} : (" << type(a) << ") -> " << type(out) << "\n";
+    return out;
+  }
+
   // Stable ascending sort of (keys f32, payload i32) along `dim`; returns the sorted keys and payload.
   std::pair<Val, Val> sort_pairs(const Val& keys, const Val& payload, int64_t dim) {
     const std::string r = std::to_string(next_++);
@@ -272,12 +286,37 @@ class Lowering {
       case Op::Add: vals_[static_cast<size_t>(id)] = b_.add(val(n.inputs[0]), val(n.inputs[1])); break;
       case Op::LastRow: vals_[static_cast<size_t>(id)] = last_row(n); break;
       case Op::AllReduce:
+        vals_[static_cast<size_t>(id)] = all_reduce(n);
+        break;
       case Op::AllGather:
-        fail("stablehlo emitter: ", graph::op_name(n.op), " (tensor parallelism) is not lowered yet");
+        vals_[static_cast<size_t>(id)] = all_gather(n);
+        break;
       case Op::kCount: fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
     TS_ASSERT(vals_[static_cast<size_t>(id)].shape == n.shape, n.name, ": lowered to ",
               shape_str(vals_[static_cast<size_t>(id)].shape), ", graph says ", shape_str(n.shape));
+  }
+
+  // The replica group of a tensor-parallel program: every one of the key's tp_size replicas, in rank order.
+  std::string replica_groups() const {
+    const int n = g_.key.tp_size;
+    std::string ids;
+    for (int r = 0; r < n; ++r) ids += (r ? ", " : "") + std::to_string(r);
+    return "replica_groups = dense<[[" + ids + "]]> : tensor<1x" + std::to_string(n) + "xi64>";
+  }
+
+  // x -> the elementwise sum of x over all replicas (cross-replica: num_replicas = tp_size, no channel).
+  Val all_reduce(const Node& n) {
+    b_.comment(n.name + ": all_reduce (sum over " + std::to_string(g_.key.tp_size) + " replicas)");
+    return b_.all_reduce_sum(val(n.inputs[0]), replica_groups());
+  }
+
+  // x [R, c] -> [R, c * tp_size]: replica r's columns at [r*c, (r+1)*c).
+  Val all_gather(const Node& n) {
+    b_.comment(n.name + ": all_gather (columns of " + std::to_string(g_.key.tp_size) + " replicas)");
+    const Val& x = val(n.inputs[0]);
+    return b_.op("all_gather", {x}, "all_gather_dim = 1 : i64, " + replica_groups(),
+                 {x.shape[0], x.shape[1] * g_.key.tp_size}, x.et);
   }
 
   // A weight as f32 (converted once per program; tied embeddings are converted once for both uses).
@@ -579,19 +618,24 @@ class Lowering {
     const Val& logits = val(g_.outputs[0]);
     prog_.logits_shape = logits.shape;
     prog_.tokens = logits.et == "i32";
-    std::vector<Val> results = {logits};
+    std::vector<Val> results;
+    for (int o : g_.outputs) results.push_back(val(o));
+    prog_.num_outputs = static_cast<int>(results.size());
     for (int c : cache_final_) results.push_back(val(c));
     prog_.num_results = static_cast<int>(results.size());
 
     std::ostringstream os;
-    os << "// StableHLO emitted by tessera (src/backends/pjrt/stablehlo_emitter.cpp) for " << g_.key.str() << "\n"
-       << "module @tessera attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
+    os << "// StableHLO emitted by tessera (src/backends/pjrt/stablehlo_emitter.cpp) for " << g_.key.str()
+       << "\n"
+       << "module @tessera attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = "
+       << std::max(1, g_.key.tp_size) << " : i32} {\n"
        << "  func.func public @main(\n";
     size_t cache_index = 0;
     for (size_t i = 0; i < prog_.args.size(); ++i) {
       const StablehloArg& a = prog_.args[i];
       os << "      %arg" << i << ": " << tensor_type(a.shape, element_type(a.dtype));
-      if (a.kind == StablehloArg::Cache || a.kind == StablehloArg::Seen) os << " {tf.aliasing_output = " << 1 + cache_index++ << " : i32}";
+      if (a.kind == StablehloArg::Cache || a.kind == StablehloArg::Seen)
+        os << " {tf.aliasing_output = " << prog_.num_outputs + static_cast<int>(cache_index++) << " : i32}";
       os << (i + 1 < prog_.args.size() ? "," : "") << "  // " << a.name << "\n";
     }
     os << "  ) -> (";

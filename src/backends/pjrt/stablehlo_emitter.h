@@ -2,12 +2,16 @@
 //
 // @main's signature, fixed for every graph:
 //   arguments = every weight (graph node order; matrices in the model dtype, vectors f32),
-//               the step inputs present (ids i32[rows], positions i32[rows], slots i32[seq], kv_begin i32[batch]),
-//               every KV cache (f32 [batch, kv_heads, cache_len, head_dim]; layer 0 K, layer 0 V, layer 1 K, ...),
-//               then the sampler's seen mask (f32 [batch, vocab]) when the step samples,
+//               the step inputs present (ids i32[rows], positions i32[rows], slots i32[seq], kv_begin
+//               i32[batch]), every KV cache (f32 [batch, kv_heads, cache_len, head_dim]; layer 0 K, layer 0
+//               V, layer 1 K, ...), then the sampler's seen mask (f32 [batch, vocab]) when the step samples,
 //               each annotated `tf.aliasing_output = <result>` so it is donated and updated in place;
 //   results   = logits f32 [rows_out, vocab] (or, when the step samples, token ids i32 [batch, 1]), then
 //               every updated state in argument order.
+// A graph with tp_size > 1 is one replica's program: module attribute mhlo.num_replicas = tp_size, AllReduce
+// as stablehlo.all_reduce (add) and AllGather as stablehlo.all_gather (dim 1), both over the one replica
+// group [0 .. tp_size-1]; it must be compiled with num_replicas = tp_size. A graph with several outputs (the
+// segments of src/backends/pjrt/pjrt_backend.cpp) returns them all, in order, before the states.
 // All arithmetic is float32 (bf16/f16 weights are converted inside the program; dots use HIGHEST precision
 // so a TPU does not drop to bf16 passes). No host callbacks, no dynamic shapes.
 #pragma once
@@ -33,7 +37,9 @@ struct StablehloProgram {
   std::vector<StablehloArg> args;  // @main's arguments, in order
   Shape logits_shape;              // result 0: [rows_out, vocab] f32, or [batch, 1] i32 token ids
   bool tokens = false;             // result 0 holds token ids (in-step sampling)
-  int num_results = 0;             // 1 + number of states; result 1 + i aliases the i-th Cache/Seen argument
+  int num_outputs = 1;             // graph outputs (results 0 .. num_outputs-1; only segments have several)
+  int num_results = 0;             // num_outputs + number of states; result num_outputs + i aliases the i-th
+                                   // Cache/Seen argument
 };
 
 // Throws Error for an op the emitter cannot lower (none today) or a graph it cannot honour.
