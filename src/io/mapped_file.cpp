@@ -47,7 +47,11 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   if (::fstat(g.fd, &st) != 0) fail_errno(path, "cannot stat", errno);
   if (st.st_size == 0) fail(path, ": file is empty");
   const size_t size = static_cast<size_t>(st.st_size);
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, g.fd, 0);
+  // MAP_POPULATE maps every page now (and reads it when the page cache is cold), so the first forward pass
+  // does not take a page fault per page of weights; loading is when a caller expects the disk to be touched.
+  // Should the kernel refuse it, a plain mapping is just as correct.
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, g.fd, 0);
+  if (p == MAP_FAILED) p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, g.fd, 0);
   if (p == MAP_FAILED) fail_errno(path, "mmap failed", errno);
   return std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(p), size));
 }

@@ -10,8 +10,8 @@ namespace tessera::io {
 
 class MappedFile {
  public:
-  // Maps `path` read-only (MAP_PRIVATE). Throws Error naming the file when it is
-  // missing, a directory, empty, unreadable or cannot be mapped.
+  // Maps `path` read-only (MAP_PRIVATE, pre-faulted with MAP_POPULATE). Throws Error naming the file when it
+  // is missing, a directory, empty, unreadable or cannot be mapped.
   static std::shared_ptr<MappedFile> open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

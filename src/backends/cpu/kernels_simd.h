@@ -33,8 +33,8 @@ namespace tessera::cpu {
 struct VScalar {
   using R = float;
   static constexpr int kLanes = 1;
-  static constexpr int kGemmMR = 4;    // micro-tile rows (of x)
-  static constexpr int kGemmNV = 4;    // micro-tile width in vectors (columns of y)
+  static constexpr int kGemmMR = 4;    // gemm micro-tile rows (of x)
+  static constexpr int kGemmNV = 4;    // gemm micro-tile width in vectors (columns of y)
   static constexpr int kGemvRows = 4;  // x rows handled together by the small-M kernel
   static R zero() { return 0.0f; }
   static R set1(float a) { return a; }
@@ -60,6 +60,8 @@ struct VScalar {
     dst[0] = src[0];
     dst[1] = src[1];
   }
+  // Transposes the kLanes x kLanes matrix held in r (row i = r[i]).
+  static void transpose(R (&)[kLanes]) {}
 };
 
 #if TESSERA_CPU_WIDE
@@ -133,6 +135,23 @@ struct VAvx2 {
     store(dst + 8,
           _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8)));
   }
+  static void transpose(R (&r)[8]) {
+    R t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // per 128-bit lane: columns 4l .. 4l+3 of rows i .. i+3
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+  }
 };
 #pragma GCC pop_options
 
@@ -146,8 +165,8 @@ struct VAvx2 {
 struct VAvx512 {
   using R = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kGemmMR = 6;  // 6 x 2 accumulators (a 6 x 32 tile of y)
-  static constexpr int kGemmNV = 2;
+  static constexpr int kGemmMR = 6;  // 6 x 4 accumulators (a 6 x 64 tile of y) + 4 weights + 1 broadcast
+  static constexpr int kGemmNV = 4;
   static constexpr int kGemvRows = 4;  // 4 x 4 accumulators + 4 weights + 1 input
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float a) { return _mm512_set1_ps(a); }
@@ -203,6 +222,30 @@ struct VAvx512 {
     R a = load(src), b = load(src + 16);
     store(dst, _mm512_permutex2var_ps(a, ie, b));
     store(dst + 16, _mm512_permutex2var_ps(a, io, b));
+  }
+  static void transpose(R (&r)[16]) {
+    R t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  // u[i + c], 128-bit lane l: column 4l + c of rows i .. i+3
+      const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+      const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+      u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int c = 0; c < 4; ++c) {  // a 4 x 4 transpose of 128-bit blocks
+      const R p = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), q = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+      const R rr = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+      const R ss = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+      r[c] = _mm512_shuffle_f32x4(p, rr, 0x88);
+      r[8 + c] = _mm512_shuffle_f32x4(p, rr, 0xdd);
+      r[4 + c] = _mm512_shuffle_f32x4(q, ss, 0x88);
+      r[12 + c] = _mm512_shuffle_f32x4(q, ss, 0xdd);
+    }
   }
 };
 #pragma GCC diagnostic pop
