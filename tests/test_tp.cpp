@@ -336,6 +336,19 @@ TEST(Cli, TpGuideLimitsAndLaunchErrors) {
   EXPECT_NE(r.err.find("--tp-size 3 but this job has 2 MPI ranks"), std::string::npos) << r.err;
 }
 
+// PJRT: under tessera launch each rank drives its own device 0 and the collectives go through MPI on the
+// host.
+TEST(Cli, TpLaunchXlaCpuGreedyTokensMatchOneDevice) {
+  const std::string gen = "generate " + golden::model_path("glm4") +
+                          " --device xla-cpu --json --max-new-tokens 8 --input-ids 1,17,33,250";
+  auto one = tessera::testing::run_cli(gen);
+  if (one.code != 0 && one.err.find("xla-cpu") != std::string::npos) GTEST_SKIP() << one.err;
+  ASSERT_EQ(one.code, 0) << one.err;
+  auto two = tessera::testing::run_cli(launch(2) + gen + " --tp-size 2");
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["ids"], nlohmann::json::parse(two.out)["ids"]);
+}
+
 // The acceptance run: the real model, a text prompt, 2 ranks print what one process prints.
 TEST(Cli, TpLaunchSmolLM2GreedyTextMatchesOneProcess) {
   std::string model;
