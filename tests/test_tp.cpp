@@ -334,6 +334,10 @@ TEST(Cli, TpGuideLimitsAndLaunchErrors) {
                                 " --input-ids 1,2 --tp-size 3 --tp-plan auto");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--tp-size 3 but this job has 2 MPI ranks"), std::string::npos) << r.err;
+  r = tessera::testing::run_cli("launch --no-mpi --nproc-per-node 2 -- " + std::string(TESSERA_CLI_PATH) +
+                                " generate " + glm + " --device xla-cpu --input-ids 1,2 --tp-size 2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("ranks started without MPI (tessera launch --no-mpi)"), std::string::npos) << r.err;
 }
 
 // PJRT: under tessera launch each rank drives its own device 0 and the collectives go through MPI on the

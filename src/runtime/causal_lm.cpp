@@ -301,6 +301,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
     if (opt.device_map != "cpu" && !pjrt_device)
       fail("--tp-size ", dist_cfg.tp_size, " with --device ", opt.device_map,
            ": tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
+    const char* world = std::getenv("WORLD_SIZE");
+    if (pjrt_device && !dist::launched_under_mpi() && world && std::atoi(world) > 1)
+      fail("--tp-size ", dist_cfg.tp_size, " --device ", opt.device_map, ": this process is one of ", world,
+           " ranks started without MPI (tessera launch --no-mpi), so each would run the whole ", dist_cfg.tp_size,
+           "-device job; drop --no-mpi (one device per rank) or run one process without tessera launch");
     if (pjrt_device && !dist::launched_under_mpi()) {
       replicas = dist_cfg.tp_size;
       for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
