@@ -134,6 +134,29 @@ class CpuExecutable : public Executable {
       auto& bl = buffer_last[static_cast<size_t>(buffer[i])];
       bl = std::max(bl, last_use[i]);
     }
+    // Decode steps: sibling matmuls (the same x and weight dtype, e.g. q/k/v or gate/up) run as one
+    // matmul_multi at the first one's position, one fork-join instead of several; their outputs are
+    // therefore allocated there (pass 2), and the others are skipped at run time.
+    siblings_.assign(n, {});
+    fused_away_.assign(n, false);
+    if (g_.key.phase == graph::Phase::Decode) {
+      std::map<int, size_t> first_reader;  // x -> first matmul reading it
+      for (size_t i = 0; i < n; ++i) {
+        const Node& node = g_.nodes[i];
+        if (node.op != Op::MatMul) continue;
+        auto [it, fresh] = first_reader.emplace(node.inputs[0], i);
+        auto& group = siblings_[it->second];
+        if (fresh) {
+          group.push_back(static_cast<int>(i));
+        } else if (group.size() < 8 && g_.at(node.inputs[1]).dtype == g_.at(g_.nodes[it->second].inputs[1]).dtype) {
+          group.push_back(static_cast<int>(i));
+          fused_away_[i] = true;
+        }
+      }
+      for (auto& group : siblings_) {
+        if (group.size() == 1) group.clear();
+      }
+    }
     // Pass 2: bind slots; first-fit allocation, freeing each buffer after its last reader.
     std::vector<size_t> buffer_offset(buffer_size.size(), 0);
     std::vector<std::vector<int>> frees(n + 1);
@@ -172,7 +195,14 @@ class CpuExecutable : public Executable {
           size_t b = static_cast<size_t>(buffer[i]);
           int src = node.inputs.empty() ? -1 : node.inputs[0];
           bool fresh = !(src >= 0 && buffer[static_cast<size_t>(src)] == buffer[i]);
-          if (fresh) buffer_offset[b] = alloc(buffer_size[b]);
+          if (!siblings_[i].empty()) {  // the whole sibling group's outputs, live from here
+            for (int m : siblings_[i]) {
+              const size_t mb = static_cast<size_t>(buffer[static_cast<size_t>(m)]);
+              buffer_offset[mb] = alloc(buffer_size[mb]);
+            }
+          } else if (fresh && !fused_away_[i]) {
+            buffer_offset[b] = alloc(buffer_size[b]);
+          }
           s.kind = Slot::Arena;
           s.offset = buffer_offset[b];
         }
@@ -231,6 +261,11 @@ class CpuExecutable : public Executable {
                       f32(id));
         return;
       case Op::MatMul: {
+        if (fused_away_[static_cast<size_t>(id)]) return;  // computed with its first sibling
+        if (!siblings_[static_cast<size_t>(id)].empty()) {
+          run_siblings(id, rows);
+          return;
+        }
         const Node& w = g_.at(in[1]);
         const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
         // Decode steps stream every weight once per token: bf16 weights may use bf16 dot products there.
@@ -315,6 +350,21 @@ class CpuExecutable : public Executable {
     TS_ASSERT(false, "unhandled op ", graph::op_name(n.op));
   }
 
+  // The sibling matmuls planned at `id` (decode steps), in one kernel call.
+  void run_siblings(int id, int64_t rows) {
+    const auto& group = siblings_[static_cast<size_t>(id)];
+    cpu::MatmulOut outs[8];
+    const Node& w0 = g_.at(g_.at(id).inputs[1]);
+    for (size_t i = 0; i < group.size(); ++i) {
+      const Node& m = g_.at(group[i]);
+      const Node& w = g_.at(m.inputs[1]);
+      outs[i] = {weight(m.inputs[1]), w.shape[0],
+                 m.inputs.size() > 2 ? static_cast<const float*>(weight(m.inputs[2])) : nullptr, f32(group[i])};
+    }
+    cpu::matmul_multi(f32(g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs, static_cast<int>(group.size()),
+                      cpu::Bf16Dot::RoundX);
+  }
+
   // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the row's seen mask [batch, vocab].
   void mark_seen(const Node& n) {
     const int64_t batch = g_.key.batch, seq = g_.key.seq;
@@ -366,6 +416,8 @@ class CpuExecutable : public Executable {
   std::vector<float> gather_;     // AllGather scratch, sized on first use
   int64_t vocab_ = 0;  // sampler state width (graphs with in-step sampling)
   std::vector<Slot> slots_;
+  std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
+  std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
   Tensor arena_;
   const StepInputs* in_ = nullptr;
   CpuCache* cache_ = nullptr;

@@ -37,6 +37,17 @@ enum class Bf16Dot : uint8_t { Exact, RoundX };
 // rounding (above).
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
             float* y, Bf16Dot bf16 = Bf16Dot::Exact);
+// One product of a matmul_multi: y[M, N] = x · w[N, K]^T (+ bias[N]).
+struct MatmulOut {
+  const void* w;
+  int64_t N;
+  const float* bias;  // or nullptr
+  float* y;
+};
+// Several matmuls of the same x (one weight dtype; e.g. q/k/v or gate/up) with the results of matmul() for
+// each, but in one fork-join over the threads where the decode kernel runs (x is prepared once).
+void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
+                  Bf16Dot bf16 = Bf16Dot::Exact);
 // Row count below which Bf16Dot::RoundX rounds x on the active instruction set (0: never).
 int64_t matmul_bf16_dot_rows();
 

@@ -62,7 +62,8 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
 #if TESSERA_CPU_WIDE
     case Isa::Avx512Bf16:
       if (bf16 == Bf16Dot::RoundX && wdt == DType::BF16 && M < kGemmMinRows) {
-        return isa_avx512bf16::matmul_bf16_small_m(x, M, K, static_cast<const uint16_t*>(w), N, bias, y);
+        const MatmulOut out{w, N, bias, y};
+        return isa_avx512bf16::matmul_bf16_small_m(x, M, K, &out, 1);
       }
       return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
     case Isa::Avx512:
@@ -77,6 +78,17 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
     case Isa::Scalar:
       return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y);
   }
+}
+
+void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
+                  Bf16Dot bf16) {
+#if TESSERA_CPU_WIDE
+  if (active_isa() == Isa::Avx512Bf16 && bf16 == Bf16Dot::RoundX && wdt == DType::BF16 && M > 0 &&
+      M < kGemmMinRows && K > 0 && count >= 1 && count <= 8) {
+    return isa_avx512bf16::matmul_bf16_small_m(x, M, K, outs, count);
+  }
+#endif
+  for (int i = 0; i < count; ++i) matmul(x, M, K, outs[i].w, wdt, outs[i].N, outs[i].bias, outs[i].y, bf16);
 }
 
 int64_t matmul_bf16_dot_rows() { return active_isa() == Isa::Avx512Bf16 ? kGemmMinRows : 0; }

@@ -141,19 +141,35 @@ void gemv(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t 
 
 }  // namespace
 
-void matmul_bf16_small_m(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t N,
-                         const float* bias, float* y) {
+void matmul_bf16_small_m(const float* x, int64_t M, int64_t K, const MatmulOut* outs, int count) {
   const int64_t Kp = (K + kStep - 1) / kStep * kStep;
   // bf16 x in a float scratch buffer (two bf16 per float), shared with the workers.
   uint16_t* xb = reinterpret_cast<uint16_t*>(scratch(0, (M * Kp + 1) / 2 + 32));
   round_x(x, M, K, Kp, xb);
-  ThreadPool& pool = ThreadPool::instance();
-  if (M * K * N < 64 * 1024) {
-    gemv(xb, M, Kp, w, K, 0, N, bias, y, N);
+  // Chunks of kChunkRows rows of each output in turn, claimed dynamically by the threads.
+  constexpr int kMaxOuts = 8;
+  TS_ASSERT(count >= 1 && count <= kMaxOuts, "matmul_multi of ", count, " products");
+  int64_t first_chunk[kMaxOuts + 1] = {0};
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) {
+    first_chunk[i + 1] = first_chunk[i] + (outs[i].N + kChunkRows - 1) / kChunkRows;
+    rows += outs[i].N;
+  }
+  auto run_chunks = [&](int64_t c0, int64_t c1) {
+    int i = 0;
+    for (int64_t c = c0; c < c1; ++c) {
+      while (c >= first_chunk[i + 1]) ++i;
+      const MatmulOut& o = outs[i];
+      const int64_t n0 = (c - first_chunk[i]) * kChunkRows;
+      gemv(xb, M, Kp, static_cast<const uint16_t*>(o.w), K, n0, std::min(o.N, n0 + kChunkRows), o.bias, o.y,
+           o.N);
+    }
+  };
+  if (M * K * rows < 64 * 1024) {
+    run_chunks(0, first_chunk[count]);
     return;
   }
-  pool.parallel_chunks(N, kChunkRows,
-                       [&](int64_t n0, int64_t n1) { gemv(xb, M, Kp, w, K, n0, n1, bias, y, N); });
+  ThreadPool::instance().parallel_chunks(first_chunk[count], 1, run_chunks);
 }
 
 }  // namespace isa_avx512bf16

@@ -13,6 +13,8 @@ namespace {
 // How long a worker spins on the generation counter before sleeping. Decode runs dozens of kernels per
 // token with gaps of a few microseconds, so the spin covers those; idle pools fall asleep quickly.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
+// How long run() spins waiting for the workers to finish before it yields its core between checks.
+constexpr auto kJoinSpinTime = std::chrono::microseconds(50);
 
 thread_local bool t_inside_job = false;
 
@@ -130,12 +132,19 @@ void ThreadPool::run(const std::function<void(int tid, int nthreads)>& fn) {
     caller_error = std::current_exception();
   }
   t_inside_job = false;
+  // Spin briefly (workers normally finish within microseconds of the caller), then yield: on a busy machine
+  // a worker may have been preempted, and a spinning caller would keep the core it could run on.
+  std::chrono::steady_clock::time_point spin_until{};
   for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
-    if (i < 100000) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();  // a worker was descheduled; do not burn its core
+    if ((i & 255) == 255) {
+      const auto now = std::chrono::steady_clock::now();
+      if (spin_until == std::chrono::steady_clock::time_point{}) spin_until = now + kJoinSpinTime;
+      if (now > spin_until) {
+        std::this_thread::yield();
+        continue;
+      }
     }
+    cpu_relax();
   }
   job_ = nullptr;
   if (caller_error) std::rethrow_exception(caller_error);
