@@ -49,7 +49,7 @@ using V = VAvx512;
 #endif  // TESSERA_CPU_WIDE
 
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
-            float* y, Bf16Dot bf16) {
+            float* y, [[maybe_unused]] Bf16Dot bf16) {
   TS_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul shape M=", M, " K=", K, " N=", N);
   if (M == 0 || N == 0) return;
   if (K == 0) {  // empty sum
