@@ -1,0 +1,70 @@
+// `tessera launch`: one process per rank with RANK / WORLD_SIZE / LOCAL_RANK / ... set before it starts (the
+// analogue of torchrun and of the Hugging Face TPU guide's launch.py), the device checks made before anything
+// starts, and the supervision contract: a failing rank stops the others and its exit code becomes the
+// launcher's, within seconds, leaving no process behind. See ARCHITECTURE.md ("Launcher").
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::launch {
+
+struct Options {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;  // empty: 127.0.0.1 (required when nnodes > 1)
+  int master_port = 29500;
+  bool use_mpi = true;      // false: --no-mpi, fork/exec the ranks directly
+  bool all_output = false;  // every rank's stdout, lines prefixed "[rank N] " (stderr too)
+  std::string hostfile;     // mpirun --hostfile, for --nnodes > 1 on the mpirun path
+  std::vector<std::string> command;
+};
+
+// Checks the flags (counts, node rank, port, a command, the multi-node requirements). Throws tessera::Error
+// with a one-line message starting "launch: ".
+void validate(const Options& o);
+
+// The value of `--device X` / `--device=X` in the command (the last one), or "cpu" when there is none.
+std::string command_device(const std::vector<std::string>& command);
+
+enum class DeviceKind { kNone, kTpu, kCuda };
+
+// What the ranks of one node get: which accelerator, and the per-rank values derived from it.
+struct DevicePlan {
+  DeviceKind kind = DeviceKind::kNone;
+  std::string device;                 // the command's --device value
+  int count = 0;                      // chips / GPUs found (0 for kNone)
+  std::string found_in;               // where they were counted, e.g. "/dev/accel*"
+  std::string tpu_process_bounds;     // TPU_PROCESS_BOUNDS for nproc_per_node one-chip processes
+  std::vector<std::string> cuda_ids;  // CUDA_VISIBLE_DEVICES value per local rank
+};
+
+// Counts the devices the command's --device asks for on this machine and checks nproc_per_node against
+// them; throws tessera::Error (one line, "launch: ...") when they do not fit. cpu, xla-cpu, pjrt:... accept
+// any count; auto means tpu if TPU chips are present, else cuda if GPUs are, else cpu. Device files are
+// looked up under $TESSERA_LAUNCH_SYSROOT when it is set (test-only: fakes /dev and /proc).
+DevicePlan plan_devices(const Options& o);
+
+struct RankInfo {
+  int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
+};
+
+// The variables a rank gets: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// TESSERA_LAUNCHED=1, and the device's (libtpu's TPU_* / CLOUD_TPU_TASK_ID, or CUDA_VISIBLE_DEVICES).
+std::vector<std::pair<std::string, std::string>> rank_environment(const Options& o, const DevicePlan& plan,
+                                                                  const RankInfo& r);
+
+// The mpirun command line that starts the ranks through `self launch --rank-shim ...`.
+std::vector<std::string> mpirun_command(const Options& o, const std::string& mpirun, const std::string& self);
+
+// Runs the whole launch: validate, device check, start, supervise. Returns the launcher's exit code (0; the
+// first failing rank's code, 128+signal for a signal; 128+signal when the launcher itself was interrupted).
+// Errors before anything starts throw tessera::Error; messages during the run go to stderr.
+int run(const Options& o);
+
+// Inside mpirun: reads OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}, sets the rank's environment and
+// execs the command. Returns only on failure (after printing one line), with the exit code to use.
+int exec_rank_shim(const Options& o);
+
+}  // namespace tessera::launch
