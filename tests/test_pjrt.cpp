@@ -14,6 +14,8 @@
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "golden_util.h"
+#include "runtime/weight_loader.h"
+#include "pjrt_test_util.h"
 #include "io/model_files.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
@@ -28,17 +30,6 @@ using graph::ShapeKey;
 
 namespace {
 
-bool plugin_available() {
-  if (!pjrt::built_with_pjrt()) return false;
-  std::vector<std::string> looked;
-  return pjrt::locate_plugin("xla-cpu", looked).has_value();
-}
-
-#define REQUIRE_XLA_CPU()                                                                              \
-  if (!plugin_available())                                                                             \
-  GTEST_SKIP() << "XLA CPU PJRT plugin not available (pip install xla-cpu-pjrt into .venv via "        \
-                  "scripts/setup.sh, then rebuild)"
-
 // A tiny model loaded the way CausalLM does (config -> architecture -> weights), for driving a backend
 // directly through the Backend interface.
 struct TinyModel {
@@ -52,7 +43,8 @@ struct TinyModel {
     auto cj = nlohmann::json::parse(src->config_json());
     arch = &models::find_architecture(cj["architectures"][0].get<std::string>(), name);
     config = arch->parse_config(cj, name);
-    for (const auto& w : arch->weights(config)) weights.emplace(w.name, src->load(w.name, w.is_vector ? DType::F32 : dtype));
+    size_t bytes = 0;
+    weights = runtime::load_weights(*src, *arch, config, dtype, {}, bytes);
   }
   graph::Graph graph(const ShapeKey& key) const { return arch->build_graph(config, key); }
   std::unique_ptr<backends::DeviceCache> cache(backends::Backend& be, int batch, int len) const {
@@ -208,7 +200,7 @@ TEST(PjrtPlugin, ProbeListsEveryPlatform) {
   auto probes = pjrt::probe_platforms();
   ASSERT_EQ(probes.size(), 3u);
   for (const auto& p : probes) EXPECT_TRUE(p.info.has_value() || !p.error.empty()) << p.device;
-  if (plugin_available()) {
+  if (tessera::testing::xla_cpu_plugin_available()) {
     EXPECT_EQ(probes[2].device, "xla-cpu");
     EXPECT_TRUE(probes[2].info.has_value()) << probes[2].error;
   }

@@ -17,6 +17,7 @@
 
 #include "backends/pjrt/pjrt_info.h"
 #include "golden_util.h"
+#include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -24,17 +25,6 @@ using namespace tessera;
 namespace golden = tessera::golden;
 
 namespace {
-
-bool plugin_available() {
-  if (!pjrt::built_with_pjrt()) return false;
-  std::vector<std::string> looked;
-  return pjrt::locate_plugin("xla-cpu", looked).has_value();
-}
-
-#define REQUIRE_XLA_CPU()                                                                       \
-  if (!plugin_available())                                                                      \
-  GTEST_SKIP() << "XLA CPU PJRT plugin not available (pip install xla-cpu-pjrt into .venv via " \
-                  "scripts/setup.sh, then rebuild)"
 
 const std::vector<int32_t> kPrompt = {1, 5, 9, 33, 70, 2, 41};
 constexpr int kNewTokens = 16;
