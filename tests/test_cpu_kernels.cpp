@@ -17,6 +17,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -428,6 +429,41 @@ TEST(CpuThreadPool, ParallelForCoversRangeOnce) {
       });
       for (auto& s : seen) ASSERT_EQ(s.load(), 1) << "n=" << n << " grain=" << grain;
     }
+  }
+}
+
+TEST(CpuThreadPool, ParallelChunksCoverRangeOnceInterleavedWithRun) {
+  // Chunked jobs (which never wait for a worker that has not joined) back to back with plain run()s, which
+  // every worker must run exactly once: a late worker must neither run a finished chunked job nor skip a
+  // run().
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 2000; ++rep) {
+      const int64_t n = 1 + rep % 37, chunk = 1 + rep % 5;
+      std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+      pool.parallel_chunks(n, chunk, [&](int64_t b, int64_t e) {
+        ASSERT_LT(b, e);
+        ASSERT_LE(e - b, chunk);
+        for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)]++;
+      });
+      for (auto& v : seen) ASSERT_EQ(v.load(), 1) << "n=" << n << " chunk=" << chunk;
+      if (rep % 3 == 0) {
+        std::vector<std::atomic<int>> visits(static_cast<size_t>(threads));
+        pool.run([&](int tid, int nth) {
+          ASSERT_EQ(nth, threads);
+          visits[static_cast<size_t>(tid)]++;
+        });
+        for (auto& v : visits) ASSERT_EQ(v.load(), 1);
+      }
+    }
+    EXPECT_THROW(pool.parallel_chunks(100, 1,
+                                      [](int64_t b, int64_t) {
+                                        if (b == 50) throw std::runtime_error("chunk 50");
+                                      }),
+                 std::runtime_error);
+    std::atomic<int64_t> total{0};
+    pool.parallel_chunks(100, 7, [&](int64_t b, int64_t e) { total += e - b; });
+    EXPECT_EQ(total.load(), 100);
   }
 }
 

@@ -98,6 +98,12 @@ void ThreadPool::worker_main(int tid, uint64_t seen) {
     }
     if (stopping_.load()) return;
     seen = gen;
+    if (gen & 1) {  // chunked: joins only if the job is still open (never waited for)
+      join_chunks(gen);
+      continue;
+    }
+    // A plain job cannot be replaced before every worker ran it (the caller waits on pending_), so job_ is
+    // this generation's.
     t_inside_job = true;
     try {
       (*job_)(tid, num_threads_);
@@ -110,6 +116,41 @@ void ThreadPool::worker_main(int tid, uint64_t seen) {
   }
 }
 
+uint64_t ThreadPool::publish(bool chunked) {
+  const uint64_t gen = ((generation_.load(std::memory_order_relaxed) >> 1) + 1) << 1 | (chunked ? 1 : 0);
+  if (chunked) chunk_state_.store(gen << 16);  // open, nobody joined
+  generation_.store(gen);                      // seq_cst publish (job state becomes visible with it)
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lk(mu_); }  // a worker between its check and its wait holds mu_
+    cv_.notify_all();
+  }
+  return gen;
+}
+
+void ThreadPool::ChunkJob::work() {
+  for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+       c = next.fetch_add(1, std::memory_order_relaxed)) {
+    (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
+  }
+}
+
+void ThreadPool::join_chunks(uint64_t gen) {
+  uint64_t st = chunk_state_.load();
+  for (;;) {
+    if ((st >> 16) != gen || (st & 1)) return;                  // closed, or a later job
+    if (chunk_state_.compare_exchange_weak(st, st + 2)) break;  // joined: the caller now waits for us
+  }
+  t_inside_job = true;
+  try {
+    chunk_job_->work();
+  } catch (...) {
+    std::lock_guard<std::mutex> lk(error_mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+  t_inside_job = false;
+  chunk_state_.fetch_sub(2);
+}
+
 void ThreadPool::run(const std::function<void(int tid, int nthreads)>& fn) {
   if (num_threads_ == 1 || t_inside_job) {
     fn(0, 1);
@@ -119,11 +160,7 @@ void ThreadPool::run(const std::function<void(int tid, int nthreads)>& fn) {
   job_ = &fn;
   error_ = nullptr;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst publish (job_ and pending_ become visible with it)
-  if (sleepers_.load() > 0) {
-    { std::lock_guard<std::mutex> lk(mu_); }  // a worker between its check and its wait holds mu_
-    cv_.notify_all();
-  }
+  publish(false);
   t_inside_job = true;
   std::exception_ptr caller_error;
   try {
@@ -181,13 +218,43 @@ void ThreadPool::parallel_chunks(int64_t n, int64_t chunk,
     fn(0, n);
     return;
   }
-  std::atomic<int64_t> next{0};
-  run([&](int, int) {
-    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
-         c = next.fetch_add(1, std::memory_order_relaxed)) {
-      fn(c * chunk, std::min(n, (c + 1) * chunk));
+  std::lock_guard<std::mutex> one_job(run_mu_);
+  ChunkJob job;
+  job.fn = &fn;
+  job.n = n;
+  job.chunk = chunk;
+  job.chunks = chunks;
+  chunk_job_ = &job;
+  error_ = nullptr;
+  const uint64_t gen = publish(true);
+  t_inside_job = true;
+  std::exception_ptr caller_error;
+  try {
+    job.work();
+  } catch (...) {
+    caller_error = std::current_exception();
+    job.next.store(chunks);  // stop handing out chunks
+  }
+  t_inside_job = false;
+  // Close the job, then wait only for the workers that joined it.
+  uint64_t st = chunk_state_.fetch_or(1) | 1;
+  std::chrono::steady_clock::time_point spin_until{};
+  for (int i = 0; st != ((gen << 16) | 1); ++i) {
+    if ((i & 255) == 255) {
+      const auto now = std::chrono::steady_clock::now();
+      if (spin_until == std::chrono::steady_clock::time_point{}) spin_until = now + kJoinSpinTime;
+      if (now > spin_until) std::this_thread::yield();
     }
-  });
+    cpu_relax();
+    st = chunk_state_.load(std::memory_order_acquire);
+  }
+  chunk_job_ = nullptr;
+  if (caller_error) std::rethrow_exception(caller_error);
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
 }
 
 }  // namespace tessera::cpu

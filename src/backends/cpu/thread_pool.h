@@ -38,20 +38,37 @@ class ThreadPool {
 
   // Covers [0, n) with chunks of `chunk` elements (the last one shorter) that the threads claim from a shared
   // counter, so a thread that starts late or is preempted on a busy machine takes fewer chunks instead of
-  // holding up the others. Runs inline when there is a single chunk.
+  // holding up the others; the caller waits only for workers that took part. Runs inline when there is a
+  // single chunk.
   void parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
   void start(int n);
   void stop();
   void worker_main(int tid, uint64_t seen);
+  uint64_t publish(bool chunked);  // makes the job visible to the workers; returns its generation word
+  void join_chunks(uint64_t gen);  // a worker's part of chunked job `gen`, if it is still open
+
+  // A parallel_chunks job: the caller's state, read only by workers that joined it (see chunk_state_).
+  struct ChunkJob {
+    const std::function<void(int64_t, int64_t)>* fn;
+    int64_t n, chunk, chunks;
+    std::atomic<int64_t> next{0};
+    void work();  // claims chunks until none is left
+  };
 
   int num_threads_ = 1;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};  // bumped once per run(); workers wait for a change
-  std::atomic<int> pending_{0};          // workers that have not finished the current job
-  std::atomic<int> sleepers_{0};         // workers blocked on cv_ (the caller only notifies if > 0)
+  // Generation word, bumped once per job: (sequence << 1) | chunked. Workers wait for a change.
+  std::atomic<uint64_t> generation_{0};
+  // Chunked jobs do not wait for workers that have not started: a worker joins by a CAS on
+  // (generation << 16) | (joined workers << 1) | closed, which fails once the caller has closed the job or
+  // moved on, so a late worker never touches a finished job's state.
+  std::atomic<uint64_t> chunk_state_{0};
+  ChunkJob* chunk_job_ = nullptr;
+  std::atomic<int> pending_{0};   // workers that have not finished the current job
+  std::atomic<int> sleepers_{0};  // workers blocked on cv_ (the caller only notifies if > 0)
   std::atomic<bool> stopping_{false};
   std::mutex run_mu_;  // serialises run() calls from different caller threads
   std::mutex mu_;
