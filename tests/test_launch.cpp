@@ -273,6 +273,9 @@ TEST(Launch, MpirunCommandLine) {
   for (const auto& a : argv) joined += a + " ";
   EXPECT_EQ(argv.front(), "/usr/bin/mpirun");
   EXPECT_NE(joined.find(" --oversubscribe --bind-to none "), std::string::npos) << joined;
+  if (!std::getenv("OMPI_MCA_mpi_yield_when_idle")) {
+    EXPECT_NE(joined.find(" --mca mpi_yield_when_idle 1 "), std::string::npos) << joined;
+  }
   EXPECT_NE(joined.find(" -np 3 "), std::string::npos) << joined;
   EXPECT_NE(joined.find(" --tag-output "), std::string::npos) << joined;
   EXPECT_NE(joined.find(" /x/tessera launch --rank-shim --nproc-per-node 3 --nnodes 1 --master-port 29500 "

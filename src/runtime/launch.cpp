@@ -713,6 +713,11 @@ std::vector<std::string> mpirun_command(const Options& o, const std::string& mpi
                                         const std::string& self) {
   std::vector<std::string> argv = {mpirun, "-q", "--oversubscribe", "--bind-to", "none"};
   if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  // Ranks waiting in a collective yield the core instead of spinning: with more ranks (and their worker
+  // threads) than cores, spinning waiters starve the rank doing the work (SmolLM2, 2 ranks on 2 busy
+  // cores: 8.5 vs 2.8 tokens/s). An explicit OMPI_MCA_mpi_yield_when_idle in the environment wins.
+  if (!std::getenv("OMPI_MCA_mpi_yield_when_idle"))
+    argv.insert(argv.end(), {"--mca", "mpi_yield_when_idle", "1"});
   argv.insert(argv.end(), {"-np", std::to_string(o.nproc_per_node * o.nnodes)});
   if (o.nnodes > 1)
     argv.insert(argv.end(),
