@@ -45,6 +45,9 @@ struct CausalLM::Impl {
   std::vector<int> buckets;  // ascending prefill lengths; empty = exact prompt length
   bool device_sampling = false;  // PJRT devices: the compiled step samples and returns token ids
   bool first_generate_done = false;
+  // One of several processes of a tensor-parallel job (MPI): rank 0's chosen tokens are sent to every rank, so the
+  // ranks stay in step even if their logits were ever to differ in the last bit.
+  std::shared_ptr<backends::Communicator> comm;
 
   graph::Graph build(const ShapeKey& key) const {
     ShapeKey k = key;  // one model instance is one rank: the layout comes from the config
@@ -318,6 +321,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
     }
   }
   impl->backend = make_backend(opt.device_map, comm, replicas);
+  impl->comm = comm;
   graph::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;
   if (cache_opt.disk_dir.empty())
@@ -512,6 +516,7 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
       if (finished[static_cast<size_t>(b)]) tok = pad_id;
       next[static_cast<size_t>(b)] = tok;
     }
+    if (m.comm) m.comm->broadcast(next.data(), next.size() * sizeof(int32_t), 0);
     bool all_done = true;
     for (int b = 0; b < batch; ++b) {
       out.sequences[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);
