@@ -297,6 +297,37 @@ class PjrtBackendImpl : public PjrtBackend {
     return seen;
   }
 
+  // A non-weight argument of a program that runs one piece of a step on device 0 (op by op, or a segment between
+  // collectives): a step input is uploaded once per step (memoised in `uploaded`, by input kind); the KV cache
+  // and sampler state are donated. `what`, `key` and `name` make the error message for an input of the wrong size.
+  PJRT_Buffer* bind_piece_arg(const StablehloArg& a, const StepInputs& in, PjrtCache& cache,
+                              std::unordered_map<int, BufferHandle>& uploaded, std::vector<BufferHandle*>& donated,
+                              const char* what, const graph::ShapeKey& key, const std::string& name) {
+    switch (a.kind) {
+      case StablehloArg::Input: {
+        auto& buf = uploaded[static_cast<int>(a.input)];
+        if (!buf) {
+          const auto& v = step_input(in, a.input);
+          if (static_cast<int64_t>(v.size()) != a.shape[0])
+            fail(what, " ", key.str(), ": input '", name, "' has ", v.size(), " values, expected ", a.shape[0]);
+          buf = client_.upload(v.data(), PJRT_Buffer_Type_S32, a.shape);
+          stats_.h2d_bytes += v.size() * sizeof(int32_t);
+        }
+        return buf.get();
+      }
+      case StablehloArg::Cache:
+        donated.push_back(&cache.at(0, a.layer, a.which));
+        return donated.back()->get();
+      case StablehloArg::Seen:
+        donated.push_back(&seen_state(cache, 0, a.shape));
+        return donated.back()->get();
+      case StablehloArg::Weight:
+        break;
+    }
+    TS_ASSERT(false, "bind_piece_arg: weights are bound by the caller");
+    return nullptr;
+  }
+
   std::vector<uintptr_t> cache_addresses(const DeviceCache& base) const override {
     const PjrtCache& c = own(base);
     std::vector<uintptr_t> out;
@@ -502,27 +533,9 @@ class PjrtOpByOpExecutable : public Executable {
             TS_ASSERT(args[i], "op-by-op: operand of ", g_.at(st.node).name, " not computed");
             break;
           }
-          case StablehloArg::Input: {
-            auto& buf = uploaded[static_cast<int>(a.input)];
-            if (!buf) {
-              const auto& v = step_input(in, a.input);
-              if (static_cast<int64_t>(v.size()) != a.shape[0])
-                fail("PJRT op-by-op ", g_.key.str(), ": input '", g_.at(st.node).name, "' has ", v.size(),
-                     " values, expected ", a.shape[0]);
-              buf = be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape);
-              be_.stats().h2d_bytes += v.size() * sizeof(int32_t);
-            }
-            args[i] = buf.get();
-            break;
-          }
-          case StablehloArg::Cache:
-            donated.push_back(&cache.at(0, a.layer, a.which));
-            args[i] = donated.back()->get();
-            break;
-          case StablehloArg::Seen:
-            donated.push_back(&be_.seen_state(cache, 0, a.shape));
-            args[i] = donated.back()->get();
-            break;
+          default:
+            args[i] = be_.bind_piece_arg(a, in, cache, uploaded, donated, "PJRT op-by-op", g_.key,
+                                         g_.at(st.node).name);
         }
       }
       BufferHandle out = std::move(execute_loaded(be_.plugin(), be_.op_executable(st.prog.text), {args},
@@ -844,27 +857,8 @@ class PjrtSegmentedExecutable : public Executable {
               TS_ASSERT(args[i], "segmented step: value of ", g_.at(src.node).name, " not computed");
               break;
             }
-            case StablehloArg::Input: {
-              auto& buf = uploaded[static_cast<int>(a.input)];
-              if (!buf) {
-                const auto& v = step_input(in, a.input);
-                if (static_cast<int64_t>(v.size()) != a.shape[0])
-                  fail("PJRT step ", g_.key.str(), ": input '", a.name, "' has ", v.size(),
-                       " values, expected ", a.shape[0]);
-                buf = be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape);
-                st.h2d_bytes += v.size() * sizeof(int32_t);
-              }
-              args[i] = buf.get();
-              break;
-            }
-            case StablehloArg::Cache:
-              donated.push_back(&cache.at(0, a.layer, a.which));
-              args[i] = donated.back()->get();
-              break;
-            case StablehloArg::Seen:
-              donated.push_back(&be_.seen_state(cache, 0, a.shape));
-              args[i] = donated.back()->get();
-              break;
+            default:
+              args[i] = be_.bind_piece_arg(a, in, cache, uploaded, donated, "PJRT step", g_.key, a.name);
           }
         }
         auto results =
