@@ -9,6 +9,7 @@
 
 #include "cli_util.h"
 #include "golden_util.h"
+#include "pjrt_test_util.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "io/model_files.h"
 #include "tessera/error.h"
@@ -109,13 +110,9 @@ TEST(Cli, DevicesListsTheCpu) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["devices"][0]["kind"], "cpu");
 }
 
-bool have_xla_cpu() {
-  std::vector<std::string> looked;
-  return tessera::pjrt::built_with_pjrt() && tessera::pjrt::locate_plugin("xla-cpu", looked).has_value();
-}
-
 TEST(Cli, XlaCpuGreedyTextEqualsNativeOnSmolLM2) {
-  if (!have_xla_cpu() || smollm2().empty()) GTEST_SKIP() << "needs the xla-cpu plugin and SmolLM2 (scripts/setup.sh)";
+  if (!tessera::testing::xla_cpu_plugin_available() || smollm2().empty())
+    GTEST_SKIP() << "needs the xla-cpu plugin and SmolLM2 (scripts/setup.sh)";
   const std::string args = "generate --dtype float32 --max-new-tokens 32 --json --prompt 'The capital of France is'";
   Result native = run(args + " --device cpu");
   Result xla = run(args + " --device xla-cpu");
@@ -147,7 +144,7 @@ TEST(Cli, AutoDeviceSaysWhatItChose) {
 }
 
 TEST(Cli, DevicesListsXlaCpu) {
-  if (!have_xla_cpu()) GTEST_SKIP() << "xla-cpu plugin not installed";
+  if (!tessera::testing::xla_cpu_plugin_available()) GTEST_SKIP() << "xla-cpu plugin not installed";
   Result r = run("devices --json");
   ASSERT_EQ(r.code, 0) << r.err;
   bool found = false;

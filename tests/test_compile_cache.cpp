@@ -10,6 +10,7 @@
 
 #include "backends/pjrt/pjrt_info.h"
 #include "golden_util.h"
+#include "pjrt_test_util.h"
 #include "graph/compile_cache.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -19,13 +20,6 @@ namespace golden = tessera::golden;
 namespace fs = std::filesystem;
 
 namespace {
-
-bool have_xla_cpu() {
-  std::vector<std::string> looked;
-  return pjrt::built_with_pjrt() && pjrt::locate_plugin("xla-cpu", looked).has_value();
-}
-#define REQUIRE_XLA_CPU() \
-  if (!have_xla_cpu()) GTEST_SKIP() << "XLA CPU PJRT plugin not available (scripts/setup.sh, then rebuild)"
 
 CausalLM load(const std::string& device, const std::string& buckets = "auto", const std::string& disk = "",
               int max_recompiles = -1) {
@@ -87,9 +81,9 @@ TEST(Buckets, PaddedPrefillGivesTheSameTokens) {
     EXPECT_EQ(b.prefill_len, len <= 16 ? 16 : 64);
     EXPECT_EQ(b.prompt_tokens, len);
   }
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   auto c = bucketed.generate({prompt(70)}, {}, greedy(2));
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(c.prefill_len, 70);
   EXPECT_NE(err.find("longer than the largest bucket (64)"), std::string::npos) << err;
 }
@@ -190,9 +184,9 @@ TEST(DiskCache, CorruptForeignAndOtherPluginEntriesRecompile) {
     fs::create_directories(dir);
     std::ofstream(where, std::ios::binary) << content;
     CausalLM m = load("xla-cpu", "16", dir);
-    testing::internal::CaptureStderr();
+    ::testing::internal::CaptureStderr();
     auto out = m.generate({ids}, {}, greedy(1));
-    const std::string err = testing::internal::GetCapturedStderr();
+    const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_EQ(out.sequences[0], expect);
     EXPECT_EQ(out.compiles.compiles, 1) << expect_reason;
     EXPECT_EQ(out.compiles.disk_hits, 0) << expect_reason;
@@ -225,11 +219,11 @@ TEST(DiskCache, NativeCpuSaysItKeepsNoDiskCacheAndUnwritableDirOnlyWarns) {
   auto out = m.generate({prompt(4)}, {}, greedy(2));
   ASSERT_FALSE(out.compiles.misses.empty());
   EXPECT_NE(out.compiles.misses[0].find("keeps no on-disk cache"), std::string::npos) << out.compiles.misses[0];
-  if (!have_xla_cpu()) return;
+  if (!tessera::testing::xla_cpu_plugin_available()) return;
   CausalLM x = load("xla-cpu", "16", "/proc/tessera_no_such_dir");
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   auto y = x.generate({prompt(4)}, {}, greedy(1));
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(y.compiles.compiles, 1);
   EXPECT_NE(err.find("compile cache: not saved"), std::string::npos) << err;
 }

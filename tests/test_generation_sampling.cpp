@@ -12,6 +12,7 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "generation/sampler.h"
 #include "golden_util.h"
+#include "pjrt_test_util.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "tessera/error.h"
@@ -21,13 +22,6 @@ using namespace tessera;
 namespace golden = tessera::golden;
 
 namespace {
-
-bool have_xla_cpu() {
-  std::vector<std::string> looked;
-  return pjrt::built_with_pjrt() && pjrt::locate_plugin("xla-cpu", looked).has_value();
-}
-#define REQUIRE_XLA_CPU() \
-  if (!have_xla_cpu()) GTEST_SKIP() << "XLA CPU PJRT plugin not available (scripts/setup.sh, then rebuild)"
 
 std::vector<int32_t> to32(const nlohmann::json& j) {
   auto v = golden::ids(j);
