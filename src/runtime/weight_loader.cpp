@@ -49,6 +49,12 @@ void validate_checkpoint(const io::WeightSource& src, const models::Architecture
     fail(src.origin(), ": GGUF tensors not supported yet: ", join_names(src.unmapped_tensors(), 5));
 }
 
+Tensor owned_copy(const Tensor& t) {
+  Tensor copy = Tensor::empty(t.dtype, t.shape);
+  std::memcpy(copy.data, t.data, t.nbytes());
+  return copy;
+}
+
 bool stored_as(const std::string& stored_type, DType dt) {
   return (stored_type == "F32" && dt == DType::F32) || (stored_type == "BF16" && dt == DType::BF16) ||
          (stored_type == "F16" && dt == DType::F16);
@@ -119,16 +125,15 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     bool only_zeros = c.tp.rank != 0;
     for (const auto* n : views) only_zeros = only_zeros && n->view.rank0_only;
     Tensor full = only_zeros ? Tensor{dt, views.front()->view.stored, nullptr, nullptr} : src.load(name, dt);
-    if (mapped && !zero_copy && !only_zeros) {  // own the whole tensor, so the mapping is not kept for it
-      Tensor copy = Tensor::empty(full.dtype, full.shape);
-      std::memcpy(copy.data, full.data, full.nbytes());
-      full = std::move(copy);
-    }
-    // When some node reads the whole tensor (a tied embedding), the others' row blocks alias it.
+    // When some node reads the whole tensor (a tied embedding), the others' row blocks alias it; from a GGUF it
+    // is owned first, so they alias that copy and not the mapping.
     bool whole_kept = false;
     for (const auto* n : views) whole_kept = whole_kept || n->view.whole();
+    const bool unmap = mapped && !zero_copy && !only_zeros;  // a GGUF tensor stored as-is: must not keep the mapping
+    if (unmap && whole_kept) full = owned_copy(full);
     for (const auto* n : views) {
       Tensor t = apply_view(full, n->view, n->shape, c.tp.rank, zero_copy || whole_kept);
+      if (unmap && !whole_kept && t.owner == full.owner) t = owned_copy(t);  // a view apply_view passed through
       const bool aliases = whole_kept && !n->view.whole() && t.owner == full.owner && full.owner;
       if (!aliases) bytes += t.nbytes();
       weights.emplace(graph::weight_key(*n), std::move(t));
