@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
 #include "backends/cpu/thread_pool.h"
+#include "runtime/bench_machine.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
 
@@ -38,19 +39,6 @@ double time_it(int reps, const Fn& fn) {
   return t[t.size() / 2];
 }
 
-double read_bandwidth_gbs(size_t bytes) {
-  std::vector<float> buf(bytes / 4, 1.0f);
-  std::vector<double> sums(64);
-  ThreadPool& pool = ThreadPool::instance();
-  double s = time_it(5, [&] {
-    pool.run([&](int tid, int nth) {
-      const size_t n = buf.size(), b = n * tid / nth, e = n * (tid + 1) / nth;
-      sums[tid] = vec_ops().sumsq(buf.data() + b, static_cast<int64_t>(e - b));  // vectorised read
-    });
-  });
-  return static_cast<double>(bytes) / s / 1e9;
-}
-
 double fork_join_ns() {
   ThreadPool& pool = ThreadPool::instance();
   const int n = 20000;
@@ -68,20 +56,22 @@ void bench_matmul(const MatShape& s, DType dt, bool quick) {
   const size_t wbytes = static_cast<size_t>(s.K * s.N) * dtype_size(dt);
   // Enough distinct weight copies to exceed the last-level cache, so M=1 measures memory streaming.
   const size_t copies = std::max<size_t>(1, (quick ? 64u : 256u) * 1024 * 1024 / wbytes);
-  std::vector<uint8_t> w(wbytes * copies);
-  for (size_t i = 0; i < w.size() / 2; ++i)
-    reinterpret_cast<uint16_t*>(w.data())[i] = static_cast<uint16_t>(0x3c00 + (i % 7));
+  // Allocated as the loader allocates weights (Tensor::empty: 2 MiB pages where the kernel grants them).
+  Tensor wt = Tensor::empty(DType::BF16, {static_cast<int64_t>(wbytes * copies / 2)});
+  uint8_t* w_bytes = static_cast<uint8_t*>(wt.data);
+  for (size_t i = 0; i < wbytes * copies / 2; ++i)
+    reinterpret_cast<uint16_t*>(w_bytes)[i] = static_cast<uint16_t>(0x3c00 + (i % 7));
   if (dt == DType::F32) {
-    for (size_t i = 0; i < w.size() / 4; ++i)
-      reinterpret_cast<float*>(w.data())[i] = 0.01f * static_cast<float>(i % 5);
+    for (size_t i = 0; i < wbytes * copies / 4; ++i)
+      reinterpret_cast<float*>(w_bytes)[i] = 0.01f * static_cast<float>(i % 5);
   }
   std::vector<float> x(static_cast<size_t>(512 * s.K), 0.5f), y(static_cast<size_t>(512 * s.N));
   size_t c = 0;
   double t1 = time_it(quick ? 20 : 200, [&] {
-    matmul(x.data(), 1, s.K, w.data() + (c++ % copies) * wbytes, dt, s.N, nullptr, y.data());
+    matmul(x.data(), 1, s.K, w_bytes + (c++ % copies) * wbytes, dt, s.N, nullptr, y.data(), Bf16Dot::RoundX);
   });
   double t512 =
-      time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w.data(), dt, s.N, nullptr, y.data()); });
+      time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w_bytes, dt, s.N, nullptr, y.data()); });
   std::printf("  %-22s %-8s M=1: %7.1f us  %6.1f GB/s of weights   M=512: %8.2f ms  %6.1f GFLOP/s\n", s.name,
               dtype_name(dt), t1 * 1e6, wbytes / t1 / 1e9, t512 * 1e3, 2.0 * 512 * s.K * s.N / t512 / 1e9);
 }
@@ -121,7 +111,7 @@ int run(int argc, char** argv) {
     }
   }
   std::printf("isa %s, %d threads\n", isa_name(active_isa()), ThreadPool::instance().num_threads());
-  std::printf("  read bandwidth: %.1f GB/s\n", read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20));
+  std::printf("  read bandwidth: %.1f GB/s\n", tessera::bench::read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20, 5));
   std::printf("  thread-pool fork-join: %.0f ns\n", fork_join_ns());
   const MatShape shapes[] = {{"smollm2 q 576x576", 576, 576},
                              {"smollm2 up 576x1536", 576, 1536},

@@ -31,7 +31,8 @@ struct Tensor {
   template <typename T>
   T* ptr() const { return static_cast<T*>(data); }
 
-  // A new zero-filled tensor owning its memory (64-byte aligned).
+  // A new zero-filled tensor owning its memory (64-byte aligned; from 2 MiB up, 2 MiB-aligned and backed by
+  // transparent huge pages where the kernel allows them).
   static Tensor empty(DType dt, Shape shape);
   // A view of external memory kept alive by `owner`.
   static Tensor view(DType dt, Shape shape, void* data, std::shared_ptr<void> owner);

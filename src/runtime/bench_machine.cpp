@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
@@ -121,7 +122,11 @@ double peak_gflops(Loop loop, double flops_per_instr, double seconds) {
 }  // namespace
 
 double read_bandwidth_gbs(size_t bytes, int reps) {
-  std::vector<float> buf(bytes / sizeof(float), 1.0f);  // [bytes / 4], touched once so pages exist
+  // Allocated as weights are (Tensor::empty: 2 MiB pages where granted), so the limit is the one the decode
+  // kernels could reach; touched once so the pages exist.
+  Tensor storage = Tensor::empty(DType::F32, {static_cast<int64_t>(bytes / sizeof(float))});
+  const std::span<float> buf(storage.ptr<float>(), bytes / sizeof(float));
+  std::fill(buf.begin(), buf.end(), 1.0f);
   std::vector<double> sums(1024);                       // one result per thread
   cpu::ThreadPool& pool = cpu::ThreadPool::instance();
   auto pass = [&] {

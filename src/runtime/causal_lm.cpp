@@ -269,6 +269,7 @@ std::unique_ptr<backends::Backend> make_backend(const std::string& device,
 
 CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const LoadOptions& opt) {
   auto src = io::open_checkpoint(path);
+  const std::string origin = src->origin();
   auto impl = std::make_unique<CausalLM::Impl>();
   const std::string cfg_origin = src->origin() + " (config)";
   nlohmann::json cj;
@@ -349,12 +350,15 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       if (r == 0) bytes = rank_bytes;
     }
   } else {
-    impl->backend->bind_weights(
-        runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes));
+    backends::WeightMap weights = runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes);
+    // The checkpoint is closed before binding: a GGUF's weights are all owned copies, so its mapping can go
+    // before the cpu backend packs them into its arena (peak memory: two copies at most, not three).
+    src.reset();
+    impl->backend->bind_weights(std::move(weights));
   }
   malloc_trim(0);  // give back the heap that converted / dequantised full tensors used before being sliced
   impl->info = ModelInfo{impl->arch->name,
-                         src->origin(),
+                         origin,
                          impl->backend->name(),
                          dtype,
                          impl->config.num_layers,

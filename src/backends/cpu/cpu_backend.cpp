@@ -423,12 +423,70 @@ class CpuExecutable : public Executable {
   CpuCache* cache_ = nullptr;
 };
 
+// Copies the weights into one arena (Tensor::empty: 2 MiB pages where granted). Decode reads every weight
+// once per token, and most matrices of a small model are under 2 MiB, so on their own (heap blocks, file
+// mappings) they sit on 4 KiB pages: measured on the 2-core EPYC, SmolLM2's layer matmuls streamed 20-26 GB/s
+// from those and its 56 MB LM head 39 GB/s from huge pages. Tensors that share memory (a tied table and the
+// row blocks that alias it; neighbours in one file mapping) are copied as one range, so they still share it.
+// Each source range is released as soon as its tensors point into the arena.
+WeightMap pack_weights(WeightMap weights) {
+  struct Use {
+    Tensor* t;
+    uintptr_t begin, end;
+  };
+  std::vector<Use> uses;
+  for (auto& [key, t] : weights) {
+    if (t.data == nullptr || t.nbytes() == 0) continue;  // never read (zeros), nothing to move
+    const auto b = reinterpret_cast<uintptr_t>(t.data);
+    uses.push_back({&t, b, b + t.nbytes()});
+  }
+  // Ranges: uses of one owner whose bytes overlap or touch, merged.
+  std::sort(uses.begin(), uses.end(), [](const Use& a, const Use& b) {
+    const void* oa = a.t->owner.get();
+    const void* ob = b.t->owner.get();
+    return oa != ob ? std::less<const void*>()(oa, ob) : a.begin < b.begin;
+  });
+  struct Range {
+    uintptr_t begin, end;
+    size_t first, last;  // uses[first, last)
+    size_t offset = 0;   // in the arena
+  };
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    const bool joins = !ranges.empty() && uses[i].t->owner.get() == uses[ranges.back().first].t->owner.get() &&
+                       uses[i].begin <= ranges.back().end;
+    if (joins) {
+      ranges.back().end = std::max(ranges.back().end, uses[i].end);
+      ranges.back().last = i + 1;
+    } else {
+      ranges.push_back({uses[i].begin, uses[i].end, i, i + 1});
+    }
+  }
+  size_t total = 0;
+  for (Range& r : ranges) {
+    r.offset = total;
+    total += (r.end - r.begin + 63) / 64 * 64;
+  }
+  if (total == 0) return weights;
+  const Tensor arena = Tensor::empty(DType::BF16, {static_cast<int64_t>(total / 2)});
+  auto* base = static_cast<uint8_t*>(arena.data);
+  for (const Range& r : ranges) {
+    std::memcpy(base + r.offset, reinterpret_cast<const void*>(r.begin), r.end - r.begin);
+    for (size_t i = r.first; i < r.last; ++i) {
+      Tensor& t = *uses[i].t;
+      t.data = base + r.offset + (uses[i].begin - r.begin);
+      t.owner = arena.owner;  // the last use of a source range lets it go
+    }
+  }
+  return weights;
+}
+
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
   std::string name() const override { return "cpu"; }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
-  void bind_weights(WeightMap weights) override { weights_ = std::move(weights); }
+  void bind_weights(WeightMap weights) override { weights_ = pack_weights(std::move(weights)); }
   std::unique_ptr<Executable> compile(const Graph& g) override {
     return std::make_unique<CpuExecutable>(g, weights_, comm_.get());
   }
