@@ -56,6 +56,9 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--repeats", flags->o.repeats, "Runs (each loads the model afresh); medians are reported (default 3)")
       ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--exact-bf16-matmul", flags->o.exact_bf16_matmul,
+                "bfloat16 weights: keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 "
+                "dot products");
   cmd->add_flag("--json", flags->json, "Print one JSON object");
   cmd->add_flag("--quick", flags->quick, "CI mode: 16-token prompt, 8 new tokens, 1 run, short machine probes");
   cmd->callback([flags, cmd] {

@@ -39,6 +39,7 @@ struct ModelFlags {
   int tp_size = 1;
   std::string tp_plan;               // FILE.json or "auto"
   std::vector<std::string> tp_rules;  // PATTERN=STYLE
+  bool exact_bf16_matmul = false;
 };
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
@@ -52,6 +53,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
                   "Device: cpu (native, default), xla-cpu, tpu, cuda, pjrt:/path/plugin.so, or auto (TPU, then GPU, "
                   "then cpu; says what it found)");
   cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
+  cmd->add_flag("--exact-bf16-matmul", f.exact_bf16_matmul,
+                "bfloat16 weights on the cpu device: keep matmul inputs float32 instead of rounding them to "
+                "bfloat16 for AVX512-BF16 dot products (about half the prompt speed; decode about the same)");
   cmd->add_option("--threads", f.threads,
                   "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
                   "divided by the ranks on this node)")
@@ -106,6 +110,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   if (!f.dtype.empty()) opt.dtype = parse_dtype(f.dtype);
   opt.device_map = f.device;
   opt.distributed = distributed_config(f);
+  opt.exact_bf16_matmul = f.exact_bf16_matmul;
   if (!f.quiet && isatty(STDERR_FILENO)) {
     opt.progress = [](size_t done, size_t total) {
       const int width = 30;

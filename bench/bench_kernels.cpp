@@ -71,7 +71,7 @@ void bench_matmul(const MatShape& s, DType dt, bool quick) {
     matmul(x.data(), 1, s.K, w_bytes + (c++ % copies) * wbytes, dt, s.N, nullptr, y.data(), Bf16Dot::RoundX);
   });
   double t512 =
-      time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w_bytes, dt, s.N, nullptr, y.data()); });
+      time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w_bytes, dt, s.N, nullptr, y.data(), Bf16Dot::RoundX); });
   std::printf("  %-22s %-8s M=1: %7.1f us  %6.1f GB/s of weights   M=512: %8.2f ms  %6.1f GFLOP/s\n", s.name,
               dtype_name(dt), t1 * 1e6, wbytes / t1 / 1e9, t512 * 1e3, 2.0 * 512 * s.K * s.N / t512 / 1e9);
 }

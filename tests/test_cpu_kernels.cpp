@@ -6,8 +6,8 @@
 //  * matmul: |y - ref| <= 1e-6 * sqrt(K) * rss(x_k * w_k, bias) + 2^-23 |ref| for every weight dtype: f32
 //  accumulation
 //    of K products with round-off growing like sqrt(K) (the typical error is ~20x below this); rounding x
-//    to bf16 would exceed it by ~100x, so the test catches that. Bf16Dot::RoundX with bf16 weights at
-//    M < matmul_bf16_dot_rows() (avx512bf16) is checked against a reference whose x is rounded to bf16.
+//    to bf16 would exceed it by ~100x, so the test catches that. Bf16Dot::RoundX with bf16 weights where
+//    matmul_rounds_bf16() (avx512bf16) is checked against a reference whose x is rounded to bf16.
 //  * rms_norm, rope, attention, softmax: 1e-5 relative to the row/head scale (+1e-6 absolute).
 //  * swiglu: 2e-6 relative (+1e-30 absolute): exp is a ~1 ulp polynomial on the vector paths.
 //  * add, embedding, argmax: exact.
@@ -93,7 +93,7 @@ void check_matmul(int64_t M, int64_t K, int64_t N, DType dt, bool with_bias, uin
   std::vector<float> bias = random_vec(N, seed + 2);      // [N]
   std::vector<float> y(static_cast<size_t>(M * N), NAN);  // [M, N]
   matmul(x.data(), M, K, w.raw.data(), dt, N, with_bias ? bias.data() : nullptr, y.data(), mode);
-  if (mode == Bf16Dot::RoundX && dt == DType::BF16 && M < matmul_bf16_dot_rows()) {
+  if (mode == Bf16Dot::RoundX && dt == DType::BF16 && matmul_rounds_bf16()) {
     for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));  // what the bf16 dot-product kernel multiplies
   }
   for (int64_t m = 0; m < M; ++m) {
@@ -150,6 +150,20 @@ TEST_P(CpuKernels, MatmulBf16DecodeShapes) {
   }
 }
 
+TEST_P(CpuKernels, MatmulBf16PrefillShapes) {
+  // The prefill gemm of RoundX: row tiles of 6 with remainders, K tails inside a 32-value step and past one
+  // 512-value block, N past whole 16-column vectors and 64-column panels (split over the threads).
+  uint32_t seed = 500;
+  for (int64_t M : {8, 13, 64}) {
+    for (int64_t K : {2, 33, 95, 512, 577, 1100}) {
+      for (int64_t N : {1, 17, 65, 130}) {
+        ++seed;
+        check_matmul(M, K, N, DType::BF16, (seed & 1) != 0, seed, Bf16Dot::RoundX);
+      }
+    }
+  }
+}
+
 TEST_P(CpuKernels, MatmulMultiEqualsSeparateMatmuls) {
   // q/k/v-like products of one x in one call give exactly what separate calls give (same kernels).
   for (DType dt : {DType::BF16, DType::F32}) {
@@ -180,11 +194,11 @@ TEST_P(CpuKernels, MatmulMultiEqualsSeparateMatmuls) {
   }
 }
 
-TEST(CpuKernelsIsa, Bf16DotRowsOnlyOnAvx512Bf16) {
+TEST(CpuKernelsIsa, Bf16RoundingOnlyOnAvx512Bf16) {
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
     if (!isa_supported(isa)) continue;
     set_isa(isa);
-    EXPECT_EQ(matmul_bf16_dot_rows() > 0, isa == Isa::Avx512Bf16) << isa_name(isa);
+    EXPECT_EQ(matmul_rounds_bf16(), isa == Isa::Avx512Bf16) << isa_name(isa);
   }
   set_isa(best_isa());
 }

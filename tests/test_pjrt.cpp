@@ -242,7 +242,8 @@ TEST_P(PjrtForward, Float32LogitsMatchTransformers) {
   }
 }
 
-// bf16/f16 weights: both backends round only the weights and compute in f32, so they agree to f32 noise.
+// bf16/f16 weights: both backends round only the weights and compute in f32 (the native backend with
+// exact_bf16_matmul: by default it rounds bf16 matmul inputs on AVX512-BF16 CPUs), so they agree to f32 noise.
 TEST(PjrtForwardHalf, HalfPrecisionWeightsMatchNative) {
   REQUIRE_XLA_CPU();
   for (auto [name, dt] : {std::pair{"qwen3_untied", DType::BF16}, std::pair{"llama_gqa", DType::F16}}) {
@@ -256,7 +257,7 @@ TEST(PjrtForwardHalf, HalfPrecisionWeightsMatchNative) {
       in.slots.push_back(i);
     }
     std::vector<float> native, xla;
-    auto cpu = backends::make_cpu_backend();
+    auto cpu = backends::make_cpu_backend(nullptr, /*exact_bf16_matmul=*/true);
     cpu->bind_weights(m.weights);
     cpu->compile(m.graph(key))->run(in, *m.cache(*cpu, 1, n), native);
     auto be = backends::make_pjrt_backend("xla-cpu");

@@ -45,6 +45,12 @@ struct LoadOptions {
   int max_recompiles = -1;
   bool verbose_compiles = false;  // say every compile-cache miss and why on stderr (also $TESSERA_VERBOSE=1)
   DistributedConfig distributed;
+  // Native cpu backend, bfloat16 weights, CPUs with AVX512-BF16: matmuls round their float32 inputs to bfloat16
+  // and multiply with vdpbf16ps (products exact, sums in float32), as llama.cpp does and as Transformers' bf16
+  // (which rounds every activation) implies. true keeps the inputs float32 and widens the weights instead:
+  // about half the prompt-processing speed, decode about the same (it is bound by memory). No effect on other
+  // CPUs, dtypes or devices.
+  bool exact_bf16_matmul = false;
   // Called after each tensor is loaded: (tensors done, tensors total).
   std::function<void(size_t, size_t)> progress;
 };

@@ -74,6 +74,7 @@ class Backend {
 
 class Communicator;
 // `comm`: the tensor-parallel group for graphs with tp_size > 1 (nullptr: single rank).
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr);
+// exact_bf16_matmul: see LoadOptions::exact_bf16_matmul.
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr, bool exact_bf16_matmul = false);
 
 }  // namespace tessera::backends

@@ -9,7 +9,8 @@
 namespace tessera::bench {
 
 // GB/s (1e9 bytes/s) of a multi-threaded streaming read of a `bytes`-sized buffer (make it much larger than
-// the last-level cache), on the CPU thread pool's threads; median of `reps` timed passes after a warm-up.
+// the last-level cache), on the CPU thread pool's threads; the fastest of `reps` timed passes after a warm-up
+// (a ceiling, like the FLOP probes: the fractions of it that the benchmark reports are then conservative).
 double read_bandwidth_gbs(size_t bytes, int reps);
 
 // Peak float32 GFLOP/s: each pool thread runs a register-resident loop of independent FMAs (AVX-512 when

@@ -80,6 +80,7 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
   RunTimes t;
   LoadOptions lo;
   lo.dtype = o.dtype;
+  lo.exact_bf16_matmul = o.exact_bf16_matmul;
   const auto t_load = clock::now();
   CausalLM model = AutoModelForCausalLM::from_pretrained(path, lo);
   t.load_s = seconds_since(t_load);

@@ -21,6 +21,7 @@ struct BenchOptions {
   size_t bandwidth_bytes = size_t{512} << 20;  // read-bandwidth buffer
   double peak_seconds = 0.6;                   // per FLOP probe
   bool probe_machine = true;
+  bool exact_bf16_matmul = false;  // LoadOptions::exact_bf16_matmul
 };
 
 // One repeat.

@@ -222,8 +222,9 @@ namespace {
 // graphs in segments around host collectives), or `replicas` > 1 (one process driving that many PJRT
 // devices).
 std::unique_ptr<backends::Backend> make_backend(const std::string& device,
-                                                std::shared_ptr<backends::Communicator> comm, int replicas) {
-  if (device == "cpu") return backends::make_cpu_backend(std::move(comm));
+                                                std::shared_ptr<backends::Communicator> comm, int replicas,
+                                                bool exact_bf16_matmul) {
+  if (device == "cpu") return backends::make_cpu_backend(std::move(comm), exact_bf16_matmul);
   if ((comm || replicas > 1) && !backends::is_pjrt_device(device))
     fail("--tp-size ", comm ? comm->size() : replicas, " with --device ", device,
          ": tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
@@ -262,7 +263,7 @@ std::unique_ptr<backends::Backend> make_backend(const std::string& device,
     }
   }
   std::fprintf(stderr, "tessera: device auto: %s; using cpu (native backend)\n", found.c_str());
-  return backends::make_cpu_backend(comm);
+  return backends::make_cpu_backend(comm, exact_bf16_matmul);
 }
 
 }  // namespace
@@ -321,7 +322,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
         for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
     }
   }
-  impl->backend = make_backend(opt.device_map, comm, replicas);
+  impl->backend = make_backend(opt.device_map, comm, replicas, opt.exact_bf16_matmul);
   impl->comm = comm;
   graph::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;

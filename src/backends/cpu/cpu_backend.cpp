@@ -38,7 +38,8 @@ struct Slot {
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm) : g_(g), comm_(comm) {
+  CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm, cpu::Bf16Dot bf16_dot)
+      : g_(g), comm_(comm), bf16_dot_(bf16_dot) {
     if (g.key.tp_size > 1 && (!comm_ || comm_->size() != g.key.tp_size || comm_->rank() != g.key.tp_rank))
       fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size, " ranks (got ",
            comm_ ? comm_->size() : 1, ")");
@@ -268,9 +269,7 @@ class CpuExecutable : public Executable {
         }
         const Node& w = g_.at(in[1]);
         const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
-        // Decode steps stream every weight once per token: bf16 weights may use bf16 dot products there.
-        const cpu::Bf16Dot dot = g_.key.phase == graph::Phase::Decode ? cpu::Bf16Dot::RoundX : cpu::Bf16Dot::Exact;
-        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id), dot);
+        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id), bf16_dot_);
         return;
       }
       case Op::Rope: {
@@ -362,7 +361,7 @@ class CpuExecutable : public Executable {
                  m.inputs.size() > 2 ? static_cast<const float*>(weight(m.inputs[2])) : nullptr, f32(group[i])};
     }
     cpu::matmul_multi(f32(g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs, static_cast<int>(group.size()),
-                      cpu::Bf16Dot::RoundX);
+                      bf16_dot_);
   }
 
   // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the row's seen mask [batch, vocab].
@@ -413,6 +412,7 @@ class CpuExecutable : public Executable {
 
   Graph g_;
   Communicator* comm_ = nullptr;  // tensor-parallel group (tp_size > 1), owned by the backend
+  cpu::Bf16Dot bf16_dot_;         // what matmuls with bf16 weights may do with their inputs
   std::vector<float> gather_;     // AllGather scratch, sized on first use
   int64_t vocab_ = 0;  // sampler state width (graphs with in-step sampling)
   std::vector<Slot> slots_;
@@ -483,12 +483,13 @@ WeightMap pack_weights(WeightMap weights) {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  CpuBackend(std::shared_ptr<Communicator> comm, bool exact_bf16_matmul)
+      : comm_(std::move(comm)), bf16_dot_(exact_bf16_matmul ? cpu::Bf16Dot::Exact : cpu::Bf16Dot::RoundX) {}
   std::string name() const override { return "cpu"; }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
   void bind_weights(WeightMap weights) override { weights_ = pack_weights(std::move(weights)); }
   std::unique_ptr<Executable> compile(const Graph& g) override {
-    return std::make_unique<CpuExecutable>(g, weights_, comm_.get());
+    return std::make_unique<CpuExecutable>(g, weights_, comm_.get(), bf16_dot_);
   }
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
                                             int64_t head_dim) override {
@@ -521,12 +522,13 @@ class CpuBackend : public Backend {
  private:
   WeightMap weights_;
   std::shared_ptr<Communicator> comm_;
+  cpu::Bf16Dot bf16_dot_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm) {
-  return std::make_unique<CpuBackend>(std::move(comm));
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm, bool exact_bf16_matmul) {
+  return std::make_unique<CpuBackend>(std::move(comm), exact_bf16_matmul);
 }
 
 }  // namespace tessera::backends

@@ -27,9 +27,8 @@ Isa parse_isa(const char* name);
 // ---- linear algebra ----
 // What a matmul with bf16 weights may do with x. Exact: x stays f32 (products of f32 x and exactly widened
 // weights, summed in f32). RoundX: x may be rounded to bf16 (round-to-nearest-even) so the products come from
-// vdpbf16ps, as llama.cpp does for bf16 weights; used for decode steps, where the weights are streamed from
-// memory once per token. It takes effect for M < matmul_bf16_dot_rows() on the avx512bf16 instruction set
-// and is Exact everywhere else.
+// vdpbf16ps, as llama.cpp does for bf16 weights (the decode gemv and the prefill gemm). It takes effect
+// where matmul_rounds_bf16() (the avx512bf16 instruction set) and is Exact everywhere else.
 enum class Bf16Dot : uint8_t { Exact, RoundX };
 
 // y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16) row-major [N, K];
@@ -48,8 +47,8 @@ struct MatmulOut {
 // each, but in one fork-join over the threads where the decode kernel runs (x is prepared once).
 void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
                   Bf16Dot bf16 = Bf16Dot::Exact);
-// Row count below which Bf16Dot::RoundX rounds x on the active instruction set (0: never).
-int64_t matmul_bf16_dot_rows();
+// Whether Bf16Dot::RoundX rounds x on the active instruction set.
+bool matmul_rounds_bf16();
 
 // ---- normalisation ----
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (weight f32 [dim]); x may equal y.

@@ -65,6 +65,8 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
         const MatmulOut out{w, N, bias, y};
         return isa_avx512bf16::matmul_bf16_small_m(x, M, K, &out, 1);
       }
+      if (bf16 == Bf16Dot::RoundX && wdt == DType::BF16)
+        return isa_avx512bf16::matmul_bf16_gemm(x, M, K, static_cast<const uint16_t*>(w), N, bias, y);
       return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
     case Isa::Avx512:
       return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
@@ -91,6 +93,6 @@ void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulO
   for (int i = 0; i < count; ++i) matmul(x, M, K, outs[i].w, wdt, outs[i].N, outs[i].bias, outs[i].y, bf16);
 }
 
-int64_t matmul_bf16_dot_rows() { return active_isa() == Isa::Avx512Bf16 ? kGemmMinRows : 0; }
+bool matmul_rounds_bf16() { return active_isa() == Isa::Avx512Bf16; }
 
 }  // namespace tessera::cpu

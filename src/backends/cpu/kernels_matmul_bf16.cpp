@@ -139,7 +139,124 @@ void gemv(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t 
   }
 }
 
+// ---------------------------------------------------------------- gemm (prefill)
+// y[M, N] for M >= kGemmMinRows: per K block of kKcB bf16 values, NR = 64 output columns of w are packed
+// as pairs: wp[p][j] = (w[n0 + j, k0 + 2p], w[n0 + j, k0 + 2p + 1]) as one 32-bit word, so one vdpbf16ps
+// with the broadcast pair (x[i, k0 + 2p], x[i, k0 + 2p + 1]) adds both products to 16 columns of row i.
+// The micro-tile is 6 x 64 (24 accumulators), as in the f32 gemm, with twice the products per instruction.
+constexpr int GMR = 6;          // x rows per micro-tile
+constexpr int GNV = 4;          // vectors of 16 columns per micro-tile
+constexpr int64_t GNR = 64;     // columns per packed panel
+constexpr int64_t kKcB = 512;   // bf16 values of K per block: a panel is 256 pairs x 64 columns = 64 KB
+
+// One 16 x 16 transpose of 32-bit words (rows r[i] -> columns), on the f32 shuffles.
+inline void transpose16(__m512i (&r)[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(_mm512_castsi512_ps(r[i]), _mm512_castsi512_ps(r[i + 1]));
+    t[i + 1] = _mm512_unpackhi_ps(_mm512_castsi512_ps(r[i]), _mm512_castsi512_ps(r[i + 1]));
+  }
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 p = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), q = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+    const __m512 rr = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 ss = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+    r[c] = _mm512_castps_si512(_mm512_shuffle_f32x4(p, rr, 0x88));
+    r[8 + c] = _mm512_castps_si512(_mm512_shuffle_f32x4(p, rr, 0xdd));
+    r[4 + c] = _mm512_castps_si512(_mm512_shuffle_f32x4(q, ss, 0x88));
+    r[12 + c] = _mm512_castps_si512(_mm512_shuffle_f32x4(q, ss, 0xdd));
+  }
+}
+
+// wp [kp][GNR] pair words of w rows n0 .. n0 + 63 (rows at or past N, and K past k0 + kc, are zeros);
+// kp = ceil(kc / 2) rounded up to 16.
+void pack_pairs(const uint16_t* w, int64_t K, int64_t N, int64_t n0, int64_t k0, int64_t kc, uint32_t* wp) {
+  const int64_t cols = std::min<int64_t>(GNR, N - n0);
+  for (int64_t j0 = 0; j0 < GNR; j0 += 16) {
+    for (int64_t b = 0; b < kc; b += kStep) {  // 32 bf16 = 16 pairs per row and step
+      const __mmask32 m = tail_mask(std::min<int64_t>(kStep, kc - b));
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i)
+        r[i] = j0 + i < cols ? _mm512_maskz_loadu_epi16(m, w + (n0 + j0 + i) * K + k0 + b) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int64_t i = 0; i < 16; ++i) _mm512_storeu_si512(wp + (b / 2 + i) * GNR + j0, r[i]);
+    }
+  }
+}
+
+// acc[i][v] += the dot of x rows xr[i] (bf16, at pair p) and the panel's columns 16v .. 16v + 15, p < kp.
+inline void gemm_micro(const uint32_t* const* xr, const uint32_t* wp, int64_t kp, __m512 (&acc)[GMR][GNV]) {
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512i b[GNV];
+#pragma GCC unroll 8
+    for (int v = 0; v < GNV; ++v) b[v] = _mm512_loadu_si512(wp + p * GNR + v * 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < GMR; ++i) {
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(xr[i][p]));
+#pragma GCC unroll 8
+      for (int v = 0; v < GNV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)a, (__m512bh)b[v]);
+    }
+  }
+}
+
+// y[:, n_begin .. n_end) over all M rows; xb [M][Kp] bf16 (zero-padded rows).
+void gemm_cols(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t K, int64_t N,
+               int64_t n_begin, int64_t n_end, const float* bias, float* y) {
+  auto* wp = reinterpret_cast<uint32_t*>(scratch(1, kKcB / 2 * GNR));
+  for (int64_t k0 = 0; k0 < K; k0 += kKcB) {
+    const int64_t kc = std::min(kKcB, K - k0);
+    const int64_t kp = (kc + kStep - 1) / kStep * (kStep / 2);  // whole steps; the padding is zeros
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += GNR) {
+      const int64_t cols = std::min<int64_t>(GNR, n_end - n0);
+      pack_pairs(w, K, N, n0, k0, kc, wp);
+      for (int64_t m0 = 0; m0 < M; m0 += GMR) {
+        const int64_t rows = std::min<int64_t>(GMR, M - m0);
+        const uint32_t* xr[GMR];
+        for (int i = 0; i < GMR; ++i)
+          xr[i] = reinterpret_cast<const uint32_t*>(xb + (m0 + std::min<int64_t>(i, rows - 1)) * Kp + k0);
+        __m512 acc[GMR][GNV];
+        for (int i = 0; i < GMR; ++i)
+          for (int v = 0; v < GNV; ++v) acc[i][v] = _mm512_setzero_ps();
+        gemm_micro(xr, wp, kp, acc);
+        for (int64_t i = 0; i < rows; ++i) {  // store (first block: plus bias) or add
+          float* yr = y + (m0 + i) * N + n0;
+          for (int v = 0; v < GNV && v * 16 < cols; ++v) {
+            const __mmask16 m = tail_mask16(cols - v * 16);
+            __m512 r = acc[i][v];
+            if (k0 == 0) {
+              if (bias) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, bias + n0 + v * 16));
+            } else {
+              r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, yr + v * 16));
+            }
+            _mm512_mask_storeu_ps(yr + v * 16, m, r);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void matmul_bf16_gemm(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t N, const float* bias,
+                      float* y) {
+  const int64_t Kp = (K + kStep - 1) / kStep * kStep;
+  uint16_t* xb = reinterpret_cast<uint16_t*>(scratch(0, (M * Kp + 1) / 2 + 32));
+  round_x(x, M, K, Kp, xb);
+  // Columns split over the threads in whole 16-column vectors (each thread packs its own panels).
+  const int64_t vecs = (N + 15) / 16;
+  ThreadPool::instance().run([&](int tid, int nth) {
+    const int64_t n0 = std::min(N, vecs * tid / nth * 16), n1 = std::min(N, vecs * (tid + 1) / nth * 16);
+    if (n0 < n1) gemm_cols(xb, M, Kp, w, K, N, n0, n1, bias, y);
+  });
+}
 
 void matmul_bf16_small_m(const float* x, int64_t M, int64_t K, const MatmulOut* outs, int count) {
   const int64_t Kp = (K + kStep - 1) / kStep * kStep;

@@ -280,6 +280,10 @@ namespace isa_avx512bf16 {
 // kernels_matmul_bf16.cpp: matmul_multi() (1..8 products) for bf16 weights, Bf16Dot::RoundX and
 // 0 < M < kGemmMinRows on the avx512bf16 set.
 void matmul_bf16_small_m(const float* x, int64_t M, int64_t K, const MatmulOut* outs, int count);
+// kernels_matmul_bf16.cpp: matmul() for bf16 weights, Bf16Dot::RoundX and M >= kGemmMinRows (the prefill
+// gemm on vdpbf16ps).
+void matmul_bf16_gemm(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t N, const float* bias,
+                      float* y);
 }  // namespace isa_avx512bf16
 #endif
 
