@@ -9,6 +9,7 @@
 #include "backends/backend.h"
 #include "backends/communicator.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/thread_pool.h"
 #include "generation/sampler.h"
 #include "tessera/error.h"
 
@@ -470,8 +471,20 @@ WeightMap pack_weights(WeightMap weights) {
   if (total == 0) return weights;
   const Tensor arena = Tensor::empty(DType::BF16, {static_cast<int64_t>(total / 2)});
   auto* base = static_cast<uint8_t*>(arena.data);
+  // The copy, in 4 MiB pieces over the threads (first touch of fresh pages is most of its cost).
+  constexpr size_t kPiece = size_t{4} << 20;
+  std::vector<std::pair<size_t, size_t>> pieces;  // (range, byte offset in it)
+  for (size_t r = 0; r < ranges.size(); ++r)
+    for (size_t off = 0; off < ranges[r].end - ranges[r].begin; off += kPiece) pieces.emplace_back(r, off);
+  cpu::ThreadPool::instance().parallel_chunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const Range& r = ranges[pieces[static_cast<size_t>(p)].first];
+      const size_t off = pieces[static_cast<size_t>(p)].second;
+      std::memcpy(base + r.offset + off, reinterpret_cast<const uint8_t*>(r.begin) + off,
+                  std::min(kPiece, r.end - r.begin - off));
+    }
+  });
   for (const Range& r : ranges) {
-    std::memcpy(base + r.offset, reinterpret_cast<const void*>(r.begin), r.end - r.begin);
     for (size_t i = r.first; i < r.last; ++i) {
       Tensor& t = *uses[i].t;
       t.data = base + r.offset + (uses[i].begin - r.begin);
