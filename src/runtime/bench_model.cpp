@@ -110,6 +110,12 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
   return t;
 }
 
+// What the matmuls multiply: bf16 models on avx512bf16 round their inputs unless exact_bf16_matmul.
+const char* matmul_inputs(const BenchReport& r) {
+  const bool rounded = r.dtype == "bfloat16" && r.isa == "avx512bf16" && !r.options.exact_bf16_matmul;
+  return rounded ? "bfloat16" : "float32";
+}
+
 void check_options(const BenchOptions& o) {
   if (o.prompt_tokens < 1) fail("bench: --prompt-tokens must be >= 1 (got ", o.prompt_tokens, ")");
   if (o.new_tokens < 2) fail("bench: --new-tokens must be >= 2 so at least one decode step runs (got ", o.new_tokens, ")");
@@ -198,6 +204,7 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["dtype"] = r.dtype;
   j["threads"] = r.threads;
   j["isa"] = r.isa;
+  j["matmul_inputs"] = matmul_inputs(r);
   j["prompt_tokens"] = r.options.prompt_tokens;
   j["new_tokens"] = r.options.new_tokens;
   j["repeats"] = r.options.repeats;
@@ -250,8 +257,8 @@ std::string to_text(const BenchReport& r) {
     os << buf << "\n";
   };
   line("model        %s (%s, %s)", r.model_path.c_str(), r.architecture.c_str(), r.dtype.c_str());
-  line("threads      %d (%s); prompt %d tokens, %d new tokens, median of %d", r.threads, r.isa.c_str(),
-       r.options.prompt_tokens, r.options.new_tokens, r.options.repeats);
+  line("threads      %d (%s, matmul inputs %s); prompt %d tokens, %d new tokens, median of %d", r.threads,
+       r.isa.c_str(), matmul_inputs(r), r.options.prompt_tokens, r.options.new_tokens, r.options.repeats);
   line("load         %.3f s", r.median.load_s);
   line("first token  %.3f s", r.median.ttft_s);
   line("prefill      %.1f tokens/s", r.median.prefill_tokens_per_s);
