@@ -36,6 +36,8 @@ struct Tensor {
   static Tensor empty(DType dt, Shape shape);
   // A view of external memory kept alive by `owner`.
   static Tensor view(DType dt, Shape shape, void* data, std::shared_ptr<void> owner);
+  // Whether the memory is an allocation of empty() marked for 2 MiB pages (or a view of one).
+  bool huge_page_backed() const;
 };
 
 // Scalar conversions (round-to-nearest-even for float -> bf16, as PyTorch does).

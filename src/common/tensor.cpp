@@ -105,6 +105,8 @@ Tensor Tensor::empty(DType dt, Shape shape) {
   return t;
 }
 
+bool Tensor::huge_page_backed() const { return std::get_deleter<HugeRelease>(owner) != nullptr; }
+
 Tensor Tensor::view(DType dt, Shape shape, void* data, std::shared_ptr<void> owner) {
   Tensor t;
   t.dtype = dt;

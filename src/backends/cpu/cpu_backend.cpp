@@ -424,12 +424,13 @@ class CpuExecutable : public Executable {
   CpuCache* cache_ = nullptr;
 };
 
-// Copies the weights into one arena (Tensor::empty: 2 MiB pages where granted). Decode reads every weight
-// once per token, and most matrices of a small model are under 2 MiB, so on their own (heap blocks, file
-// mappings) they sit on 4 KiB pages: measured on the 2-core EPYC, SmolLM2's layer matmuls streamed 20-26 GB/s
-// from those and its 56 MB LM head 39 GB/s from huge pages. Tensors that share memory (a tied table and the
-// row blocks that alias it; neighbours in one file mapping) are copied as one range, so they still share it.
-// Each source range is released as soon as its tensors point into the arena.
+// Copies the weights that are not already on 2 MiB pages into one arena (Tensor::empty: 2 MiB pages where
+// granted). Decode reads every weight once per token, and most matrices of a small model are under 2 MiB, so
+// on their own (heap blocks, file mappings) they sit on 4 KiB pages: measured on the 2-core EPYC, SmolLM2's
+// layer matmuls streamed 20-26 GB/s from those and its 56 MB LM head 39 GB/s from huge pages. Owned tensors
+// of 2 MiB and more (converted or dequantised ones) already are on huge pages and stay where they are.
+// Tensors that share memory (a tied table and the row blocks that alias it; neighbours in one file mapping)
+// are copied as one range, so they still share it. The sources go once their tensors point into the arena.
 WeightMap pack_weights(WeightMap weights) {
   struct Use {
     Tensor* t;
@@ -438,6 +439,7 @@ WeightMap pack_weights(WeightMap weights) {
   std::vector<Use> uses;
   for (auto& [key, t] : weights) {
     if (t.data == nullptr || t.nbytes() == 0) continue;  // never read (zeros), nothing to move
+    if (t.huge_page_backed()) continue;                  // already where packing would put it
     const auto b = reinterpret_cast<uintptr_t>(t.data);
     uses.push_back({&t, b, b + t.nbytes()});
   }
