@@ -83,7 +83,7 @@ void bench_attention(int64_t T, int64_t ctx, bool quick) {
   std::vector<int32_t> slot(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) slot[t] = static_cast<int32_t>(ctx - T + t);
   double s = time_it(quick ? 3 : 20, [&] {
-    attention(q.data(), T, nh, hd, k.data(), v.data(), nkv, cache, slot.data(), 0, 0.125f, out.data());
+    attention(q.data(), T, nh, hd, k.data(), v.data(), DType::F32, nkv, cache, slot.data(), 0, 0.125f, out.data());
   });
   std::printf("  attention nh=9 nkv=3 hd=64 T=%-4lld ctx=%-5lld %9.1f us\n", static_cast<long long>(T),
               static_cast<long long>(ctx), s * 1e6);

@@ -127,7 +127,7 @@ def main():
         out.append("")
         out.append("Tessera against the machine's ceilings (decode: tokens/s × bytes of weight matrices read per "
                    "token — every layer matrix and the lm_head in the weight dtype — ÷ read bandwidth; \"+KV\" adds "
-                   "the float32 KV cache read at the average context; prefill: FLOPs of the prompt — 2 × layer "
+                   "the KV cache read at the average context (bfloat16 for bf16 models, else float32); prefill: FLOPs of the prompt — 2 × layer "
                    "matrix parameters × tokens + the last row's lm_head + causal attention — per second ÷ peak):")
         out.append("")
         out.append("| model | dtype | MB read per token | decode % of bandwidth limit | +KV | prefill GFLOP/s "
@@ -153,7 +153,7 @@ def main():
                "= (new tokens − 1) ÷ time after the first token; peak RSS = the process's `ru_maxrss` (Python "
                "engines include the interpreter and libraries). Same weights everywhere: SmolLM2's Q4_1 GGUF "
                "dequantised to BF16/F32 GGUFs, the Qwen3 checkpoint as bf16 safetensors and its GGUF conversions "
-               "(`tools/make_bench_models.py`). llama.cpp keeps its default f16 KV cache; Tessera's is float32.")
+               "(`tools/make_bench_models.py`). llama.cpp keeps its default f16 KV cache; Tessera keeps bfloat16 for bf16 models and float32 for f32 ones.")
     print("\n".join(out))
 
 

@@ -278,7 +278,8 @@ struct AttnCase {
   int32_t kv_begin;
 };
 
-void check_attention(const AttnCase& c) {
+// kv_dtype BF16: the cache holds K and V rounded to bf16; the reference uses those rounded values.
+void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
   std::vector<float> q = random_vec(c.T * c.nh * c.hd, 31, -2.0f, 2.0f);           // [T, nh, hd]
   std::vector<float> k = random_vec(c.nkv * c.cache_len * c.hd, 32, -2.0f, 2.0f);  // [nkv, cache_len, hd]
@@ -294,8 +295,20 @@ void check_attention(const AttnCase& c) {
     }
   }
   std::vector<float> out(static_cast<size_t>(c.T * c.nh * c.hd), NAN);  // [T, nh * hd]
-  attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), c.nkv, c.cache_len, c.q_slot.data(), c.kv_begin,
-            scale, out.data());
+  if (kv_dtype == DType::BF16) {
+    std::vector<uint16_t> kb(k.size()), vb(v.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      kb[i] = f32_to_bf16(k[i]);
+      vb[i] = f32_to_bf16(v[i]);
+      k[i] = bf16_to_f32(kb[i]);
+      v[i] = bf16_to_f32(vb[i]);
+    }
+    attention(q.data(), c.T, c.nh, c.hd, kb.data(), vb.data(), DType::BF16, c.nkv, c.cache_len, c.q_slot.data(),
+              c.kv_begin, scale, out.data());
+  } else {
+    attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), DType::F32, c.nkv, c.cache_len, c.q_slot.data(),
+              c.kv_begin, scale, out.data());
+  }
   const int64_t group = c.nh / c.nkv;
   for (int64_t t = 0; t < c.T; ++t) {
     for (int64_t h = 0; h < c.nh; ++h) {
@@ -326,6 +339,15 @@ void check_attention(const AttnCase& c) {
 }
 
 TEST_P(CpuKernels, AttentionDecodeGqa) { check_attention({1, 4, 2, 8, 16, {9}, 0}); }
+
+TEST_P(CpuKernels, AttentionBf16Cache) {
+  // Decode and a prefill block (six-row passes plus leftover keys), head_dim past whole vectors.
+  check_attention({1, 4, 2, 64, 40, {33}, 0}, DType::BF16);
+  check_attention({1, 9, 3, 72, 20, {17}, 2}, DType::BF16);
+  std::vector<int32_t> slots(21);
+  for (int i = 0; i < 21; ++i) slots[i] = 10 + i;
+  check_attention({21, 6, 2, 64, 40, slots, 3}, DType::BF16);
+}
 
 TEST_P(CpuKernels, AttentionPrefillKvBeginAndSlots) {
   // T > 1 with distinct slots, kv_begin > 0 (left padding), odd head_dim, 3 query heads per kv head.

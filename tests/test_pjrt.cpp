@@ -257,7 +257,7 @@ TEST(PjrtForwardHalf, HalfPrecisionWeightsMatchNative) {
       in.slots.push_back(i);
     }
     std::vector<float> native, xla;
-    auto cpu = backends::make_cpu_backend(nullptr, /*exact_bf16_matmul=*/true);
+    auto cpu = backends::make_cpu_backend(nullptr, {.exact_bf16_matmul = true});
     cpu->bind_weights(m.weights);
     cpu->compile(m.graph(key))->run(in, *m.cache(*cpu, 1, n), native);
     auto be = backends::make_pjrt_backend("xla-cpu");

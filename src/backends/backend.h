@@ -74,7 +74,11 @@ class Backend {
 
 class Communicator;
 // `comm`: the tensor-parallel group for graphs with tp_size > 1 (nullptr: single rank).
-// exact_bf16_matmul: see LoadOptions::exact_bf16_matmul.
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr, bool exact_bf16_matmul = false);
+struct CpuBackendOptions {
+  bool exact_bf16_matmul = false;  // LoadOptions::exact_bf16_matmul
+  bool bf16_kv_cache = false;      // KV caches in bfloat16 (rounded on write) instead of float32
+};
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr,
+                                          const CpuBackendOptions& options = {});
 
 }  // namespace tessera::backends

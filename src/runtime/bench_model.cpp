@@ -180,10 +180,12 @@ double decode_weight_bytes_per_token(const BenchReport& r) {
 }
 
 double decode_kv_bytes_per_token(const BenchReport& r) {
-  // The float32 cache (K and V) up to the current position; the average context over the decode steps.
+  // The cache (K and V) up to the current position, the average context over the decode steps; bfloat16
+  // for bf16 models (the native backend's cache), float32 with --exact-bf16-matmul or an f32 model.
   const ModelCounts& c = r.counts;
   const double avg_ctx = r.options.prompt_tokens + 0.5 * r.options.new_tokens;
-  return 4.0 * 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) * avg_ctx;
+  const double elem = r.dtype == "bfloat16" && !r.options.exact_bf16_matmul ? 2.0 : 4.0;
+  return elem * 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) * avg_ctx;
 }
 
 double prefill_flops(const BenchReport& r) {

@@ -223,8 +223,8 @@ namespace {
 // devices).
 std::unique_ptr<backends::Backend> make_backend(const std::string& device,
                                                 std::shared_ptr<backends::Communicator> comm, int replicas,
-                                                bool exact_bf16_matmul) {
-  if (device == "cpu") return backends::make_cpu_backend(std::move(comm), exact_bf16_matmul);
+                                                const backends::CpuBackendOptions& cpu_options) {
+  if (device == "cpu") return backends::make_cpu_backend(std::move(comm), cpu_options);
   if ((comm || replicas > 1) && !backends::is_pjrt_device(device))
     fail("--tp-size ", comm ? comm->size() : replicas, " with --device ", device,
          ": tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
@@ -263,7 +263,7 @@ std::unique_ptr<backends::Backend> make_backend(const std::string& device,
     }
   }
   std::fprintf(stderr, "tessera: device auto: %s; using cpu (native backend)\n", found.c_str());
-  return backends::make_cpu_backend(comm, exact_bf16_matmul);
+  return backends::make_cpu_backend(comm, cpu_options);
 }
 
 }  // namespace
@@ -322,7 +322,12 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
         for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
     }
   }
-  impl->backend = make_backend(opt.device_map, comm, replicas, opt.exact_bf16_matmul);
+  // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
+  // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
+  backends::CpuBackendOptions cpu_options;
+  cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
+  cpu_options.bf16_kv_cache = dtype == DType::BF16 && !opt.exact_bf16_matmul;
+  impl->backend = make_backend(opt.device_map, comm, replicas, cpu_options);
   impl->comm = comm;
   graph::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;

@@ -23,7 +23,7 @@ using graph::Op;
 
 class CpuCache : public DeviceCache {
  public:
-  // k[l], v[l]: [batch, kv_heads, cache_len, head_dim]
+  // k[l], v[l]: [batch, kv_heads, cache_len, head_dim], float32 or bfloat16 (CpuBackendOptions)
   std::vector<Tensor> k, v;
   std::vector<float> seen;  // sampler state [batch, vocab] (1 = id seen in the row); empty until first used
 };
@@ -282,28 +282,34 @@ class CpuExecutable : public Executable {
         return;
       }
       case Op::CacheUpdate: {
-        // new rows [batch * seq, kv_heads * head_dim] -> cache[b, h, slots[s], :]
+        // new rows [batch * seq, kv_heads * head_dim] -> cache[b, h, slots[s], :] (rounded when bf16)
         Tensor& c = cache(in[0]);
         const float* x = f32(in[1]);
         const int32_t* slots = ints(in[2]);
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = c.shape[2], hd = n.head_dim;
         for (int64_t b = 0; b < batch; ++b)
           for (int64_t s = 0; s < seq; ++s)
-            for (int64_t h = 0; h < n.kv_heads; ++h)
-              std::memcpy(c.ptr<float>() + ((b * n.kv_heads + h) * len + slots[s]) * hd,
-                          x + (b * seq + s) * n.kv_heads * hd + h * hd, static_cast<size_t>(hd) * sizeof(float));
+            for (int64_t h = 0; h < n.kv_heads; ++h) {
+              const int64_t dst = ((b * n.kv_heads + h) * len + slots[s]) * hd;
+              const float* src = x + (b * seq + s) * n.kv_heads * hd + h * hd;
+              if (c.dtype == DType::BF16) {
+                for (int64_t d = 0; d < hd; ++d) c.ptr<uint16_t>()[dst + d] = f32_to_bf16(src[d]);
+              } else {
+                std::memcpy(c.ptr<float>() + dst, src, static_cast<size_t>(hd) * sizeof(float));
+              }
+            }
         return;
       }
       case Op::Attention: {
         Tensor& kc = cache(in[1]);
         Tensor& vc = cache(in[2]);
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = kc.shape[2];
-        const int64_t per_row = n.kv_heads * len * n.head_dim;
+        const size_t per_row = static_cast<size_t>(n.kv_heads * len * n.head_dim) * dtype_size(kc.dtype);
         const int32_t* kv_begin = ints(in[4]);
         for (int64_t b = 0; b < batch; ++b)
           cpu::attention(f32(in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
-                         kc.ptr<float>() + b * per_row, vc.ptr<float>() + b * per_row, n.kv_heads, len, ints(in[3]),
-                         kv_begin[b], n.scale, f32(id) + b * seq * cols);
+                         kc.ptr<uint8_t>() + b * per_row, vc.ptr<uint8_t>() + b * per_row, kc.dtype, n.kv_heads, len,
+                         ints(in[3]), kv_begin[b], n.scale, f32(id) + b * seq * cols);
         return;
       }
       case Op::SwiGlu:
@@ -498,8 +504,10 @@ WeightMap pack_weights(WeightMap weights) {
 
 class CpuBackend : public Backend {
  public:
-  CpuBackend(std::shared_ptr<Communicator> comm, bool exact_bf16_matmul)
-      : comm_(std::move(comm)), bf16_dot_(exact_bf16_matmul ? cpu::Bf16Dot::Exact : cpu::Bf16Dot::RoundX) {}
+  CpuBackend(std::shared_ptr<Communicator> comm, const CpuBackendOptions& o)
+      : comm_(std::move(comm)),
+        bf16_dot_(o.exact_bf16_matmul ? cpu::Bf16Dot::Exact : cpu::Bf16Dot::RoundX),
+        kv_dtype_(o.bf16_kv_cache ? DType::BF16 : DType::F32) {}
   std::string name() const override { return "cpu"; }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
   void bind_weights(WeightMap weights) override { weights_ = pack_weights(std::move(weights)); }
@@ -512,8 +520,8 @@ class CpuBackend : public Backend {
     c->batch = batch;
     c->cache_len = cache_len;
     for (int64_t l = 0; l < layers; ++l) {
-      c->k.push_back(Tensor::empty(DType::F32, {batch, kv_heads, cache_len, head_dim}));
-      c->v.push_back(Tensor::empty(DType::F32, {batch, kv_heads, cache_len, head_dim}));
+      c->k.push_back(Tensor::empty(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
+      c->v.push_back(Tensor::empty(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
     }
     return c;
   }
@@ -522,10 +530,13 @@ class CpuBackend : public Backend {
     auto& to = static_cast<CpuCache&>(to_base);
     TS_ASSERT(from.k.size() == to.k.size() && to.cache_len >= from.cache_len);
     auto copy = [&](const Tensor& a, Tensor& b) {
+      TS_ASSERT(a.dtype == b.dtype);
       const int64_t rows = a.shape[0] * a.shape[1], hd = a.shape[3];
+      const size_t es = dtype_size(a.dtype);
       for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(b.ptr<float>() + r * to.cache_len * hd, a.ptr<float>() + r * from.cache_len * hd,
-                    static_cast<size_t>(from.cache_len * hd) * sizeof(float));
+        std::memcpy(b.ptr<uint8_t>() + static_cast<size_t>(r * to.cache_len * hd) * es,
+                    a.ptr<uint8_t>() + static_cast<size_t>(r * from.cache_len * hd) * es,
+                    static_cast<size_t>(from.cache_len * hd) * es);
     };
     for (size_t l = 0; l < from.k.size(); ++l) {
       copy(from.k[l], to.k[l]);
@@ -538,12 +549,13 @@ class CpuBackend : public Backend {
   WeightMap weights_;
   std::shared_ptr<Communicator> comm_;
   cpu::Bf16Dot bf16_dot_;
+  DType kv_dtype_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm, bool exact_bf16_matmul) {
-  return std::make_unique<CpuBackend>(std::move(comm), exact_bf16_matmul);
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm, const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(std::move(comm), options);
 }
 
 }  // namespace tessera::backends

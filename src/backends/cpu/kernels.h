@@ -63,12 +63,13 @@ void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot
 
 // ---- attention ----
 // Causal attention of one sequence over its static KV cache.
-// q [T, nh, hd]; k, v caches [nkv, cache_len, hd] f32 (GQA: query head h uses kv head h / (nh / nkv));
+// q [T, nh, hd]; k, v caches [nkv, cache_len, hd] in kv_dtype, F32 or BF16 (widened exactly; scores and sums
+// in f32) (GQA: query head h uses kv head h / (nh / nkv));
 // query t attends keys j with kv_begin <= j <= q_slot[t]; softmax(q·k * scale) in f32; out [T, nh * hd].
 // A query with no key in range (q_slot[t] < kv_begin, e.g. a padding row) gets zeros. Slots past q_slot[t]
 // are never read.
-void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const float* k, const float* v, int64_t nkv,
-               int64_t cache_len, const int32_t* q_slot, int32_t kv_begin, float scale, float* out);
+void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v, DType kv_dtype,
+               int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin, float scale, float* out);
 
 // ---- elementwise ----
 // y = silu(gate) * up, elementwise over n; silu(x) = x / (1 + exp(-x)) in f32 as PyTorch. y may alias inputs.

@@ -1,8 +1,9 @@
 // Causal attention over a static KV cache. One task is one kv head g and a block of up to TB consecutive
 // query tokens with the G = nh / nkv query heads that share g (GQA), so each key and value row is read once
 // for G * TB query rows (R of them):
-//   scores S[R, n] = Q[R, hd] · K[kv_begin .. last]^T   (the matmul kernel with f32 weights: its gemm path
-//                                                        for a prefill block, its gemv path for decode)
+//   scores S[R, n] = Q[R, hd] · K[kv_begin .. last]^T   (the matmul kernel with K as the weights, f32 or
+//                                                        bf16 widened exactly: its gemm path for a prefill
+//                                                        block, its gemv path for decode)
 //   P = softmax(S * scale) per row over that row's own keys kv_begin .. q_slot[t], in f32;
 //   O[r, :] = sum_j P[r, j] V[j, :]                      (six rows per pass over V).
 // `last` is the block's largest q_slot: a row's scores past its own q_slot are computed but never used, and
@@ -24,8 +25,9 @@ constexpr int64_t kBlockRows = 96;  // query rows (tokens x group) per task: thr
 
 struct AttnArgs {
   const float* q;                    // [T, nh, hd]
-  const float* k;                    // [nkv, cache_len, hd]
-  const float* v;                    // [nkv, cache_len, hd]
+  const void* k;                     // [nkv, cache_len, hd] in kv_dtype
+  const void* v;                     // [nkv, cache_len, hd] in kv_dtype
+  DType kv_dtype;                    // F32 or BF16
   int64_t nh, hd, cache_len, group;  // group = nh / nkv query heads per kv head
   const int32_t* q_slot;
   int32_t kv_begin;
@@ -45,8 +47,28 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     return;
   }
   const int64_t n = last - a.kv_begin + 1;
-  const float* kg = a.k + (g * a.cache_len + a.kv_begin) * hd;  // [n, hd]
-  const float* vg = a.v + (g * a.cache_len + a.kv_begin) * hd;  // [n, hd]
+  const size_t es = dtype_size(a.kv_dtype);
+  const size_t first = static_cast<size_t>((g * a.cache_len + a.kv_begin) * hd) * es;
+  const void* kg = static_cast<const uint8_t*>(a.k) + first;  // [n, hd]
+  const void* vg = static_cast<const uint8_t*>(a.v) + first;  // [n, hd]
+  const bool bf16 = a.kv_dtype == DType::BF16;
+  // P·V over rows j of V (f32 or bf16), for one output row and for several.
+  auto axpy = [&](float p, int64_t j, float* dst) {
+    if (bf16)
+      ops.axpy_bf16(p, static_cast<const uint16_t*>(vg) + j * hd, dst, hd);
+    else
+      ops.axpy(p, static_cast<const float*>(vg) + j * hd, dst, hd);
+  };
+  auto weighted = [&](const float* p, int64_t ldp, int64_t rows, int64_t keys, float* dst, int64_t ldo) {
+    if (rows == 1 && bf16)
+      ops.weighted_rows_bf16(p, keys, static_cast<const uint16_t*>(vg), hd, dst);
+    else if (rows == 1)
+      ops.weighted_rows(p, keys, static_cast<const float*>(vg), hd, dst);
+    else if (bf16)
+      ops.weighted_rows_multi_bf16(p, ldp, rows, keys, static_cast<const uint16_t*>(vg), hd, dst, ldo);
+    else
+      ops.weighted_rows_multi(p, ldp, rows, keys, static_cast<const float*>(vg), hd, dst, ldo);
+  };
   // Q rows of the block, [R, hd] (token-major, then the group's heads): contiguous per token already.
   const float* qb = a.q + (t0 * a.nh + h0) * hd;
   if (t1 - t0 > 1) {
@@ -57,7 +79,7 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     qb = qc;
   }
   float* s = scratch(3, R * n);                      // [R, n] scores, then probabilities
-  matmul(qb, R, hd, kg, DType::F32, n, nullptr, s);  // runs inline: we are inside a pool job
+  matmul(qb, R, hd, kg, a.kv_dtype, n, nullptr, s);  // runs inline: we are inside a pool job
   for (int64_t r = 0; r < R; ++r) {
     const int64_t nr = keys(r);
     if (nr == 0) continue;
@@ -76,7 +98,7 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
       if (keys(r0) == 0) {
         std::memset(out_row(r0), 0, static_cast<size_t>(hd) * sizeof(float));
       } else {
-        ops.weighted_rows(s + r0 * n, keys(r0), vg, hd, out_row(r0));
+        weighted(s + r0 * n, n, 1, keys(r0), out_row(r0), hd);
       }
       ++r0;
       continue;
@@ -84,12 +106,12 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     // out rows of one token are contiguous; a run may span tokens, so write through a staging buffer.
     float o[6 * 512];
     float* ob = hd <= 512 ? o : scratch(1, 6 * hd);
-    ops.weighted_rows_multi(s + r0 * n, n, r1 - r0, common, vg, hd, ob, hd);
+    weighted(s + r0 * n, n, r1 - r0, common, ob, hd);
     for (int64_t r = r0; r < r1; ++r) {
       float* dst = out_row(r);
       std::memcpy(dst, ob + (r - r0) * hd, static_cast<size_t>(hd) * sizeof(float));
       const float* sr = s + r * n;
-      for (int64_t j = common; j < keys(r); ++j) ops.axpy(sr[j], vg + j * hd, dst, hd);
+      for (int64_t j = common; j < keys(r); ++j) axpy(sr[j], j, dst);
     }
     r0 = r1;
   }
@@ -97,14 +119,15 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
 
 }  // namespace
 
-void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const float* k, const float* v, int64_t nkv,
-               int64_t cache_len, const int32_t* q_slot, int32_t kv_begin, float scale, float* out) {
+void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v, DType kv_dtype,
+               int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin, float scale, float* out) {
   TS_ASSERT(nkv > 0 && nh % nkv == 0, "attention nh=", nh, " nkv=", nkv);
+  TS_ASSERT(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention KV cache dtype ", dtype_name(kv_dtype));
   TS_ASSERT(kv_begin >= 0, "attention kv_begin=", kv_begin);
   for (int64_t t = 0; t < T; ++t) {
     TS_ASSERT(q_slot[t] < cache_len, "attention q_slot[", t, "]=", q_slot[t], " cache_len=", cache_len);
   }
-  const AttnArgs a{q, k, v, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out};
+  const AttnArgs a{q, k, v, kv_dtype, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out};
   const VecOps& ops = vec_ops();
   const int64_t tb = std::max<int64_t>(1, kBlockRows / a.group);  // tokens per block
   const int64_t blocks = (T + tb - 1) / tb, tasks = blocks * nkv;

@@ -267,6 +267,11 @@ struct VecOps {
   // out[r * ldo + :] = sum_j p[r * ldp + j] * rows[j, :] for r < R (any R; rows loaded once per 6 r).
   void (*weighted_rows_multi)(const float* p, int64_t ldp, int64_t R, int64_t n, const float* rows,
                               int64_t dim, float* out, int64_t ldo);
+  // The same three with bfloat16 rows (a bf16 KV cache), widened exactly and summed in f32.
+  void (*axpy_bf16)(float a, const uint16_t* x, float* y, int64_t n);
+  void (*weighted_rows_bf16)(const float* p, int64_t n, const uint16_t* rows, int64_t dim, float* out);
+  void (*weighted_rows_multi_bf16)(const float* p, int64_t ldp, int64_t R, int64_t n, const uint16_t* rows,
+                                   int64_t dim, float* out, int64_t ldo);
 };
 const VecOps& vec_ops();  // of active_isa()
 
