@@ -76,17 +76,20 @@ void bench_matmul(const MatShape& s, DType dt, bool quick) {
               dtype_name(dt), t1 * 1e6, wbytes / t1 / 1e9, t512 * 1e3, 2.0 * 512 * s.K * s.N / t512 / 1e9);
 }
 
-void bench_attention(int64_t T, int64_t ctx, bool quick) {
+void bench_attention(int64_t T, int64_t ctx, DType kv_dtype, bool quick) {
   const int64_t nh = 9, nkv = 3, hd = 64, cache = std::max<int64_t>(ctx, T);
   std::vector<float> q(static_cast<size_t>(T * nh * hd), 0.1f),
       k(static_cast<size_t>(nkv * cache * hd), 0.2f), v(k.size(), 0.3f), out(q.size());
+  std::vector<uint16_t> kb(k.size(), f32_to_bf16(0.2f)), vb(k.size(), f32_to_bf16(0.3f));
+  const void* kp = kv_dtype == DType::BF16 ? static_cast<const void*>(kb.data()) : k.data();
+  const void* vp = kv_dtype == DType::BF16 ? static_cast<const void*>(vb.data()) : v.data();
   std::vector<int32_t> slot(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) slot[t] = static_cast<int32_t>(ctx - T + t);
   double s = time_it(quick ? 3 : 20, [&] {
-    attention(q.data(), T, nh, hd, k.data(), v.data(), DType::F32, nkv, cache, slot.data(), 0, 0.125f, out.data());
+    attention(q.data(), T, nh, hd, kp, vp, kv_dtype, nkv, cache, slot.data(), 0, 0.125f, out.data());
   });
-  std::printf("  attention nh=9 nkv=3 hd=64 T=%-4lld ctx=%-5lld %9.1f us\n", static_cast<long long>(T),
-              static_cast<long long>(ctx), s * 1e6);
+  std::printf("  attention nh=9 nkv=3 hd=64 T=%-4lld ctx=%-5lld %-8s cache %9.1f us\n", static_cast<long long>(T),
+              static_cast<long long>(ctx), dtype_name(kv_dtype), s * 1e6);
 }
 
 }  // namespace
@@ -123,9 +126,11 @@ int run(int argc, char** argv) {
       if (matmuls) bench_matmul(s, dt, quick);
     }
   }
-  bench_attention(1, 512, quick);
-  bench_attention(1, 2048, quick);
-  bench_attention(512, 512, quick);
+  for (DType kv : {DType::F32, DType::BF16}) {
+    bench_attention(1, 512, kv, quick);
+    bench_attention(1, 2048, kv, quick);
+    bench_attention(512, 512, kv, quick);
+  }
   return 0;
 }
 

@@ -340,6 +340,14 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
 
 TEST_P(CpuKernels, AttentionDecodeGqa) { check_attention({1, 4, 2, 8, 16, {9}, 0}); }
 
+TEST_P(CpuKernels, AttentionDecodeLongContextSplitsKeys) {
+  // Decode over hundreds of keys: each kv head's keys are split into chunks whose partial softmax sums are
+  // merged (uneven chunk lengths; one kv head and several; f32 and bf16 caches).
+  check_attention({1, 4, 2, 64, 800, {700}, 5});
+  check_attention({1, 3, 1, 40, 600, {599}, 0});
+  check_attention({1, 9, 3, 64, 1100, {1030}, 17}, DType::BF16);
+}
+
 TEST_P(CpuKernels, AttentionBf16Cache) {
   // Decode and a prefill block (six-row passes plus leftover keys), head_dim past whole vectors.
   check_attention({1, 4, 2, 64, 40, {33}, 0}, DType::BF16);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
@@ -35,6 +36,28 @@ struct AttnArgs {
   float* out;  // [T, nh * hd]
 };
 
+// dst += p * V row j (f32 or bf16 rows of hd values from vg).
+void axpy_v(const AttnArgs& a, const VecOps& ops, const void* vg, int64_t j, float p, float* dst) {
+  if (a.kv_dtype == DType::BF16)
+    ops.axpy_bf16(p, static_cast<const uint16_t*>(vg) + j * a.hd, dst, a.hd);
+  else
+    ops.axpy(p, static_cast<const float*>(vg) + j * a.hd, dst, a.hd);
+}
+
+// dst[r, :] (row stride ldo) = sum_{j < keys} p[r * ldp + j] * V row j, for r < rows.
+void weighted_v(const AttnArgs& a, const VecOps& ops, const void* vg, const float* p, int64_t ldp, int64_t rows,
+                int64_t keys, float* dst, int64_t ldo) {
+  const bool bf16 = a.kv_dtype == DType::BF16;
+  if (rows == 1 && bf16)
+    ops.weighted_rows_bf16(p, keys, static_cast<const uint16_t*>(vg), a.hd, dst);
+  else if (rows == 1)
+    ops.weighted_rows(p, keys, static_cast<const float*>(vg), a.hd, dst);
+  else if (bf16)
+    ops.weighted_rows_multi_bf16(p, ldp, rows, keys, static_cast<const uint16_t*>(vg), a.hd, dst, ldo);
+  else
+    ops.weighted_rows_multi(p, ldp, rows, keys, static_cast<const float*>(vg), a.hd, dst, ldo);
+}
+
 // Tokens t0 .. t1-1, kv head g: writes out[t, (g * group + i) * hd ...] for i < group.
 void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, int64_t g) {
   const int64_t h0 = g * a.group, G = a.group, hd = a.hd, R = (t1 - t0) * G;
@@ -51,23 +74,9 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
   const size_t first = static_cast<size_t>((g * a.cache_len + a.kv_begin) * hd) * es;
   const void* kg = static_cast<const uint8_t*>(a.k) + first;  // [n, hd]
   const void* vg = static_cast<const uint8_t*>(a.v) + first;  // [n, hd]
-  const bool bf16 = a.kv_dtype == DType::BF16;
-  // P·V over rows j of V (f32 or bf16), for one output row and for several.
-  auto axpy = [&](float p, int64_t j, float* dst) {
-    if (bf16)
-      ops.axpy_bf16(p, static_cast<const uint16_t*>(vg) + j * hd, dst, hd);
-    else
-      ops.axpy(p, static_cast<const float*>(vg) + j * hd, dst, hd);
-  };
+  auto axpy = [&](float p, int64_t j, float* dst) { axpy_v(a, ops, vg, j, p, dst); };
   auto weighted = [&](const float* p, int64_t ldp, int64_t rows, int64_t keys, float* dst, int64_t ldo) {
-    if (rows == 1 && bf16)
-      ops.weighted_rows_bf16(p, keys, static_cast<const uint16_t*>(vg), hd, dst);
-    else if (rows == 1)
-      ops.weighted_rows(p, keys, static_cast<const float*>(vg), hd, dst);
-    else if (bf16)
-      ops.weighted_rows_multi_bf16(p, ldp, rows, keys, static_cast<const uint16_t*>(vg), hd, dst, ldo);
-    else
-      ops.weighted_rows_multi(p, ldp, rows, keys, static_cast<const float*>(vg), hd, dst, ldo);
+    weighted_v(a, ops, vg, p, ldp, rows, keys, dst, ldo);
   };
   // Q rows of the block, [R, hd] (token-major, then the group's heads): contiguous per token already.
   const float* qb = a.q + (t0 * a.nh + h0) * hd;
@@ -117,6 +126,67 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
   }
 }
 
+// One token (decode), kv head g, keys j0 .. j1-1 (cache slots): the group's scores, their max m and
+// sum l of exp(score - m), and the unnormalised sum o of exp(score - m) V. part: [group][2 + hd] (m, l, o).
+void attend_chunk(const AttnArgs& a, const VecOps& ops, int64_t g, int64_t j0, int64_t j1, float* part) {
+  const int64_t G = a.group, hd = a.hd, n = j1 - j0;
+  const size_t first = static_cast<size_t>((g * a.cache_len + j0) * hd) * dtype_size(a.kv_dtype);
+  const void* kg = static_cast<const uint8_t*>(a.k) + first;
+  const void* vg = static_cast<const uint8_t*>(a.v) + first;
+  float* s = scratch(3, G * n);
+  matmul(a.q + g * G * hd, G, hd, kg, a.kv_dtype, n, nullptr, s);  // inline: inside a pool job
+  float* ob = scratch(2, G * hd);
+  for (int64_t r = 0; r < G; ++r) {
+    float* sr = s + r * n;
+    ops.scale(a.scale, sr, n);
+    const float mx = *std::max_element(sr, sr + n);
+    part[r * (2 + hd)] = mx;
+    part[r * (2 + hd) + 1] = ops.exp_sum(sr, n, mx);
+  }
+  weighted_v(a, ops, vg, s, n, G, n, ob, hd);
+  for (int64_t r = 0; r < G; ++r)
+    std::memcpy(part + r * (2 + hd) + 2, ob + r * hd, static_cast<size_t>(hd) * sizeof(float));
+}
+
+// Decode over a long context: each kv head's keys are split into chunks that the threads share (one task
+// per kv head alone leaves threads idle when there are few kv heads), and the chunks' partial softmax sums
+// are merged: out = sum_c e^(m_c - M) o_c / sum_c e^(m_c - M) l_c with M = max_c m_c.
+void attend_decode_split(const AttnArgs& a, const VecOps& ops, int64_t nkv, int64_t chunks) {
+  const int64_t G = a.group, hd = a.hd, first = a.kv_begin, n = a.q_slot[0] - a.kv_begin + 1;
+  static thread_local std::vector<float> parts;  // [nkv][chunks][G][2 + hd]; grows once
+  const size_t stride = static_cast<size_t>(G * (2 + hd));
+  if (parts.size() < static_cast<size_t>(nkv * chunks) * stride) parts.resize(static_cast<size_t>(nkv * chunks) * stride);
+  float* pbase = parts.data();
+  std::atomic<int64_t> next{0};
+  const int64_t tasks = nkv * chunks;
+  ThreadPool::instance().run([&](int, int) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < tasks;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t g = i / chunks, c = i % chunks;
+      attend_chunk(a, ops, g, first + n * c / chunks, first + n * (c + 1) / chunks, pbase + static_cast<size_t>(i) * stride);
+    }
+  });
+  for (int64_t g = 0; g < nkv; ++g) {
+    for (int64_t r = 0; r < G; ++r) {
+      auto part = [&](int64_t c) { return pbase + static_cast<size_t>(g * chunks + c) * stride + r * (2 + hd); };
+      float mx = -INFINITY;
+      for (int64_t c = 0; c < chunks; ++c) mx = std::max(mx, part(c)[0]);
+      float* dst = a.out + (g * G + r) * hd;
+      std::memset(dst, 0, static_cast<size_t>(hd) * sizeof(float));
+      float l = 0.0f;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const float w = std::exp(part(c)[0] - mx);
+        l += w * part(c)[1];
+        ops.axpy(w, part(c) + 2, dst, hd);
+      }
+      ops.scale(1.0f / l, dst, hd);
+    }
+  }
+}
+
+// Keys per decode chunk: below this a kv head is not split.
+constexpr int64_t kDecodeChunkKeys = 128;
+
 }  // namespace
 
 void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v, DType kv_dtype,
@@ -129,6 +199,13 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
   }
   const AttnArgs a{q, k, v, kv_dtype, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out};
   const VecOps& ops = vec_ops();
+  if (T == 1 && q_slot[0] >= kv_begin) {
+    // Enough chunks for every thread to take a few (so a preempted thread holds up little), none shorter
+    // than kDecodeChunkKeys.
+    const int64_t n = q_slot[0] - kv_begin + 1, threads = ThreadPool::instance().num_threads();
+    const int64_t chunks = std::min<int64_t>(n / kDecodeChunkKeys, (4 * threads + nkv - 1) / nkv);
+    if (chunks > 1) return attend_decode_split(a, ops, nkv, chunks);
+  }
   const int64_t tb = std::max<int64_t>(1, kBlockRows / a.group);  // tokens per block
   const int64_t blocks = (T + tb - 1) / tb, tasks = blocks * nkv;
   // Tasks claimed from a counter, the last (longest: causal) blocks first.
