@@ -42,18 +42,34 @@ mkdir -p "$RESULTS"
 JSONL="$RESULTS/$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 : >"$JSONL"
 
-# run LABEL MODEL_KEY DTYPE ENGINE CMD...: one engine's JSON line, tagged, with the load average around it.
+# CPU-bound jobs on the machine right now: the fewest runnable tasks seen in ten samples over a second, less
+# the sampler itself (between engine runs nothing of the benchmark is running; a job that holds a core is
+# runnable in every sample, short blips are not). The load average cannot tell this: it includes the
+# benchmark's own threads and decays over minutes.
+others_running() {
+  local fewest=1000 n
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    n="$(awk '/^procs_running/ {print $2}' /proc/stat)"
+    (( n < fewest )) && fewest=$n
+    sleep 0.1
+  done
+  echo $((fewest > 0 ? fewest - 1 : 0))
+}
+
+# run LABEL MODEL_KEY DTYPE ENGINE CMD...: one engine's JSON line, tagged, with the load average around it and
+# the other jobs running just before it.
 run() {
   local model_key="$1" dtype="$2" engine="$3"; shift 3
-  local load_before load_after line
+  local load_before load_after line others
+  others="$(others_running)"
   load_before="$(cut -d' ' -f1 /proc/loadavg)"
   echo "compare.sh: $model_key $dtype $engine ..." >&2
   if line="$("$@" 2>"$RESULTS/last.err" | tail -n 1)" && [[ "$line" == "{"* ]]; then
     load_after="$(cut -d' ' -f1 /proc/loadavg)"
     printf '%s\n' "$line" | "$PYJSON" -c 'import json,sys
 j=json.loads(sys.stdin.read()); j.update(model_key=sys.argv[1], dtype=sys.argv[2], engine=sys.argv[3],
-load_before=float(sys.argv[4]), load_after=float(sys.argv[5])); print(json.dumps(j))' \
-      "$model_key" "$dtype" "$engine" "$load_before" "$load_after" >>"$JSONL"
+load_before=float(sys.argv[4]), load_after=float(sys.argv[5]), others_before=int(sys.argv[6])); print(json.dumps(j))' \
+      "$model_key" "$dtype" "$engine" "$load_before" "$load_after" "$others" >>"$JSONL"
   else
     local why
     why="$(grep -v '^\s*$' "$RESULTS/last.err" | tail -n 1 | cut -c1-200)"

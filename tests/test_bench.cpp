@@ -78,21 +78,42 @@ TEST(Bench, BadOptionsAreErrors) {
   EXPECT_THROW(tessera::bench::run_bench(o), tessera::Error);
 }
 
-// The CLI end to end, as bench/compare.sh --quick runs it.
-TEST(Bench, CliQuickJson) {
+// `tessera bench FIXTURE --quick --json ARGS`: the report, or a test failure with the output.
+nlohmann::json cli_bench(const std::string& args) {
   const std::string out = ::testing::TempDir() + "tessera_bench_" + std::to_string(::getpid()) + ".json";
   const std::string cmd = std::string(TESSERA_CLI_PATH) + " bench " + tessera::golden::model_path("qwen3_tied") +
-                          " --quick --json --repeats 2 >" + out + " 2>&1";
+                          " --quick --json " + args + " >" + out + " 2>&1";
   const int status = std::system(cmd.c_str());
   std::ifstream f(out);
   const std::string text((std::istreambuf_iterator<char>(f)), {});
   std::remove(out.c_str());
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
-  const auto j = nlohmann::json::parse(text);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+// The CLI end to end, as bench/compare.sh --quick runs it.
+TEST(Bench, CliQuickJson) {
+  const auto j = cli_bench("--repeats 2");
+  ASSERT_FALSE(j.is_discarded());
   expect_positive_fields(j);
   EXPECT_EQ(j["repeats"], 2);
   EXPECT_EQ(j["prompt_tokens"], 16);  // --quick defaults
   EXPECT_EQ(j["new_tokens"], 8);
+}
+
+// What the matmuls multiply is reported: bf16 inputs only for a bf16 model on avx512bf16 without
+// --exact-bf16-matmul; the KV cache bytes follow (bf16 cache by default, f32 with the flag).
+TEST(Bench, CliReportsMatmulInputsAndKvCacheDtype) {
+  const auto fast = cli_bench("--dtype bfloat16");
+  const auto exact = cli_bench("--dtype bfloat16 --exact-bf16-matmul");
+  const auto f32 = cli_bench("--dtype float32");
+  ASSERT_FALSE(fast.is_discarded() || exact.is_discarded() || f32.is_discarded());
+  EXPECT_EQ(fast["matmul_inputs"], fast["isa"] == "avx512bf16" ? "bfloat16" : "float32");
+  EXPECT_EQ(exact["matmul_inputs"], "float32");
+  EXPECT_EQ(f32["matmul_inputs"], "float32");
+  EXPECT_DOUBLE_EQ(exact["decode_kv_bytes_per_token"].get<double>(),
+                   2 * fast["decode_kv_bytes_per_token"].get<double>());
+  EXPECT_DOUBLE_EQ(f32["decode_kv_bytes_per_token"].get<double>(), exact["decode_kv_bytes_per_token"].get<double>());
 }
 
 TEST(Bench, CliBadModelIsOneLineError) {
