@@ -1,12 +1,15 @@
-// Decode matmul (M < kGemmMinRows) for bf16 weights on CPUs with AVX512-BF16, the kernel of the
-// "avx512bf16" instruction set: x is rounded to bf16 (round-to-nearest-even, as llama.cpp does for its bf16
-// matmuls) and each vdpbf16ps multiplies 32 weights with 32 x values, the products exact in f32 and summed
-// in f32. Per 64 bytes of weights that is one load and one instruction (the AVX-512 kernel needs a widen,
-// a mask and two FMAs), so one core streams weights well above its share of the memory bandwidth.
-// Weights stay in the Hugging Face [N, K] row-major layout: pairs (w[n, k], w[n, k + 1]) meet
-// (x[k], x[k + 1]) in the same lane whatever the alignment, and the K tail is a masked load.
+// The matmuls of bf16 weights under Bf16Dot::RoundX on CPUs with AVX512-BF16 (the "avx512bf16" instruction
+// set): x is rounded to bf16 (round-to-nearest-even, as llama.cpp does for its bf16 matmuls) and vdpbf16ps
+// multiplies pairs, the products exact in f32 and summed in f32.
+//  * Decode (M < kGemmMinRows): each vdpbf16ps multiplies 32 weights with 32 x values; per 64 bytes of
+//    weights that is one load and one instruction (the AVX-512 kernel needs a widen, a mask and two FMAs), so
+//    one core streams weights well above its share of the memory bandwidth. Weights stay in the Hugging Face
+//    [N, K] row-major layout: pairs (w[n, k], w[n, k + 1]) meet (x[k], x[k + 1]) in the same lane whatever the
+//    alignment, and the K tail is a masked load.
+//  * Prefill (M >= kGemmMinRows): a gemm on panels of weight pairs, see matmul_bf16_gemm below.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
@@ -191,15 +194,22 @@ void pack_pairs(const uint16_t* w, int64_t K, int64_t N, int64_t n0, int64_t k0,
   }
 }
 
+// The bf16 pair (x[2p], x[2p + 1]) as one 32-bit word.
+inline int pair_at(const uint16_t* x, int64_t p) {
+  int32_t v;
+  std::memcpy(&v, x + 2 * p, sizeof v);
+  return v;
+}
+
 // acc[i][v] += the dot of x rows xr[i] (bf16, at pair p) and the panel's columns 16v .. 16v + 15, p < kp.
-inline void gemm_micro(const uint32_t* const* xr, const uint32_t* wp, int64_t kp, __m512 (&acc)[GMR][GNV]) {
+inline void gemm_micro(const uint16_t* const* xr, const uint32_t* wp, int64_t kp, __m512 (&acc)[GMR][GNV]) {
   for (int64_t p = 0; p < kp; ++p) {
     __m512i b[GNV];
 #pragma GCC unroll 8
     for (int v = 0; v < GNV; ++v) b[v] = _mm512_loadu_si512(wp + p * GNR + v * 16);
 #pragma GCC unroll 8
     for (int i = 0; i < GMR; ++i) {
-      const __m512i a = _mm512_set1_epi32(static_cast<int>(xr[i][p]));
+      const __m512i a = _mm512_set1_epi32(pair_at(xr[i], p));
 #pragma GCC unroll 8
       for (int v = 0; v < GNV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)a, (__m512bh)b[v]);
     }
@@ -218,9 +228,8 @@ void gemm_cols(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
       pack_pairs(w, K, N, n0, k0, kc, wp);
       for (int64_t m0 = 0; m0 < M; m0 += GMR) {
         const int64_t rows = std::min<int64_t>(GMR, M - m0);
-        const uint32_t* xr[GMR];
-        for (int i = 0; i < GMR; ++i)
-          xr[i] = reinterpret_cast<const uint32_t*>(xb + (m0 + std::min<int64_t>(i, rows - 1)) * Kp + k0);
+        const uint16_t* xr[GMR];
+        for (int i = 0; i < GMR; ++i) xr[i] = xb + (m0 + std::min<int64_t>(i, rows - 1)) * Kp + k0;
         __m512 acc[GMR][GNV];
         for (int i = 0; i < GMR; ++i)
           for (int v = 0; v < GNV; ++v) acc[i][v] = _mm512_setzero_ps();
