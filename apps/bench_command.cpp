@@ -1,5 +1,5 @@
-// `tessera bench [MODEL] [--prompt-tokens N] [--new-tokens N] [--dtype D] [--threads N] [--repeats N] [--json]
-// [--quick]`: see src/runtime/bench_model.h for what is measured.
+// `tessera bench [MODEL] [--prompt-tokens N] [--new-tokens N] [--dtype D] [--threads N] [--repeats N]
+// [--exact-bf16-matmul] [--json] [--quick]`: see src/runtime/bench_model.h for what is measured.
 #include "bench_command.h"
 
 #include <cstdio>
@@ -58,7 +58,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--exact-bf16-matmul", flags->o.exact_bf16_matmul,
                 "bfloat16 weights: keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 "
-                "dot products");
+                "dot products, and the KV cache float32");
   cmd->add_flag("--json", flags->json, "Print one JSON object");
   cmd->add_flag("--quick", flags->quick, "CI mode: 16-token prompt, 8 new tokens, 1 run, short machine probes");
   cmd->callback([flags, cmd] {

@@ -55,7 +55,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
   cmd->add_flag("--exact-bf16-matmul", f.exact_bf16_matmul,
                 "bfloat16 weights on the cpu device: keep matmul inputs float32 instead of rounding them to "
-                "bfloat16 for AVX512-BF16 dot products (about half the prompt speed; decode about the same)");
+                "bfloat16 for AVX512-BF16 dot products, and the KV cache float32 instead of bfloat16 (about half "
+                "the prompt speed; decode a little slower)");
   cmd->add_option("--threads", f.threads,
                   "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
                   "divided by the ranks on this node)")
