@@ -94,9 +94,15 @@ std::map<std::string, std::string> as_map(const std::vector<std::pair<std::strin
   return {env.begin(), env.end()};
 }
 
+// The file's text, or "" when it cannot be read (a /proc/PID file of a process exiting during the read makes
+// read() fail with ESRCH, which libstdc++'s filebuf throws as an exception).
 std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
+  try {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 // ---- unit: checks and environment ----

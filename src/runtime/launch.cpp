@@ -293,8 +293,16 @@ std::vector<pid_t> list_children(pid_t parent) {
   for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (!all_digits(name)) continue;
-    std::ifstream f("/proc/" + name + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), {});
+    // read(2), not a stream: a process that exits while its stat file is read makes read() fail with ESRCH,
+    // which libstdc++'s filebuf turns into an exception.
+    std::string stat;
+    const int fd = ::open(("/proc/" + name + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[512];
+    const ssize_t got = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (got <= 0) continue;
+    stat.assign(buf, static_cast<size_t>(got));
     const size_t paren = stat.rfind(')');
     if (paren == std::string::npos) continue;
     char state = 0;
