@@ -63,6 +63,9 @@ namespace {
 // pages are zero, so no memset.
 constexpr size_t kHugePage = size_t{2} << 20;
 
+// The mapped length of a huge-page tensor of `bytes`: whole 4 KiB pages.
+size_t mapped_bytes(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
 void* huge_alloc(size_t bytes) {
   const size_t span = bytes + kHugePage;
   void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -71,7 +74,7 @@ void* huge_alloc(size_t bytes) {
   const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
   // Unmap the unaligned head and the tail past the rounded-up size.
   const size_t head = aligned - begin;
-  const size_t kept = (bytes + 4095) / 4096 * 4096;
+  const size_t kept = mapped_bytes(bytes);
   if (head) ::munmap(raw, head);
   if (span - head > kept) ::munmap(reinterpret_cast<void*>(aligned + kept), span - head - kept);
   ::madvise(reinterpret_cast<void*>(aligned), kept, MADV_HUGEPAGE);  // advisory: fine if THP is off
@@ -80,7 +83,7 @@ void* huge_alloc(size_t bytes) {
 
 struct HugeRelease {
   size_t bytes;
-  void operator()(void* p) const { ::munmap(p, (bytes + 4095) / 4096 * 4096); }
+  void operator()(void* p) const { ::munmap(p, mapped_bytes(bytes)); }
 };
 
 }  // namespace

@@ -36,6 +36,12 @@ struct AttnArgs {
   float* out;  // [T, nh * hd]
 };
 
+// Row j of kv head g in a cache (k or v) of a.kv_dtype.
+const void* kv_row(const AttnArgs& a, const void* cache, int64_t g, int64_t j) {
+  return static_cast<const uint8_t*>(cache) +
+         static_cast<size_t>((g * a.cache_len + j) * a.hd) * dtype_size(a.kv_dtype);
+}
+
 // dst += p * V row j (f32 or bf16 rows of hd values from vg).
 void axpy_v(const AttnArgs& a, const VecOps& ops, const void* vg, int64_t j, float p, float* dst) {
   if (a.kv_dtype == DType::BF16)
@@ -47,12 +53,7 @@ void axpy_v(const AttnArgs& a, const VecOps& ops, const void* vg, int64_t j, flo
 // dst[r, :] (row stride ldo) = sum_{j < keys} p[r * ldp + j] * V row j, for r < rows.
 void weighted_v(const AttnArgs& a, const VecOps& ops, const void* vg, const float* p, int64_t ldp, int64_t rows,
                 int64_t keys, float* dst, int64_t ldo) {
-  const bool bf16 = a.kv_dtype == DType::BF16;
-  if (rows == 1 && bf16)
-    ops.weighted_rows_bf16(p, keys, static_cast<const uint16_t*>(vg), a.hd, dst);
-  else if (rows == 1)
-    ops.weighted_rows(p, keys, static_cast<const float*>(vg), a.hd, dst);
-  else if (bf16)
+  if (a.kv_dtype == DType::BF16)
     ops.weighted_rows_multi_bf16(p, ldp, rows, keys, static_cast<const uint16_t*>(vg), a.hd, dst, ldo);
   else
     ops.weighted_rows_multi(p, ldp, rows, keys, static_cast<const float*>(vg), a.hd, dst, ldo);
@@ -70,14 +71,8 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     return;
   }
   const int64_t n = last - a.kv_begin + 1;
-  const size_t es = dtype_size(a.kv_dtype);
-  const size_t first = static_cast<size_t>((g * a.cache_len + a.kv_begin) * hd) * es;
-  const void* kg = static_cast<const uint8_t*>(a.k) + first;  // [n, hd]
-  const void* vg = static_cast<const uint8_t*>(a.v) + first;  // [n, hd]
-  auto axpy = [&](float p, int64_t j, float* dst) { axpy_v(a, ops, vg, j, p, dst); };
-  auto weighted = [&](const float* p, int64_t ldp, int64_t rows, int64_t keys, float* dst, int64_t ldo) {
-    weighted_v(a, ops, vg, p, ldp, rows, keys, dst, ldo);
-  };
+  const void* kg = kv_row(a, a.k, g, a.kv_begin);  // [n, hd]
+  const void* vg = kv_row(a, a.v, g, a.kv_begin);  // [n, hd]
   // Q rows of the block, [R, hd] (token-major, then the group's heads): contiguous per token already.
   const float* qb = a.q + (t0 * a.nh + h0) * hd;
   if (t1 - t0 > 1) {
@@ -107,7 +102,7 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
       if (keys(r0) == 0) {
         std::memset(out_row(r0), 0, static_cast<size_t>(hd) * sizeof(float));
       } else {
-        weighted(s + r0 * n, n, 1, keys(r0), out_row(r0), hd);
+        weighted_v(a, ops, vg, s + r0 * n, n, 1, keys(r0), out_row(r0), hd);
       }
       ++r0;
       continue;
@@ -115,12 +110,12 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     // out rows of one token are contiguous; a run may span tokens, so write through a staging buffer.
     float o[6 * 512];
     float* ob = hd <= 512 ? o : scratch(1, 6 * hd);
-    weighted(s + r0 * n, n, r1 - r0, common, ob, hd);
+    weighted_v(a, ops, vg, s + r0 * n, n, r1 - r0, common, ob, hd);
     for (int64_t r = r0; r < r1; ++r) {
       float* dst = out_row(r);
       std::memcpy(dst, ob + (r - r0) * hd, static_cast<size_t>(hd) * sizeof(float));
       const float* sr = s + r * n;
-      for (int64_t j = common; j < keys(r); ++j) axpy(sr[j], j, dst);
+      for (int64_t j = common; j < keys(r); ++j) axpy_v(a, ops, vg, j, sr[j], dst);
     }
     r0 = r1;
   }
@@ -130,12 +125,9 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
 // sum l of exp(score - m), and the unnormalised sum o of exp(score - m) V. part: [group][2 + hd] (m, l, o).
 void attend_chunk(const AttnArgs& a, const VecOps& ops, int64_t g, int64_t j0, int64_t j1, float* part) {
   const int64_t G = a.group, hd = a.hd, n = j1 - j0;
-  const size_t first = static_cast<size_t>((g * a.cache_len + j0) * hd) * dtype_size(a.kv_dtype);
-  const void* kg = static_cast<const uint8_t*>(a.k) + first;
-  const void* vg = static_cast<const uint8_t*>(a.v) + first;
+  const void* vg = kv_row(a, a.v, g, j0);
   float* s = scratch(3, G * n);
-  matmul(a.q + g * G * hd, G, hd, kg, a.kv_dtype, n, nullptr, s);  // inline: inside a pool job
-  float* ob = scratch(2, G * hd);
+  matmul(a.q + g * G * hd, G, hd, kv_row(a, a.k, g, j0), a.kv_dtype, n, nullptr, s);  // inline: inside a pool job
   for (int64_t r = 0; r < G; ++r) {
     float* sr = s + r * n;
     ops.scale(a.scale, sr, n);
@@ -143,9 +135,7 @@ void attend_chunk(const AttnArgs& a, const VecOps& ops, int64_t g, int64_t j0, i
     part[r * (2 + hd)] = mx;
     part[r * (2 + hd) + 1] = ops.exp_sum(sr, n, mx);
   }
-  weighted_v(a, ops, vg, s, n, G, n, ob, hd);
-  for (int64_t r = 0; r < G; ++r)
-    std::memcpy(part + r * (2 + hd) + 2, ob + r * hd, static_cast<size_t>(hd) * sizeof(float));
+  weighted_v(a, ops, vg, s, n, G, n, part + 2, 2 + hd);
 }
 
 // Decode over a long context: each kv head's keys are split into chunks that the threads share (one task
@@ -155,7 +145,8 @@ void attend_decode_split(const AttnArgs& a, const VecOps& ops, int64_t nkv, int6
   const int64_t G = a.group, hd = a.hd, first = a.kv_begin, n = a.q_slot[0] - a.kv_begin + 1;
   static thread_local std::vector<float> parts;  // [nkv][chunks][G][2 + hd]; grows once
   const size_t stride = static_cast<size_t>(G * (2 + hd));
-  if (parts.size() < static_cast<size_t>(nkv * chunks) * stride) parts.resize(static_cast<size_t>(nkv * chunks) * stride);
+  if (parts.size() < static_cast<size_t>(nkv * chunks) * stride)
+    parts.resize(static_cast<size_t>(nkv * chunks) * stride);
   float* pbase = parts.data();
   std::atomic<int64_t> next{0};
   const int64_t tasks = nkv * chunks;
@@ -163,12 +154,15 @@ void attend_decode_split(const AttnArgs& a, const VecOps& ops, int64_t nkv, int6
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < tasks;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t g = i / chunks, c = i % chunks;
-      attend_chunk(a, ops, g, first + n * c / chunks, first + n * (c + 1) / chunks, pbase + static_cast<size_t>(i) * stride);
+      attend_chunk(a, ops, g, first + n * c / chunks, first + n * (c + 1) / chunks,
+                   pbase + static_cast<size_t>(i) * stride);
     }
   });
   for (int64_t g = 0; g < nkv; ++g) {
     for (int64_t r = 0; r < G; ++r) {
-      auto part = [&](int64_t c) { return pbase + static_cast<size_t>(g * chunks + c) * stride + r * (2 + hd); };
+      auto part = [&](int64_t c) {
+        return pbase + static_cast<size_t>(g * chunks + c) * stride + r * (2 + hd);
+      };
       float mx = -INFINITY;
       for (int64_t c = 0; c < chunks; ++c) mx = std::max(mx, part(c)[0]);
       float* dst = a.out + (g * G + r) * hd;

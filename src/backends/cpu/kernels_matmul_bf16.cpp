@@ -152,32 +152,6 @@ constexpr int GNV = 4;          // vectors of 16 columns per micro-tile
 constexpr int64_t GNR = 64;     // columns per packed panel
 constexpr int64_t kKcB = 512;   // bf16 values of K per block: a panel is 256 pairs x 64 columns = 64 KB
 
-// One 16 x 16 transpose of 32-bit words (rows r[i] -> columns), on the f32 shuffles.
-inline void transpose16(__m512i (&r)[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(_mm512_castsi512_ps(r[i]), _mm512_castsi512_ps(r[i + 1]));
-    t[i + 1] = _mm512_unpackhi_ps(_mm512_castsi512_ps(r[i]), _mm512_castsi512_ps(r[i + 1]));
-  }
-  for (int i = 0; i < 16; i += 4) {
-    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 p = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), q = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
-    const __m512 rr = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    const __m512 ss = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-    r[c] = _mm512_castps_si512(_mm512_shuffle_f32x4(p, rr, 0x88));
-    r[8 + c] = _mm512_castps_si512(_mm512_shuffle_f32x4(p, rr, 0xdd));
-    r[4 + c] = _mm512_castps_si512(_mm512_shuffle_f32x4(q, ss, 0x88));
-    r[12 + c] = _mm512_castps_si512(_mm512_shuffle_f32x4(q, ss, 0xdd));
-  }
-}
-
 // wp [kp][GNR] pair words of w rows n0 .. n0 + 63 (rows at or past N, and K past k0 + kc, are zeros);
 // kp = ceil(kc / 2) rounded up to 16.
 void pack_pairs(const uint16_t* w, int64_t K, int64_t N, int64_t n0, int64_t k0, int64_t kc, uint32_t* wp) {
@@ -185,11 +159,13 @@ void pack_pairs(const uint16_t* w, int64_t K, int64_t N, int64_t n0, int64_t k0,
   for (int64_t j0 = 0; j0 < GNR; j0 += 16) {
     for (int64_t b = 0; b < kc; b += kStep) {  // 32 bf16 = 16 pairs per row and step
       const __mmask32 m = tail_mask(std::min<int64_t>(kStep, kc - b));
-      __m512i r[16];
+      // 16 rows of 16 pair words, transposed as 32-bit lanes with the f32 transpose.
+      __m512 r[16];
       for (int64_t i = 0; i < 16; ++i)
-        r[i] = j0 + i < cols ? _mm512_maskz_loadu_epi16(m, w + (n0 + j0 + i) * K + k0 + b) : _mm512_setzero_si512();
-      transpose16(r);
-      for (int64_t i = 0; i < 16; ++i) _mm512_storeu_si512(wp + (b / 2 + i) * GNR + j0, r[i]);
+        r[i] = j0 + i < cols ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, w + (n0 + j0 + i) * K + k0 + b))
+                             : _mm512_setzero_ps();
+      VAvx512::transpose(r);
+      for (int64_t i = 0; i < 16; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(wp + (b / 2 + i) * GNR + j0), r[i]);
     }
   }
 }

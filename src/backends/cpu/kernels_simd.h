@@ -262,14 +262,11 @@ struct VecOps {
   float (*exp_sum)(float* x, int64_t n, float max);  // x = exp(x - max); returns sum
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* y);
   void (*add)(const float* a, const float* b, int64_t n, float* y);
-  // out[dim] = sum_j p[j] * rows[j, :] for rows [n, dim] (overwrites out).
-  void (*weighted_rows)(const float* p, int64_t n, const float* rows, int64_t dim, float* out);
   // out[r * ldo + :] = sum_j p[r * ldp + j] * rows[j, :] for r < R (any R; rows loaded once per 6 r).
   void (*weighted_rows_multi)(const float* p, int64_t ldp, int64_t R, int64_t n, const float* rows,
                               int64_t dim, float* out, int64_t ldo);
-  // The same three with bfloat16 rows (a bf16 KV cache), widened exactly and summed in f32.
+  // axpy and weighted_rows_multi with bfloat16 rows (a bf16 KV cache), widened exactly and summed in f32.
   void (*axpy_bf16)(float a, const uint16_t* x, float* y, int64_t n);
-  void (*weighted_rows_bf16)(const float* p, int64_t n, const uint16_t* rows, int64_t dim, float* out);
   void (*weighted_rows_multi_bf16)(const float* p, int64_t ldp, int64_t R, int64_t n, const uint16_t* rows,
                                    int64_t dim, float* out, int64_t ldo);
 };
