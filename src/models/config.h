@@ -34,6 +34,10 @@ struct TpLayout {
   }
 };
 
+// The MLP's gate activation (config.json `hidden_act` / `hidden_activation`). kGeluTanh is both
+// `gelu_pytorch_tanh` and `gelu_new` (the same tanh approximation).
+enum class Activation : uint8_t { kSilu, kGelu, kGeluTanh, kRelu };
+
 struct DecoderConfig {
   std::string architecture;  // architectures[0]
   std::string model_type;
@@ -45,11 +49,20 @@ struct DecoderConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false, mlp_bias = false;
   bool qk_norm = false;  // Qwen3: RMSNorm on q and k per head
+  Activation hidden_act = Activation::kSilu;
+  // Sliding-window attention: a query at position p sees keys at positions > p - sliding_window (Transformers'
+  // convention) in the layers marked in layer_sliding. 0 / empty: every layer attends to the whole prefix.
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> layer_sliding;  // [num_layers] (or empty): 1 = this layer uses the sliding window
   std::optional<DType> torch_dtype;
   std::optional<int32_t> bos_token_id, pad_token_id;
   std::vector<int32_t> eos_token_ids;
   TpLayout tp;  // this rank's share (set after parsing, before building graphs)
 
+  bool layer_is_sliding(int64_t layer) const {
+    return sliding_window > 0 && layer < static_cast<int64_t>(layer_sliding.size()) &&
+           layer_sliding[static_cast<size_t>(layer)] != 0;
+  }
   int64_t local_heads() const { return tp.attn_split ? num_heads / tp.size : num_heads; }
   int64_t local_kv_heads() const { return tp.attn_split ? num_kv_heads / tp.size : num_kv_heads; }
   int64_t rot_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor); }
