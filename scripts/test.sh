@@ -25,7 +25,7 @@ ninja -C build-asan -j"$JOBS" tessera_tests
 echo "== fuzzers (${FUZZ_SECONDS:-30}s each) =="
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
   -DTESSERA_TESTS=OFF >/dev/null
-ninja -C build-fuzz -j"$JOBS"
+ninja -C build-fuzz -j"$JOBS" fuzzers
 for f in build-fuzz/fuzz_*; do
   [[ -x "$f" ]] || continue
   corpus="fuzz/corpus/$(basename "$f")"
