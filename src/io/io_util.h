@@ -19,6 +19,14 @@ inline bool add_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_ad
 std::string path_join(const std::string& dir, const std::string& name);
 bool is_directory(const std::string& path);
 bool is_regular_file(const std::string& path);
+// True when something (of any kind, a FIFO or device too) is at `path` (stat follows symlinks).
+bool path_exists(const std::string& path);
+// What kind of non-regular thing st_mode describes, for errors: "a directory", "a FIFO", "a character
+// device", ...
+const char* file_kind_name(unsigned mode);
+// True when `path` is a regular file starting with the GGUF magic "GGUF". Never blocks: FIFOs and
+// devices are not opened.
+bool has_gguf_magic(const std::string& path);
 
 // Throws Error when `dt` is not F32/BF16/F16 (the only types weights load as).
 void require_float_dtype(DType dt, const std::string& context);
