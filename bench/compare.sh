@@ -11,11 +11,12 @@
 #          --models smollm2,qwen3  --dtypes bfloat16,float32
 # Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
 #              COMPILE_TIMEOUT (s, default 900), COMPILE_MODELS (which models get the torch.compile run), PY (python with torch, transformers,
-#              llama-cpp-python, gguf; default venv/bin/python, made by: python3 -m venv venv && venv/bin/pip install -r tools/requirements.txt), BENCH_MODELS (build/bench-models).
+#              llama-cpp-python, gguf; default venv-bench/bin/python, made by: python3 -m venv venv-bench &&
+#              venv-bench/bin/pip install -r bench/requirements.txt), BENCH_MODELS (build/bench-models).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/tessera}"
-PY="${PY:-$ROOT/venv/bin/python}"
+PY="${PY:-$ROOT/venv-bench/bin/python}"
 MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
 QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md"
 WHICH="smollm2,qwen3" DTYPES="bfloat16,float32"

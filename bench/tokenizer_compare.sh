@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side encode throughput, one thread: tessera vs HF tokenizers.
 # usage: bench/tokenizer_compare.sh [TOKENIZER_DIR_OR_GGUF] [BUILD_DIR] [PYTHON]
-# Defaults: ../shared/tokenizers/qwen3, build, venv/bin/python (python3 -m venv venv && venv/bin/pip install -r tools/requirements.txt).
+# Defaults: ../shared/tokenizers/qwen3, build, venv/bin/python (see tools/requirements.txt).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TOK="${1:-$ROOT/../shared/tokenizers/qwen3}"
