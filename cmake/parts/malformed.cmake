@@ -1,0 +1,16 @@
+# The malformed-input corpus (tools/malformed_corpus.py, Python standard library only): every case must exit 1
+# with one `tessera: error: ...` line naming the file, field, tensor or flag, within 2 s CPU and 256 MB + the
+# model's size. One CTest test per input class, so a failure says which parser it is in.
+if(TESSERA_TESTS)
+  find_program(TESSERA_PYTHON3 python3)
+  if(TESSERA_PYTHON3)
+    foreach(cls config generation safetensors gguf tokenizer files cli launch)
+      add_test(NAME malformed_corpus_${cls}
+               COMMAND ${TESSERA_PYTHON3} ${CMAKE_SOURCE_DIR}/tools/malformed_corpus.py
+                       --cli $<TARGET_FILE:tessera_cli> --class ${cls} -j 2 --report)
+      set_tests_properties(malformed_corpus_${cls} PROPERTIES TIMEOUT 300 LABELS malformed)
+    endforeach()
+  else()
+    message(STATUS "python3 not found: the malformed-input corpus (tools/malformed_corpus.py) is not registered")
+  endif()
+endif()
