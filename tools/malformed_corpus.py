@@ -580,6 +580,11 @@ def add_generation_cases():
     gen_case("top_p.string", upd(top_p="0.9", **S), [GJ, "top_p"])
     gen_case("min_p.above_one", upd(min_p=2.0, **S), [GJ, "min_p"])
     gen_case("min_p.negative", upd(min_p=-1.0, **S), [GJ, "min_p"])
+    gen_case("min_p.string", upd(min_p="0.1", **S), [GJ, "min_p"])
+    gen_case("repetition_penalty.inf", upd(repetition_penalty=Raw("1e999")), [GJ, ("repetition_penalty", "1e999")])
+    gen_case("max_length.2pow40", upd(max_length=2**40), [GJ, "max_length"])
+    gen_case("do_sample.null_with_bad_top_p", upd(do_sample=None, top_p="high"), [GJ, "top_p"],
+             why="a null do_sample is unset, the string top_p is still a type error")
     gen_case("repetition_penalty.zero", upd(repetition_penalty=0.0), [GJ, "repetition_penalty"])
     gen_case("repetition_penalty.negative", upd(repetition_penalty=-1.3), [GJ, "repetition_penalty"])
     gen_case("repetition_penalty.string", upd(repetition_penalty="1.3"), [GJ, "repetition_penalty"])
@@ -1192,6 +1197,13 @@ def add_cli_cases():
                       ("--buckets", "16,x"), ("--buckets", "0"), ("--buckets", "-16"), ("--buckets", "garbage")]:
         cli("generate%s.%s" % (flag, bad), fx(lambda m, flag=flag, bad=bad: generate(m, flag, bad)), [flag])
     cli("generate--threads.missing_value", fx(lambda m: generate(m, "--threads")), ["--threads"])
+    cli("generate--threads.float", fx(lambda m: generate(m, "--threads", "1.5")), ["--threads"])
+    cli("generate--do-sample.value", fx(lambda m: generate(m, "--do-sample=maybe")), ["--do-sample"])
+    cli("generate--exact-bf16-matmul.value", fx(lambda m: generate(m, "--exact-bf16-matmul=banana")), ["--exact-bf16-matmul"])
+    cli("generate--tp-plan.empty", fx(lambda m: generate(m, "--tp-plan", "")), ["--tp-plan"])
+    cli("tokenize--add-special-tokens.value", lambda ctx: ["tokenize", os.path.join(TOKENIZERS, "tiny_gpt2"),
+                                                          "--add-special-tokens=maybe"], ["--add-special-tokens"], stdin=HELLO)
+    cli("devices--json.value", lambda ctx: ["devices", "--json=nope"], ["--json"])
     for flag, bad in [("--temperature", "-1"), ("--temperature", "0"), ("--temperature", "nan"), ("--top-p", "0"),
                       ("--top-p", "1.5"), ("--min-p", "-0.5"), ("--top-k", "99999999999")]:
         cli("generate_sampling%s.%s" % (flag, bad), fx(lambda m, flag=flag, bad=bad: generate(m, "--do-sample", flag, bad)), [flag])
@@ -1277,6 +1289,7 @@ def add_launch_cases():
     la("no_command_after_dashes", L("--nproc-per-node", "2", "--"), ["command"])
     la("command_not_found", L("--nproc-per-node", "2", "--", "/nonexistent/bin/tool"), ["/nonexistent/bin/tool"])
     la("command_not_on_path", L("--nproc-per-node", "1", "--", "no-such-tool-xyz"), ["no-such-tool-xyz"])
+    la("command_is_directory", L("--nproc-per-node", "2", "--", "/"), [("'/'", "/:")])
     la("nnodes_without_master_addr", L("--nnodes", "2", "--", "true"), ["--master-addr"])
     la("unknown_flag", ["launch", "--bogus-launch-flag", "--", "true"], ["--bogus-launch-flag"])
     la("tpu_without_chips", L("--nproc-per-node", "2", "--", "{cli}", "generate", "--device", "tpu", "--input-ids", "1"),
@@ -1516,6 +1529,8 @@ def main():
         for r in results:
             print("%-4s %-60s rc=%s cpu=%.2fs rss=%.0fMB %s" % ("ok" if r.ok else "FAIL", r.case.id, r.rc, r.cpu, r.rss_mb,
                                                               r.reason if r.skipped else ""))
+            if r.last:
+                print("     " + r.last)
     for r in failed:
         print("FAIL %s\n     reason: %s\n     last stderr: %s" % (r.case.id, r.reason, r.last or "(empty)"))
     if args.report or failed:
