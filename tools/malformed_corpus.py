@@ -95,19 +95,16 @@ class Raw:
 
 
 def dumps(obj):
+    """json.dumps (the C encoder: fast for the big cases) with Raw values spliced in verbatim."""
     raws = []
 
-    def sub(o):
-        if isinstance(o, Raw):
-            raws.append(o.text)
-            return "\x00RAW%d\x00" % (len(raws) - 1)
-        if isinstance(o, dict):
-            return {k: sub(v) for k, v in o.items()}
-        if isinstance(o, list):
-            return [sub(v) for v in o]
-        return o
+    def placeholder(o):
+        if not isinstance(o, Raw):
+            raise TypeError("not JSON: %r" % (o,))
+        raws.append(o.text)
+        return "\x00RAW%d\x00" % (len(raws) - 1)
 
-    text = json.dumps(sub(obj), indent=1)
+    text = json.dumps(obj, default=placeholder)
     for i, r in enumerate(raws):
         text = text.replace(json.dumps("\x00RAW%d\x00" % i), r)
     return text
@@ -277,6 +274,9 @@ class Gguf:
             return self._ws(v)
         if t == 9:
             et, items = v
+            if et == 8:  # string arrays can be big (vocabularies): one pass, no recursion
+                enc = [x.encode() for x in items]
+                return struct.pack("<IQ", et, len(items)) + b"".join(struct.pack("<Q", len(x)) + x for x in enc)
             return struct.pack("<IQ", et, len(items)) + b"".join(self._wv(et, x) for x in items)
         return struct.pack("<" + _FMT[t], v)
 
@@ -744,6 +744,14 @@ def add_safetensors_cases():
     st_case("values.nan_norm", st_header(nan_weights), [("non-finite", "NaN", "nan")],
             why="weights that make every logit NaN: an error naming the step, never output")
 
+    def many_entries(p):  # the header text is written directly: 57 MB through json.dumps is slow
+        h, body = st_read(p)
+        extra = "".join('"extra.%d":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},' % i for i in range(600000))
+        st_write(p, None, body, raw_header=("{" + extra + json.dumps(h)[1:]).encode())
+
+    st_case("header.600k_empty_tensors", many_entries, [(ST, "extra.")], kind="bounded",
+            why="legal (unused zero-size tensors): the header must be parsed within the memory budget")
+
     # sharded checkpoints (llama_bias: two shards + index)
     IDX = "model.safetensors.index.json"
 
@@ -908,6 +916,8 @@ def add_gguf_cases():
     gguf_case("tokenizer.merges_bad", kv("tokenizer.ggml.merges", "arr", (GT["str"], ["abc"])), [F, "tokenizer.ggml.merges"], cmd="tokenize")
     gguf_case("tokenizer.token_type_wrong_count", kv("tokenizer.ggml.token_type", "arr", (GT["i32"], [1, 1])), [F, "tokenizer.ggml.token_type"],
               cmd="tokenize")
+    gguf_case("tokenizer.tokens_2M", kv(TK, "arr", (GT["str"], ["t%d" % i for i in range(2000000)])), [F],
+              why="2M vocabulary strings vs a 32-row embedding: refused within 2 s and the memory budget")
     gguf_case("suffix.other_name_bad_magic", lambda: patch(gbytes(), 0, b"GGUX"), ["model.bin"], fname="model.bin",
               why="a GGUF without the .gguf suffix is detected by its magic; a bad one is still named")
 
@@ -972,6 +982,15 @@ def tok_case(name, file, fn, expect, raw=None, src="tiny_gpt2", cmd="tokenize", 
 
     stdin = b"1 2 3\n" if cmd == "detokenize" else HELLO
     case("tokenizer", name, build, expect, stdin=stdin, **kw)
+
+
+def tok_files(ctx, fn, src="tiny_gpt2"):
+    d = ctx.path("tok")
+    os.makedirs(d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(TOKENIZERS, src, f), os.path.join(d, f))
+    mutate_json(os.path.join(d, "tokenizer.json"), fn)
+    return d
 
 
 def add_tokenizer_cases():
@@ -1053,6 +1072,34 @@ def add_tokenizer_cases():
              [("frobnicate",)], cmd="chat")
     tok_case("chat_template.raise_exception", TC, lambda o: o.update({"chat_template": "{{ raise_exception('no system role') }}"}),
              ["no system role"], cmd="chat")
+    CT = ("chat_template", "chat template", "template")
+    tok_case("chat_template.runaway_loop", TC, lambda o: o.update(
+        {"chat_template": "{% for i in range(1000000000) %}{{ messages[0].content }}{% endfor %}"}), [CT], cmd="chat",
+        why="a template from the model repository must not run unbounded: output or step limit, then an error")
+    tok_case("chat_template.recursive_macro", TC, lambda o: o.update(
+        {"chat_template": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"}), [CT], cmd="chat")
+    tok_case("chat_template.deep_parens", TC, lambda o: o.update(
+        {"chat_template": "{{ " + "(" * 100000 + "1" + ")" * 100000 + " }}"}), [CT], cmd="chat")
+    tok_case("chat_template.deep_blocks", TC, lambda o: o.update(
+        {"chat_template": "{% if true %}" * 50000 + "x" + "{% endif %}" * 50000}), [CT], cmd="chat", kind="bounded",
+        why="legal but 50k nested blocks: rendered or refused, never a stack overflow")
+    tok_case("chat_template.string_multiply", TC, lambda o: o.update(
+        {"chat_template": "{{ 'x' * 10000000000 }}"}), [CT], cmd="chat")
+
+    def many_added(o):
+        base = len(o["model"]["vocab"])
+        o["added_tokens"] += [{"id": base + 1 + i, "content": "<extra_%d>" % i, "special": True, "single_word": False,
+                               "lstrip": False, "rstrip": False, "normalized": False} for i in range(100000)]
+
+    tok_case("added_tokens.100k", TJ, many_added, [TJ], kind="bounded",
+             why="legal: 100k added tokens must not make matching quadratic")
+
+    def catastrophic(o):
+        o["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": False}
+
+    case("tokenizer", "pre_tokenizer.catastrophic_regex",
+         lambda ctx: (tok_files(ctx, catastrophic), ["tokenize", ctx.path("tok")])[1], [(TJ, "pattern")], kind="bounded",
+         stdin=b"a" * 40 + b"b\n", why="exponential backtracking: a match limit (an error) or a fast engine")
     tok_case("detokenize.llama3_bad_added", TJ, lambda o: o["added_tokens"][0].update({"id": "x"}), [TJ, "added_tokens"],
              src="tiny_llama3", cmd="detokenize")
 
@@ -1153,6 +1200,66 @@ def add_files_cases():
     case("files", "tp_plan.dev_zero", tp_plan_with(devzero), ["plan.json"])
     case("files", "tp_plan.directory", tp_plan_with(mkdir), ["plan.json"])
 
+    # Sizes are checked before reading: a 4 GiB (sparse) JSON file is refused, not read into memory.
+    def sparse(p, head=b'{"a": 1}'):
+        with open(p, "wb") as f:
+            f.write(head)
+            f.truncate(4 << 30)
+
+    case("files", "config.sparse_4g", dir_with("config.json", sparse), ["config.json"])
+    case("files", "generation_config.sparse_4g", dir_with("generation_config.json", sparse, cmd=generate),
+         ["generation_config.json"])
+    case("files", "index.sparse_4g", dir_with("model.safetensors.index.json", sparse, fixture="llama_bias"),
+         ["model.safetensors.index.json"])
+    case("files", "tokenizer.sparse_4g", tok_dir_with("tokenizer.json", sparse), ["tokenizer.json"], stdin=HELLO)
+    case("files", "tokenizer_config.sparse_4g", tok_dir_with("tokenizer_config.json", sparse), ["tokenizer_config.json"],
+         stdin=HELLO)
+    case("files", "tp_plan.sparse_4g", tp_plan_with(sparse), ["plan.json"])
+    case("files", "model_safetensors.sparse_header_4g",
+         dir_with("model.safetensors", lambda p: sparse(p, struct.pack("<Q", (4 << 30) - 8) + b"{")),
+         ["model.safetensors"], why="header length within the file but above the 100 MB header cap")
+
+    def loop(p):
+        os.symlink(p + ".b", p)
+        os.symlink(p, p + ".b")
+
+    case("files", "config.symlink_loop", dir_with("config.json", loop), ["config.json"])
+    case("files", "model.symlink_loop", model_as(loop, "model.gguf"), ["model.gguf"])
+
+    # The Hugging Face cache (HF_HOME/hub/models--org--name/{refs/main,snapshots/HASH/...})
+    def hub(make):
+        def build(ctx):
+            repo = ctx.path("hf", "hub", "models--corpus-org--tiny")
+            snap = os.path.join(repo, "snapshots", "0" * 40)
+            os.makedirs(snap)
+            os.makedirs(os.path.join(repo, "refs"))
+            write(os.path.join(repo, "refs", "main"), "0" * 40)
+            for f in os.listdir(os.path.join(MODELS, "qwen3_tied")):
+                if f != "golden.json":
+                    shutil.copyfile(os.path.join(MODELS, "qwen3_tied", f), os.path.join(snap, f))
+            make(repo, snap)
+            return forward("corpus-org/tiny")
+
+        return build
+
+    def refs_fifo(repo, snap):
+        os.unlink(os.path.join(repo, "refs", "main"))
+        os.mkfifo(os.path.join(repo, "refs", "main"))
+        shutil.rmtree(snap)  # nothing else to fall back on
+
+    def blob_missing(repo, snap):
+        os.unlink(os.path.join(snap, "config.json"))
+        os.symlink("../../blobs/0123456789abcdef", os.path.join(snap, "config.json"))
+
+    def no_snapshots(repo, snap):
+        shutil.rmtree(os.path.join(repo, "snapshots"))
+
+    case("files", "hf_cache.refs_main_fifo", hub(refs_fifo), [("refs/main", "corpus-org/tiny")])
+    case("files", "hf_cache.config_blob_missing", hub(blob_missing), ["config.json"])
+    case("files", "hf_cache.no_snapshots", hub(no_snapshots), ["corpus-org/tiny"])
+    case("files", "hf_cache.repo_not_cached", lambda ctx: forward("corpus-org/not-downloaded"), ["corpus-org/not-downloaded"])
+    case("files", "hf_cache.repo_id_dotdot", lambda ctx: forward("../etc"), ["../etc"])
+
     root = hasattr(os, "geteuid") and os.geteuid() == 0
 
     def unreadable(target):
@@ -1217,6 +1324,12 @@ def add_cli_cases():
                       ("spaces_only", "  ")]:
         cli("forward--input-ids." + name, fx(lambda m, ids=ids: ["forward", m, "--input-ids", ids, "-q"]),
             [("--input-ids", "99999") if name == "out_of_vocab" else "--input-ids"])
+    cli("forward--input-ids.longer_than_context", fx(lambda m: ["forward", m, "--input-ids", ",".join(["5"] * 30000), "-q"]),
+        [("--input-ids", "max_position_embeddings")],
+        why="30k positions for a 256-position model: [n, n] attention scores alone would need 3.6 GB")
+    cli("generate--input-ids.longer_than_context", fx(lambda m: ["generate", m, "--input-ids", ",".join(["5"] * 30000),
+                                                                   "--max-new-tokens", "1", "-q"]),
+        [("--input-ids", "max_position_embeddings")])
     cli("generate--input-ids.out_of_vocab", fx(lambda m: ["generate", m, "--input-ids", "5000", "-q"]), [("--input-ids", "5000")])
     cli("generate--input-ids.double_comma", fx(lambda m: ["generate", m, "--input-ids", "1,,2", "-q"]), ["--input-ids"])
     cli("generate.prompt_empty", fx(lambda m: ["generate", m, "--prompt", "", "-q"]), ["--prompt"])
@@ -1371,6 +1484,101 @@ def matches(line, expect):
     return missing
 
 
+# The CLI is started by a small helper process, not by this runner: a child's ru_maxrss includes the RSS of
+# the process it was forked from (the kernel carries the pre-exec high-water mark over), and this runner
+# grows while it builds big inputs. The helper stays at the size of a bare interpreter.
+SPAWNER_CODE = r"""
+import json, os, resource, signal, subprocess, sys, threading
+lock = threading.Lock()
+
+def reply(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+def serve(req):
+    try:
+        with open(req["stdin"], "rb") as fin, open(req["stdout"], "wb") as fout, open(req["stderr"], "wb") as ferr:
+            p = subprocess.Popen(req["argv"], stdin=fin, stdout=fout, stderr=ferr, env=req["env"], cwd=req["cwd"],
+                                 start_new_session=True)
+    except OSError as e:
+        return reply({"id": req["id"], "error": str(e)})
+    if req["mem_cap_mb"] > 0:
+        try:
+            cap = req["mem_cap_mb"] << 20
+            resource.prlimit(p.pid, resource.RLIMIT_AS, (cap, cap))
+        except (OSError, ValueError):
+            pass  # already exited
+    timed_out = []
+
+    def kill():
+        timed_out.append(True)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    timer = threading.Timer(req["timeout"], kill)
+    timer.start()
+    try:
+        _, status, ru = os.wait4(p.pid, 0)
+    finally:
+        timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    try:  # stray ranks or grandchildren must not outlive the case
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    reply({"id": req["id"], "rc": p.returncode, "cpu": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
+           "timed_out": bool(timed_out)})
+
+for line in sys.stdin:
+    threading.Thread(target=serve, args=(json.loads(line),), daemon=True).start()
+"""
+
+
+class Spawner:
+    def __init__(self):
+        self.p = None
+        self.lock = threading.Lock()
+        self.waiting = {}
+        self.next_id = 0
+
+    def start(self):
+        self.p = subprocess.Popen([sys.executable, "-c", SPAWNER_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, bufsize=1)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            r = json.loads(line)
+            with self.lock:
+                slot = self.waiting.pop(r["id"])
+            slot[1] = r
+            slot[0].set()
+
+    def run(self, argv, env, cwd, stdin, stdout, stderr):
+        ev = threading.Event()
+        with self.lock:
+            self.next_id += 1
+            rid = self.next_id
+            slot = self.waiting[rid] = [ev, None]
+            self.p.stdin.write(json.dumps({"id": rid, "argv": argv, "env": env, "cwd": cwd, "stdin": stdin,
+                                           "stdout": stdout, "stderr": stderr, "timeout": WALL_LIMIT_S,
+                                           "mem_cap_mb": MEM_CAP_MB}) + "\n")
+            self.p.stdin.flush()
+        ev.wait()
+        return slot[1]
+
+    def stop(self):
+        if self.p:
+            self.p.stdin.close()
+            self.p.wait()
+
+
+SPAWNER = Spawner()
+
+
 def run_case(c, cli, keep=False):
     if c.skip:
         return Result(c, True, "skipped: " + c.skip, skipped=True)
@@ -1384,6 +1592,7 @@ def run_case(c, cli, keep=False):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     tmp = tempfile.mkdtemp(prefix="tessera-corpus-")
+    t_start = time.monotonic()
     try:
         ctx = Ctx(tmp)
         try:
@@ -1399,40 +1608,16 @@ def run_case(c, cli, keep=False):
         write(stdin_path, c.stdin or b"")
         out_path, err_path = os.path.join(tmp, ".stdout"), os.path.join(tmp, ".stderr")
         t0 = time.monotonic()
-        with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
-            p = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, env=env, cwd=tmp, start_new_session=True)
-        if MEM_CAP_MB > 0:
-            try:
-                cap = MEM_CAP_MB << 20
-                resource.prlimit(p.pid, resource.RLIMIT_AS, (cap, cap))
-            except (OSError, ValueError):
-                pass  # the child already exited
-        timed_out = []
-
-        def kill():
-            timed_out.append(True)
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-        timer = threading.Timer(WALL_LIMIT_S, kill)
-        timer.start()
-        try:
-            _, status, ru = os.wait4(p.pid, 0)
-        finally:
-            timer.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)  # tell Popen the child is reaped
+        r = SPAWNER.run(argv, env, tmp, stdin_path, out_path, err_path)
         wall = time.monotonic() - t0
-        try:  # stray ranks or grandchildren must not outlive the case
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if "error" in r:  # e.g. the binary is being relinked
+            return Result(c, False, "cannot start %s: %s" % (cli, r["error"]))
+        timed_out = r["timed_out"]
+        rc = r["rc"]
+        cpu = r["cpu"]
+        rss_mb = r["maxrss_kb"] / 1024.0
         with open(err_path, "rb") as f:
             err = f.read().decode("utf-8", "replace")
-        rc = p.returncode
-        cpu = ru.ru_utime + ru.ru_stime
-        rss_mb = ru.ru_maxrss / 1024.0
         last = last_line(err)
         if len(last) > 400:
             last = last[:400] + "...(%d chars)" % len(last)
@@ -1461,7 +1646,7 @@ def run_case(c, cli, keep=False):
             reasons.append("cpu %.2f s > %.1f s" % (cpu, CPU_LIMIT_S))
         if rss_mb > RSS_LIMIT_MB + model_mb:
             reasons.append("peak RSS %.0f MB > %d MB + model %.1f MB" % (rss_mb, RSS_LIMIT_MB, model_mb))
-        return Result(c, not reasons, "; ".join(reasons), last, rc, cpu, rss_mb, wall)
+        return Result(c, not reasons, "; ".join(reasons), last, rc, cpu, rss_mb, time.monotonic() - t_start)
     finally:
         if keep:
             print("kept %s for %s" % (tmp, c.id), file=sys.stderr)
@@ -1520,15 +1705,20 @@ def main():
     if cli and not os.access(cli, os.X_OK):
         print("tessera CLI not found at %s (build it, or pass --cli)" % cli, file=sys.stderr)
         return 2
+    if cli:
+        SPAWNER.start()  # first, while this process is still small
     t0 = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.j)) as ex:
-        results = list(ex.map(lambda c: run_case(c, cli, args.keep), cases))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.j)) as ex:
+            results = list(ex.map(lambda c: run_case(c, cli, args.keep), cases))
+    finally:
+        SPAWNER.stop()
     elapsed = time.monotonic() - t0
     failed = [r for r in results if not r.ok]
     if args.verbose:
         for r in results:
-            print("%-4s %-60s rc=%s cpu=%.2fs rss=%.0fMB %s" % ("ok" if r.ok else "FAIL", r.case.id, r.rc, r.cpu, r.rss_mb,
-                                                              r.reason if r.skipped else ""))
+            print("%-4s %-60s rc=%s cpu=%.2fs rss=%.0fMB wall=%.2fs %s" % (
+                "ok" if r.ok else "FAIL", r.case.id, r.rc, r.cpu, r.rss_mb, r.wall, r.reason if r.skipped else ""))
             if r.last:
                 print("     " + r.last)
     for r in failed:
