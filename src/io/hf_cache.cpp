@@ -6,9 +6,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "io/io_util.h"
+#include "io/json_util.h"
 #include "tessera/error.h"
 
 namespace tessera::io {
@@ -40,11 +40,11 @@ std::string trim(std::string s) {
 // The snapshot named by refs/main, else the only (or most recently modified) snapshot; "" when none.
 std::string pick_snapshot(const std::string& repo_dir) {
   const std::string snaps = path_join(repo_dir, "snapshots");
-  std::ifstream ref(path_join(repo_dir, "refs/main"));
-  if (ref) {
-    std::string hash;
-    std::getline(ref, hash);
-    hash = trim(hash);
+  const std::string ref = path_join(repo_dir, "refs/main");
+  if (path_exists(ref)) {
+    // A commit hash (40 bytes); the cap and the regular-file check keep a FIFO or device from blocking us.
+    std::string hash = read_regular_file(ref, 4096);
+    hash = trim(hash.substr(0, hash.find('\n')));
     if (valid_repo_part(hash) && is_directory(path_join(snaps, hash))) return path_join(snaps, hash);
   }
   std::error_code ec;

@@ -89,8 +89,11 @@ std::string read_regular_file(const std::string& path, size_t max_bytes) {
   if (::fstat(g.fd, &st) != 0) fail(path, ": cannot stat: ", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(path, ": is ", file_kind_name(st.st_mode), ", expected a regular file");
   const auto size = static_cast<uint64_t>(st.st_size);
-  if (size > max_bytes)
-    fail(path, ": file is ", size, " bytes, more than the ", max_bytes >> 20, " MiB limit for this file");
+  if (size > max_bytes) {
+    if (max_bytes >= (size_t{1} << 20) && max_bytes % (size_t{1} << 20) == 0)
+      fail(path, ": file is ", size, " bytes, more than the ", max_bytes >> 20, " MiB limit for this file");
+    fail(path, ": file is ", size, " bytes, more than the ", max_bytes, "-byte limit for this file");
+  }
   std::string out(static_cast<size_t>(size), '\0');
   size_t got = 0;
   while (got < out.size()) {

@@ -7,9 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
+#include "io/json_util.h"
 #include "tessera/error.h"
 
 namespace tessera::io {
@@ -37,14 +36,18 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     fail_errno(path, "cannot stat", errno);
   }
   if (S_ISDIR(st.st_mode)) fail(path, ": is a directory, expected a file");
-  if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file");
-  FdGuard g{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (!S_ISREG(st.st_mode))
+    fail(path, ": not a regular file (a FIFO, device or socket cannot be a model file)");
+  // O_NONBLOCK: a path swapped for a FIFO after the stat must not block open() waiting for a writer.
+  FdGuard g{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (g.fd < 0) {
     if (errno == EACCES) fail(path, ": permission denied");
     fail_errno(path, "cannot open", errno);
   }
   // fstat again on the descriptor: the size we map is the size of what we opened.
   if (::fstat(g.fd, &st) != 0) fail_errno(path, "cannot stat", errno);
+  if (!S_ISREG(st.st_mode))
+    fail(path, ": not a regular file (a FIFO, device or socket cannot be a model file)");
   if (st.st_size == 0) fail(path, ": file is empty");
   const size_t size = static_cast<size_t>(st.st_size);
   // MAP_POPULATE maps every page now (and reads it when the page cache is cold), so the first forward pass
@@ -58,16 +61,6 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
 
 MappedFile::~MappedFile() { ::munmap(const_cast<uint8_t*>(data_), size_); }
 
-std::string read_text_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) fail(path, ": no such file");
-  if (S_ISDIR(st.st_mode)) fail(path, ": is a directory, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad()) fail(path, ": read error");
-  return os.str();
-}
+std::string read_text_file(const std::string& path) { return read_regular_file(path, kMaxConfigFileBytes); }
 
 }  // namespace tessera::io

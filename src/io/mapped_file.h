@@ -29,7 +29,8 @@ class MappedFile {
   size_t size_;
 };
 
-// Reads a whole (small) text file such as config.json; throws Error naming it.
+// Reads a whole (small) regular file such as config.json, at most kMaxConfigFileBytes
+// (json_util.h); throws Error naming it.
 std::string read_text_file(const std::string& path);
 
 }  // namespace tessera::io

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/io_util.h"
+#include "io/json_util.h"
 #include "tessera/error.h"
 
 namespace tessera::io {
@@ -112,11 +113,14 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   if (n > kMaxHeaderBytes) fail(file, ": header length ", n, " exceeds the 100 MB limit");
   if (n < 2) fail(file, ": header length ", n, " is too small for a JSON object");
 
+  const std::string_view text(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n));
+  // Depth bounded first: __metadata__ values are re-serialised (dump) below, which recurses per level.
+  check_json_depth(text, file + ": header");
   json j;
   try {
-    j = json::parse(data + 8, data + 8 + n);
+    j = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    fail(file, ": header is not valid JSON (", printable(e.what(), 400), ")");
+    fail(file, ": header is not valid JSON (", printable(json_error_text(e), 300), ")");
   }
   if (!j.is_object()) fail(file, ": header is a JSON ", j.type_name(), ", expected an object");
 

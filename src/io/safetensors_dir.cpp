@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/io_util.h"
+#include "io/json_util.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
 #include "tessera/error.h"
@@ -15,18 +16,8 @@ using nlohmann::json;
 
 namespace {
 
-// Reads a JSON file that must hold an object; errors name the file.
-json read_json_object(const std::string& path) {
-  const std::string text = read_text_file(path);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(path, ": malformed JSON (", printable(e.what(), 400), ")");
-  }
-  if (!j.is_object()) fail(path, ": expected a JSON object, got a JSON ", j.type_name());
-  return j;
-}
+// Reads a JSON file that must hold an object; errors name the file. Bounded in size and depth.
+json read_json_object(const std::string& path) { return read_json_object_file(path); }
 
 class SafetensorsDirSource : public WeightSource {
  public:
@@ -35,9 +26,9 @@ class SafetensorsDirSource : public WeightSource {
     load_configs();
     const std::string single = path_join(dir, "model.safetensors");
     const std::string index = path_join(dir, "model.safetensors.index.json");
-    if (is_regular_file(index)) {
+    if (path_exists(index)) {
       open_sharded(index);
-    } else if (is_regular_file(single)) {
+    } else if (path_exists(single)) {
       open_single(single);
     } else {
       fail(dir, ": no model.safetensors or model.safetensors.index.json");
@@ -63,10 +54,10 @@ class SafetensorsDirSource : public WeightSource {
  private:
   void load_configs() {
     const std::string cfg = path_join(dir_, "config.json");
-    if (!is_regular_file(cfg)) fail(cfg, ": missing (every Hugging Face model directory needs config.json)");
-    config_ = read_json_object(cfg).dump();
+    if (!path_exists(cfg)) fail(cfg, ": missing (every Hugging Face model directory needs config.json)");
+    config_ = read_json_object(cfg).dump();  // a FIFO or device is refused by read_json_object
     const std::string gen = path_join(dir_, "generation_config.json");
-    if (is_regular_file(gen)) generation_config_ = read_json_object(gen).dump();
+    if (path_exists(gen)) generation_config_ = read_json_object(gen).dump();
   }
 
   void add_tensor(const std::shared_ptr<SafetensorsFile>& f, const SafetensorsEntry& e) {
@@ -94,7 +85,7 @@ class SafetensorsDirSource : public WeightSource {
       auto& f = shards[shard];
       if (!f) {
         const std::string path = path_join(dir_, shard);
-        if (!is_regular_file(path))
+        if (!path_exists(path))
           fail(index_path, ": shard '", printable(shard), "' (holding '", printable(name), "') not found at ",
                path);
         f = SafetensorsFile::open(path);

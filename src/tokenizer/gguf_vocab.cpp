@@ -10,13 +10,18 @@ namespace tessera {
 
 GgufTokenizerData gguf_tokenizer_data(const io::GgufFile& f) {
   GgufTokenizerData d;
+  d.source = f.path();
   d.model = f.get_string("tokenizer.ggml.model").value_or("");
   d.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
   if (auto t = f.get_string_array("tokenizer.ggml.tokens")) d.tokens = std::move(*t);
   if (auto m = f.get_string_array("tokenizer.ggml.merges")) d.merges = std::move(*m);
   if (auto types = f.get_int_array("tokenizer.ggml.token_type")) {
     d.token_types.reserve(types->size());
-    for (int64_t t : *types) d.token_types.push_back(static_cast<int32_t>(t));
+    for (int64_t t : *types) {
+      if (t < INT32_MIN || t > INT32_MAX)
+        fail(f.path(), ": tokenizer.ggml.token_type value ", t, " does not fit a 32-bit token type");
+      d.token_types.push_back(static_cast<int32_t>(t));
+    }
   }
   auto id = [&](const char* key) -> std::optional<int32_t> {
     const auto v = f.get_int(key);

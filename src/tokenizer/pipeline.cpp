@@ -27,10 +27,18 @@ bool Normalizer::apply(std::string_view in, std::string& out) const {
       case Kind::kNFC:
         if (!nfc_trivially(cur)) cur = unicode_normalize(cur, NormForm::kNFC);
         break;
-      case Kind::kNFD: cur = unicode_normalize(cur, NormForm::kNFD); break;
-      case Kind::kNFKC: cur = unicode_normalize(cur, NormForm::kNFKC); break;
-      case Kind::kNFKD: cur = unicode_normalize(cur, NormForm::kNFKD); break;
-      case Kind::kLowercase: cur = unicode_lowercase(cur); break;
+      case Kind::kNFD:
+        cur = unicode_normalize(cur, NormForm::kNFD);
+        break;
+      case Kind::kNFKC:
+        cur = unicode_normalize(cur, NormForm::kNFKC);
+        break;
+      case Kind::kNFKD:
+        cur = unicode_normalize(cur, NormForm::kNFKD);
+        break;
+      case Kind::kLowercase:
+        cur = unicode_lowercase(cur);
+        break;
     }
   }
   if (cur == in) return false;
@@ -53,10 +61,17 @@ bool is_space(uint32_t cp) {
 bool is_word(uint32_t cp) {
   if (cp < 0x80) return std::isalnum(static_cast<int>(cp)) || cp == '_';
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;
@@ -97,24 +112,53 @@ size_t leading_space_len(std::string_view s) {
 
 void AddedMatcher::add(const AddedToken& tok, const std::string& pattern) {
   if (pattern.empty()) return;
+  if (pattern.size() >= UINT32_MAX || patterns_.size() >= UINT32_MAX)
+    fail("added token ", tok.id, " is too long (", pattern.size(), " bytes)");
+  const auto pat = static_cast<uint32_t>(patterns_.size());
+  patterns_.push_back(pattern);  // no other push_back below: `p` and labels stay valid
+  const std::string& p = patterns_.back();
+  bool referenced = false;  // an edge label points into patterns_[pat]
   uint32_t node = 0;
-  for (char ch : pattern) {
-    const auto c = static_cast<uint8_t>(ch);
-    uint32_t child = 0;
-    for (const auto& [b, n] : nodes_[node].next) {
-      if (b == c) child = n;
+  size_t i = 0;
+  while (i < p.size()) {
+    size_t ei = nodes_[node].edges.size();
+    for (size_t k = 0; k < nodes_[node].edges.size(); ++k) {
+      const Edge& cand = nodes_[node].edges[k];
+      if (patterns_[cand.pattern][cand.offset] == p[i]) ei = k;
     }
-    if (child == 0) {
-      child = static_cast<uint32_t>(nodes_.size());
-      nodes_[node].next.emplace_back(c, child);
+    if (ei == nodes_[node].edges.size()) {  // a new leaf holds the rest of the pattern
+      const auto leaf = static_cast<uint32_t>(nodes_.size());
+      nodes_[node].edges.push_back(
+          Edge{pat, static_cast<uint32_t>(i), static_cast<uint32_t>(p.size() - i), leaf});
       nodes_.emplace_back();
+      referenced = true;
+      node = leaf;
+      break;
     }
-    node = child;
+    const Edge e = nodes_[node].edges[ei];
+    const std::string_view label = std::string_view(patterns_[e.pattern]).substr(e.offset, e.length);
+    uint32_t k = 0;
+    while (k < label.size() && i + k < p.size() && label[k] == p[i + k]) ++k;
+    uint32_t next = e.child;
+    if (k < label.size()) {  // split the edge after the common prefix
+      next = static_cast<uint32_t>(nodes_.size());
+      Node mid;
+      mid.edges.push_back(Edge{e.pattern, e.offset + k, e.length - k, e.child});
+      nodes_.push_back(std::move(mid));
+      nodes_[node].edges[ei].length = k;
+      nodes_[node].edges[ei].child = next;
+    }
+    node = next;
+    i += k;
   }
+  if (!referenced) patterns_.pop_back();
   // The first pattern registered for a string wins.
   if (nodes_[node].token < 0) {
     nodes_[node].token = static_cast<int32_t>(tokens_.size());
-    tokens_.push_back(tok);
+    AddedToken flags = tok;
+    flags.content.clear();
+    flags.surface.clear();
+    tokens_.push_back(std::move(flags));
   }
   first_byte_[static_cast<uint8_t>(pattern[0])] = true;
 }
@@ -122,16 +166,18 @@ void AddedMatcher::add(const AddedToken& tok, const std::string& pattern) {
 bool AddedMatcher::longest_at(std::string_view text, size_t pos, size_t* end, int32_t* token) const {
   uint32_t node = 0;
   bool found = false;
-  for (size_t i = pos; i < text.size(); ++i) {
-    const auto c = static_cast<uint8_t>(text[i]);
-    uint32_t child = 0;
-    for (const auto& [b, n] : nodes_[node].next) {
-      if (b == c) child = n;
-    }
-    if (child == 0) break;
-    node = child;
+  size_t i = pos;
+  while (i < text.size()) {
+    const Edge* e = nullptr;
+    for (const Edge& cand : nodes_[node].edges)
+      if (patterns_[cand.pattern][cand.offset] == text[i]) e = &cand;
+    if (e == nullptr) break;
+    const std::string_view label = std::string_view(patterns_[e->pattern]).substr(e->offset, e->length);
+    if (text.compare(i, label.size(), label) != 0) break;
+    i += label.size();
+    node = e->child;
     if (nodes_[node].token >= 0) {
-      *end = i + 1;
+      *end = i;
       *token = nodes_[node].token;
       found = true;
     }

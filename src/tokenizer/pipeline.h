@@ -43,13 +43,23 @@ class AddedMatcher {
   void split(std::string_view text, std::vector<Segment>& out) const;
 
  private:
+  // A radix trie: each edge is labelled by a slice of a stored pattern, so memory grows with the
+  // number of tokens plus their bytes stored once (a per-byte trie cost ~100 bytes per byte of a
+  // long token: 1.6 GB for one 16 MB added token).
+  struct Edge {
+    uint32_t pattern;  // index into patterns_
+    uint32_t offset;   // label = patterns_[pattern].substr(offset, length)
+    uint32_t length;
+    uint32_t child;  // index into nodes_
+  };
   struct Node {
-    int32_t token = -1;  // index into tokens_ when a pattern ends here
-    std::vector<std::pair<uint8_t, uint32_t>> next;
+    int32_t token = -1;       // index into tokens_ when a pattern ends here
+    std::vector<Edge> edges;  // first label bytes are distinct
   };
   bool longest_at(std::string_view text, size_t pos, size_t* end, int32_t* token) const;
   std::vector<Node> nodes_{Node{}};
-  std::vector<AddedToken> tokens_;
+  std::vector<AddedToken> tokens_;  // flags and id only (content lives in patterns_)
+  std::vector<std::string> patterns_;
   bool first_byte_[256] = {};
 };
 

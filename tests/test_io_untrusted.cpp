@@ -1,0 +1,268 @@
+// Untrusted files: FIFOs, devices and oversized files are refused before they are
+// read; JSON nesting is bounded before anything recurses over it; GGUF is detected
+// by its magic bytes, not its name; GGUF values reach config.json form unchanged.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/gguf.h"
+#include "io/io_util.h"
+#include "io/json_util.h"
+#include "io/mapped_file.h"
+#include "io/weight_source.h"
+#include "tessera/auto_tokenizer.h"
+#include "test_io_util.h"
+
+using namespace tessera;
+using namespace tessera::io;
+using namespace tessera::io::testing;
+
+namespace {
+
+std::string nested(size_t depth, const std::string& inner = "0") {
+  return std::string(depth, '[') + inner + std::string(depth, ']');
+}
+
+// A directory with a valid config.json and a tiny model.safetensors.
+void write_model_dir(const TempDir& d,
+                     const std::string& config = R"({"architectures": ["LlamaForCausalLM"]})") {
+  write_file(d / "config.json", config);
+  write_file(d / "model.safetensors", SafetensorsBuilder().add_f32("w", {2}, {1.f, 2.f}).bytes());
+}
+
+// Runs `fn` and fails the test if it takes more than a few seconds (a FIFO read would block forever,
+// so a regression shows up as the whole test binary timing out; this documents the bound).
+template <typename Fn>
+void quickly(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+}  // namespace
+
+TEST(IoJson, DepthIsBoundedBeforeParsing) {
+  // 100k-deep legal JSON: nlohmann parses it, but dump() and every recursive walk would overflow the stack.
+  expect_error([] { parse_json(nested(100000), "deep.json"); }, {"deep.json", "nested deeper than 128"});
+  expect_error([] { parse_ordered_json(nested(100000, "{}"), "deep.json"); }, {"deep.json", "nested deeper"});
+  EXPECT_EQ(parse_json(nested(kMaxJsonDepth), "ok.json").dump(), nested(kMaxJsonDepth));
+  expect_error([] { parse_json(nested(kMaxJsonDepth + 1), "x.json"); }, {"x.json", "at byte 128"});
+  // Brackets inside strings (and escaped quotes) are not nesting.
+  const std::string s = "[\"" + std::string(1000, '[') + "\\\"" + std::string(1000, '{') + "\"]";
+  EXPECT_TRUE(parse_json(s, "s.json").is_array());
+}
+
+TEST(IoJson, ParseErrorsAreOneLineWithoutLibraryPrefix) {
+  const std::string msg =
+      expect_error([] { parse_json("{\"a\": ", "cfg.json"); }, {"cfg.json: malformed JSON"});
+  EXPECT_EQ(msg.find("json.exception"), std::string::npos) << msg;
+}
+
+TEST(IoFiles, FifoIsRefusedWithoutBlocking) {
+  TempDir d;
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0600), 0);
+  quickly([&] { expect_error([&] { read_regular_file(d / "fifo", 1024); }, {d / "fifo", "is a FIFO"}); });
+  quickly([&] { expect_error([&] { MappedFile::open(d / "fifo"); }, {d / "fifo", "not a regular file"}); });
+  quickly([&] { expect_error([&] { open_checkpoint(d / "fifo"); }, {d / "fifo", "is a FIFO"}); });
+  quickly([&] {
+    expect_error([&] { AutoTokenizer::from_pretrained(d / "fifo"); }, {d / "fifo", "is a FIFO"});
+  });
+  EXPECT_FALSE(has_gguf_magic(d / "fifo"));
+}
+
+TEST(IoFiles, SymlinkToDevZeroIsRefused) {
+  TempDir d;
+  ASSERT_EQ(::symlink("/dev/zero", (d / "zero.gguf").c_str()), 0);
+  quickly([&] {
+    expect_error([&] { open_checkpoint(d / "zero.gguf"); }, {"zero.gguf", "character device"});
+  });
+  quickly([&] { expect_error([&] { read_regular_file(d / "zero.gguf", 1 << 20); }, {"character device"}); });
+  quickly([&] {
+    expect_error([&] { AutoTokenizer::from_pretrained(d / "zero.gguf"); }, {"zero.gguf", "character device"});
+  });
+}
+
+TEST(IoFiles, ConfigFilesInsideADirectoryMustBeRegular) {
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors"}) {
+    SCOPED_TRACE(name);
+    TempDir d;
+    write_model_dir(d);
+    std::filesystem::remove(d / name);
+    ASSERT_EQ(::mkfifo((d / name).c_str(), 0600), 0);
+    quickly([&] { expect_error([&] { open_checkpoint(d.path()); }, {d / name}); });
+  }
+  TempDir d;
+  write_model_dir(d);
+  ASSERT_EQ(::symlink("/dev/zero", (d / "generation_config.json").c_str()), 0);
+  quickly([&] {
+    expect_error([&] { open_checkpoint(d.path()); }, {"generation_config.json", "character device"});
+  });
+  TempDir t;
+  ASSERT_EQ(::mkfifo((t / "tokenizer.json").c_str(), 0600), 0);
+  quickly([&] {
+    expect_error([&] { AutoTokenizer::from_pretrained(t.path()); }, {"tokenizer.json", "is a FIFO"});
+  });
+}
+
+TEST(IoFiles, SizeIsCheckedBeforeReading) {
+  TempDir d;
+  {
+    std::ofstream out(d / "big.json");
+    out << "{}";
+  }
+  std::filesystem::resize_file(d / "big.json", kMaxConfigFileBytes + 1);  // sparse: nothing is written
+  expect_error([&] { read_json_file(d / "big.json"); }, {"big.json", "more than the 64 MiB limit"});
+  write_model_dir(d);
+  std::filesystem::resize_file(d / "config.json", kMaxConfigFileBytes + 1);
+  expect_error([&] { open_checkpoint(d.path()); }, {"config.json", "64 MiB"});
+  EXPECT_EQ(read_regular_file(d / "model.safetensors", 1 << 20).size(),
+            std::filesystem::file_size(d / "model.safetensors"));
+}
+
+TEST(IoFiles, DeepJsonInEveryConfigFileIsAnError) {
+  const std::string deep = "{\"architectures\": [\"LlamaForCausalLM\"], \"x\": " + nested(100000) + "}";
+  {
+    TempDir d;
+    write_model_dir(d, deep);
+    expect_error([&] { open_checkpoint(d.path()); }, {d / "config.json", "nested deeper"});
+  }
+  {
+    TempDir d;
+    write_model_dir(d);
+    write_file(d / "generation_config.json", deep);
+    expect_error([&] { open_checkpoint(d.path()); }, {"generation_config.json", "nested deeper"});
+  }
+  {
+    TempDir d;
+    write_model_dir(d);
+    std::filesystem::remove(d / "model.safetensors");
+    write_file(d / "model.safetensors.index.json",
+               "{\"weight_map\": {}, \"metadata\": " + nested(100000) + "}");
+    expect_error([&] { open_checkpoint(d.path()); }, {"model.safetensors.index.json", "nested deeper"});
+  }
+  {
+    // safetensors __metadata__ values are re-serialised: depth is checked first.
+    const std::string header = "{\"__metadata__\": {\"k\": " + nested(100000) + "}}";
+    const Bytes st = safetensors_bytes(header, {});
+    TempDir d;
+    write_file(d / "config.json", R"({"architectures": ["LlamaForCausalLM"]})");
+    write_file(d / "model.safetensors", st);
+    expect_error([&] { open_checkpoint(d.path()); }, {"model.safetensors", "nested deeper"});
+  }
+}
+
+TEST(IoGgufDetect, ByMagicNotName) {
+  TempDir d;
+  std::filesystem::copy_file(fixture("tiny_llama.gguf"), d / "model.bin");
+  const auto src = open_checkpoint(d / "model.bin");
+  EXPECT_NE(src->gguf(), nullptr);
+  EXPECT_FALSE(src->tensors().empty());
+  EXPECT_GT(AutoTokenizer::from_pretrained(d / "model.bin").vocab_size(), 0);
+  EXPECT_TRUE(has_gguf_magic(d / "model.bin"));
+
+  write_file(d / "x.gguf", std::string("hello, I am a text file\n"));
+  expect_error([&] { open_checkpoint(d / "x.gguf"); }, {d / "x.gguf", "does not start with the GGUF magic"});
+  expect_error([&] { AutoTokenizer::from_pretrained(d / "x.gguf"); }, {"x.gguf", "GGUF magic"});
+  write_file(d / "short.gguf", std::string("GG"));
+  expect_error([&] { open_checkpoint(d / "short.gguf"); }, {"short.gguf", "GGUF magic"});
+  write_file(d / "notes.txt", std::string("text"));
+  expect_error([&] { open_checkpoint(d / "notes.txt"); },
+               {"notes.txt", "not a model directory or a GGUF file"});
+}
+
+namespace {
+
+// A llama GGUF with the required keys plus `extra` key/values (already encoded) and a token_embd tensor.
+Bytes llama_gguf_with(uint64_t n_extra, const Bytes& extra) {
+  GgufBuilder b;
+  b.header(3, 1, 6 + n_extra)
+      .kv_string("general.architecture", "llama")
+      .kv_u32("llama.embedding_length", 8)
+      .kv_u32("llama.feed_forward_length", 16)
+      .kv_u32("llama.attention.head_count", 2)
+      .kv_u32("llama.context_length", 32)
+      .kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  b.raw(extra.data(), extra.size());
+  b.tensor("token_embd.weight", {8, 4}, 0, 0).align().zeros(8 * 4 * 4);
+  return b.bytes();
+}
+
+Bytes kv_f32(const std::string& k, float v) { return GgufBuilder().kv_f32(k, v).bytes(); }
+Bytes kv_u32(const std::string& k, uint32_t v) { return GgufBuilder().kv_u32(k, v).bytes(); }
+Bytes cat(const Bytes& a, const Bytes& b) {
+  Bytes out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+nlohmann::json config_of(const Bytes& gguf) {
+  auto g = GgufFile::parse(gguf.data(), gguf.size(), "m.gguf");
+  return nlohmann::json::parse(open_gguf(g)->config_json());
+}
+
+}  // namespace
+
+TEST(IoGgufConfig, ValuesPassThroughUnclamped) {
+  // Bad values reach config.json form as stored, for the config reader to refuse with its own message.
+  const Bytes a =
+      llama_gguf_with(2, cat(kv_u32("llama.block_count", 1000000), kv_f32("llama.rope.freq_base", -1.f)));
+  const auto c = config_of(a);
+  EXPECT_EQ(c["num_hidden_layers"], 1000000);
+  EXPECT_EQ(c["rope_theta"], -1.0);
+  const Bytes b =
+      llama_gguf_with(2, cat(kv_u32("llama.block_count", 1), kv_f32("llama.rope.freq_base", 0.f)));
+  EXPECT_EQ(config_of(b)["rope_theta"], 0.0);
+}
+
+TEST(IoGgufConfig, NonFiniteAndOversizedValuesAreRefused) {
+  // NaN would become JSON null (and then the default) in config.json form.
+  const Bytes nan =
+      llama_gguf_with(2, cat(kv_u32("llama.block_count", 1), kv_f32("llama.rope.freq_base", NAN)));
+  expect_error([&] { config_of(nan); }, {"m.gguf", "llama.rope.freq_base", "not a finite number"});
+  // A u64 block_count beyond int64 is refused by name, not wrapped.
+  GgufBuilder k;
+  k.str("llama.block_count").u32(10).u64(~0ull);
+  expect_error([&] { config_of(llama_gguf_with(1, k.bytes())); },
+               {"llama.block_count", "does not fit in int64"});
+  // An array of u64 token types beyond int64.
+  GgufBuilder arr;
+  arr.str("tokenizer.ggml.token_type").u32(9).u32(10).u64(1).u64(~0ull);
+  const Bytes t = llama_gguf_with(2, cat(kv_u32("llama.block_count", 1), arr.bytes()));
+  auto g = GgufFile::parse(t.data(), t.size(), "m.gguf");
+  expect_error([&] { g->get_int_array("tokenizer.ggml.token_type"); },
+               {"token_type", "does not fit in int64"});
+}
+
+namespace {
+// Resident set size now (not the peak), from /proc/self/statm.
+size_t rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+}  // namespace
+
+TEST(IoGgufBounds, ArraysAreNotCopiedAtParseTime) {
+  // 64M one-byte elements: validated against the bytes, decoded only when asked for (a copy as
+  // uint64 would hold 512 MB for as long as the file is open).
+  const uint64_t n = 64u << 20;
+  GgufBuilder b;
+  b.header(3, 0, 1).str("big").u32(9).u32(0).u64(n).zeros(n);
+  const Bytes img = b.bytes();
+  const size_t before = rss_bytes();
+  auto g = GgufFile::parse(img.data(), img.size(), "big.gguf");
+  EXPECT_LT(rss_bytes(), before + (64u << 20));
+  EXPECT_EQ(g->array_size("big"), n);
+  GgufBuilder s;
+  s.header(3, 0, 1).str("strs").u32(9).u32(8).u64(3).str("a").str("").str("ccc");
+  const Bytes simg = s.bytes();
+  auto sg = GgufFile::parse(simg.data(), simg.size(), "s.gguf");
+  EXPECT_EQ(*sg->get_string_array("strs"), (std::vector<std::string>{"a", "", "ccc"}));
+}
