@@ -18,8 +18,8 @@ namespace {
 class ScratchModel {
  public:
   explicit ScratchModel(const std::string& fixture) {
-    dir_ = fs::temp_directory_path() / ("tessera_model_" + std::to_string(::getpid()) + "_" + fixture + "_" +
-                                        std::to_string(counter_++));
+    dir_ = fs::temp_directory_path() /
+           ("tessera_model_" + std::to_string(::getpid()) + "_" + fixture + "_" + std::to_string(counter_++));
     fs::remove_all(dir_);
     fs::copy(golden::model_path(fixture), dir_, fs::copy_options::recursive);
     config_ = nlohmann::json::parse(std::ifstream(dir_ / "config.json"));
@@ -89,6 +89,7 @@ TEST(ModelLoadErrors, ConfigShapeDisagreesWithTensors) {
 TEST(ModelLoadErrors, MoreLayersThanTheCheckpointHas) {
   ScratchModel m("qwen3_tied");
   m.config()["num_hidden_layers"] = 3;
+  m.config()["layer_types"] = {"full_attention", "full_attention", "full_attention"};  // consistent with 3
   m.save_config();
   std::string e = load_error(m.path());
   EXPECT_HAS(e, "missing tensor 'model.layers.2.");
@@ -97,6 +98,7 @@ TEST(ModelLoadErrors, MoreLayersThanTheCheckpointHas) {
 TEST(ModelLoadErrors, FewerLayersReportsUnexpectedTensors) {
   ScratchModel m("qwen3_tied");
   m.config()["num_hidden_layers"] = 1;
+  m.config()["layer_types"] = {"full_attention"};  // consistent with 1
   m.save_config();
   EXPECT_HAS(load_error(m.path()), "unexpected tensors");
 }

@@ -3,11 +3,10 @@
 // entry in the table in registry.cpp.
 #pragma once
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "graph/graph.h"
 #include "models/config.h"
@@ -32,7 +31,21 @@ struct Architecture {
   // Default tensor-parallel plan, as Transformers writes it: (module pattern, style), e.g.
   // ("layers.*.self_attn.q_proj", "colwise"). Resolved against the user's rules by dist::resolve_tp_plan.
   std::vector<std::pair<std::string, std::string>> tp_plan;
+  // Every config.json key Transformers' configuration / modeling file for this architecture reads, and what
+  // we do with it (besides common_config_keys()). Kept in the architecture's file; tests/test_config_keys.cpp
+  // checks each refused key is refused and that configs saved by Transformers use only known keys.
+  std::vector<ConfigKey> config_keys;
 };
+
+// The weights a graph reads (each stored tensor once, in graph order; linear in the number of nodes).
+std::vector<WeightSpec> weight_specs_of(const graph::Graph& g);
+
+struct LayerStyle;
+// A Llama-family architecture (blocks.h) with its own config parser and key table; the weight list is
+// derived from the graph with weight_specs_of.
+Architecture llama_family_with(const char* name, const LayerStyle& style,
+                               std::function<DecoderConfig(const nlohmann::json&, const std::string&)> parse,
+                               std::vector<ConfigKey> keys);
 
 // The registry. Throws Error listing the supported architectures when `name` is unknown.
 const Architecture& find_architecture(const std::string& name, const std::string& origin);

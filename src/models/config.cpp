@@ -1,123 +1,569 @@
 #include "models/config.h"
 
+#include <cfloat>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "io/json_util.h"
 #include "tessera/error.h"
 
 namespace tessera::models {
 
+namespace {
 
+// Upper bounds no released model comes near (the largest today: hidden 16384 and 126 layers in Llama 3.1
+// 405B, 128 heads, head_dim 256, vocab 262144 in Gemma 3, intermediate 53248, context 10M in Llama 4 Scout).
+// They refuse absurd files before anything is sized from them, and keep every product of sizes far inside
+// int64 (hidden * vocab <= 2^38, layers * hidden * intermediate <= 2^48).
+constexpr int64_t kMaxHidden = int64_t{1} << 16;
+constexpr int64_t kMaxIntermediate = int64_t{1} << 20;
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+constexpr int64_t kMaxLayers = int64_t{1} << 12;
+constexpr int64_t kMaxHeads = int64_t{1} << 12;
+constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+constexpr int64_t kMaxPositions = int64_t{1} << 26;  // also keeps it an int for the bucket code
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+std::string fmt_number(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// ConfigReader
 
 ConfigReader::ConfigReader(const nlohmann::json& j, std::string origin) : j_(j), origin_(std::move(origin)) {
-  if (!j_.is_object()) fail(origin_, ": expected a JSON object");
+  if (!j_.is_object()) fail(origin_, ": expected a JSON object, got ", show(j_));
+}
+
+std::string ConfigReader::show(const nlohmann::json& v) {
+  using nlohmann::json;
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    const bool cut = s.size() > 80;
+    if (cut) {
+      s.resize(80);
+      while (!s.empty() && (static_cast<unsigned char>(s.back()) & 0xC0) == 0x80)
+        s.pop_back();  // whole UTF-8
+      if (!s.empty() && static_cast<unsigned char>(s.back()) >= 0xC0) s.pop_back();
+    }
+    return json(s).dump(-1, ' ', false, json::error_handler_t::replace) + (cut ? "..." : "");
+  }
+  if (v.is_array()) {
+    // Short lists of scalars in full (e.g. eos ids, layer_types of a small model); anything else summarised.
+    bool flat = v.size() <= 8;
+    for (const auto& e : v) flat = flat && !e.is_structured();
+    if (!flat) return "a list of " + std::to_string(v.size());
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + show(v[i]);
+    return out + "]";
+  }
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);  // a scalar: no recursion
 }
 
 void ConfigReader::fail_field(const char* key, const std::string& what) const {
   fail(origin_, ": field '", key, "' ", what);
 }
 
-int64_t ConfigReader::required_int(const char* key) const {
+const nlohmann::json* ConfigReader::find(const char* key) const {
   auto it = j_.find(key);
-  if (it == j_.end() || it->is_null()) fail_field(key, "is missing");
-  if (!it->is_number_integer()) fail_field(key, "must be an integer, got " + it->dump());
-  return it->get<int64_t>();
+  if (it == j_.end() || it->is_null()) return nullptr;
+  return &*it;
 }
 
-int64_t ConfigReader::int_or(const char* key, int64_t def) const {
-  auto it = j_.find(key);
-  if (it == j_.end() || it->is_null()) return def;
-  if (!it->is_number_integer()) fail_field(key, "must be an integer, got " + it->dump());
-  return it->get<int64_t>();
+std::optional<int64_t> ConfigReader::optional_int(const char* key, int64_t lo, int64_t hi) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) fail_field(key, "must be an integer, got " + show(*v));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(kIntMax))
+    fail_field(key,
+               "is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + show(*v));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi)
+    fail_field(key,
+               "is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + show(*v));
+  return x;
 }
 
-double ConfigReader::number_or(const char* key, double def) const {
-  auto it = j_.find(key);
-  if (it == j_.end() || it->is_null()) return def;
-  if (!it->is_number()) fail_field(key, "must be a number, got " + it->dump());
-  return it->get<double>();
+int64_t ConfigReader::required_int(const char* key, int64_t lo, int64_t hi) const {
+  auto v = optional_int(key, lo, hi);
+  if (!v) fail_field(key, "is missing");
+  return *v;
 }
 
-bool ConfigReader::bool_or(const char* key, bool def) const {
-  auto it = j_.find(key);
-  if (it == j_.end() || it->is_null()) return def;
-  if (!it->is_boolean()) fail_field(key, "must be true or false, got " + it->dump());
-  return it->get<bool>();
+int64_t ConfigReader::int_or(const char* key, int64_t def, int64_t lo, int64_t hi) const {
+  return optional_int(key, lo, hi).value_or(def);
+}
+
+std::optional<double> ConfigReader::optional_number(const char* key, double lo, double hi,
+                                                    bool lo_open) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) fail_field(key, "must be a number, got " + show(*v));
+  const double x = v->get<double>();
+  if (!std::isfinite(x)) fail_field(key, "must be a finite number, got " + show(*v));
+  if (x < lo || x > hi || (lo_open && x == lo)) {
+    std::string range = std::string(lo_open ? "(" : "[") + (std::isinf(lo) ? "-inf" : fmt_number(lo)) + ", " +
+                        (std::isinf(hi) ? "inf" : fmt_number(hi)) + "]";
+    fail_field(key, "is out of range " + range + ", got " + show(*v));
+  }
+  return x;
+}
+
+double ConfigReader::number_or(const char* key, double def, double lo, double hi, bool lo_open) const {
+  return optional_number(key, lo, hi, lo_open).value_or(def);
+}
+
+std::optional<bool> ConfigReader::optional_bool(const char* key) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) fail_field(key, "must be true or false, got " + show(*v));
+  return v->get<bool>();
+}
+
+bool ConfigReader::bool_or(const char* key, bool def) const { return optional_bool(key).value_or(def); }
+
+std::optional<std::string> ConfigReader::optional_string(const char* key) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) fail_field(key, "must be a string, got " + show(*v));
+  return v->get<std::string>();
 }
 
 std::string ConfigReader::string_or(const char* key, const std::string& def) const {
-  auto it = j_.find(key);
-  if (it == j_.end() || it->is_null()) return def;
-  if (!it->is_string()) fail_field(key, "must be a string, got " + it->dump());
-  return it->get<std::string>();
+  return optional_string(key).value_or(def);
 }
 
-namespace {
+std::optional<int32_t> ConfigReader::optional_id(const char* key) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) fail_field(key, "must be a token id (an integer), got " + show(*v));
+  if (v->is_number_unsigned() ? v->get<uint64_t>() > static_cast<uint64_t>(kInt32Max)
+                              : (v->get<int64_t>() < 0 || v->get<int64_t>() > kInt32Max))
+    fail_field(key, "must be a token id in [0, " + std::to_string(kInt32Max) + "], got " + show(*v));
+  return static_cast<int32_t>(v->get<int64_t>());
+}
 
-std::vector<int32_t> id_list(const ConfigReader& r, const char* key) {
-  auto it = r.json().find(key);
-  if (it == r.json().end() || it->is_null()) return {};
-  if (it->is_number_integer()) return {it->get<int32_t>()};
-  if (!it->is_array()) r.fail_field(key, "must be an integer or a list of integers, got " + it->dump());
+std::vector<int32_t> ConfigReader::id_list(const char* key) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return {};
+  if (v->is_number_integer()) return {*optional_id(key)};
+  if (!v->is_array()) fail_field(key, "must be a token id or a list of token ids, got " + show(*v));
   std::vector<int32_t> out;
-  for (const auto& v : *it) {
-    if (!v.is_number_integer()) r.fail_field(key, "must be a list of integers, got " + it->dump());
-    out.push_back(v.get<int32_t>());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const nlohmann::json& e = (*v)[i];
+    const bool ok = e.is_number_integer() &&
+                    (e.is_number_unsigned() ? e.get<uint64_t>() <= uint64_t{kInt32Max}
+                                            : e.get<int64_t>() >= 0 && e.get<int64_t>() <= kInt32Max);
+    if (!ok)
+      fail_field(key, "must be a list of token ids in [0, " + std::to_string(kInt32Max) + "], got " +
+                          show(e) + " at index " + std::to_string(i));
+    out.push_back(static_cast<int32_t>(e.get<int64_t>()));
   }
   return out;
 }
 
-void parse_rope_scaling(const ConfigReader& r, RopeConfig& rope) {
-  auto it = r.json().find("rope_scaling");
-  if (it == r.json().end() || it->is_null()) return;
-  if (!it->is_object()) r.fail_field("rope_scaling", "must be an object");
-  ConfigReader s(*it, r.origin() + ": rope_scaling");
-  rope.type = s.string_or("rope_type", s.string_or("type", "default"));
-  if (rope.type == "default") return;
-  if (rope.type != "llama3" && rope.type != "linear")
-    r.fail_field("rope_scaling", "has rope_type '" + rope.type + "', supported: default, linear, llama3");
-  rope.factor = s.number_or("factor", 1.0);
-  if (rope.type == "llama3") {
-    rope.low_freq_factor = s.number_or("low_freq_factor", 1.0);
-    rope.high_freq_factor = s.number_or("high_freq_factor", 4.0);
-    rope.original_max_position_embeddings = s.required_int("original_max_position_embeddings");
-    if (rope.low_freq_factor >= rope.high_freq_factor)
-      r.fail_field("rope_scaling", "needs low_freq_factor < high_freq_factor");
+std::optional<std::vector<std::string>> ConfigReader::optional_string_list(const char* key) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_array()) fail_field(key, "must be a list of strings, got " + show(*v));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string())
+      fail_field(key, "must be a list of strings, got " + show((*v)[i]) + " at index " + std::to_string(i));
+    out.push_back((*v)[i].get<std::string>());
   }
-  if (rope.factor <= 0) r.fail_field("rope_scaling", "needs factor > 0");
+  return out;
+}
+
+std::optional<ConfigReader> ConfigReader::optional_object(const char* key) const {
+  const nlohmann::json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_object()) fail_field(key, "must be an object, got " + show(*v));
+  return ConfigReader(*v, origin_ + ": " + key);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Key tables
+
+const std::vector<ConfigKey>& common_config_keys() {
+  using enum KeyUse;
+  static const std::vector<ConfigKey> t = {
+      {"architectures", kImplemented, "", "picks the architecture (architectures[0])"},
+      {"model_type", kImplemented, "",
+       "must name the architecture's model type (Transformers picks the class by it)"},
+      {"dtype", kImplemented, "", "the default load dtype (Transformers 5's name)"},
+      {"torch_dtype", kImplemented, "",
+       "the default load dtype (Transformers 4's name; dtype wins when both)"},
+      {"tie_word_embeddings", kImplemented, "", "lm_head reads model.embed_tokens.weight"},
+      {"bos_token_id", kImplemented, "", "token id (range-checked)"},
+      {"eos_token_id", kImplemented, "", "stop id(s) when generation_config.json has none"},
+      {"pad_token_id", kImplemented, "",
+       "padding id; must be < vocab_size (Transformers' nn.Embedding asserts it)"},
+      {"transformers_version", kNoEffect, "", "bookkeeping"},
+      {"_name_or_path", kNoEffect, "", "bookkeeping"},
+      {"_commit_hash", kNoEffect, "", "bookkeeping (Transformers 5 drops it)"},
+      {"output_hidden_states", kNoEffect, "", "output flag"},
+      {"output_attentions", kNoEffect, "", "output flag"},
+      {"return_dict", kNoEffect, "", "output flag"},
+      {"use_return_dict", kNoEffect, "", "output flag"},
+      {"chunk_size_feed_forward", kNoEffect, "", "never read by the Llama-family modeling files"},
+      {"id2label", kNoEffect, "", "classification heads only"},
+      {"label2id", kNoEffect, "", "classification heads only"},
+      {"num_labels", kNoEffect, "", "classification heads only"},
+      {"problem_type", kNoEffect, "", "classification heads only"},
+      {"initializer_range", kNoEffect, "", "weight initialisation (training)"},
+      {"attention_dropout", kNoEffect, "", "dropout is off at inference"},
+      {"attn_implementation", kNoEffect, "", "eager / sdpa / flash compute the same attention"},
+      {"_attn_implementation", kNoEffect, "", "eager / sdpa / flash compute the same attention"},
+      {"experts_implementation", kNoEffect, "", "no experts in these architectures"},
+      {"tie_last_hidden_states", kNoEffect, "", "which hidden state is returned, not the logits"},
+      // Transformers 5 pops generation parameters from config.json (GenerationConfig's defaults list); the
+      // model's defaults come from generation_config.json.
+      {"use_cache", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"max_length", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"min_length", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"do_sample", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"early_stopping", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"num_beams", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"temperature", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"top_k", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"top_p", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"typical_p", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"repetition_penalty", kNoEffect, "",
+       "a generation parameter: dropped from config.json by Transformers 5"},
+      {"length_penalty", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"no_repeat_ngram_size", kNoEffect, "",
+       "a generation parameter: dropped from config.json by Transformers 5"},
+      {"num_return_sequences", kNoEffect, "",
+       "a generation parameter: dropped from config.json by Transformers 5"},
+      {"bad_words_ids", kNoEffect, "", "a generation parameter: dropped from config.json by Transformers 5"},
+      {"forced_bos_token_id", kNoEffect, "",
+       "a generation parameter: dropped from config.json by Transformers 5"},
+      {"forced_eos_token_id", kNoEffect, "",
+       "a generation parameter: dropped from config.json by Transformers 5"},
+      {"is_encoder_decoder", kRefused, "false", "these are decoder-only models"},
+      {"quantization_config", kRefused, "null", "quantised safetensors checkpoints are not supported"},
+      {"per_layer_config", kRefused, "null", "per-layer overrides (heterogeneous layers) are not supported"},
+  };
+  return t;
+}
+
+void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table) {
+  for (const ConfigKey& k : table) {
+    if (k.use != KeyUse::kRefused) continue;
+    const auto it = r.json().find(k.key);
+    if (it == r.json().end()) continue;
+    const nlohmann::json def = nlohmann::json::parse(k.default_json);
+    // JSON compares 1 and 1.0 equal, as Python does.
+    if (*it == def || (def.is_null() && it->is_null())) continue;
+    r.fail_field(k.key, "is " + ConfigReader::show(*it) + ", which is not supported (" + k.why + "; only " +
+                            k.default_json + " is)");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Parsing
+
+Activation parse_activation(const ConfigReader& r, const char* key) {
+  const std::string act = r.string_or(key, "silu");
+  // Transformers' ACT2FN names whose function we implement exactly ("swish" is nn.SiLU).
+  if (act == "silu" || act == "swish") return Activation::kSilu;
+  if (act == "gelu") return Activation::kGelu;
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new") return Activation::kGeluTanh;
+  if (act == "relu") return Activation::kRelu;
+  r.fail_field(
+      key, "is " + ConfigReader::show(nlohmann::json(act)) +
+               ", which is not supported (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu)");
+}
+
+namespace {
+
+// One source of rope settings (rope_parameters or rope_scaling), read without the top-level keys.
+struct RopeSource {
+  const char* name;  // "rope_parameters" / "rope_scaling"
+  std::optional<ConfigReader> r;
+  bool set() const { return r && !r->json().empty(); }
+};
+
+bool same(double a, double b) { return a == b; }
+
+[[noreturn]] void disagree(const ConfigReader& r, const std::string& a, const std::string& av,
+                           const std::string& b, const std::string& bv) {
+  fail(r.origin(), ": field '", a, "' (", av, ") and field '", b, "' (", bv,
+       ") disagree; Transformers would silently use one of them, so the checkpoint is ambiguous");
 }
 
 }  // namespace
 
-void parse_common(const ConfigReader& r, DecoderConfig& c) {
-  c.model_type = r.string_or("model_type", "");
-  c.hidden_size = r.required_int("hidden_size");
-  c.intermediate_size = r.required_int("intermediate_size");
-  c.num_layers = r.required_int("num_hidden_layers");
-  c.num_heads = r.required_int("num_attention_heads");
-  c.num_kv_heads = r.int_or("num_key_value_heads", c.num_heads);
-  c.vocab_size = r.required_int("vocab_size");
-  c.max_position_embeddings = r.int_or("max_position_embeddings", 2048);
-  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
-  c.rope.theta = r.number_or("rope_theta", 10000.0);
-  parse_rope_scaling(r, c.rope);
-  c.rope.partial_rotary_factor = r.number_or("partial_rotary_factor", c.rope.partial_rotary_factor);
+RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
+                      int64_t max_position_embeddings) {
+  RopeConfig rope;
+  // Bounds that make the float32 table meaningful: theta a positive float32, factors positive, partial in (0,
+  // 1].
+  const double kMaxTheta = FLT_MAX;
+  const auto top_theta = r.optional_number("rope_theta", 0.0, kMaxTheta, true);
+  const auto top_partial = r.optional_number("partial_rotary_factor", 0.0, 1.0, true);
+  const auto top_original = r.optional_int("original_max_position_embeddings", 1, kMaxPositions);
+
+  RopeSource params{"rope_parameters", r.optional_object("rope_parameters")};
+  RopeSource scaling{"rope_scaling", r.optional_object("rope_scaling")};
+  for (const RopeSource* s : {&params, &scaling}) {
+    if (!s->set()) continue;
+    // Transformers 5 nests rope_parameters by layer type for models whose layers differ in rope; none of
+    // ours does (their rotary embedding reads rope_parameters["rope_type"] directly and would fail).
+    for (const char* lt : {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"})
+      if (s->r->json().contains(lt))
+        r.fail_field(s->name, "is nested by layer type ('" + std::string(lt) +
+                                  "'), which this architecture does not support (one rope for every layer)");
+  }
+
+  // Transformers 5 (convert_rope_params_to_dict): rope_scaling replaces rope_parameters when both are set;
+  // rope_theta / partial_rotary_factor inside the dict win over the top-level keys. Any disagreement is
+  // refused.
+  const RopeSource* src = scaling.set() ? &scaling : params.set() ? &params : nullptr;
+  auto read_source = [&](const RopeSource& s) {
+    RopeConfig out;
+    const ConfigReader& d = *s.r;
+    const auto type = d.optional_string("rope_type");
+    const auto legacy_type = d.optional_string("type");
+    if (type && legacy_type && *type != *legacy_type)
+      disagree(r, std::string(s.name) + ".rope_type", "'" + *type + "'", std::string(s.name) + ".type",
+               "'" + *legacy_type + "'");
+    out.type = type ? *type : legacy_type ? *legacy_type : "default";
+    if (out.type != "default" && out.type != "linear" && out.type != "llama3")
+      r.fail_field(s.name, "has rope_type " + ConfigReader::show(nlohmann::json(out.type)) +
+                               ", which is not supported (supported: default, linear, llama3)");
+    if (auto th = d.optional_number("rope_theta", 0.0, kMaxTheta, true)) out.theta = *th;
+    if (auto p = d.optional_number("partial_rotary_factor", 0.0, 1.0, true)) out.partial_rotary_factor = *p;
+    if (out.type == "linear" || out.type == "llama3") {
+      // Transformers' rope validation raises KeyError when these are missing.
+      if (!d.has("factor")) d.fail_field("factor", "is missing (required by rope_type '" + out.type + "')");
+      out.factor = d.number_or("factor", 1.0, 0.0, 1e30, true);
+    }
+    if (out.type == "llama3") {
+      for (const char* k : {"low_freq_factor", "high_freq_factor"})
+        if (!d.has(k)) d.fail_field(k, "is missing (required by rope_type 'llama3')");
+      out.low_freq_factor = d.number_or("low_freq_factor", 1.0, 0.0, 1e30, true);
+      out.high_freq_factor = d.number_or("high_freq_factor", 4.0, 0.0, 1e30, true);
+      if (out.high_freq_factor <= out.low_freq_factor)
+        d.fail_field("high_freq_factor", "(" + fmt_number(out.high_freq_factor) +
+                                             ") must be greater than low_freq_factor (" +
+                                             fmt_number(out.low_freq_factor) + ")");
+      out.original_max_position_embeddings =
+          d.int_or("original_max_position_embeddings", 0, 1, kMaxPositions);
+    }
+    return out;
+  };
+
+  if (src) {
+    rope = read_source(*src);
+    const ConfigReader& d = *src->r;
+    if (scaling.set() && params.set()) {
+      // Both layouts: every setting must agree (rope_theta / partial_rotary_factor may be in either dict).
+      const RopeConfig other = read_source(params);
+      const ConfigReader& p = *params.r;
+      auto check = [&](const char* what, bool eq, const std::string& sv, const std::string& pv) {
+        if (!eq)
+          disagree(r, std::string("rope_scaling.") + what, sv, std::string("rope_parameters.") + what, pv);
+      };
+      check("rope_type", rope.type == other.type, "'" + rope.type + "'", "'" + other.type + "'");
+      if (d.has("rope_theta") && p.has("rope_theta"))
+        check("rope_theta", same(rope.theta, other.theta), fmt_number(rope.theta), fmt_number(other.theta));
+      if (d.has("partial_rotary_factor") && p.has("partial_rotary_factor"))
+        check("partial_rotary_factor", same(rope.partial_rotary_factor, other.partial_rotary_factor),
+              fmt_number(rope.partial_rotary_factor), fmt_number(other.partial_rotary_factor));
+      check("factor", same(rope.factor, other.factor), fmt_number(rope.factor), fmt_number(other.factor));
+      check("low_freq_factor", same(rope.low_freq_factor, other.low_freq_factor),
+            fmt_number(rope.low_freq_factor), fmt_number(other.low_freq_factor));
+      check("high_freq_factor", same(rope.high_freq_factor, other.high_freq_factor),
+            fmt_number(rope.high_freq_factor), fmt_number(other.high_freq_factor));
+      if (d.has("original_max_position_embeddings") && p.has("original_max_position_embeddings"))
+        check("original_max_position_embeddings",
+              rope.original_max_position_embeddings == other.original_max_position_embeddings,
+              std::to_string(rope.original_max_position_embeddings),
+              std::to_string(other.original_max_position_embeddings));
+      // A value only the other dict has still counts (Transformers would drop it with rope_parameters).
+      if (!d.has("rope_theta") && p.has("rope_theta")) rope.theta = other.theta;
+      if (!d.has("partial_rotary_factor") && p.has("partial_rotary_factor"))
+        rope.partial_rotary_factor = other.partial_rotary_factor;
+      if (!d.has("original_max_position_embeddings") && p.has("original_max_position_embeddings"))
+        rope.original_max_position_embeddings = other.original_max_position_embeddings;
+    }
+    const bool theta_in_dict = d.has("rope_theta") || (params.set() && params.r->has("rope_theta"));
+    const bool partial_in_dict =
+        d.has("partial_rotary_factor") || (params.set() && params.r->has("partial_rotary_factor"));
+    const std::string dn = src->name;
+    if (top_theta && theta_in_dict && *top_theta != rope.theta)
+      disagree(r, "rope_theta", fmt_number(*top_theta), dn + ".rope_theta", fmt_number(rope.theta));
+    if (top_theta && !theta_in_dict) rope.theta = *top_theta;
+    if (top_partial && partial_in_dict && *top_partial != rope.partial_rotary_factor)
+      disagree(r, "partial_rotary_factor", fmt_number(*top_partial), dn + ".partial_rotary_factor",
+               fmt_number(rope.partial_rotary_factor));
+    if (!partial_in_dict)
+      rope.partial_rotary_factor = top_partial.value_or(default_partial_rotary.value_or(1.0));
+    if (rope.type == "llama3") {
+      // standardize_rope_params: a top-level original_max_position_embeddings overrides the dict's (Phi-3's
+      // convention); else the dict's; else max_position_embeddings.
+      if (top_original && rope.original_max_position_embeddings > 0 &&
+          *top_original != rope.original_max_position_embeddings)
+        disagree(r, "original_max_position_embeddings", std::to_string(*top_original),
+                 dn + ".original_max_position_embeddings",
+                 std::to_string(rope.original_max_position_embeddings));
+      if (top_original) rope.original_max_position_embeddings = *top_original;
+      if (rope.original_max_position_embeddings == 0)
+        rope.original_max_position_embeddings = max_position_embeddings;
+    }
+  } else {
+    rope.theta = top_theta.value_or(10000.0);
+    rope.partial_rotary_factor = top_partial.value_or(default_partial_rotary.value_or(1.0));
+  }
+
+  if (!default_partial_rotary) {
+    // Llama / Qwen3 rotate whole heads: their default rope ignores partial_rotary_factor, and with a scaled
+    // rope (whose tables do honour it) Transformers fails on the shape mismatch.
+    if (rope.partial_rotary_factor != 1.0 && rope.type != "default")
+      r.fail_field("partial_rotary_factor",
+                   "is " + fmt_number(rope.partial_rotary_factor) + " with rope_type '" + rope.type +
+                       "', which this architecture does not support (it rotates whole heads)");
+    rope.partial_rotary_factor = 1.0;
+  }
+  return rope;
+}
+
+void parse_qwen3_sliding(const ConfigReader& r, DecoderConfig& c) {
+  // Qwen3Config: sliding_window = sliding_window if use_sliding_window else None; layer_types, when not
+  // given, slides layers i >= max_window_layers when the window is set. Qwen3Attention then uses the window
+  // in the layers whose type is "sliding_attention"; the sliding mask needs the window set (ValueError
+  // otherwise).
+  const bool use = r.bool_or("use_sliding_window", false);
+  // 4096: Qwen3Config's default, used when the key is absent (null means no window).
+  const int64_t window_value = r.json().contains("sliding_window")
+                                   ? r.int_or("sliding_window", 0, use ? 1 : ConfigReader::kIntMin, kInt32Max)
+                                   : 4096;
+  const bool has_window = use && window_value > 0;
+  const int64_t max_window_layers = r.int_or("max_window_layers", 28, 0, kInt32Max);
+  std::vector<uint8_t> sliding(static_cast<size_t>(c.num_layers), 0);
+  if (auto types = r.optional_string_list("layer_types")) {
+    if (static_cast<int64_t>(types->size()) != c.num_layers)
+      r.fail_field("layer_types", "has " + std::to_string(types->size()) + " entries, num_hidden_layers is " +
+                                      std::to_string(c.num_layers));
+    for (size_t i = 0; i < types->size(); ++i) {
+      const std::string& t = (*types)[i];
+      if (t == "sliding_attention") {
+        if (!has_window)
+          r.fail_field("layer_types",
+                       "marks layer " + std::to_string(i) +
+                           " 'sliding_attention' but no sliding window is set (use_sliding_window " +
+                           (use ? "true, sliding_window null" : "false") + ")");
+        sliding[i] = 1;
+      } else if (t != "full_attention" && t != "attention") {  // "attention": Transformers' legacy name
+        r.fail_field("layer_types", "has " + ConfigReader::show(nlohmann::json(t)) + " at index " +
+                                        std::to_string(i) +
+                                        ", which Qwen3 does not support (full_attention, sliding_attention)");
+      }
+    }
+  } else if (has_window) {
+    for (int64_t i = max_window_layers; i < c.num_layers; ++i) sliding[static_cast<size_t>(i)] = 1;
+  }
+  bool any = false;
+  for (uint8_t s : sliding) any = any || s;
+  c.sliding_window = any ? window_value : 0;
+  c.layer_sliding = any ? std::move(sliding) : std::vector<uint8_t>{};
+}
+
+void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, DecoderConfig& c) {
+  const auto& j = r.json();
+  c.model_type = r.string_or("model_type", d.model_type ? d.model_type : "");
+  // Transformers' Auto classes pick the model class by model_type, not by architectures[0].
+  if (d.model_type && c.model_type != d.model_type)
+    r.fail_field("model_type", "is " + ConfigReader::show(nlohmann::json(c.model_type)) + ", but " +
+                                   c.architecture + " is model_type '" + d.model_type + "'");
+  c.hidden_size = r.required_int("hidden_size", 1, kMaxHidden);
+  c.intermediate_size = r.required_int("intermediate_size", 1, kMaxIntermediate);
+  c.num_layers = r.required_int("num_hidden_layers", 1, kMaxLayers);
+  c.num_heads = r.required_int("num_attention_heads", 1, kMaxHeads);
+  // Absent: the config class's default; null: num_attention_heads (Transformers' __post_init__).
+  if (!j.contains("num_key_value_heads"))
+    c.num_kv_heads = d.num_kv_heads.value_or(c.num_heads);
+  else
+    c.num_kv_heads = r.int_or("num_key_value_heads", c.num_heads, 1, kMaxHeads);
+  if (c.num_heads % c.num_kv_heads != 0)
+    r.fail_field("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
+                                            ") must divide num_attention_heads (" +
+                                            std::to_string(c.num_heads) + ")");
+  const int64_t derived_head_dim = c.hidden_size / c.num_heads;
+  c.head_dim = r.int_or("head_dim", d.head_dim.value_or(derived_head_dim), 1, kMaxHeadDim);
+  if (c.head_dim % 2 != 0)
+    r.fail_field("head_dim", "must be even (rotary pairs), got " + std::to_string(c.head_dim));
+  c.vocab_size = r.required_int("vocab_size", 1, kMaxVocab);
+  c.max_position_embeddings =
+      r.int_or("max_position_embeddings", d.max_position_embeddings, 1, kMaxPositions);
+  // eps 0 is legal (a zero row then divides by zero in Transformers too); >= 1 is no real model's.
+  c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps, 0.0, 1.0);
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
-  c.attention_bias = r.bool_or("attention_bias", false);
-  c.mlp_bias = r.bool_or("mlp_bias", false);
-  std::string dt = r.string_or("torch_dtype", r.string_or("dtype", ""));
+  c.attention_bias = r.bool_or("attention_bias", d.attention_bias);
+  c.hidden_act = parse_activation(r, "hidden_act");
+  c.rope = parse_rope(r, d.partial_rotary_factor, c.max_position_embeddings);
+  if (c.rot_dim() % 2 != 0 || c.rot_dim() <= 0)
+    r.fail_field("partial_rotary_factor", "(" + fmt_number(c.rope.partial_rotary_factor) +
+                                              ") times head_dim (" + std::to_string(c.head_dim) +
+                                              ") gives rotary dimension " + std::to_string(c.rot_dim()) +
+                                              ", which must be even and positive");
+
+  // dtype (Transformers 5's name) and torch_dtype (4.x's): PreTrainedConfig keeps dtype when both are set;
+  // two different values are refused as ambiguous.
+  const auto dtype_v5 = r.optional_string("dtype"), dtype_v4 = r.optional_string("torch_dtype");
+  if (dtype_v5 && dtype_v4 && *dtype_v5 != *dtype_v4)
+    disagree(r, "dtype", ConfigReader::show(nlohmann::json(*dtype_v5)), "torch_dtype",
+             ConfigReader::show(nlohmann::json(*dtype_v4)));
+  const char* dt_key = dtype_v5 ? "dtype" : "torch_dtype";
+  const std::string dt = dtype_v5 ? *dtype_v5 : dtype_v4.value_or("");
   if (!dt.empty()) {
     try {
       c.torch_dtype = parse_dtype(dt);
     } catch (const Error&) {
-      r.fail_field("torch_dtype", "has unsupported dtype '" + dt + "' (supported: float32, bfloat16, float16)");
+      r.fail_field(dt_key, "has unsupported dtype " + ConfigReader::show(nlohmann::json(dt)) +
+                               " (supported: float32, bfloat16, float16)");
     }
   }
-  auto bos = id_list(r, "bos_token_id");
-  if (!bos.empty()) c.bos_token_id = bos[0];
-  auto pad = id_list(r, "pad_token_id");
-  if (!pad.empty()) c.pad_token_id = pad[0];
-  c.eos_token_ids = id_list(r, "eos_token_id");
+  // Special ids: absent -> the config class's default; null -> none.
+  c.bos_token_id = j.contains("bos_token_id") ? r.optional_id("bos_token_id") : d.bos_token_id;
+  c.pad_token_id = j.contains("pad_token_id") ? r.optional_id("pad_token_id") : d.pad_token_id;
+  c.eos_token_ids = j.contains("eos_token_id") ? r.id_list("eos_token_id") : d.eos_token_ids;
+  if (c.pad_token_id && *c.pad_token_id >= c.vocab_size)
+    r.fail_field("pad_token_id", "(" + std::to_string(*c.pad_token_id) + ") must be below vocab_size (" +
+                                     std::to_string(c.vocab_size) + ")");
+}
+
+nlohmann::json parse_config_json(std::string_view text, const std::string& origin) {
+  nlohmann::json j = io::parse_json(text, origin);
+  if (!j.is_object()) fail(origin, ": expected a JSON object, got ", ConfigReader::show(j));
+  return j;
+}
+
+std::string architecture_name(const nlohmann::json& config, const std::string& origin) {
+  ConfigReader r(config, origin);
+  const nlohmann::json* a = r.find("architectures");
+  if (!a)
+    r.fail_field("architectures", "is missing (a list of architecture names, e.g. [\"LlamaForCausalLM\"])");
+  if (!a->is_array() || a->empty() || !(*a)[0].is_string())
+    r.fail_field("architectures", "must be a non-empty list of names, got " + ConfigReader::show(*a));
+  return (*a)[0].get<std::string>();
+}
+
+void parse_common(const ConfigReader& r, DecoderConfig& c) {
+  ConfigDefaults d;
+  d.bos_token_id = 1;
+  d.eos_token_ids = {2};
+  parse_decoder_config(r, d, c);
+  c.mlp_bias = r.bool_or("mlp_bias", false);
 }
 
 void validate(const DecoderConfig& c, const std::string& origin) {
@@ -137,6 +583,15 @@ void validate(const DecoderConfig& c, const std::string& origin) {
          c.num_kv_heads, ")");
   if (c.rot_dim() % 2 != 0 || c.rot_dim() <= 0 || c.rot_dim() > c.head_dim)
     fail(origin, ": rotary dimension ", c.rot_dim(), " must be even and within head_dim ", c.head_dim);
+  if (c.head_dim > kMaxHeadDim || c.hidden_size > kMaxHidden || c.vocab_size > kMaxVocab ||
+      c.num_layers > kMaxLayers || c.intermediate_size > kMaxIntermediate || c.num_heads > kMaxHeads ||
+      c.max_position_embeddings > kMaxPositions)
+    fail(origin, ": sizes beyond any real model's (hidden ", c.hidden_size, ", layers ", c.num_layers,
+         ", vocab ", c.vocab_size, ")");
+  if (!std::isfinite(c.rope.theta) || c.rope.theta <= 0 || !std::isfinite(c.rms_norm_eps) ||
+      c.rms_norm_eps < 0)
+    fail(origin, ": rope_theta (", c.rope.theta, ") must be positive and rms_norm_eps (", c.rms_norm_eps,
+         ") non-negative");
 }
 
 std::vector<float> rope_inv_freq(const DecoderConfig& c) {
@@ -153,7 +608,8 @@ std::vector<float> rope_inv_freq(const DecoderConfig& c) {
   } else if (c.rope.type == "llama3") {
     const float factor = static_cast<float>(c.rope.factor);
     const float old_ctx = static_cast<float>(c.rope.original_max_position_embeddings);
-    const float low = static_cast<float>(c.rope.low_freq_factor), high = static_cast<float>(c.rope.high_freq_factor);
+    const float low = static_cast<float>(c.rope.low_freq_factor),
+                high = static_cast<float>(c.rope.high_freq_factor);
     const float low_freq_wavelen = old_ctx / low, high_freq_wavelen = old_ctx / high;
     const float two_pi = 2.0f * static_cast<float>(M_PI);
     for (float& f : inv) {

@@ -2,16 +2,18 @@
 // a Hugging Face config.json. Each architecture file fills what it needs.
 #pragma once
 #include <cstdint>
+#include <limits>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "tessera/tensor.h"
 
 namespace tessera::models {
 
+// Rotary embedding, as Transformers 5 standardises it into `rope_parameters` (from either config layout).
 struct RopeConfig {
   double theta = 10000.0;
   std::string type = "default";  // "default", "linear", "llama3"
@@ -25,7 +27,7 @@ struct RopeConfig {
 // Resolved from the architecture's plan and the user's rules by dist::resolve_tp_plan.
 struct TpLayout {
   int rank = 0, size = 1;
-  bool attn_split = false;         // q/k/v column-parallel by heads, o_proj row-parallel (the same in every layer)
+  bool attn_split = false;  // q/k/v column-parallel by heads, o_proj row-parallel (the same in every layer)
   std::vector<uint8_t> mlp_split;  // per layer (empty: none): gate/up column-parallel, down row-parallel
   bool lm_head_split = false;      // vocab-parallel LM head, logits all-gathered
 
@@ -50,8 +52,9 @@ struct DecoderConfig {
   bool attention_bias = false, mlp_bias = false;
   bool qk_norm = false;  // Qwen3: RMSNorm on q and k per head
   Activation hidden_act = Activation::kSilu;
-  // Sliding-window attention: a query at position p sees keys at positions > p - sliding_window (Transformers'
-  // convention) in the layers marked in layer_sliding. 0 / empty: every layer attends to the whole prefix.
+  // Sliding-window attention: a query at position p sees keys at positions > p - sliding_window
+  // (Transformers' convention) in the layers marked in layer_sliding. 0 / empty: every layer attends to the
+  // whole prefix.
   int64_t sliding_window = 0;
   std::vector<uint8_t> layer_sliding;  // [num_layers] (or empty): 1 = this layer uses the sliding window
   std::optional<DType> torch_dtype;
@@ -65,28 +68,118 @@ struct DecoderConfig {
   }
   int64_t local_heads() const { return tp.attn_split ? num_heads / tp.size : num_heads; }
   int64_t local_kv_heads() const { return tp.attn_split ? num_kv_heads / tp.size : num_kv_heads; }
-  int64_t rot_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor); }
+  int64_t rot_dim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
+  }
 };
 
-// Typed access to config.json fields with errors that name the file and field.
+// Typed, range-checked access to one JSON object of a config file (config.json, generation_config.json, a
+// nested object such as rope_parameters): THE reader for every such file. Every error is one line naming the
+// origin, the field and the bad value (shown bounded: a deep or huge value is never re-serialised).
+// A key that is absent or JSON null reads as "not set", as in Transformers.
 class ConfigReader {
  public:
+  static constexpr int64_t kIntMin = std::numeric_limits<int64_t>::min();
+  static constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+
+  // `j` must outlive the reader. Throws Error when `j` is not an object.
   ConfigReader(const nlohmann::json& j, std::string origin);
-  int64_t required_int(const char* key) const;
-  int64_t int_or(const char* key, int64_t def) const;
-  double number_or(const char* key, double def) const;
+
+  // The value of `key`, or nullptr when absent or null.
+  const nlohmann::json* find(const char* key) const;
+  bool has(const char* key) const { return find(key) != nullptr; }
+
+  // Integers: JSON integers only (2.0, 1e300 and "2" are refused), within [lo, hi].
+  int64_t required_int(const char* key, int64_t lo = kIntMin, int64_t hi = kIntMax) const;
+  int64_t int_or(const char* key, int64_t def, int64_t lo = kIntMin, int64_t hi = kIntMax) const;
+  std::optional<int64_t> optional_int(const char* key, int64_t lo = kIntMin, int64_t hi = kIntMax) const;
+  // Finite numbers (integers accepted), within [lo, hi] (lo itself excluded when lo_open).
+  double number_or(const char* key, double def, double lo = -kInf, double hi = kInf,
+                   bool lo_open = false) const;
+  std::optional<double> optional_number(const char* key, double lo = -kInf, double hi = kInf,
+                                        bool lo_open = false) const;
   bool bool_or(const char* key, bool def) const;
+  std::optional<bool> optional_bool(const char* key) const;
   std::string string_or(const char* key, const std::string& def) const;
+  std::optional<std::string> optional_string(const char* key) const;
+  // Token ids: an integer in [0, 2^31 - 1].
+  std::optional<int32_t> optional_id(const char* key) const;
+  // An id or a list of ids (eos_token_id); empty when not set.
+  std::vector<int32_t> id_list(const char* key) const;
+  // A list of strings (e.g. layer_types); nullopt when not set.
+  std::optional<std::vector<std::string>> optional_string_list(const char* key) const;
+  // A nested object, read with the same rules; its errors name "<origin>: <key>". nullopt when not set.
+  std::optional<ConfigReader> optional_object(const char* key) const;
+
   const nlohmann::json& json() const { return j_; }
   const std::string& origin() const { return origin_; }
+  // "<origin>: field '<key>' <what>"
   [[noreturn]] void fail_field(const char* key, const std::string& what) const;
+  // A bounded, one-line rendering of a JSON value for error messages (scalars as JSON, strings cut at 80
+  // bytes, lists and objects summarised without recursion).
+  static std::string show(const nlohmann::json& v);
 
  private:
   const nlohmann::json& j_;
   std::string origin_;
 };
 
-// Fields shared by the Llama family (sizes, rope, eps, tie, dtype, special ids).
+// How an architecture treats one config.json key that Transformers' configuration or modeling file for it
+// reads. The tables live in the architecture files (qwen3.cpp, llama.cpp, glm4.cpp) and are tested by
+// tests/test_config_keys.cpp.
+enum class KeyUse : uint8_t {
+  kImplemented,  // read and honoured (golden-tested)
+  kNoEffect,  // read by Transformers but changes nothing at inference (training, bookkeeping, output flags)
+  kRefused,   // only its default (`default_json`) is accepted; any other value is an error naming key and
+              // value
+};
+struct ConfigKey {
+  const char* key;
+  KeyUse use;
+  const char* default_json;  // kRefused: the one accepted value, as JSON ("null": only absent / null)
+  const char* why;           // one line: what Transformers does with it, and what we do
+};
+// Keys of PreTrainedConfig itself (every architecture): bookkeeping, output flags, classification heads,
+// generation parameters (Transformers 5 drops those from config.json), quantization (refused).
+const std::vector<ConfigKey>& common_config_keys();
+// Refuses every kRefused key of `table` that is set to anything but its default.
+void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table);
+
+// Per-architecture defaults: what Transformers' config class uses when config.json leaves a key out.
+struct ConfigDefaults {
+  const char* model_type = nullptr;     // config.json's model_type must be this when present (nullptr: any)
+  std::optional<int64_t> head_dim;      // nullopt: hidden_size / num_attention_heads
+  std::optional<int64_t> num_kv_heads;  // nullopt: num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  bool attention_bias = false;
+  std::optional<double>
+      partial_rotary_factor;  // nullopt: the rotary dim is the whole head, whatever the file says
+  std::optional<int32_t> bos_token_id, pad_token_id;
+  std::vector<int32_t> eos_token_ids;
+};
+
+// Sizes (with sane upper bounds), eps, tie, dtype, special ids, hidden_act and rope (both layouts) into `c`.
+void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, DecoderConfig& c);
+// Rope settings from either layout: Transformers 5's `rope_parameters`, or the older top-level `rope_theta` /
+// `rope_scaling` / `partial_rotary_factor`; both present and disagreeing is an error naming both keys.
+// `partial_rotary_factor` nullopt: the architecture rotates whole heads (any factor but 1 is refused, except
+// with default rope where Transformers ignores it).
+RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
+                      int64_t max_position_embeddings);
+// `hidden_act`: silu/swish, gelu, gelu_pytorch_tanh, gelu_new, relu; anything else refused by name.
+Activation parse_activation(const ConfigReader& r, const char* key);
+// Sliding-window layers exactly as Transformers' Qwen3Config decides them: `use_sliding_window`,
+// `sliding_window`, `max_window_layers`, `layer_types`.
+void parse_qwen3_sliding(const ConfigReader& r, DecoderConfig& c);
+
+// config.json text -> a JSON object (nesting depth bounded by io::parse_json); errors name `origin`.
+nlohmann::json parse_config_json(std::string_view text, const std::string& origin);
+// architectures[0] of a parsed config.json (a non-empty list of names), else an error naming the field.
+std::string architecture_name(const nlohmann::json& config, const std::string& origin);
+
+// Fields shared by the Llama family (kept for older callers: Llama's defaults).
 void parse_common(const ConfigReader& r, DecoderConfig& c);
 // Checks sizes are positive and divisible as attention requires.
 void validate(const DecoderConfig& c, const std::string& origin);

@@ -2,18 +2,79 @@
 // residual add (post_self_attn_layernorm, post_mlp_layernorm), a fused mlp.gate_up_proj (gate rows first),
 // q/k/v biases but none on o_proj, and rotary embedding on the first half of each head
 // (partial_rotary_factor, default 0.5) in the interleaved-pair convention. The interleaving is undone when
-// the q/k rows are loaded (graph::WeightView), so the shared Rope op applies.
+// the q/k rows are loaded (graph::WeightView), so the shared Rope op applies. No sliding window:
+// Glm4Config and modeling_glm4 never read sliding_window / layer_types.
+#include <nlohmann/json.hpp>
+
 #include "models/blocks.h"
 
 namespace tessera::models::glm4 {
 
-Architecture architecture() {
-  return llama_family_architecture("Glm4ForCausalLM", LayerStyle{.sandwich_norms = true,
-                                                                 .fused_gate_up = true,
-                                                                 .rope_interleaved = true,
-                                                                 .o_proj_bias = false,
-                                                                 .default_partial_rotary = 0.5,
-                                                                 .default_attention_bias = true});
+namespace {
+
+// Every key Transformers 5.24's configuration_glm4.py / modeling_glm4.py reads (besides
+// common_config_keys()), and what we do with it.
+std::vector<ConfigKey> keys() {
+  using enum KeyUse;
+  return {
+      {"vocab_size", kImplemented, "", "embedding / LM head rows"},
+      {"hidden_size", kImplemented, "", ""},
+      {"intermediate_size", kImplemented, "", "gate_up_proj has 2x rows"},
+      {"num_hidden_layers", kImplemented, "", ""},
+      {"num_attention_heads", kImplemented, "", ""},
+      {"num_key_value_heads", kImplemented, "", "absent: 2 (Glm4Config's default)"},
+      {"head_dim", kImplemented, "", "absent: 128 (Glm4Config's default)"},
+      {"hidden_act", kImplemented, "", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu"},
+      {"max_position_embeddings", kImplemented, "", "absent: 131072"},
+      {"rms_norm_eps", kImplemented, "", "absent: 1.5625e-07"},
+      {"attention_bias", kImplemented, "", "biases on q/k/v (never o_proj); absent: true"},
+      {"rope_parameters", kImplemented, "", "Transformers 5 layout; types default, linear, llama3"},
+      {"rope_scaling", kImplemented, "",
+       "Transformers 4 layout; wins over rope_parameters (both: must agree)"},
+      {"rope_theta", kImplemented, "", "Transformers 4 layout (must agree with rope_parameters.rope_theta)"},
+      {"partial_rotary_factor", kImplemented, "", "rotary on the first head_dim * factor dims; absent: 0.5"},
+      {"original_max_position_embeddings", kImplemented, "", "llama3 rope: overrides the rope dict's"},
+      {"mlp_bias", kNoEffect, "", "GLM-4's MLP has no biases; Transformers never reads it"},
+      {"sliding_window", kNoEffect, "", "not read by Glm4Config / modeling_glm4"},
+      {"layer_types", kNoEffect, "", "not read by modeling_glm4 (every layer is full attention)"},
+  };
 }
+
+const LayerStyle kStyle{.sandwich_norms = true,
+                        .fused_gate_up = true,
+                        .rope_interleaved = true,
+                        .o_proj_bias = false,
+                        .default_partial_rotary = 0.5,
+                        .default_attention_bias = true};
+
+DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
+  static const std::vector<ConfigKey> table = keys();
+  ConfigReader r(j, origin);
+  check_refused_keys(r, common_config_keys());
+  check_refused_keys(r, table);
+  DecoderConfig c;
+  c.architecture = "Glm4ForCausalLM";
+  ConfigDefaults d;
+  d.model_type = "glm4";
+  d.head_dim = 128;
+  d.num_kv_heads = 2;
+  d.max_position_embeddings = 131072;
+  d.rms_norm_eps = 1.5625e-7;
+  d.attention_bias = true;
+  d.partial_rotary_factor = 0.5;
+  d.pad_token_id = 151329;  // Glm4Config's defaults
+  d.eos_token_ids = {151329, 151336, 151338};
+  parse_decoder_config(r, d, c);
+  // Glm4Config replaces an eos_token_id of null (not only an absent one) with its default list.
+  if (c.eos_token_ids.empty() && j.contains("eos_token_id") && j["eos_token_id"].is_null())
+    c.eos_token_ids = d.eos_token_ids;
+  c.mlp_bias = false;
+  validate(c, origin);
+  return c;
+}
+
+}  // namespace
+
+Architecture architecture() { return llama_family_with("Glm4ForCausalLM", kStyle, parse, keys()); }
 
 }  // namespace tessera::models::glm4

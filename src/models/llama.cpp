@@ -1,10 +1,72 @@
-// LlamaForCausalLM: Llama 2/3 (rope_scaling "llama3" or "linear"), SmolLM2,
-// GQA, optional attention/MLP biases (attention_bias, mlp_bias) and tied
-// embeddings — all read by the shared Llama-family config parser.
+// LlamaForCausalLM: Llama 2/3 (rope "llama3" or "linear"), SmolLM2, GQA,
+// optional attention/MLP biases (attention_bias, mlp_bias) and tied
+// embeddings. No sliding window: LlamaConfig and modeling_llama never read
+// sliding_window / layer_types, so (as in Transformers) they change nothing.
+#include <nlohmann/json.hpp>
+
 #include "models/blocks.h"
 
 namespace tessera::models::llama {
 
-Architecture architecture() { return llama_family_architecture("LlamaForCausalLM", LayerStyle{}); }
+namespace {
+
+// Every key Transformers 5.24's configuration_llama.py / modeling_llama.py reads (besides
+// common_config_keys()), and what we do with it.
+std::vector<ConfigKey> keys() {
+  using enum KeyUse;
+  return {
+      {"vocab_size", kImplemented, "", "embedding / LM head rows"},
+      {"hidden_size", kImplemented, "", "must be a multiple of num_attention_heads (LlamaConfig checks it)"},
+      {"intermediate_size", kImplemented, "", ""},
+      {"num_hidden_layers", kImplemented, "", ""},
+      {"num_attention_heads", kImplemented, "", ""},
+      {"num_key_value_heads", kImplemented, "", "absent or null: num_attention_heads"},
+      {"head_dim", kImplemented, "", "absent or null: hidden_size / num_attention_heads"},
+      {"hidden_act", kImplemented, "", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu"},
+      {"max_position_embeddings", kImplemented, "", "absent: 2048"},
+      {"rms_norm_eps", kImplemented, "", ""},
+      {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj"},
+      {"mlp_bias", kImplemented, "", "biases on gate/up/down"},
+      {"rope_parameters", kImplemented, "", "Transformers 5 layout; types default, linear, llama3"},
+      {"rope_scaling", kImplemented, "",
+       "Transformers 4 layout; wins over rope_parameters (both: must agree)"},
+      {"rope_theta", kImplemented, "", "Transformers 4 layout (must agree with rope_parameters.rope_theta)"},
+      {"partial_rotary_factor", kImplemented, "",
+       "ignored by Llama's default rope (as Transformers); refused with a scaled rope (Transformers fails)"},
+      {"original_max_position_embeddings", kImplemented, "", "llama3 rope: overrides the rope dict's"},
+      {"pretraining_tp", kNoEffect, "",
+       "Transformers 5 never reads it (4.x's tp > 1 split the same matmuls into slices: same result)"},
+      {"sliding_window", kNoEffect, "", "not read by LlamaConfig / modeling_llama"},
+      {"use_sliding_window", kNoEffect, "", "not read by LlamaConfig / modeling_llama"},
+      {"layer_types", kNoEffect, "", "not read by modeling_llama (every layer is full attention)"},
+  };
+}
+
+DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
+  static const std::vector<ConfigKey> table = keys();
+  ConfigReader r(j, origin);
+  check_refused_keys(r, common_config_keys());
+  check_refused_keys(r, table);
+  DecoderConfig c;
+  c.architecture = "LlamaForCausalLM";
+  ConfigDefaults d;
+  d.model_type = "llama";
+  d.max_position_embeddings = 2048;
+  d.rms_norm_eps = 1e-6;
+  d.bos_token_id = 1;  // LlamaConfig's defaults
+  d.eos_token_ids = {2};
+  parse_decoder_config(r, d, c);
+  if (c.hidden_size % c.num_heads != 0)  // LlamaConfig.validate_architecture raises on this
+    r.fail_field("hidden_size", "(" + std::to_string(c.hidden_size) +
+                                    ") must be a multiple of num_attention_heads (" +
+                                    std::to_string(c.num_heads) + ")");
+  c.mlp_bias = r.bool_or("mlp_bias", false);
+  validate(c, origin);
+  return c;
+}
+
+}  // namespace
+
+Architecture architecture() { return llama_family_with("LlamaForCausalLM", LayerStyle{}, parse, keys()); }
 
 }  // namespace tessera::models::llama

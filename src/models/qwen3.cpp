@@ -1,10 +1,73 @@
 // Qwen3ForCausalLM: the Llama-family decoder plus RMSNorm over each head of q
 // and k before RoPE; head_dim is read from the config (Qwen3 sets it apart
-// from hidden / heads); tied or untied embeddings; no biases by default.
+// from hidden / heads); tied or untied embeddings; q/k/v/o biases with
+// attention_bias; no MLP biases; sliding-window attention in the layers
+// Qwen3Config marks (use_sliding_window / max_window_layers / layer_types).
+#include <nlohmann/json.hpp>
+
 #include "models/blocks.h"
 
 namespace tessera::models::qwen3 {
 
-Architecture architecture() { return llama_family_architecture("Qwen3ForCausalLM", LayerStyle{.qk_norm = true}); }
+namespace {
+
+// Every key Transformers 5.24's configuration_qwen3.py / modeling_qwen3.py reads (besides
+// common_config_keys()), and what we do with it.
+std::vector<ConfigKey> keys() {
+  using enum KeyUse;
+  return {
+      {"vocab_size", kImplemented, "", "embedding / LM head rows"},
+      {"hidden_size", kImplemented, "", ""},
+      {"intermediate_size", kImplemented, "", ""},
+      {"num_hidden_layers", kImplemented, "", ""},
+      {"num_attention_heads", kImplemented, "", ""},
+      {"num_key_value_heads", kImplemented, "",
+       "absent: 32 (Qwen3Config's default); null: num_attention_heads"},
+      {"head_dim", kImplemented, "", "absent: 128 (Qwen3Config's default, not hidden / heads)"},
+      {"hidden_act", kImplemented, "", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu"},
+      {"max_position_embeddings", kImplemented, "", "absent: 32768"},
+      {"rms_norm_eps", kImplemented, "", "also the q_norm / k_norm eps"},
+      {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj"},
+      {"rope_parameters", kImplemented, "", "Transformers 5 layout; types default, linear, llama3"},
+      {"rope_scaling", kImplemented, "",
+       "Transformers 4 layout; wins over rope_parameters (both: must agree)"},
+      {"rope_theta", kImplemented, "", "Transformers 4 layout (must agree with rope_parameters.rope_theta)"},
+      {"partial_rotary_factor", kImplemented, "",
+       "ignored by Qwen3's default rope (as Transformers); refused with a scaled rope (Transformers fails)"},
+      {"original_max_position_embeddings", kImplemented, "", "llama3 rope: overrides the rope dict's"},
+      {"use_sliding_window", kImplemented, "", "sliding_window counts only when true"},
+      {"sliding_window", kImplemented, "", "absent: 4096; null: no window"},
+      {"max_window_layers", kImplemented, "", "without layer_types: layers >= this slide"},
+      {"layer_types", kImplemented, "", "full_attention / sliding_attention per layer"},
+      {"mlp_bias", kNoEffect, "", "Qwen3's MLP has no biases; Transformers never reads it"},
+  };
+}
+
+const LayerStyle kStyle{.qk_norm = true};
+
+DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
+  static const std::vector<ConfigKey> table = keys();
+  ConfigReader r(j, origin);
+  check_refused_keys(r, common_config_keys());
+  check_refused_keys(r, table);
+  DecoderConfig c;
+  c.architecture = "Qwen3ForCausalLM";
+  ConfigDefaults d;
+  d.model_type = "qwen3";
+  d.head_dim = 128;
+  d.num_kv_heads = 32;
+  d.max_position_embeddings = 32768;
+  d.rms_norm_eps = 1e-6;
+  parse_decoder_config(r, d, c);
+  parse_qwen3_sliding(r, c);
+  c.mlp_bias = false;
+  c.qk_norm = true;
+  validate(c, origin);
+  return c;
+}
+
+}  // namespace
+
+Architecture architecture() { return llama_family_with("Qwen3ForCausalLM", kStyle, parse, keys()); }
 
 }  // namespace tessera::models::qwen3

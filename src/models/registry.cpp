@@ -1,7 +1,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_set>
 
 #include "models/architecture.h"
+#include "models/blocks.h"
 #include "tessera/error.h"
 
 namespace tessera::models {
@@ -18,10 +20,37 @@ Architecture architecture();
 
 namespace {
 const std::vector<Architecture>& table() {
-  static const std::vector<Architecture> t = {qwen3::architecture(), llama::architecture(), glm4::architecture()};
+  static const std::vector<Architecture> t = {qwen3::architecture(), llama::architecture(),
+                                              glm4::architecture()};
   return t;
 }
 }  // namespace
+
+std::vector<WeightSpec> weight_specs_of(const graph::Graph& g) {
+  std::vector<WeightSpec> out;
+  std::unordered_set<std::string> seen;  // a tied embedding or a fused tensor is read by several nodes
+  for (const auto& n : g.nodes) {
+    if (n.op != graph::Op::Weight || !seen.insert(n.name).second) continue;
+    out.push_back(WeightSpec{n.name, n.view.stored, n.view.stored.size() == 1});
+  }
+  return out;
+}
+
+Architecture llama_family_with(const char* name, const LayerStyle& style,
+                               std::function<DecoderConfig(const nlohmann::json&, const std::string&)> parse,
+                               std::vector<ConfigKey> keys) {
+  Architecture a = llama_family_architecture(name, style);
+  a.parse_config = std::move(parse);
+  a.weights = [style](const DecoderConfig& c) {
+    graph::ShapeKey key{
+        .phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 1, .dtype = DType::F32};
+    DecoderConfig whole = c;
+    whole.tp = {};  // the stored tensors, whatever this rank's share
+    return weight_specs_of(build_causal_lm(whole, key, style));
+  };
+  a.config_keys = std::move(keys);
+  return a;
+}
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> out;
@@ -34,7 +63,8 @@ const Architecture& find_architecture(const std::string& name, const std::string
     if (name == a.name) return a;
   std::ostringstream os;
   for (const auto& s : supported_architectures()) os << (os.tellp() > 0 ? ", " : "") << s;
-  fail(origin, ": architecture '", name, "' is not supported (supported: ", os.str(), ")");
+  fail(origin, ": field 'architectures' names ", ConfigReader::show(nlohmann::json(name)),
+       ", which is not supported (supported: ", os.str(), ")");
 }
 
 }  // namespace tessera::models

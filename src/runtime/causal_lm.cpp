@@ -273,18 +273,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   const std::string origin = src->origin();
   auto impl = std::make_unique<CausalLM::Impl>();
   const std::string cfg_origin = src->origin() + " (config)";
-  nlohmann::json cj;
-  try {
-    cj = nlohmann::json::parse(src->config_json());
-  } catch (const nlohmann::json::exception& e) {
-    fail(cfg_origin, ": invalid JSON: ", e.what());
-  }
-  if (!cj.is_object()) fail(cfg_origin, ": expected a JSON object");
-  auto archs = cj.find("architectures");
-  if (archs == cj.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
-    fail(cfg_origin, ": field 'architectures' is missing or not a list of names");
-  impl->arch = &models::find_architecture((*archs)[0].get<std::string>(), cfg_origin);
+  const nlohmann::json cj = models::parse_config_json(src->config_json(), cfg_origin);  // depth-bounded
+  impl->arch = &models::find_architecture(models::architecture_name(cj, cfg_origin), cfg_origin);
   impl->config = impl->arch->parse_config(cj, cfg_origin);
+  // Before anything sized by the config (weight list, graphs, tables): does the checkpoint match it?
+  runtime::check_checkpoint_matches_config(*src, impl->config);
   const bool is_gguf = ends_with(src->origin(), ".gguf");
   DType dtype = opt.dtype.value_or(is_gguf ? DType::BF16 : impl->config.torch_dtype.value_or(DType::F32));
 

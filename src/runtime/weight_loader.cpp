@@ -1,5 +1,6 @@
 #include "runtime/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -20,6 +21,18 @@ std::string join_names(const std::vector<std::string>& names, size_t limit) {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "model.layers.<N>." -> N, or -1 for any other name (N capped, so a huge index cannot overflow).
+int64_t layer_index(const std::string& name) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
+  int64_t n = 0;
+  size_t i = kPrefix.size();
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < kPrefix.size() + 12; ++i)
+    n = n * 10 + (name[i] - '0');
+  if (i == kPrefix.size() || i >= name.size() || name[i] != '.') return -1;
+  return n;
 }
 
 void validate_checkpoint(const io::WeightSource& src, const models::Architecture& arch,
@@ -48,6 +61,28 @@ void validate_checkpoint(const io::WeightSource& src, const models::Architecture
   if (!src.unmapped_tensors().empty())
     fail(src.origin(), ": GGUF tensors not supported yet: ", join_names(src.unmapped_tensors(), 5));
 }
+
+}  // namespace
+
+void check_checkpoint_matches_config(const io::WeightSource& src, const models::DecoderConfig& c) {
+  int64_t layers = 0;  // 1 + the highest layer index with a tensor
+  for (const auto& m : src.tensors()) layers = std::max(layers, layer_index(m.name) + 1);
+  if (layers < c.num_layers)
+    fail(src.origin(), ": missing tensor 'model.layers.", layers, ".*': the config says num_hidden_layers ",
+         c.num_layers, ", the checkpoint has tensors for ", layers, " layer", layers == 1 ? "" : "s");
+  if (layers > c.num_layers)
+    fail(src.origin(), ": unexpected tensors 'model.layers.", c.num_layers,
+         ".*': the config says num_hidden_layers ", c.num_layers, ", the checkpoint has tensors for ", layers,
+         " layers");
+  const io::TensorMeta* embed = src.find("model.embed_tokens.weight");
+  if (!embed) fail(src.origin(), ": missing tensor 'model.embed_tokens.weight'");
+  const Shape want{c.vocab_size, c.hidden_size};
+  if (embed->shape != want)
+    fail(embed->file, ": tensor 'model.embed_tokens.weight' has shape ", shape_str(embed->shape),
+         ", expected ", shape_str(want), " from the config (vocab_size x hidden_size)");
+}
+
+namespace {
 
 Tensor owned_copy(const Tensor& t) {
   Tensor copy = Tensor::empty(t.dtype, t.shape);
@@ -125,15 +160,17 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     bool only_zeros = c.tp.rank != 0;
     for (const auto* n : views) only_zeros = only_zeros && n->view.rank0_only;
     Tensor full = only_zeros ? Tensor{dt, views.front()->view.stored, nullptr, nullptr} : src.load(name, dt);
-    // When some node reads the whole tensor (a tied embedding), the others' row blocks alias it; from a GGUF it
-    // is owned first, so they alias that copy and not the mapping.
+    // When some node reads the whole tensor (a tied embedding), the others' row blocks alias it; from a GGUF
+    // it is owned first, so they alias that copy and not the mapping.
     bool whole_kept = false;
     for (const auto* n : views) whole_kept = whole_kept || n->view.whole();
-    const bool unmap = mapped && !zero_copy && !only_zeros;  // a GGUF tensor stored as-is: must not keep the mapping
+    const bool unmap =
+        mapped && !zero_copy && !only_zeros;  // a GGUF tensor stored as-is: must not keep the mapping
     if (unmap && whole_kept) full = owned_copy(full);
     for (const auto* n : views) {
       Tensor t = apply_view(full, n->view, n->shape, c.tp.rank, zero_copy || whole_kept);
-      if (unmap && !whole_kept && t.owner == full.owner) t = owned_copy(t);  // a view apply_view passed through
+      if (unmap && !whole_kept && t.owner == full.owner)
+        t = owned_copy(t);  // a view apply_view passed through
       const bool aliases = whole_kept && !n->view.whole() && t.owner == full.owner && full.owner;
       if (!aliases) bytes += t.nbytes();
       weights.emplace(graph::weight_key(*n), std::move(t));

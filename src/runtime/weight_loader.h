@@ -11,6 +11,11 @@
 
 namespace tessera::runtime {
 
+// Cheap checks of the checkpoint against the config, before anything proportional to the config is built
+// (the weight list, graphs, rotary tables): the number of layers the checkpoint really has tensors for, and
+// the embedding's shape against vocab_size x hidden_size. One pass over the tensor names.
+void check_checkpoint_matches_config(const io::WeightSource& src, const models::DecoderConfig& c);
+
 // Every tensor the architecture needs must be present with its shape; any tensor it does not need is an error
 // (except ignorable suffixes and a tied lm_head). Then loads what this rank's graphs read (config.tp), keyed
 // by graph::weight_key. `bytes` receives the total held.
@@ -19,8 +24,9 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
                                  const std::function<void(size_t, size_t)>& progress, size_t& bytes);
 
 // The part of `full` (the stored tensor, in its load dtype) that `v` selects for tensor-parallel `rank`, with
-// shape `local`. A block of whole rows of a tensor mapped from the file stays a zero-copy view when `zero_copy`
-// is set; anything else is copied.
-Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, int rank, bool zero_copy);
+// shape `local`. A block of whole rows of a tensor mapped from the file stays a zero-copy view when
+// `zero_copy` is set; anything else is copied.
+Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, int rank,
+                  bool zero_copy);
 
 }  // namespace tessera::runtime
