@@ -10,7 +10,10 @@ case), runs the CLI on it and asserts the project's one error policy:
   - at most 2 s of CPU time (user + sys of the process and the children it waited for, from wait4)
     and at most 256 MB peak RSS beyond the size of the model files the case uses.
 A 20 s wall-clock limit catches hangs; CPU time, not wall time, is the budget, so a busy machine does
-not make the corpus flaky.
+not make the corpus flaky. A few inputs are legal but hostile (kind "bounded": a 16 MB added token, 100k
+added tokens, a 57 MB safetensors header): they may load or be refused, but only within those limits.
+Each case's address space is capped (4 GiB, --mem-cap-mb) so a runaway allocation cannot take the machine
+down; the CLI is started from a small helper process so that ru_maxrss measures the CLI, not this runner.
 
 Python 3 standard library only (CI runs it with the system python3).
 
@@ -18,6 +21,8 @@ Python 3 standard library only (CI runs it with the system python3).
   python3 tools/malformed_corpus.py --cli build/tessera --filter config # one class, or an id substring
   python3 tools/malformed_corpus.py --list                              # class and id of every case
   python3 tools/malformed_corpus.py --cli build/tessera --report        # passed/failed per class
+  python3 tools/malformed_corpus.py --cli build/tessera -v --filter gguf/rope  # each case's last stderr line
+  python3 tools/malformed_corpus.py --self-test                         # the runner catches each failure kind
 """
 
 import argparse
@@ -1660,6 +1665,45 @@ def run_case(c, cli, keep=False):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def self_test():
+    """Checks that the runner itself fails each way it should, with /bin/sh standing in for the CLI."""
+    global WALL_LIMIT_S
+    WALL_LIMIT_S = 3.0
+    py = sys.executable
+    good = "echo note >&2; echo 'tessera: error: x.json: field f is bad' >&2; exit 1"
+    probes = [  # (script, kind, expect, should pass, reason fragment)
+        (good, "error", ["x.json", "field f"], True, ""),
+        (good, "error", [("nope", "field f")], True, ""),
+        (good, "error", ["y.json"], False, "does not name"),
+        ("echo 'tessera: error: x.json' >&2; exit 2", "error", ["x.json"], False, "exit 2"),
+        ("echo 'error: x.json' >&2; exit 1", "error", ["x.json"], False, "does not start with"),
+        ("echo 'tessera: error: a' >&2; echo 'tessera: error: x.json' >&2; exit 1", "error", ["x.json"], False, "more than one"),
+        ("exit 0", "error", ["x.json"], False, "exit 0"),
+        ("exit 0", "bounded", ["x.json"], True, ""),
+        ("echo 'tessera: error: rank 1 exited' >&2; exit 3", "rankfail", ["rank 1"], True, ""),
+        ("kill -SEGV $$", "error", ["x"], False, "signal 11"),
+        ("sleep 30", "error", ["x"], False, "hang"),
+        ("exec %s -c 'import time\nt=time.process_time()\nwhile time.process_time()-t<2.3: pass\nraise SystemExit(1)'" % py,
+         "error", ["x"], False, "cpu"),
+        ("exec %s -c 'x=b\"y\"*(400<<20); raise SystemExit(1)'" % py, "error", ["x"], False, "peak RSS"),
+    ]
+    cases = [Case("cli", "selftest.%d" % i, (lambda ctx, sc=sc: ["-c", sc]), expect, kind=kind)
+             for i, (sc, kind, expect, _, _) in enumerate(probes)]
+    SPAWNER.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+            results = list(ex.map(lambda c: run_case(c, "/bin/sh"), cases))
+    finally:
+        SPAWNER.stop()
+    bad = 0
+    for (sc, kind, expect, should_pass, frag), r in zip(probes, results):
+        ok = r.ok == should_pass and (should_pass or frag in r.reason)
+        bad += not ok
+        print("%-4s %-70s -> %s" % ("ok" if ok else "BAD", sc[:70], r.reason or "passed"))
+    print("self-test: %d of %d probes behaved" % (len(probes) - bad, len(probes)))
+    return 1 if bad else 0
+
+
 def select(filters, classes):
     out = []
     for c in CASES:
@@ -1673,7 +1717,7 @@ def select(filters, classes):
 
 
 def main():
-    global WALL_LIMIT_S, MEM_CAP_MB
+    global WALL_LIMIT_S, MEM_CAP_MB, CPU_LIMIT_S, RSS_LIMIT_MB
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "tessera"), help="the tessera binary (default build/tessera)")
     ap.add_argument("--filter", action="append", default=[], help="a class name or an id substring (repeatable)")
@@ -1682,14 +1726,20 @@ def main():
     ap.add_argument("-j", type=int, default=2, help="parallel cases (default 2)")
     ap.add_argument("--report", action="store_true", help="print passed/failed counts per class")
     ap.add_argument("--failures-out", help="also write the failure list (id, class, reason, last stderr line) to this file")
+    ap.add_argument("--cpu-limit", type=float, default=CPU_LIMIT_S, help="CPU seconds per case (default 2)")
+    ap.add_argument("--rss-limit-mb", type=int, default=RSS_LIMIT_MB,
+                    help="peak RSS per case beyond the model's size (default 256)")
     ap.add_argument("--timeout", type=float, default=WALL_LIMIT_S, help="wall-clock seconds before a case counts as hung (default 20)")
     ap.add_argument("--mem-cap-mb", type=int, default=MEM_CAP_MB,
                     help="address-space cap per case (default 4096; 0 = none, needed for ASan builds)")
     ap.add_argument("--dry-run", action="store_true", help="build every selected input, run nothing")
+    ap.add_argument("--self-test", action="store_true", help="check that the runner catches each kind of failure")
     ap.add_argument("--keep", action="store_true", help="keep each case's temporary directory (debugging)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every case's result, cpu and RSS")
     args = ap.parse_args()
 
+    if args.self_test:
+        return self_test()
     cases = select(args.filter, args.classes)
     if args.list:
         for c in cases:
@@ -1701,6 +1751,7 @@ def main():
         print("no case matches", file=sys.stderr)
         return 2
     WALL_LIMIT_S, MEM_CAP_MB = args.timeout, args.mem_cap_mb
+    CPU_LIMIT_S, RSS_LIMIT_MB = args.cpu_limit, args.rss_limit_mb
     cli = None if args.dry_run else os.path.abspath(args.cli)
     if cli and not os.access(cli, os.X_OK):
         print("tessera CLI not found at %s (build it, or pass --cli)" % cli, file=sys.stderr)
