@@ -12,7 +12,8 @@
 namespace {
 
 struct LaunchFlags {
-  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = "29500", master_addr, hostfile;
+  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = "29500", master_addr, hostfile,
+              status_file;
   bool no_mpi = false, all_output = false, rank_shim = false;
   std::vector<std::string> command;
 };
@@ -43,6 +44,7 @@ tessera::launch::Options to_options(const LaunchFlags& f, const CLI::App& cmd) {
   o.hostfile = f.hostfile;
   o.use_mpi = !f.no_mpi;
   o.all_output = f.all_output;
+  o.status_file = f.status_file;
   o.command = f.command;
   return o;
 }
@@ -80,7 +82,8 @@ void add_launch_command(CLI::App& app) {
                 "Fork/exec the ranks directly instead of through mpirun (non-MPI commands)");
   cmd->add_flag("--all-output", f->all_output,
                 "Show every rank's stdout, each line prefixed '[rank N] ' (stderr lines too)");
-  cmd->add_flag("--rank-shim", f->rank_shim, "")->group("");  // internal: what mpirun runs in each rank
+  cmd->add_flag("--rank-shim", f->rank_shim, "")->group("");        // internal: what mpirun runs in each rank
+  cmd->add_option("--status-file", f->status_file, "")->group("");  // internal: where a shim reports its rank
   cmd->add_option("command", f->command, "The command every rank runs, after --")
       ->type_name("COMMAND [ARGS...]");
   cmd->prefix_command();

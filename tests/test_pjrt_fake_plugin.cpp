@@ -5,12 +5,19 @@
 // Variants: "old"   = API 0.40 with a table that ends before PJRT_Client_Create (an older plugin);
 //           "newer" = API 0.(header + 5) with a table larger than ours, whose Client_Create fails
 //                     (a newer plugin; checks that its error is converted and destroyed);
-//           "major" = API 1.x (incompatible).
+//           "major" = API 1.x (incompatible);
+//           "blocking" = current API whose PJRT_Client_Create never returns (libtpu without a TPU chip,
+//                        retrying a cloud metadata server). When $TESSERA_FAKE_PJRT_MARKER names a file,
+//                        loading and client creation each append a line to it, so tests can tell it was never
+//                        started.
 #if defined(TESSERA_FAKE_PJRT_VARIANT)
 
 #include <pjrt_c_api.h>
+#include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 struct PJRT_Error {
@@ -41,7 +48,20 @@ PJRT_Error* attributes(PJRT_Plugin_Attributes_Args* a) {
   a->num_attributes = 0;
   return nullptr;
 }
+void mark(const char* what) {
+  if (const char* path = std::getenv("TESSERA_FAKE_PJRT_MARKER")) {
+    if (FILE* f = std::fopen(path, "a")) {
+      std::fprintf(f, "%s\n", what);
+      std::fclose(f);
+    }
+  }
+}
+
 PJRT_Error* client_create(PJRT_Client_Create_Args*) {
+  mark("client_create");
+#if TESSERA_FAKE_PJRT_VARIANT == 4
+  for (;;) ::sleep(1000);  // never returns
+#endif
   ++live_errors;
   return new PJRT_Error{"fake plugin has no devices", PJRT_Error_Code_UNAVAILABLE};
 }
@@ -63,7 +83,11 @@ PJRT_Api make_api() {
   api.struct_size = sizeof(PJRT_Api) + 8 * sizeof(void*);
   api.pjrt_api_version.major_version = PJRT_API_MAJOR;
   api.pjrt_api_version.minor_version = PJRT_API_MINOR + 5;
-#else  // major
+#elif TESSERA_FAKE_PJRT_VARIANT == 4  // blocking
+  api.struct_size = sizeof(PJRT_Api);
+  api.pjrt_api_version.major_version = PJRT_API_MAJOR;
+  api.pjrt_api_version.minor_version = PJRT_API_MINOR;
+#else                                 // major
   api.struct_size = sizeof(PJRT_Api);
   api.pjrt_api_version.major_version = PJRT_API_MAJOR + 1;
   api.pjrt_api_version.minor_version = 0;
@@ -76,6 +100,7 @@ PJRT_Api make_api() {
 extern "C" __attribute__((visibility("default"))) int fake_pjrt_live_errors() { return live_errors; }
 
 extern "C" __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi() {
+  mark("loaded");
   static const PJRT_Api api = make_api();
   return &api;
 }
@@ -84,10 +109,17 @@ extern "C" __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi() {
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "backends/pjrt/pjrt_backend.h"
+#include "golden_util.h"
 #include "tessera/error.h"
 
 namespace {
@@ -95,9 +127,8 @@ namespace {
 using namespace tessera;
 
 #ifdef TESSERA_FAKE_PJRT_OLD
-#define REQUIRE_FAKES()                                     \
-  if (!pjrt::built_with_pjrt())                             \
-  GTEST_SKIP() << "built without PJRT (no pjrt_c_api.h)"
+#define REQUIRE_FAKES() \
+  if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "built without PJRT (no pjrt_c_api.h)"
 
 std::string error_of(const std::string& device) {
   try {
@@ -133,6 +164,142 @@ TEST(PjrtVersionSkew, OtherMajorVersionIsRefused) {
   REQUIRE_FAKES();
   const std::string err = error_of(std::string("pjrt:") + TESSERA_FAKE_PJRT_MAJOR);
   EXPECT_TRUE(contains(err, "incompatible")) << err;
+}
+#endif
+
+// ---- Plugin start-up: libtpu is never started without a TPU chip, and any start-up is bounded ----
+// The CLI runs in a child (the blocking plugin leaves a thread stuck inside it), under coreutils `timeout` so
+// that a regression fails the test instead of hanging it.
+#ifdef TESSERA_FAKE_PJRT_BLOCKING
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+class PluginStartup : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "built without PJRT (no pjrt_c_api.h)";
+    std::string templ = ::testing::TempDir() + "tessera_startup_XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    fs::create_directories(dir_ + "/root/dev");
+    marker_ = dir_ + "/started";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  void add_tpu_chip() const { std::ofstream(dir_ + "/root/dev/accel0") << ""; }
+
+  // `tessera ARGS` with the blocking fake as the tpu plugin, the fake sysroot, and a 1 s start-up bound.
+  CliRun run(const std::string& args) const {
+    const std::string cmd = "env TPU_LIBRARY_PATH=" + std::string(TESSERA_FAKE_PJRT_BLOCKING) +
+                            " TESSERA_FAKE_PJRT_MARKER=" + marker_ + " TESSERA_LAUNCH_SYSROOT=" + dir_ +
+                            "/root TESSERA_PJRT_START_TIMEOUT=1 timeout -s KILL 60 " + TESSERA_CLI_PATH +
+                            " " + args + " </dev/null >" + dir_ + "/out 2>" + dir_ + "/err";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = std::system(cmd.c_str());
+    CliRun r;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(dir_ + "/out");
+    r.err = slurp(dir_ + "/err");
+    return r;
+  }
+  bool started() const { return fs::exists(marker_); }
+  std::string started_log() const { return slurp(marker_); }
+
+  std::string dir_, marker_;
+};
+
+TEST_F(PluginStartup, DevicesWithoutATpuChipListsLibtpuWithoutStartingIt) {
+  CliRun r = run("devices");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(r.seconds, 20.0);
+  EXPECT_FALSE(started()) << started_log();
+  EXPECT_TRUE(contains(r.out, "plugin found (" + std::string(TESSERA_FAKE_PJRT_BLOCKING) + "), no TPU chip"))
+      << r.out;
+  r = run("devices --json");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "no TPU chip")) << r.out;
+  EXPECT_FALSE(started()) << started_log();
+}
+
+TEST_F(PluginStartup, AutoWithoutATpuChipRunsOnCpuWithoutStartingLibtpu) {
+  CliRun r = run("generate " + golden::model_path("qwen3_tied") +
+              " --device auto --input-ids 1,2 --max-new-tokens 2");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(r.seconds, 20.0);
+  EXPECT_FALSE(started()) << started_log();
+  EXPECT_TRUE(contains(r.err, "tpu: plugin found, no TPU chip")) << r.err;
+  EXPECT_TRUE(contains(r.err, "using cpu")) << r.err;
+}
+
+TEST_F(PluginStartup, ExplicitTpuWithoutAChipIsAnErrorThatNamesTheWayToTryAnyway) {
+  CliRun r = run("generate " + golden::model_path("qwen3_tied") + " --device tpu --input-ids 1,2");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_FALSE(started()) << started_log();
+  EXPECT_TRUE(contains(r.err, "tessera: error: --device tpu: libtpu plugin found")) << r.err;
+  EXPECT_TRUE(contains(r.err, "no TPU chip")) << r.err;
+  EXPECT_TRUE(contains(r.err, "to try it anyway: --device pjrt:" + std::string(TESSERA_FAKE_PJRT_BLOCKING)))
+      << r.err;
+}
+
+TEST_F(PluginStartup, BlockingClientCreationFailsWithinTheBound) {
+  const std::string plugin = TESSERA_FAKE_PJRT_BLOCKING;
+  CliRun r =
+      run("generate " + golden::model_path("qwen3_tied") + " --device pjrt:" + plugin + " --input-ids 1,2");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_LT(r.seconds, 15.0);  // 1 s bound, plus start-up and loading
+  EXPECT_TRUE(contains(started_log(), "client_create")) << started_log();
+  EXPECT_TRUE(contains(r.err, "PJRT plugin " + plugin + ": PJRT_Client_Create did not return within 1 s"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "cannot be used in this process")) << r.err;
+}
+
+TEST_F(PluginStartup, WithATpuChipDevicesStartsLibtpuAndBoundsIt) {
+  add_tpu_chip();
+  CliRun r = run("devices");
+  EXPECT_EQ(r.code, 0) << r.err;  // the other devices are still listed
+  EXPECT_LT(r.seconds, 20.0);
+  EXPECT_TRUE(contains(started_log(), "client_create")) << started_log();
+  EXPECT_TRUE(contains(r.out, "PJRT_Client_Create did not return within 1 s")) << r.out;
+  EXPECT_TRUE(contains(r.out, "cpu")) << r.out;
+}
+
+TEST_F(PluginStartup, WithATpuChipAutoGivesUpOnAStuckLibtpuAndRunsOnCpu) {
+  add_tpu_chip();
+  CliRun r = run("generate " + golden::model_path("qwen3_tied") +
+              " --device auto --input-ids 1,2 --max-new-tokens 2");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(r.seconds, 20.0);
+  EXPECT_TRUE(contains(started_log(), "client_create")) << started_log();
+  EXPECT_TRUE(contains(r.err, "did not return within 1 s")) << r.err;
+  EXPECT_TRUE(contains(r.err, "using cpu")) << r.err;
+}
+
+TEST(PluginStartupSetting, BadTimeoutIsAnErrorNamingTheVariable) {
+  ::setenv("TESSERA_PJRT_START_TIMEOUT", "soon", 1);
+  const std::string e = [] {
+    try {
+      pjrt::plugin_start_timeout_s();
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("(no error)");
+  }();
+  ::unsetenv("TESSERA_PJRT_START_TIMEOUT");
+  EXPECT_EQ(e, "TESSERA_PJRT_START_TIMEOUT='soon' is not a number of seconds > 0");
+  EXPECT_EQ(pjrt::plugin_start_timeout_s(), 120);
 }
 #endif
 

@@ -1,13 +1,18 @@
 // Tensor parallelism: plans (rules, checks, auto), weight views, the per-rank graph, and end-to-end runs of
 // 2 and 4 native ranks over MPI compared with one process.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli_util.h"
+#include "dist/mpi_communicator.h"
 #include "dist/tp_plan.h"
 #include "golden_util.h"
 #include "io/model_files.h"
@@ -370,6 +375,162 @@ TEST(Cli, TpLaunchSmolLM2GreedyTextMatchesOneProcess) {
   EXPECT_EQ(one.out, two.out);
   EXPECT_NE(two.err.find("--tp-plan auto: LlamaForCausalLM has 3 key-value heads"), std::string::npos)
       << two.err;
+}
+
+// ---- A rank that stops answering: the collectives' deadline ends the job, naming the rank ----
+
+std::string read_text(const std::string& path) {
+  try {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  } catch (const std::exception&) {
+    return "";  // a /proc file of a process that exits during the read
+  }
+}
+
+// NUL-separated /proc/PID/{environ,cmdline} as a list.
+std::vector<std::string> proc_list(pid_t pid, const char* what) {
+  std::vector<std::string> out;
+  const std::string text = read_text("/proc/" + std::to_string(pid) + "/" + what);
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\0', start);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Processes whose environment has `tag` (the test's own marker), with their RANK and argv.
+struct Tagged {
+  pid_t pid;
+  std::string rank;
+  std::vector<std::string> argv;
+};
+std::vector<Tagged> tagged_processes(const std::string& tag) {
+  std::vector<Tagged> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == ::getpid()) continue;
+    Tagged t{pid, "", {}};
+    bool mine = false;
+    for (const std::string& e : proc_list(pid, "environ")) {
+      if (e == tag) mine = true;
+      if (e.rfind("RANK=", 0) == 0) t.rank = e.substr(5);
+    }
+    if (!mine) continue;
+    const std::string stat = read_text("/proc/" + name + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') continue;
+    t.argv = proc_list(pid, "cmdline");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+TEST(TpDeadline, TimeoutSettingAndItsErrors) {
+  EXPECT_EQ(dist::collective_timeout_setting(5), 5);
+  EXPECT_EQ(dist::collective_timeout_setting(0), 0);
+  ::unsetenv("TESSERA_COLLECTIVE_TIMEOUT");
+  EXPECT_EQ(dist::collective_timeout_setting(-1), dist::kDefaultCollectiveTimeoutS);
+  ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(dist::collective_timeout_setting(-1), 2.5);
+  ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "-3", 1);
+  EXPECT_EQ(error_of([] { dist::collective_timeout_setting(-1); }),
+            "TESSERA_COLLECTIVE_TIMEOUT='-3' is not a number of seconds >= 0 (0 = no deadline)");
+  ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "5s", 1);
+  EXPECT_NE(error_of([] { dist::collective_timeout_setting(-1); }), "(no error)");
+  ::unsetenv("TESSERA_COLLECTIVE_TIMEOUT");
+}
+
+// The case: a non-zero rank SIGSTOPped mid-generation (a wedged host). Without a deadline rank 0
+// waits in the collective forever; with one (3 s here) it names rank 1, exits non-zero, and the launcher
+// stops the job, the stopped rank included. Bounded: every process of the job is SIGKILLed at the end
+// whatever happened.
+TEST(Cli, TpStoppedRankEndsTheJobNamingIt) {
+  std::string model;
+  try {
+    model = io::find_default_model();
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  using Clock = std::chrono::steady_clock;
+  const std::string tag = "TESSERA_TEST_JOB=tp_stop_" + std::to_string(::getpid());
+  const std::string base = ::testing::TempDir() + "tessera_tp_stop_" + std::to_string(::getpid());
+  const std::string out = base + ".out", err = base + ".err";
+  const std::string cmd = "exec env " + tag + " TESSERA_COLLECTIVE_TIMEOUT=3 " + TESSERA_CLI_PATH + " " +
+                          launch(2) + "generate " + model +
+                          " --prompt 'Once upon a time' --max-new-tokens 2000 --threads 1 --tp-size 2 "
+                          "--tp-plan auto -q </dev/null >" +
+                          out + " 2>" + err;
+  const pid_t job = ::fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto kill_everything = [&] {
+    for (const Tagged& t : tagged_processes(tag)) {
+      ::kill(t.pid, SIGKILL);
+      ::kill(t.pid, SIGCONT);
+    }
+    ::kill(job, SIGKILL);
+  };
+  int status = 0;
+  bool exited = false;
+  auto wait_job = [&](double seconds) {
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (!exited && Clock::now() < until) {
+      if (::waitpid(job, &status, WNOHANG) == job)
+        exited = true;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return exited;
+  };
+
+  // Generation has started once rank 0 has streamed some text.
+  const auto started_by = Clock::now() + std::chrono::seconds(120);
+  while (read_text(out).size() < 8 && Clock::now() < started_by && !wait_job(0.05)) {
+  }
+  pid_t stopped = -1;
+  for (const Tagged& t : tagged_processes(tag))
+    if (t.rank == "1" && t.argv.size() > 1 && t.argv[1] == "generate") stopped = t.pid;
+  if (exited || stopped < 0) {
+    kill_everything();
+    if (!exited) ::waitpid(job, &status, 0);
+    FAIL() << "the job did not reach generation with rank 1 running: " << read_text(err);
+  }
+  ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+  const auto stopped_at = Clock::now();
+  const bool ended = wait_job(45);
+  const double seconds = std::chrono::duration<double>(Clock::now() - stopped_at).count();
+  // Nothing of the job may be left (the stopped rank included) once the launcher has exited.
+  std::vector<Tagged> left;
+  const auto until = Clock::now() + std::chrono::seconds(ended ? 5 : 0);
+  do {
+    left = tagged_processes(tag);
+    if (!left.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (!left.empty() && Clock::now() < until);
+  kill_everything();
+  if (!ended) ::waitpid(job, &status, 0);
+  const std::string e = read_text(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+
+  ASSERT_TRUE(ended) << "the job still ran 45 s after rank 1 stopped: " << e;
+  EXPECT_LT(seconds, 20.0) << e;  // 3 s deadline, 1.5 s for answers, 2 s stop grace, slack for a busy machine
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(e.find("timed out after 3 s on rank 0: rank 1 did not answer"), std::string::npos) << e;
+  EXPECT_NE(e.find("tessera: error: launch: rank 0 (host "), std::string::npos) << e;
+  EXPECT_NE(e.find("exited with code 1; stopping the other ranks"), std::string::npos) << e;
+  EXPECT_TRUE(left.empty()) << left.size() << " processes of the job outlived the launcher, e.g. pid "
+                            << (left.empty() ? 0 : left[0].pid);
 }
 
 }  // namespace

@@ -23,9 +23,9 @@ else()
   target_compile_definitions(tessera PUBLIC TESSERA_HAVE_PJRT=0)
 endif()
 
-# Fake plugins for the version-skew tests (tests/test_pjrt_fake_plugin.cpp built three ways).
+# Fake plugins for the version-skew and start-up tests (tests/test_pjrt_fake_plugin.cpp built four ways).
 if(TARGET tessera_tests AND TESSERA_PJRT_INCLUDE_DIR AND EXISTS ${TESSERA_PJRT_INCLUDE_DIR}/pjrt_c_api.h)
-  set(_tessera_fake_variants old newer major)
+  set(_tessera_fake_variants old newer major blocking)
   set(_tessera_fake_index 1)
   foreach(variant ${_tessera_fake_variants})
     set(_target tessera_fake_pjrt_${variant})

@@ -51,6 +51,10 @@ struct LoadOptions {
   // about half the prompt-processing speed, decode about the same (it is bound by memory). No effect on other
   // CPUs, dtypes or devices.
   bool exact_bf16_matmul = false;
+  // Tensor parallelism over MPI: seconds a rank waits in one collective for the others before it stops the job
+  // with an error naming the ranks that did not answer. 0: no deadline; < 0: $TESSERA_COLLECTIVE_TIMEOUT when
+  // set, else 60.
+  double collective_timeout_s = -1;
   // Called after each tensor is loaded: (tensors done, tensors total).
   std::function<void(size_t, size_t)> progress;
 };

@@ -1,5 +1,12 @@
 // The native backend's tensor-parallel group over MPI: MPI_COMM_WORLD of the processes `tessera launch`
 // (through mpirun) started. MPI is initialised on first use and finalised at exit.
+//
+// Every collective has a deadline: a rank that stops answering (SIGSTOP, a wedged host, a hang) would
+// otherwise leave the others waiting in MPI forever. Collectives are posted non-blocking and polled with a
+// sleeping backoff; past the deadline the waiting rank asks every other rank, on a side communicator, which
+// collective it is in, and throws one Error naming the collective and the ranks that did not answer. MPI is
+// then left unfinalised (MPI_Finalize would wait for the missing rank too), so the process exits and mpirun /
+// the launcher stop the job.
 #pragma once
 #include <memory>
 
@@ -7,10 +14,23 @@
 
 namespace tessera::dist {
 
+// Default collective deadline in seconds. A decode step's collectives take microseconds to milliseconds; a
+// minute tolerates a heavily loaded or swapping host and still ends a hung job well before anyone gives up on
+// it. The first collective after loading waits at least kFirstCollectiveTimeoutS, since ranks finish reading
+// their weight shares at different times.
+constexpr double kDefaultCollectiveTimeoutS = 60;
+constexpr double kFirstCollectiveTimeoutS = 600;
+
 // True when this process was started as one of several MPI ranks (OpenMPI's mpirun sets
 // OMPI_COMM_WORLD_SIZE).
 bool launched_under_mpi();
 // MPI_COMM_WORLD; its size must equal `tp_size` (throws Error with the command to use otherwise).
-std::shared_ptr<backends::Communicator> mpi_world(int tp_size);
+// `collective_timeout_s`: each collective's deadline (0: none). Set by the first call.
+std::shared_ptr<backends::Communicator> mpi_world(int tp_size,
+                                                  double collective_timeout_s = kDefaultCollectiveTimeoutS);
+
+// The deadline a setting asks for: `seconds` when >= 0, else $TESSERA_COLLECTIVE_TIMEOUT when set, else the
+// default. Throws Error naming the variable for a value that is not a number of seconds >= 0.
+double collective_timeout_setting(double seconds);
 
 }  // namespace tessera::dist

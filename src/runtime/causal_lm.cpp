@@ -239,7 +239,8 @@ std::unique_ptr<backends::Backend> make_backend(const std::string& device,
       std::string found = "cpu";
       for (const char* d : {"xla-cpu", "tpu", "cuda"}) {
         std::vector<std::string> looked;
-        if (pjrt::locate_plugin(d, looked)) found += std::string(", ") + d;
+        if (pjrt::locate_plugin(d, looked) && (std::string(d) != "tpu" || pjrt::find_tpu_chips().count > 0))
+          found += std::string(", ") + d;
       }
       fail(e.what(), " (devices with a backend here: ", found, ")");
     }
@@ -251,6 +252,10 @@ std::unique_ptr<backends::Backend> make_backend(const std::string& device,
     std::vector<std::string> looked;
     if (!pjrt::locate_plugin(accel, looked)) {
       found += std::string(found.empty() ? "" : "; ") + accel + ": no plugin";
+      continue;
+    }
+    if (std::string(accel) == "tpu" && pjrt::find_tpu_chips().count == 0) {  // libtpu is never started then
+      found += std::string(found.empty() ? "" : "; ") + "tpu: plugin found, no TPU chip";
       continue;
     }
     try {
@@ -308,7 +313,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       replicas = dist_cfg.tp_size;
       for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
     } else {
-      comm = dist::mpi_world(dist_cfg.tp_size);
+      comm = dist::mpi_world(dist_cfg.tp_size, dist::collective_timeout_setting(opt.collective_timeout_s));
       impl->config.tp =
           dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
       if (comm->rank() == 0)

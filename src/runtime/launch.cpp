@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include <optional>
 #include <string_view>
 
+#include "backends/pjrt/pjrt_info.h"
 #include "tessera/error.h"
 
 extern char** environ;
@@ -65,11 +67,10 @@ struct Found {
   std::string where;
 };
 
-// TPU chips: /dev/accel<N> (v2-v4), else /dev/vfio/<N> (v5e, v5p, v6e).
+// TPU chips: the same detection as `--device auto` and `tessera devices` (backends/pjrt/pjrt_info.h).
 Found count_tpu_chips() {
-  if (int n = count_entries("/dev", "accel")) return {n, "/dev/accel*"};
-  if (int n = count_entries("/dev/vfio", "")) return {n, "/dev/vfio/[0-9]*"};
-  return {0, "/dev/accel*, /dev/vfio/[0-9]*"};
+  const pjrt::TpuChips chips = pjrt::find_tpu_chips();
+  return {chips.count, chips.where};
 }
 
 // NVIDIA GPUs: one directory per GPU under /proc/driver/nvidia/gpus, else the /dev/nvidia<N> nodes.
@@ -185,6 +186,12 @@ std::string describe_status(int status) {
     return "was killed by signal " + std::to_string(sig) + (name ? " (" + std::string(name) + ")" : "");
   }
   return "exited with code " + std::to_string(status_code(status));
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
 }
 
 void write_all(int fd, std::string_view s) {
@@ -315,7 +322,7 @@ std::vector<pid_t> list_children(pid_t parent) {
 
 class Supervisor {
  public:
-  explicit Supervisor(bool mpi) : mpi_(mpi) {}
+  Supervisor(bool mpi, std::string status_path) : mpi_(mpi), status_path_(std::move(status_path)) {}
   ~Supervisor() { restore(); }
 
   int run(std::vector<Spawn> spawns) {
@@ -441,11 +448,33 @@ class Supervisor {
     } else if (pgid_ > 0) {
       ::killpg(pgid_, sig);
     }
+    // A stopped rank (SIGSTOP, Ctrl-Z in its own terminal) acts on nothing but SIGKILL until continued.
+    if (sig != SIGKILL && sig != SIGCONT) stop(SIGCONT);
     if (sig == SIGKILL) {
       kill_at_.reset();
-    } else if (!kill_at_) {
+    } else if (sig != SIGCONT && !kill_at_) {
       kill_at_ = Clock::now() + kStopGrace;
     }
+  }
+
+  // mpirun path: the first failure a rank's shim recorded in the status file. The launcher says which rank
+  // failed and stops the job itself (mpirun also would, but it cannot stop a rank that SIGSTOP stopped).
+  void read_status() {
+    if (status_path_.empty() || rank_failure_) return;
+    const int fd = ::open(status_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[4096];
+    const ssize_t got = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    if (got <= 0) return;
+    const std::string text(buf, static_cast<size_t>(got));
+    const size_t nl = text.find('\n');
+    if (nl == std::string::npos) return;  // the first line is not complete yet
+    rank_failure_ = parse_status_line(text.substr(0, nl));
+    if (!rank_failure_ || interrupted_) return;
+    std::fprintf(stderr, "tessera: error: launch: %s; stopping the other ranks\n",
+                 describe_failure(*rank_failure_).c_str());
+    stop(SIGTERM);
   }
 
   void reap() {
@@ -469,8 +498,8 @@ class Supervisor {
       if (mpi_ || failed_ >= 0 || interrupted_ || status_code(status) == 0) continue;
       failed_ = static_cast<int>(it - procs_.begin());
       const int others = live();
-      std::fprintf(stderr, "tessera: error: launch: rank %d %s%s\n", it->rank,
-                   describe_status(status).c_str(),
+      std::fprintf(stderr, "tessera: error: launch: %s%s\n",
+                   describe_failure({it->rank, host_name(), status}).c_str(),
                    others > 0 ? ("; stopping the other " + plural(others, "rank")).c_str() : "");
       if (others > 0) stop(SIGTERM);
     }
@@ -508,7 +537,10 @@ class Supervisor {
       for (size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(fds[i].fd);
       reap();  // a SIGCHLD merged with another one is still seen
-      if (mpi_) kill_leftovers_of_finished_ranks();
+      if (mpi_) {
+        read_status();
+        kill_leftovers_of_finished_ranks();
+      }
     }
   }
 
@@ -567,15 +599,24 @@ class Supervisor {
     restore();
   }
 
-  int exit_code() const {
+  int exit_code() {
     if (failed_ >= 0) return status_code(procs_[static_cast<size_t>(failed_)].status);
     if (interrupted_) return 128 + interrupted_;
+    const bool reported = rank_failure_.has_value();
+    read_status();  // a failure recorded just before mpirun exited
+    if (rank_failure_) {
+      if (!reported)
+        std::fprintf(stderr, "tessera: error: launch: %s (mpirun stopped the other ranks)\n",
+                     describe_failure(*rank_failure_).c_str());
+      return status_code(rank_failure_->status);
+    }
     for (const Proc& p : procs_) {
       const int code = status_code(p.status);
       if (code == 0) continue;
       if (mpi_)
         std::fprintf(stderr,
-                     "tessera: error: launch: a rank failed: mpirun %s (it stopped the other ranks)\n",
+                     "tessera: error: launch: a rank failed (which one is not known: it ran on another "
+                     "host): mpirun %s (it stopped the other ranks)\n",
                      describe_status(p.status).c_str());
       return code;
     }
@@ -583,6 +624,8 @@ class Supervisor {
   }
 
   const bool mpi_;
+  const std::string status_path_;
+  std::optional<RankFailure> rank_failure_;
   bool set_up_ = false, tty_ = false;
   sigset_t watched_{}, old_mask_{};
   struct sigaction old_chld_ {};
@@ -594,6 +637,64 @@ class Supervisor {
   int interrupted_ = 0;
   std::optional<Clock::time_point> kill_at_, leftovers_since_;
 };
+
+// The rank's shim as its parent: signals it gets go on to the rank.
+volatile sig_atomic_t g_shim_child = 0;
+void forward_to_child(int sig) {
+  if (g_shim_child > 0) ::kill(static_cast<pid_t>(g_shim_child), sig);
+}
+
+int shim_supervise(int rank, const std::string& status_file, const std::string& exe,
+                   std::vector<char*>& argv) {
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "tessera: error: launch: cannot start rank %d: %s\n", rank, std::strerror(errno));
+    return 127;
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the shim killed (SIGKILL from mpirun): the rank goes too
+    if (::getppid() != parent) ::_exit(1);
+    ::execv(exe.c_str(), argv.data());
+    std::fprintf(stderr, "tessera: error: launch: cannot execute '%s': %s\n", exe.c_str(),
+                 std::strerror(errno));
+    ::_exit(127);
+  }
+  g_shim_child = pid;
+  struct sigaction fwd {};
+  fwd.sa_handler = forward_to_child;
+  sigemptyset(&fwd.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT})
+    ::sigaction(sig, &fwd, nullptr);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_shim_child = 0;
+  if (status != 0) {
+    const std::string line =
+        "rank=" + std::to_string(rank) + " host=" + host_name() + " status=" + std::to_string(status) + "\n";
+    // O_APPEND, one write: lines of ranks failing together do not interleave. No O_CREAT: on another host
+    // than the launcher's the file is not there, and one line on stderr says it instead.
+    const int fd = ::open(status_file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0) {
+      write_all(fd, line);
+      ::close(fd);
+    } else {
+      std::fprintf(stderr, "tessera: error: launch: %s\n",
+                   describe_failure({rank, host_name(), status}).c_str());
+    }
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    std::signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    ::sigprocmask(SIG_UNBLOCK, &one, nullptr);
+    ::kill(::getpid(), sig);  // die the same way, so that mpirun sees the same status
+  }
+  return status_code(status);
+}
 
 }  // namespace
 
@@ -736,6 +837,7 @@ std::vector<std::string> mpirun_command(const Options& o, const std::string& mpi
                "--nnodes", std::to_string(o.nnodes), "--master-port", std::to_string(o.master_port)});
   if (!o.master_addr.empty()) argv.insert(argv.end(), {"--master-addr", o.master_addr});
   if (o.all_output) argv.push_back("--all-output");
+  if (!o.status_file.empty()) argv.insert(argv.end(), {"--status-file", o.status_file});
   argv.push_back("--");
   argv.insert(argv.end(), o.command.begin(), o.command.end());
   return argv;
@@ -743,6 +845,13 @@ std::vector<std::string> mpirun_command(const Options& o, const std::string& mpi
 
 int run(const Options& o) {
   validate(o);
+  std::string status_file;  // mpirun path: removed on every way out
+  struct Remove {
+    std::string& path;
+    ~Remove() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } remove{status_file};
   const DevicePlan plan = plan_devices(o);
   const std::string exe = resolve_command(o.command[0]);
   std::vector<Spawn> spawns;
@@ -753,9 +862,18 @@ int run(const Options& o) {
           "launch: mpirun not found on PATH (Debian: apt-get install openmpi-bin); or start the ranks "
           "without MPI: "
           "--no-mpi");
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/tessera-launch-status-XXXXXX";
+    const int fd = ::mkstemp(templ.data());
+    if (fd >= 0) {
+      ::close(fd);
+      status_file = templ;
+    }
+    Options with_status = o;
+    with_status.status_file = status_file;
     Spawn s;
     s.path = *mpirun;
-    s.argv = mpirun_command(o, *mpirun, self_path());
+    s.argv = mpirun_command(with_status, *mpirun, self_path());
     s.env = merged_environment({});
     s.pipe_output = o.all_output;
     spawns.push_back(std::move(s));
@@ -774,7 +892,7 @@ int run(const Options& o) {
       spawns.push_back(std::move(s));
     }
   }
-  Supervisor sup(o.use_mpi);
+  Supervisor sup(o.use_mpi, status_file);
   return sup.run(std::move(spawns));
 }
 
@@ -797,10 +915,27 @@ int exec_rank_shim(const Options& o) {
   std::vector<std::string> args = o.command;
   std::vector<char*> argv = c_strings(args);
   std::fflush(nullptr);
-  ::execv(exe.c_str(), argv.data());
-  std::fprintf(stderr, "tessera: error: launch: cannot execute '%s': %s\n", exe.c_str(),
-               std::strerror(errno));
-  return 127;
+  if (o.status_file.empty()) {
+    ::execv(exe.c_str(), argv.data());
+    std::fprintf(stderr, "tessera: error: launch: cannot execute '%s': %s\n", exe.c_str(),
+                 std::strerror(errno));
+    return 127;
+  }
+  return shim_supervise(r.rank, o.status_file, exe, argv);
+}
+
+std::optional<RankFailure> parse_status_line(const std::string& line) {
+  RankFailure f;
+  char host[256] = {};
+  if (std::sscanf(line.c_str(), "rank=%d host=%255s status=%d", &f.rank, host, &f.status) != 3 || f.rank < 0)
+    return std::nullopt;
+  f.host = host;
+  return f;
+}
+
+std::string describe_failure(const RankFailure& f) {
+  return "rank " + std::to_string(f.rank) + (f.host.empty() ? "" : " (host " + f.host + ")") + " " +
+         describe_status(f.status);
 }
 
 }  // namespace tessera::launch

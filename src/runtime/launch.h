@@ -3,6 +3,7 @@
 // starts, and the supervision contract: a failing rank stops the others and its exit code becomes the
 // launcher's, within seconds, leaving no process behind. See ARCHITECTURE.md ("Launcher").
 #pragma once
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,9 @@ struct Options {
   bool use_mpi = true;      // false: --no-mpi, fork/exec the ranks directly
   bool all_output = false;  // every rank's stdout, lines prefixed "[rank N] " (stderr too)
   std::string hostfile;     // mpirun --hostfile, for --nnodes > 1 on the mpirun path
+  // Internal (mpirun path): the file where each rank's shim appends one line when its rank fails, so that the
+  // launcher can name the rank, host and status (mpirun's own exit code says none of it). Empty: not used.
+  std::string status_file;
   std::vector<std::string> command;
 };
 
@@ -64,7 +68,20 @@ std::vector<std::string> mpirun_command(const Options& o, const std::string& mpi
 int run(const Options& o);
 
 // Inside mpirun: reads OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}, sets the rank's environment and
-// execs the command. Returns only on failure (after printing one line), with the exit code to use.
+// runs the command. With a status_file it stays the command's parent (forwarding signals; the command dies
+// with it), and when the command fails appends "rank=R host=H status=S" to the file (or, where the file is
+// not on this host, prints one line naming them), then exits as the command did. Without one it execs the
+// command. Returns the exit code to use.
 int exec_rank_shim(const Options& o);
+
+// A line of the status file: the failed rank, its host and its wait(2) status.
+struct RankFailure {
+  int rank = -1;
+  std::string host;
+  int status = 0;
+};
+std::optional<RankFailure> parse_status_line(const std::string& line);
+// "rank 1 (host h) exited with code 7" / "... was killed by signal 9 (Killed)".
+std::string describe_failure(const RankFailure& f);
 
 }  // namespace tessera::launch

@@ -2,11 +2,15 @@
 #include "backends/pjrt/pjrt_api.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "backends/pjrt/pjrt_info.h"
 #include "tessera/error.h"
@@ -16,25 +20,30 @@ namespace tessera::pjrt {
 namespace {
 
 const char* error_code_name(PJRT_Error_Code c) {
-  static const char* kNames[] = {"OK",      "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
-                                 "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* kNames[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   const int i = static_cast<int>(c);
   return i >= 0 && i < static_cast<int>(sizeof kNames / sizeof kNames[0]) ? kNames[i] : "UNKNOWN_CODE";
 }
 
 std::string named_value_text(const PJRT_NamedValue& v) {
   switch (v.type) {
-    case PJRT_NamedValue_kString: return std::string(v.string_value, v.value_size);
-    case PJRT_NamedValue_kInt64: return std::to_string(v.int64_value);
+    case PJRT_NamedValue_kString:
+      return std::string(v.string_value, v.value_size);
+    case PJRT_NamedValue_kInt64:
+      return std::to_string(v.int64_value);
     case PJRT_NamedValue_kInt64List: {
       std::string s = "[";
       for (size_t i = 0; i < v.value_size; ++i) s += (i ? ", " : "") + std::to_string(v.int64_array_value[i]);
       return s + "]";
     }
-    case PJRT_NamedValue_kFloat: return std::to_string(v.float_value);
-    case PJRT_NamedValue_kBool: return v.bool_value ? "true" : "false";
+    case PJRT_NamedValue_kFloat:
+      return std::to_string(v.float_value);
+    case PJRT_NamedValue_kBool:
+      return v.bool_value ? "true" : "false";
   }
   return "?";
 }
@@ -57,9 +66,69 @@ void put_message_field(std::string& out, int field, const std::string& msg) {
   out += msg;
 }
 
+// Plugins whose start-up call did not return in time: path -> the error that said so.
+std::mutex& stuck_mutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<std::string, std::string>& stuck_plugins() {
+  static auto* m = new std::map<std::string, std::string>;
+  return *m;
+}
+
+// Exit without running what was registered before this (a stuck plugin's exit handlers may wait for the
+// thread stuck inside it).
+void exit_now(int status, void*) {
+  std::fflush(nullptr);
+  ::_exit(status);
+}
+
+std::string seconds_text(double s) {
+  std::string t = std::to_string(s);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return t;
+}
+
 }  // namespace
 
+PJRT_Error* Plugin::bounded(const char* what, std::function<PJRT_Error*()> call) const {
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    PJRT_Error* err = nullptr;
+  };
+  const double limit = plugin_start_timeout_s();
+  auto pending = std::make_shared<Pending>();
+  std::thread([pending, call = std::move(call)] {
+    PJRT_Error* err = call();
+    std::lock_guard<std::mutex> lock(pending->mu);
+    pending->err = err;
+    pending->done = true;
+    pending->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(pending->mu);
+  if (pending->cv.wait_for(lock, std::chrono::duration<double>(limit), [&] { return pending->done; }))
+    return pending->err;
+  const std::string msg =
+      "PJRT plugin " + path_ + ": " + what + " did not return within " + seconds_text(limit) +
+      " s (plugin start-up timeout, $TESSERA_PJRT_START_TIMEOUT); the plugin is stuck and "
+      "cannot be used in this process";
+  {
+    std::lock_guard<std::mutex> g(stuck_mutex());
+    if (stuck_plugins().empty()) ::on_exit(exit_now, nullptr);
+    stuck_plugins().emplace(path_, msg);
+  }
+  fail(msg);
+}
+
 Plugin& Plugin::load(const std::string& path) {
+  {
+    std::lock_guard<std::mutex> g(stuck_mutex());
+    auto stuck = stuck_plugins().find(path);
+    if (stuck != stuck_plugins().end()) fail(stuck->second);
+  }
   // Never unloaded (plugins own threads) and never destroyed: a backend or buffer that outlives main()
   // (a static in a test, say) still needs its plugin while static destructors run.
   static auto* mu = new std::mutex;
@@ -84,7 +153,8 @@ Plugin::Plugin(std::string path) : path_(std::move(path)) {
   if (!api_) fail("PJRT plugin ", path_, ": GetPjrtApi returned null");
   // The version struct itself must be inside the table before we read it.
   if (offsetof(PJRT_Api, pjrt_api_version) + sizeof(PJRT_Api_Version) > api_->struct_size)
-    fail("PJRT plugin ", path_, ": function table of ", api_->struct_size, " bytes is too small to hold a version");
+    fail("PJRT plugin ", path_, ": function table of ", api_->struct_size,
+         " bytes is too small to hold a version");
   major_ = api_->pjrt_api_version.major_version;
   minor_ = api_->pjrt_api_version.minor_version;
   if (major_ != PJRT_API_MAJOR)
@@ -96,8 +166,11 @@ Plugin::Plugin(std::string path) : path_(std::move(path)) {
     std::fprintf(stderr, "tessera: PJRT plugin %s is API %s, header is %d.%d (minor skew accepted)\n",
                  path_.c_str(), api_version().c_str(), PJRT_API_MAJOR, PJRT_API_MINOR);
 
-  auto init = make_args<PJRT_Plugin_Initialize_Args>();
-  if (PJRT_HAS(*this, Plugin_Initialize)) PJRT_CALL(*this, Plugin_Initialize, init);
+  if (PJRT_HAS(*this, Plugin_Initialize)) {
+    auto init = std::make_shared<PJRT_Plugin_Initialize_Args>(make_args<PJRT_Plugin_Initialize_Args>());
+    auto* fn = api_->PJRT_Plugin_Initialize;
+    check(bounded("PJRT_Plugin_Initialize", [init, fn] { return fn(init.get()); }), "PJRT_Plugin_Initialize");
+  }
   if (PJRT_HAS(*this, Plugin_Attributes)) {
     auto attrs = make_args<PJRT_Plugin_Attributes_Args>();
     PJRT_CALL(*this, Plugin_Attributes, attrs);
@@ -133,23 +206,25 @@ void Plugin::check(PJRT_Error* err, const char* what) const {
     auto c = make_args<PJRT_Error_GetCode_Args>();
     c.error = err;
     PJRT_Error* e2 = api_->PJRT_Error_GetCode(&c);
-    if (e2 == nullptr) code = error_code_name(c.code);
-    else destroy_error(e2);
+    if (e2 == nullptr)
+      code = error_code_name(c.code);
+    else
+      destroy_error(e2);
   }
   destroy_error(err);
   fail(what, " failed (", code, "): ", message);
 }
 
 // Destroyers run from destructors: an error is reported on stderr, never thrown.
-#define TESSERA_PJRT_DESTROYER(func, Type, name, field)                                    \
-  void func(const Plugin& p, Type* h) {                                                    \
-    try {                                                                                  \
-      auto a = make_args<PJRT_##name##_Args>();                                            \
-      a.field = h;                                                                         \
-      PJRT_CALL(p, name, a);                                                               \
-    } catch (const Error& e) {                                                             \
-      std::fprintf(stderr, "tessera: warning: %s\n", e.what());                           \
-    }                                                                                      \
+#define TESSERA_PJRT_DESTROYER(func, Type, name, field)         \
+  void func(const Plugin& p, Type* h) {                         \
+    try {                                                       \
+      auto a = make_args<PJRT_##name##_Args>();                 \
+      a.field = h;                                              \
+      PJRT_CALL(p, name, a);                                    \
+    } catch (const Error& e) {                                  \
+      std::fprintf(stderr, "tessera: warning: %s\n", e.what()); \
+    }                                                           \
   }
 TESSERA_PJRT_DESTROYER(destroy_client, PJRT_Client, Client_Destroy, client)
 TESSERA_PJRT_DESTROYER(destroy_buffer, PJRT_Buffer, Buffer_Destroy, buffer)
@@ -170,16 +245,22 @@ void await(const Plugin& p, EventHandle e, const char* what) {
 }
 
 Client::Client(const Plugin& p, int device_count) : p_(&p) {
-  auto a = make_args<PJRT_Client_Create_Args>();
-  PJRT_NamedValue opt = make_int64_option("cpu_device_count", device_count);
+  // Owned with the thread that makes the call: it may outlive this constructor (see Plugin::bounded).
+  struct Create {
+    PJRT_Client_Create_Args a = make_args<PJRT_Client_Create_Args>();
+    PJRT_NamedValue opt{};
+  };
+  auto c = std::make_shared<Create>();
+  c->opt = make_int64_option("cpu_device_count", device_count);
   if (device_count > 0) {
-    a.create_options = &opt;
-    a.num_options = 1;
+    c->a.create_options = &c->opt;
+    c->a.num_options = 1;
   }
-  PJRT_CALL(p, Client_Create, a);
-  client_ = ClientHandle(&p, a.client);
+  auto* create = p.fn<PJRT_Client_Create>(offsetof(PJRT_Api, PJRT_Client_Create), "PJRT_Client_Create");
+  p.check(p.bounded("PJRT_Client_Create", [c, create] { return create(&c->a); }), "PJRT_Client_Create");
+  client_ = ClientHandle(&p, c->a.client);
   auto d = make_args<PJRT_Client_AddressableDevices_Args>();
-  d.client = a.client;
+  d.client = c->a.client;
   PJRT_CALL(p, Client_AddressableDevices, d);
   devices_.assign(d.addressable_devices, d.addressable_devices + d.num_addressable_devices);
   if (devices_.empty()) fail("PJRT plugin ", p.path(), ": the client has no addressable devices");

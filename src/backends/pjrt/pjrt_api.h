@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,13 +28,13 @@ namespace tessera::pjrt {
 template <class Args>
 Args make_args();
 
-#define TESSERA_PJRT_ARGS(X)                                   \
-  template <>                                                  \
-  inline X##_Args make_args<X##_Args>() {                      \
-    X##_Args a;                                                \
-    std::memset(&a, 0, sizeof a);                              \
-    a.struct_size = X##_Args_STRUCT_SIZE;                      \
-    return a;                                                  \
+#define TESSERA_PJRT_ARGS(X)              \
+  template <>                             \
+  inline X##_Args make_args<X##_Args>() { \
+    X##_Args a;                           \
+    std::memset(&a, 0, sizeof a);         \
+    a.struct_size = X##_Args_STRUCT_SIZE; \
+    return a;                             \
   }
 TESSERA_PJRT_ARGS(PJRT_Error_Destroy)
 TESSERA_PJRT_ARGS(PJRT_Error_Message)
@@ -119,6 +120,13 @@ class Plugin {
     return f != nullptr;
   }
 
+  // Runs a start-up call (`what`, e.g. PJRT_Client_Create) on a thread of its own and waits at most
+  // plugin_start_timeout_s() for it. Past that it throws Error naming the plugin, the call and the timeout;
+  // the thread stays inside the plugin, which is then unusable in this process (every later load of it fails
+  // at once), and the process's exit skips the exit handlers registered before (the plugin's could wait for
+  // that thread). Returns what the call returned.
+  PJRT_Error* bounded(const char* what, std::function<PJRT_Error*()> call) const;
+
   // Turns a non-null error into tessera::Error("<what>: <message> (<code>)") after destroying it.
   void check(PJRT_Error* err, const char* what) const;
   void destroy_error(PJRT_Error* err) const;
@@ -133,8 +141,9 @@ class Plugin {
 };
 
 // Calls PJRT_<name>(&args) on `plugin`, checking the table first and the returned error after.
-#define PJRT_CALL(plugin, name, args) \
-  (plugin).check((plugin).fn<PJRT_##name>(offsetof(PJRT_Api, PJRT_##name), "PJRT_" #name)(&(args)), "PJRT_" #name)
+#define PJRT_CALL(plugin, name, args)                                                               \
+  (plugin).check((plugin).fn<PJRT_##name>(offsetof(PJRT_Api, PJRT_##name), "PJRT_" #name)(&(args)), \
+                 "PJRT_" #name)
 #define PJRT_HAS(plugin, name) (plugin).has(offsetof(PJRT_Api, PJRT_##name))
 
 // Owning handle for one PJRT object; `Destroy` frees it (errors on destruction are logged, not thrown).

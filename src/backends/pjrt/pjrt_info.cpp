@@ -1,11 +1,14 @@
 // Where PJRT plugins are looked for (no pjrt_c_api.h needed), and the device probe for `tessera devices`.
+#include "backends/pjrt/pjrt_info.h"
+
 #include <glob.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
-#include "backends/pjrt/pjrt_info.h"
 #include "tessera/error.h"
 
 #ifndef TESSERA_SOURCE_DIR
@@ -15,8 +18,10 @@
 namespace tessera::pjrt {
 namespace {
 
+namespace fs = std::filesystem;
+
 bool is_file(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -71,7 +76,60 @@ std::optional<std::string> search(const char* env_var, const std::vector<std::st
   return std::nullopt;
 }
 
+std::string sysroot() { return env("TESSERA_LAUNCH_SYSROOT"); }
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Entries of `dir` (under the sysroot) named `prefix` followed by digits.
+int count_numbered(const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  int n = 0;
+  for (fs::directory_iterator it(sysroot() + dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && all_digits(name.substr(prefix.size()))) ++n;
+  }
+  return n;
+}
+
+// Some /sys/bus/pci/devices/*/vendor reads 0x1ae0 (Google).
+bool google_pci_device() {
+  std::error_code ec;
+  for (fs::directory_iterator it(sysroot() + "/sys/bus/pci/devices", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::ifstream f(it->path() / "vendor");
+    std::string vendor;
+    if (f >> vendor && (vendor == "0x1ae0" || vendor == "0x1AE0")) return true;
+  }
+  return false;
+}
+
+constexpr const char* kTpuLooked = "/dev/accel*, /dev/vfio/[0-9]* with a PCI device of vendor 0x1ae0";
+
+std::string tpu_absent(const std::string& plugin) {
+  return "plugin found (" + plugin + "), no TPU chip (looked for " + kTpuLooked + "); not started";
+}
+
 }  // namespace
+
+TpuChips find_tpu_chips() {
+  if (int n = count_numbered("/dev", "accel")) return {n, "/dev/accel*"};
+  if (int n = count_numbered("/dev/vfio", "")) {
+    if (google_pci_device()) return {n, "/dev/vfio/[0-9]*"};
+  }
+  return {0, kTpuLooked};
+}
+
+double plugin_start_timeout_s() {
+  const std::string v = env("TESSERA_PJRT_START_TIMEOUT");
+  if (v.empty()) return 120;
+  char* end = nullptr;
+  const double s = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != '\0' || !(s > 0) || s > 1e6)
+    fail("TESSERA_PJRT_START_TIMEOUT='", v, "' is not a number of seconds > 0");
+  return s;
+}
 
 std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked) {
   if (device.rfind("pjrt:", 0) == 0) {
@@ -94,7 +152,14 @@ std::optional<std::string> locate_plugin(const std::string& device, std::vector<
 
 std::string find_plugin(const std::string& device) {
   std::vector<std::string> looked;
-  if (auto p = locate_plugin(device, looked)) return *p;
+  if (auto p = locate_plugin(device, looked)) {
+    if (device == "tpu" && find_tpu_chips().count == 0)
+      fail("--device tpu: libtpu ", tpu_absent(*p),
+           " (libtpu without a chip waits minutes for a cloud metadata server); to try it anyway: --device "
+           "pjrt:",
+           *p);
+    return *p;
+  }
   std::ostringstream os;
   for (size_t i = 0; i < looked.size(); ++i) os << (i ? ", " : "") << looked[i];
   const char* hint = device == "xla-cpu" ? " (pip install xla-cpu-pjrt, or run scripts/setup.sh)"
@@ -111,8 +176,11 @@ std::vector<Probe> probe_platforms() {
   for (const char* dev : {"tpu", "cuda", "xla-cpu"}) {
     Probe p{dev, std::nullopt, ""};
     std::vector<std::string> looked;
-    if (!locate_plugin(dev, looked)) {
+    const std::optional<std::string> path = locate_plugin(dev, looked);
+    if (!path) {
       p.error = "plugin not installed";
+    } else if (p.device == "tpu" && find_tpu_chips().count == 0) {
+      p.error = tpu_absent(*path);
     } else {
       try {
         p.info = describe_platform(dev);

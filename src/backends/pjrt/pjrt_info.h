@@ -15,9 +15,9 @@ struct DeviceInfo {
 };
 
 struct PlatformInfo {
-  std::string device;       // what was asked for: "xla-cpu", "tpu", "cuda", "pjrt:/path.so"
-  std::string plugin_path;  // the library that was loaded
-  std::string api_version;  // the plugin's PJRT C API version, e.g. "0.81"
+  std::string device;              // what was asked for: "xla-cpu", "tpu", "cuda", "pjrt:/path.so"
+  std::string plugin_path;         // the library that was loaded
+  std::string api_version;         // the plugin's PJRT C API version, e.g. "0.81"
   std::string header_api_version;  // the version of pjrt_c_api.h this build was compiled against
   std::string platform_name;       // "cpu", "cuda", "tpu"
   std::string platform_version;
@@ -26,10 +26,28 @@ struct PlatformInfo {
 };
 
 // The plugin library for a device name: "xla-cpu", "tpu", "cuda" or "pjrt:/path/to/plugin.so".
-// Throws Error listing every place it looked when none is found, or naming the unknown device.
+// Throws Error listing every place it looked when none is found, or naming the unknown device. "tpu" on a
+// machine with no TPU chip (find_tpu_chips) is an Error too, so libtpu is never started there; naming the
+// library as pjrt:/path/libtpu.so is the way to try it anyway.
 std::string find_plugin(const std::string& device);
 // Same lookup without throwing: the path, or nullopt with `looked` filled with the places tried.
 std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked);
+
+// TPU chips on this machine, counted without starting libtpu (which, with no chip, spends minutes retrying a
+// cloud metadata server): /dev/accel<N> (v2-v4), else /dev/vfio/<N> when some PCI device has Google's vendor
+// id 0x1ae0 (v5e, v5p, v6e; /dev/vfio alone also serves other passed-through hardware). Looked up under
+// $TESSERA_LAUNCH_SYSROOT when set (test-only: a directory standing in for /). `tessera launch` uses the
+// same.
+struct TpuChips {
+  int count = 0;
+  std::string where;  // where they were found ("/dev/accel*"), or everything looked at when none
+};
+TpuChips find_tpu_chips();
+
+// Seconds a plugin may take to initialise and create its client before that is an Error (the plugin is then
+// unusable in this process, whose exit no longer waits for it). $TESSERA_PJRT_START_TIMEOUT when set, else
+// 120 (libtpu on a real TPU takes seconds to tens of seconds). Throws Error for a bad value.
+double plugin_start_timeout_s();
 
 // True when this build was compiled with pjrt_c_api.h (TESSERA_HAVE_PJRT=1).
 bool built_with_pjrt();
@@ -40,7 +58,8 @@ PlatformInfo describe_platform(const std::string& device, int device_count = 0);
 
 // For `tessera devices`: each of "xla-cpu", "cuda", "tpu" whose plugin is installed, described, or the
 // error that describing it gave. Devices whose plugin is absent are listed with `info` empty and
-// `error` = "not installed (looked in ...)".
+// `error` = "plugin not installed"; tpu with no chip is "plugin found (PATH), no TPU chip (...); not
+// started".
 struct Probe {
   std::string device;
   std::optional<PlatformInfo> info;
