@@ -64,10 +64,11 @@ class Case:
     kind: "error" (exit 1), "rankfail" (non-zero exit naming the rank), "bounded" (exit 0 or 1: the
     input is legal but hostile; only the resource limits and, on exit 1, the message are checked)."""
 
-    def __init__(self, cls, name, build, expect, kind="error", stdin=None, skip=None, why=""):
+    def __init__(self, cls, name, build, expect, kind="error", stdin=None, skip=None, why="", env=None):
         assert cls in CLASSES, cls
         self.cls, self.id = cls, cls + "/" + name
         self.build, self.expect, self.kind, self.stdin, self.skip, self.why = build, expect, kind, stdin, skip, why
+        self.env = env or {}  # environment variables are inputs too
 
 
 CASES = []
@@ -749,6 +750,24 @@ def add_safetensors_cases():
     st_case("values.nan_norm", st_header(nan_weights), [("non-finite", "NaN", "nan")],
             why="weights that make every logit NaN: an error naming the step, never output")
 
+    def nan_case(name, cmd, fill=float("nan"), tensor="model.norm.weight"):
+        def mutate(h, b):
+            s0, t0 = h[tensor]["data_offsets"]
+            return b[:s0] + struct.pack("<f", fill) * ((t0 - s0) // 4) + b[t0:]
+
+        def build(ctx):
+            d = copy_model(ctx)
+            st_mutate(os.path.join(d, "model.safetensors"), mutate)
+            return cmd(d)
+
+        case("safetensors", name, build, [("non-finite", "NaN", "nan", "inf")])
+
+    nan_case("values.nan_norm_forward_json", lambda d: forward(d, "--json"))
+    nan_case("values.nan_norm_generate", generate)
+    nan_case("values.nan_norm_generate_json", lambda d: generate(d, "--json"))
+    nan_case("values.inf_embed_generate", generate, fill=float("inf"), tensor="model.embed_tokens.weight")
+    nan_case("values.nan_norm_sampling", lambda d: generate(d, "--do-sample", "--seed", "1"))
+
     def many_entries(p):  # the header text is written directly: 57 MB through json.dumps is slow
         h, body = st_read(p)
         extra = "".join('"extra.%d":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},' % i for i in range(600000))
@@ -1383,6 +1402,37 @@ def add_cli_cases():
     cli("bench--new-tokens.one", fx(lambda m: ["bench", m, "--new-tokens", "1"]), ["--new-tokens"])
     cli("bench--repeats.zero", fx(lambda m: ["bench", m, "--repeats", "0"]), ["--repeats"])
     cli("bench--dtype.unknown", fx(lambda m: ["bench", m, "--dtype", "int4"]), ["--dtype"])
+    def envcase(name, var, value, argv_fn, expect):
+        cli("env.%s.%s" % (var, name), argv_fn, expect, env={var: value})
+
+    for name, v in [("letters", "abc"), ("zero", "0"), ("negative", "-3"), ("huge", "99999999999")]:
+        envcase(name, "TESSERA_NUM_THREADS", v, fx(generate), ["TESSERA_NUM_THREADS"])
+    envcase("unknown", "TESSERA_ISA", "sse9", fx(generate), ["TESSERA_ISA"])
+    envcase("letters", "TESSERA_MAX_RECOMPILES", "many", fx(generate), ["TESSERA_MAX_RECOMPILES"])
+    envcase("negative", "TESSERA_MAX_RECOMPILES", "-5", fx(generate), ["TESSERA_MAX_RECOMPILES"])
+    envcase("dev_zero", "TESSERA_DEFAULT_MODEL", "/dev/zero", lambda ctx: ["generate", "--input-ids", "1", "-q"],
+            [("TESSERA_DEFAULT_MODEL", "/dev/zero")])
+    envcase("missing", "TESSERA_DEFAULT_MODEL", "{tmp}/nowhere.gguf", lambda ctx: ["generate", "--input-ids", "1", "-q"],
+            [("TESSERA_DEFAULT_MODEL", "nowhere.gguf")])
+
+    def broken(fn, fixture="qwen3_tied"):
+        def build(ctx):
+            d = copy_model(ctx, fixture)
+            mutate_json(os.path.join(d, "config.json"), fn)
+            return d
+
+        return build
+
+    cli("bench.config_hidden_size_string", lambda ctx: ["bench", broken(set_key("hidden_size", "64"))(ctx), "--quick"],
+        [("config.json", "(config)"), "hidden_size"])
+    cli("bench.config_rope_theta_negative", lambda ctx: ["bench", broken(set_key("rope_theta", -1.0))(ctx), "--quick"],
+        [("config.json", "(config)"), "rope_theta"])
+    cli("bench.model_fifo", lambda ctx: (os.mkfifo(ctx.path("m.gguf")), ["bench", ctx.path("m.gguf"), "--quick"])[1],
+        ["m.gguf"])
+    cli("tokenize.model_fifo_gguf", lambda ctx: (os.mkfifo(ctx.path("m.gguf")), ["tokenize", ctx.path("m.gguf")])[1],
+        ["m.gguf"], stdin=HELLO)
+    cli("tokenize.dev_zero", lambda ctx: ["tokenize", "/dev/zero"], ["/dev/zero"], stdin=HELLO)
+    cli("detokenize.dir_without_tokenizer", lambda ctx: ["detokenize", fixture_model(ctx)], ["tokenizer.json"], stdin=b"1 2\n")
     cli("chat--max-new-tokens.negative", fx(lambda m: ["chat", m, "--max-new-tokens", "-5"]), ["--max-new-tokens"], stdin=b"")
 
 
@@ -1609,6 +1659,7 @@ def run_case(c, cli, keep=False):
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "LANG": "C.UTF-8",
                "TESSERA_NUM_THREADS": "1", "HF_HOME": os.path.join(tmp, "hf"), "TMPDIR": tmp,
                "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        env.update({k: v.replace("{tmp}", tmp) for k, v in c.env.items()})
         stdin_path = os.path.join(tmp, ".stdin")
         write(stdin_path, c.stdin or b"")
         out_path, err_path = os.path.join(tmp, ".stdout"), os.path.join(tmp, ".stderr")
