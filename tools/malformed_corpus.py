@@ -151,8 +151,45 @@ def fixture_model(ctx, name="qwen3_tied"):
 
 def mutate_json(path, fn):
     obj = read_json(path)
+    before = json.dumps(obj, sort_keys=True)
     out = fn(obj)  # mutates obj in place, or returns a replacement dict
-    write(path, dumps(out if isinstance(out, dict) else obj))
+    out = out if isinstance(out, dict) else obj
+    if json.dumps(out, sort_keys=True, default=lambda r: "RAW:" + r.text) == before:
+        raise AssertionError("mutation left %s unchanged (has the fixture changed?)" % os.path.basename(path))
+    write(path, dumps(out))
+
+
+# config.json stores rope settings in one of two layouts: the hub's (top-level rope_theta, rope_scaling,
+# partial_rotary_factor) or transformers 5's (one rope_parameters object). The fixtures may be in either;
+# rope cases first convert to the layout they test, so they stay meaningful when the fixtures are re-saved.
+def to_hub_layout(o):
+    rp = o.pop("rope_parameters", None)
+    if isinstance(rp, dict):
+        rp = dict(rp)
+        if "rope_theta" in rp:
+            o["rope_theta"] = rp.pop("rope_theta")
+        if "partial_rotary_factor" in rp:
+            o["partial_rotary_factor"] = rp.pop("partial_rotary_factor")
+        o["rope_scaling"] = rp if rp.get("rope_type", rp.get("type", "default")) != "default" else None
+    return o
+
+
+def to_v5_layout(o):
+    if isinstance(o.get("rope_parameters"), dict):
+        return o
+    rp = {"rope_theta": o.pop("rope_theta", 10000.0)}
+    rs = o.pop("rope_scaling", None)
+    if isinstance(rs, dict):
+        rp.update(rs)
+    if "partial_rotary_factor" in o:
+        rp["partial_rotary_factor"] = o.pop("partial_rotary_factor")
+    rp.setdefault("rope_type", "default")
+    o["rope_parameters"] = rp
+    return o
+
+
+LAYOUT_BY_PREFIX = {"rope_theta.": to_hub_layout, "rope_scaling.": to_hub_layout, "partial_rotary_factor.": to_hub_layout,
+                    "rope_layouts_disagree.": to_hub_layout, "rope_parameters.": to_v5_layout}
 
 
 def set_key(key, value):
@@ -339,10 +376,14 @@ HUGE = {
 
 def config_case(arch, name, fn, expect, cmd=forward, **kw):
     fixture = ARCHS[arch]
+    layout = next((f for pre, f in LAYOUT_BY_PREFIX.items() if name.startswith(pre)), None)
 
     def build(ctx):
         d = copy_model(ctx, fixture)
-        mutate_json(os.path.join(d, "config.json"), fn)
+        p = os.path.join(d, "config.json")
+        if layout:
+            write(p, dumps(layout(read_json(p))))
+        mutate_json(p, fn)
         return cmd(d)
 
     case("config", arch + "." + name, build, expect, **kw)
@@ -425,9 +466,7 @@ def add_config_cases():
     config_case("qwen3", "rope_theta.string", set_key("rope_theta", "10000"), [CJ, "rope_theta"])
     config_case("qwen3", "rope_theta.inf", set_key("rope_theta", Raw("1e999")), [CJ, ("rope_theta", "1e999")])
     config_case("glm4", "rope_theta.neg_inf", set_key("rope_theta", Raw("-1e999")), [CJ, ("rope_theta", "1e999")])
-    raw_config_case("qwen3", "rms_norm_eps.nan_literal",
-                    open(os.path.join(MODELS, "qwen3_tied", "config.json")).read().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN'),
-                    ["config.json"])
+    config_case("qwen3", "rms_norm_eps.nan_literal", set_key("rms_norm_eps", Raw("NaN")), ["config.json"])
 
     # booleans
     config_case("qwen3", "tie_word_embeddings.string", set_key("tie_word_embeddings", "false"), [CJ, "tie_word_embeddings"])
@@ -477,13 +516,34 @@ def add_config_cases():
     config_case("qwen3", "rope_scaling.rope_type_int", set_key(RS, {"rope_type": 3, "factor": 2.0}), [CJ, "rope_type"])
     config_case("qwen3", "rope_scaling.deep", set_key(RS, deep()), ["config.json"])
     RP = "rope_parameters"
-    config_case("qwen3", "rope_parameters.theta_negative", set_key(RP, {"rope_type": "default", "rope_theta": -1.0}), [CJ, "rope_theta"])
-    config_case("llama", "rope_parameters.theta_zero", set_key(RP, {"rope_type": "default", "rope_theta": 0.0}), [CJ, "rope_theta"])
+
+    def rp(**kv):  # edits inside rope_parameters (the case first converts to that layout)
+        def fn(o):
+            for k, v in kv.items():
+                if v is None:
+                    o[RP].pop(k, None)
+                else:
+                    o[RP][k] = v
+
+        return fn
+
+    config_case("qwen3", "rope_parameters.theta_negative", rp(rope_theta=-1.0), [CJ, "rope_theta"])
+    config_case("llama", "rope_parameters.theta_zero", rp(rope_theta=0.0), [CJ, "rope_theta"])
+    config_case("glm4", "rope_parameters.theta_string", rp(rope_theta="10000"), [CJ, "rope_theta"])
+    config_case("qwen3", "rope_parameters.theta_inf", rp(rope_theta=Raw("1e999")), [CJ, ("rope_theta", "1e999")])
     config_case("qwen3", "rope_parameters.not_object", set_key(RP, 5), [CJ, RP])
-    config_case("glm4", "rope_parameters.unknown_type", set_key(RP, {"rope_type": "su", "rope_theta": 10000.0}), [CJ, ("rope_type", "su")])
+    config_case("glm4", "rope_parameters.unknown_type", rp(rope_type="su"), [CJ, ("rope_type", "su")])
+    config_case("qwen3", "rope_parameters.yarn", rp(rope_type="yarn", factor=4.0), [CJ, ("rope_type", "yarn")])
+    config_case("qwen3", "rope_parameters.linear_factor_zero", rp(rope_type="linear", factor=0.0), [CJ, "factor"])
+    config_case("llama", "rope_parameters.llama3_low_ge_high", rp(low_freq_factor=4.0, high_freq_factor=1.0),
+                [CJ, ("low_freq_factor", "high_freq_factor")])
+    config_case("llama", "rope_parameters.llama3_factor_string", rp(factor="8"), [CJ, "factor"])
+    for name, v in [("zero", 0.0), ("above_one", 2.0), ("string", "half")]:
+        config_case("glm4", "rope_parameters.partial_rotary_factor_" + name, rp(partial_rotary_factor=v),
+                    [CJ, ("partial_rotary_factor", "rotary")])
 
     def both_theta(o):
-        o[RP] = {"rope_type": "default", "rope_theta": 5000.0}  # top-level rope_theta is 10000
+        o[RP] = {"rope_type": "default", "rope_theta": o["rope_theta"] / 2}  # top-level rope_theta stays
 
     config_case("qwen3", "rope_layouts_disagree.theta", both_theta, [CJ, "rope_theta"],
                 why="both layouts present and different: refused, not one silently preferred")
@@ -494,8 +554,8 @@ def add_config_cases():
 
     config_case("llama", "rope_layouts_disagree.factor", both_type, [CJ, ("factor", RS, RP)])
 
-    def glm_partial_disagree(o):
-        o[RP] = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
+    def glm_partial_disagree(o):  # top-level partial_rotary_factor is 0.5
+        o[RP] = {"rope_type": "default", "rope_theta": o["rope_theta"], "partial_rotary_factor": 0.25}
 
     config_case("glm4", "rope_layouts_disagree.partial_rotary_factor", glm_partial_disagree, [CJ, "partial_rotary_factor"])
 
@@ -1425,7 +1485,8 @@ def add_cli_cases():
 
     cli("bench.config_hidden_size_string", lambda ctx: ["bench", broken(set_key("hidden_size", "64"))(ctx), "--quick"],
         [("config.json", "(config)"), "hidden_size"])
-    cli("bench.config_rope_theta_negative", lambda ctx: ["bench", broken(set_key("rope_theta", -1.0))(ctx), "--quick"],
+    cli("bench.config_rope_theta_negative", lambda ctx: ["bench", broken(lambda o: to_hub_layout(o).update(rope_theta=-1.0))(ctx),
+                                                          "--quick"],
         [("config.json", "(config)"), "rope_theta"])
     cli("bench.model_fifo", lambda ctx: (os.mkfifo(ctx.path("m.gguf")), ["bench", ctx.path("m.gguf"), "--quick"])[1],
         ["m.gguf"])
