@@ -1184,6 +1184,42 @@ def add_tokenizer_cases():
     case("tokenizer", "pre_tokenizer.catastrophic_regex",
          lambda ctx: (tok_files(ctx, catastrophic), ["tokenize", ctx.path("tok")])[1], [(TJ, "pattern")], kind="bounded",
          stdin=b"a" * 40 + b"b\n", why="exponential backtracking: a match limit (an error) or a fast engine")
+    # tiny_llama3: Sequence pre-tokenizer and post-processor, TemplateProcessing, added tokens
+    L3 = dict(src="tiny_llama3")
+
+    def l3_pre(fn):
+        return lambda o: fn(o["pre_tokenizer"]["pretokenizers"])
+
+    tok_case("llama3.pre_tokenizer_sequence_bad_item", TJ, l3_pre(lambda seq: seq.append({"type": "Nope"})),
+             [TJ, "Nope"], **L3)
+    tok_case("llama3.pre_tokenizer_sequence_not_list", TJ, lambda o: o["pre_tokenizer"].update({"pretokenizers": 5}),
+             [TJ, "pre_tokenizer"], **L3)
+    tok_case("llama3.pre_tokenizer_regex_bad_escape", TJ, l3_pre(lambda seq: seq[0]["pattern"].update({"Regex": "\\p{Nope}+"})),
+             [TJ, ("Regex", "regex", "pattern")], **L3)
+    tok_case("llama3.pre_tokenizer_pattern_int", TJ, l3_pre(lambda seq: seq[0].update({"pattern": 5})), [TJ, "pattern"], **L3)
+
+    def l3_tp(fn):
+        return lambda o: fn(o["post_processor"]["processors"][1])
+
+    tok_case("llama3.template_special_ids_2pow40", TJ,
+             l3_tp(lambda tp: tp["special_tokens"]["<|begin_of_text|>"].update({"ids": [2**40]})),
+             [TJ, ("<|begin_of_text|>", "ids", "1099511627776")], **L3)
+    tok_case("llama3.template_special_ids_string", TJ,
+             l3_tp(lambda tp: tp["special_tokens"]["<|begin_of_text|>"].update({"ids": ["0"]})),
+             [TJ, ("<|begin_of_text|>", "ids")], **L3)
+    tok_case("llama3.template_item_unknown", TJ, l3_tp(lambda tp: tp["single"].append({"Mystery": {"id": "A"}})),
+             [TJ, "TemplateProcessing"], **L3)
+    tok_case("llama3.template_single_string", TJ, l3_tp(lambda tp: tp.update({"single": "$A"})), [TJ, ("TemplateProcessing", "single")],
+             why="tokenizers writes the parsed form: a list of items", **L3)
+    tok_case("llama3.post_processor_sequence_not_list", TJ, lambda o: o["post_processor"].update({"processors": {}}),
+             [TJ, "post_processor"], **L3)
+    tok_case("llama3.normalizer_unknown", TJ, lambda o: o.update({"normalizer": {"type": "Replace"}}),
+             [TJ, ("normalizer", "Replace")], **L3)
+    tok_case("llama3.chat_template_entry_not_object", TC, lambda o: o.update({"chat_template": [5]}), [TC, "chat_template"], **L3)
+    tok_case("llama3.chat_template_entry_no_template", TC, lambda o: o.update({"chat_template": [{"name": "default"}]}),
+             [TC, "chat_template"], **L3)
+    # Not cases: an empty added-token content and an eos_token object without "content" both load in
+    # tokenizers 0.23.3 / transformers 5.24 (checked), so refusing them would be stricter than the reference.
     tok_case("detokenize.llama3_bad_added", TJ, lambda o: o["added_tokens"][0].update({"id": "x"}), [TJ, "added_tokens"],
              src="tiny_llama3", cmd="detokenize")
 
