@@ -1813,6 +1813,26 @@ def run_case(c, cli, keep=False):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def snapshot_cli(path, into):
+    """A private copy of the CLI, so that a relink of the build tree mid-run (others building) cannot fail cases.
+    Waits for the file to stop changing first."""
+    last = None
+    for _ in range(120):
+        try:
+            st = os.stat(path)
+            cur = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            cur = None
+        if cur and cur == last and os.access(path, os.X_OK):
+            dst = os.path.join(into, os.path.basename(path))
+            shutil.copy2(path, dst)
+            if os.stat(path).st_mtime_ns == cur[1]:
+                return dst
+        last = cur
+        time.sleep(0.5)
+    raise SystemExit("tessera CLI at %s kept changing or is missing" % path)
+
+
 def self_test():
     """Checks that the runner itself fails each way it should, with /bin/sh standing in for the CLI."""
     global WALL_LIMIT_S
@@ -1904,7 +1924,10 @@ def main():
     if cli and not os.access(cli, os.X_OK):
         print("tessera CLI not found at %s (build it, or pass --cli)" % cli, file=sys.stderr)
         return 2
+    snap_dir = None
     if cli:
+        snap_dir = tempfile.mkdtemp(prefix="tessera-corpus-cli-")
+        cli = snapshot_cli(cli, snap_dir)
         SPAWNER.start()  # first, while this process is still small
     t0 = time.monotonic()
     try:
@@ -1912,6 +1935,8 @@ def main():
             results = list(ex.map(lambda c: run_case(c, cli, args.keep), cases))
     finally:
         SPAWNER.stop()
+        if snap_dir:
+            shutil.rmtree(snap_dir, ignore_errors=True)
     elapsed = time.monotonic() - t0
     failed = [r for r in results if not r.ok]
     if args.verbose:
