@@ -1912,6 +1912,9 @@ def main():
     if args.list:
         for c in cases:
             print("%-12s %s%s" % (c.cls, c.id, "  [skip: %s]" % c.skip if c.skip else ""))
+            if args.verbose:
+                want = ", ".join(" or ".join(map(repr, e if isinstance(e, tuple) else (e,))) for e in c.expect)
+                print("             kind %s; last line names %s%s" % (c.kind, want, "; " + c.why if c.why else ""))
         counts = {k: sum(1 for c in cases if c.cls == k) for k in CLASSES}
         print("# %d cases: %s" % (len(cases), ", ".join("%s %d" % kv for kv in counts.items() if kv[1])))
         return 0
@@ -1963,6 +1966,7 @@ def main():
         with open(args.failures_out + ".tmp", "w") as f:
             f.write("# malformed corpus failures, %s, %d of %d cases (tools/malformed_corpus.py)\n" % (
                 time.strftime("%Y-%m-%d %H:%M:%S"), len(failed), len(results)))
+            f.write("# reproduce one: python3 tools/malformed_corpus.py --cli build/tessera -v --keep --filter ID\n")
             f.write("# id\tclass\treason\tlast stderr line\n")
             for r in failed:
                 f.write("%s\t%s\t%s\t%s\n" % (r.case.id, r.case.cls, r.reason, r.last))
