@@ -15,6 +15,7 @@
 #include "io/io_util.h"
 #include "io/json_util.h"
 #include "io/mapped_file.h"
+#include "io/safetensors.h"
 #include "io/weight_source.h"
 #include "tessera/auto_tokenizer.h"
 #include "test_io_util.h"
@@ -103,6 +104,11 @@ TEST(IoFiles, ConfigFilesInsideADirectoryMustBeRegular) {
   quickly([&] {
     expect_error([&] { open_checkpoint(d.path()); }, {"generation_config.json", "character device"});
   });
+  TempDir g;
+  write_model_dir(g);
+  ASSERT_EQ(::symlink((g / "nowhere").c_str(), (g / "generation_config.json").c_str()), 0);
+  expect_error([&] { open_checkpoint(g.path()); },
+               {"generation_config.json", "symbolic link to a missing file"});
   TempDir t;
   ASSERT_EQ(::mkfifo((t / "tokenizer.json").c_str(), 0600), 0);
   quickly([&] {
@@ -178,18 +184,21 @@ TEST(IoGgufDetect, ByMagicNotName) {
 
 namespace {
 
-// A llama GGUF with the required keys plus `extra` key/values (already encoded) and a token_embd tensor.
-Bytes llama_gguf_with(uint64_t n_extra, const Bytes& extra) {
+// A llama GGUF with the required keys but block_count (supplied in `extra`, already encoded, with any other
+// key/values), one block's norm and a token_embd tensor.
+Bytes llama_gguf_with(uint64_t n_extra, const Bytes& extra, uint32_t hidden = 8) {
   GgufBuilder b;
-  b.header(3, 1, 6 + n_extra)
+  b.header(3, 2, 5 + n_extra)
       .kv_string("general.architecture", "llama")
-      .kv_u32("llama.embedding_length", 8)
+      .kv_u32("llama.embedding_length", hidden)
       .kv_u32("llama.feed_forward_length", 16)
       .kv_u32("llama.attention.head_count", 2)
-      .kv_u32("llama.context_length", 32)
-      .kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+      .kv_u32("llama.context_length", 32);
   b.raw(extra.data(), extra.size());
-  b.tensor("token_embd.weight", {8, 4}, 0, 0).align().zeros(8 * 4 * 4);
+  b.tensor("token_embd.weight", {8, 4}, 0, 0)
+      .tensor("blk.0.attn_norm.weight", {8}, 0, 128)
+      .align()
+      .zeros(160);
   return b.bytes();
 }
 
@@ -208,32 +217,56 @@ nlohmann::json config_of(const Bytes& gguf) {
 
 }  // namespace
 
+Bytes eps(float v) { return GgufBuilder().kv_f32("llama.attention.layer_norm_rms_epsilon", v).bytes(); }
+
 TEST(IoGgufConfig, ValuesPassThroughUnclamped) {
-  // Bad values reach config.json form as stored, for the config reader to refuse with its own message.
-  const Bytes a =
-      llama_gguf_with(2, cat(kv_u32("llama.block_count", 1000000), kv_f32("llama.rope.freq_base", -1.f)));
-  const auto c = config_of(a);
-  EXPECT_EQ(c["num_hidden_layers"], 1000000);
-  EXPECT_EQ(c["rope_theta"], -1.0);
-  const Bytes b =
-      llama_gguf_with(2, cat(kv_u32("llama.block_count", 1), kv_f32("llama.rope.freq_base", 0.f)));
-  EXPECT_EQ(config_of(b)["rope_theta"], 0.0);
+  // Unusual but possible values reach config.json form exactly as stored (range limits are the config
+  // reader's, which names the config field).
+  const auto c = config_of(
+      llama_gguf_with(4, cat(cat(kv_u32("llama.block_count", 1), kv_f32("llama.rope.freq_base", 1e30f)),
+                             cat(eps(0.f), kv_u32("tokenizer.ggml.eos_token_id", 4000000000u)))));
+  EXPECT_EQ(c["num_hidden_layers"], 1);
+  EXPECT_EQ(c["rope_theta"].get<double>(), static_cast<double>(1e30f));
+  EXPECT_EQ(c["rms_norm_eps"].get<double>(), 0.0);
+  EXPECT_EQ(c["eos_token_id"].get<int64_t>(), 4000000000);  // not wrapped to int32
+  EXPECT_EQ(c["max_position_embeddings"], 32);
+}
+
+TEST(IoGgufConfig, ImpossibleValuesAreRefusedNamingTheGgufKey) {
+  const Bytes one = kv_u32("llama.block_count", 1);
+  expect_error([&] { config_of(llama_gguf_with(2, cat(kv_u32("llama.block_count", 1000000), eps(1e-5f)))); },
+               {"m.gguf", "llama.block_count is 1000000 but the file holds tensors for blocks 0 to 0"});
+  expect_error([&] { config_of(llama_gguf_with(2, cat(kv_u32("llama.block_count", 0), eps(1e-5f)))); },
+               {"llama.block_count is 0"});
+  expect_error([&] { config_of(llama_gguf_with(2, cat(one, eps(1e-5f)), 4096)); },
+               {"llama.embedding_length is 4096 but token_embd.weight is [4, 8]"});
+  expect_error([&] { config_of(llama_gguf_with(2, cat(one, eps(-1e-5f)))); },
+               {"llama.attention.layer_norm_rms_epsilon is -1"});
+  for (float base : {0.f, -1.f}) {
+    expect_error(
+        [&] {
+          config_of(llama_gguf_with(3, cat(cat(one, eps(1e-5f)), kv_f32("llama.rope.freq_base", base))));
+        },
+        {"llama.rope.freq_base is", "expected a positive rotary base"});
+  }
 }
 
 TEST(IoGgufConfig, NonFiniteAndOversizedValuesAreRefused) {
+  const Bytes one_eps = cat(kv_u32("llama.block_count", 1), eps(1e-5f));
   // NaN would become JSON null (and then the default) in config.json form.
-  const Bytes nan =
-      llama_gguf_with(2, cat(kv_u32("llama.block_count", 1), kv_f32("llama.rope.freq_base", NAN)));
-  expect_error([&] { config_of(nan); }, {"m.gguf", "llama.rope.freq_base", "not a finite number"});
+  expect_error([&] { config_of(llama_gguf_with(3, cat(one_eps, kv_f32("llama.rope.freq_base", NAN)))); },
+               {"m.gguf", "llama.rope.freq_base", "not a finite number"});
+  expect_error([&] { config_of(llama_gguf_with(2, cat(kv_u32("llama.block_count", 1), eps(INFINITY)))); },
+               {"llama.attention.layer_norm_rms_epsilon", "not a finite number"});
   // A u64 block_count beyond int64 is refused by name, not wrapped.
   GgufBuilder k;
   k.str("llama.block_count").u32(10).u64(~0ull);
-  expect_error([&] { config_of(llama_gguf_with(1, k.bytes())); },
+  expect_error([&] { config_of(llama_gguf_with(2, cat(k.bytes(), eps(1e-5f)))); },
                {"llama.block_count", "does not fit in int64"});
   // An array of u64 token types beyond int64.
   GgufBuilder arr;
   arr.str("tokenizer.ggml.token_type").u32(9).u32(10).u64(1).u64(~0ull);
-  const Bytes t = llama_gguf_with(2, cat(kv_u32("llama.block_count", 1), arr.bytes()));
+  const Bytes t = llama_gguf_with(3, cat(one_eps, arr.bytes()));
   auto g = GgufFile::parse(t.data(), t.size(), "m.gguf");
   expect_error([&] { g->get_int_array("tokenizer.ggml.token_type"); },
                {"token_type", "does not fit in int64"});
@@ -265,4 +298,31 @@ TEST(IoGgufBounds, ArraysAreNotCopiedAtParseTime) {
   const Bytes simg = s.bytes();
   auto sg = GgufFile::parse(simg.data(), simg.size(), "s.gguf");
   EXPECT_EQ(*sg->get_string_array("strs"), (std::vector<std::string>{"a", "", "ccc"}));
+}
+
+TEST(IoSafetensorsBounds, ManyEntriesAreStreamedNotHeldAsOneDom) {
+  // 200k zero-size entries (and a duplicate name: the last entry wins, as in a JSON map).
+  std::string header = "{";
+  for (int i = 0; i < 200000; ++i)
+    header += "\"e." + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},";
+  header += R"("e.7":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"__metadata__":{"format":"pt"}})";
+  const Bytes img = safetensors_bytes(header, Bytes(4));
+  const size_t before = rss_bytes();
+  const SafetensorsHeader h = parse_safetensors_header(img.data(), img.size(), "many.safetensors");
+  EXPECT_LT(rss_bytes(), before + (96u << 20));
+  ASSERT_EQ(h.tensors.size(), 200000u);
+  EXPECT_EQ(h.find("e.7")->dtype, "BF16");
+  EXPECT_EQ(h.find("e.199999")->shape, (Shape{0}));
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  // Structure errors still name the tensor and the field.
+  const Bytes bad =
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"b":{"dtype":7}})", {});
+  expect_error([&] { parse_safetensors_header(bad.data(), bad.size(), "b.safetensors"); },
+               {"b.safetensors: tensor 'b': 'dtype' is a JSON number, expected a string"});
+  const Bytes top = safetensors_bytes("[1,2]", {});
+  expect_error([&] { parse_safetensors_header(top.data(), top.size(), "t.safetensors"); },
+               {"header is a JSON array, expected an object"});
+  const Bytes scalar = safetensors_bytes("17", {});
+  expect_error([&] { parse_safetensors_header(scalar.data(), scalar.size(), "s.safetensors"); },
+               {"header is a JSON number, expected an object"});
 }

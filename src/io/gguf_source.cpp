@@ -85,7 +85,8 @@ class GgufSource : public WeightSource {
     n_head_ = require_int("llama.attention.head_count");
     n_head_kv_ = g_->get_int("llama.attention.head_count_kv").value_or(n_head_);
     if (n_head_ <= 0 || n_head_kv_ <= 0 || n_head_ > (1 << 20) || n_head_ % n_head_kv_ != 0)
-      fail(path, ": head counts ", n_head_, " / ", n_head_kv_, " (attention / key-value) are inconsistent");
+      fail(path, ": llama.attention.head_count ", n_head_, " / llama.attention.head_count_kv ", n_head_kv_,
+           " are inconsistent (both must be positive and the first a multiple of the second)");
     map_tensors();
     build_config();
   }
@@ -158,6 +159,7 @@ class GgufSource : public WeightSource {
     c["hidden_size"] = require_int("llama.embedding_length");
     c["intermediate_size"] = require_int("llama.feed_forward_length");
     c["num_hidden_layers"] = require_int("llama.block_count");
+    check_against_tensors(*embd);
     c["num_attention_heads"] = n_head_;
     c["num_key_value_heads"] = n_head_kv_;
     if (auto kl = g_->get_int("llama.attention.key_length")) c["head_dim"] = *kl;
@@ -185,6 +187,41 @@ class GgufSource : public WeightSource {
                                                    : "float32";
     config_ = c.dump();
     if (!gen.empty()) generation_config_ = gen.dump();
+  }
+
+  // Metadata the tensors contradict, or that no model can have, is refused here, naming the GGUF key (the
+  // config reader would name the config.json field it maps to). Everything else passes through as stored.
+  void check_against_tensors(const GgufTensorInfo& embd) const {
+    const int64_t hidden = require_int("llama.embedding_length");
+    if (hidden != embd.shape[1])
+      fail(origin_, ": llama.embedding_length is ", hidden, " but token_embd.weight is ",
+           shape_str(embd.shape), " (hidden size ", embd.shape[1], ")");
+    const int64_t blocks = require_int("llama.block_count");
+    if (blocks <= 0) fail(origin_, ": llama.block_count is ", blocks, "; a model needs at least one block");
+    int64_t max_block = -1;
+    for (const GgufTensorInfo& t : g_->tensors()) {
+      if (t.name.rfind("blk.", 0) != 0) continue;
+      int64_t n = 0;
+      size_t i = 4;
+      for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i)
+        n = n * 10 + (t.name[i] - '0');
+      if (i > 4 && i < t.name.size() && t.name[i] == '.') max_block = std::max(max_block, n);
+    }
+    if (max_block + 1 != blocks)
+      fail(origin_, ": llama.block_count is ", blocks, " but the file holds tensors for ",
+           max_block < 0 ? std::string("no blk.N block") : "blocks 0 to " + std::to_string(max_block));
+    const int64_t ffn = require_int("llama.feed_forward_length");
+    if (const GgufTensorInfo* up = g_->find_tensor("blk.0.ffn_up.weight");
+        up && up->shape.size() == 2 && up->shape[0] != ffn)
+      fail(origin_, ": llama.feed_forward_length is ", ffn, " but blk.0.ffn_up.weight is ",
+           shape_str(up->shape));
+    if (ffn <= 0) fail(origin_, ": llama.feed_forward_length is ", ffn, ", expected a positive size");
+    const int64_t ctx = require_int("llama.context_length");
+    if (ctx <= 0) fail(origin_, ": llama.context_length is ", ctx, ", expected a positive length");
+    if (auto base = finite_float("llama.rope.freq_base"); base && *base <= 0)
+      fail(origin_, ": llama.rope.freq_base is ", *base, ", expected a positive rotary base");
+    if (const double eps = require_float("llama.attention.layer_norm_rms_epsilon"); eps < 0)
+      fail(origin_, ": llama.attention.layer_norm_rms_epsilon is ", eps, ", expected a non-negative epsilon");
   }
 
   // Only linear scaling has a metadata form; llama3-style scaling is stored as the

@@ -45,7 +45,7 @@ bool is_regular_file(const std::string& path) {
 
 bool path_exists(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
+  return ::lstat(path.c_str(), &st) == 0;  // a dangling symlink is there too (and an error when read)
 }
 
 const char* file_kind_name(unsigned mode) {

@@ -19,7 +19,7 @@ inline bool add_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_ad
 std::string path_join(const std::string& dir, const std::string& name);
 bool is_directory(const std::string& path);
 bool is_regular_file(const std::string& path);
-// True when something (of any kind, a FIFO or device too) is at `path` (stat follows symlinks).
+// True when something (of any kind: a FIFO, a device, a dangling symlink too) is at `path`.
 bool path_exists(const std::string& path);
 // What kind of non-regular thing st_mode describes, for errors: "a directory", "a FIFO", "a character
 // device", ...

@@ -76,7 +76,12 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::stri
 std::string read_regular_file(const std::string& path, size_t max_bytes) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) fail(path, ": no such file");
+    if (errno == ENOENT) {
+      struct stat lst {};
+      if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+        fail(path, ": is a symbolic link to a missing file");
+      fail(path, ": no such file");
+    }
     fail(path, ": cannot stat: ", std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) fail(path, ": is ", file_kind_name(st.st_mode), ", expected a regular file");

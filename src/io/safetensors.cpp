@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <ostream>
 
 #include "io/io_util.h"
 #include "io/json_util.h"
@@ -17,15 +19,24 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation also caps at 100 MB
 
+// "file: tensor 'name'" for messages, built only when one is thrown (headers can hold 10^5+ entries).
+struct Where {
+  const std::string& file;
+  const std::string& name;
+};
+std::ostream& operator<<(std::ostream& os, const Where& w) {
+  return os << w.file << ": tensor '" << printable(w.name) << "'";
+}
+
 // Reads a non-negative integer from a JSON value; throws with `what` on anything else.
-uint64_t json_uint(const json& j, const std::string& where, const char* what) {
+uint64_t json_uint(const json& j, const Where& where, const char* what) {
   if (j.is_number_unsigned()) return j.get<uint64_t>();
   if (j.is_number_integer()) fail(where, ": ", what, " is negative (", j.get<int64_t>(), ")");
   fail(where, ": ", what, " is not a non-negative integer (got ", j.type_name(), ")");
 }
 
 SafetensorsEntry parse_entry(const std::string& tname, const json& j, const std::string& file) {
-  const std::string where = file + ": tensor '" + printable(tname) + "'";
+  const Where where{file, tname};
   if (!j.is_object()) fail(where, ": header entry is a JSON ", j.type_name(), ", expected an object");
   SafetensorsEntry e;
   e.name = tname;
@@ -87,6 +98,85 @@ void check_overlaps(const SafetensorsHeader& h, const std::string& file) {
   }
 }
 
+// Streams the header: each top-level value (one tensor entry, or __metadata__) is built as a small
+// JSON value, handed to `on_value`, and freed, so the header is never held as one DOM (a 600k-entry
+// header as a DOM took ~500 MB and seconds to build and free).
+class HeaderSax {
+ public:
+  using OnValue = std::function<void(const std::string& key, json& value)>;
+  HeaderSax(const std::string& file, OnValue on_value) : file_(file), on_value_(std::move(on_value)) {}
+
+  bool null() { return scalar(json(nullptr)); }
+  bool boolean(bool v) { return scalar(json(v)); }
+  bool number_integer(json::number_integer_t v) { return scalar(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return scalar(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return scalar(json(v)); }
+  bool string(std::string& v) { return scalar(json(std::move(v))); }
+  bool binary(json::binary_t&) { return scalar(json(nullptr)); }  // not produced by the JSON parser
+  bool start_object(std::size_t) {
+    if (!top_started_) {
+      top_started_ = true;
+      return true;
+    }
+    open(json::object());
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) {
+    if (!top_started_) fail(file_, ": header is a JSON array, expected an object");
+    open(json::array());
+    return true;
+  }
+  bool end_array() { return close(); }
+  bool key(std::string& k) {
+    if (stack_.empty())
+      top_key_ = std::move(k);
+    else
+      inner_key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    fail(file_, ": header is not valid JSON (", printable(json_error_text(e), 300), ")");
+  }
+
+ private:
+  json* add(json v) {
+    if (stack_.empty()) {
+      value_ = std::move(v);
+      return &value_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    return &(parent[inner_key_] = std::move(v));
+  }
+  bool scalar(json v) {
+    if (!top_started_) fail(file_, ": header is a JSON ", v.type_name(), ", expected an object");
+    add(std::move(v));
+    if (stack_.empty()) on_value_(top_key_, value_);
+    return true;
+  }
+  void open(json v) { stack_.push_back(add(std::move(v))); }
+  bool close() {
+    if (stack_.empty()) return true;  // the end of the top-level object
+    stack_.pop_back();
+    if (stack_.empty()) {
+      on_value_(top_key_, value_);
+      value_ = nullptr;
+    }
+    return true;
+  }
+
+  const std::string& file_;
+  OnValue on_value_;
+  bool top_started_ = false;
+  std::string top_key_, inner_key_;
+  json value_;                // the top-level value being built
+  std::vector<json*> stack_;  // its open containers, innermost last
+};
+
 }  // namespace
 
 size_t safetensors_dtype_size(const std::string& dt) {
@@ -116,29 +206,30 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   const std::string_view text(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n));
   // Depth bounded first: __metadata__ values are re-serialised (dump) below, which recurses per level.
   check_json_depth(text, file + ": header");
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    fail(file, ": header is not valid JSON (", printable(json_error_text(e), 300), ")");
-  }
-  if (!j.is_object()) fail(file, ": header is a JSON ", j.type_name(), ", expected an object");
-
   SafetensorsHeader h;
   h.data_start = 8 + n;
   h.data_size = size - h.data_start;
-  for (const auto& [k, v] : j.items()) {
+  HeaderSax sax(file, [&](const std::string& k, json& v) {
     if (k == "__metadata__") {
       parse_metadata(v, file, &h.metadata);
-      continue;
+      return;
     }
     SafetensorsEntry e = parse_entry(k, v, file);
     if (e.end > h.data_size)
       fail(file, ": tensor '", printable(k), "': data_offsets [", e.begin, ", ", e.end,
            "] extend past the end of the data (size ", h.data_size, ")");
     h.tensors.push_back(std::move(e));
+  });
+  json::sax_parse(text.begin(), text.end(), &sax);
+  // A name given twice: the last entry wins, as when the header is read into a map.
+  std::stable_sort(h.tensors.begin(), h.tensors.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  size_t out = 0;
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    if (i + 1 < h.tensors.size() && h.tensors[i + 1].name == h.tensors[i].name) continue;
+    if (out != i) h.tensors[out] = std::move(h.tensors[i]);
+    ++out;
   }
-  std::sort(h.tensors.begin(), h.tensors.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  h.tensors.resize(out);
   check_overlaps(h, file);
   return h;
 }

@@ -33,7 +33,20 @@ class SafetensorsDirSource : public WeightSource {
     } else {
       fail(dir, ": no model.safetensors or model.safetensors.index.json");
     }
-    std::sort(metas_.begin(), metas_.end(), [](auto& a, auto& b) { return a.name < b.name; });
+    // Sort the metadata and the shard of each tensor together (a map from name to shard cost ~100 bytes
+    // and a string copy per tensor; headers can list 10^5+ tensors).
+    std::vector<uint32_t> order(metas_.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t a, uint32_t b) { return metas_[a].name < metas_[b].name; });
+    std::vector<TensorMeta> metas(metas_.size());
+    std::vector<uint32_t> shard_of(metas_.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      metas[i] = std::move(metas_[order[i]]);
+      shard_of[i] = shard_of_[order[i]];
+    }
+    metas_ = std::move(metas);
+    shard_of_ = std::move(shard_of);
   }
 
   const std::vector<TensorMeta>& tensors() const override { return metas_; }
@@ -43,9 +56,9 @@ class SafetensorsDirSource : public WeightSource {
     return it != metas_.end() && it->name == name ? &*it : nullptr;
   }
   Tensor load(const std::string& name, DType dtype) const override {
-    auto it = where_.find(name);
-    if (it == where_.end()) fail(dir_, ": checkpoint has no tensor named '", printable(name), "'");
-    return it->second->load(name, dtype);
+    const TensorMeta* m = find(name);
+    if (!m) fail(dir_, ": checkpoint has no tensor named '", printable(name), "'");
+    return files_[shard_of_[static_cast<size_t>(m - metas_.data())]]->load(name, dtype);
   }
   const std::string& config_json() const override { return config_; }
   const std::string& generation_config_json() const override { return generation_config_; }
@@ -61,8 +74,10 @@ class SafetensorsDirSource : public WeightSource {
   }
 
   void add_tensor(const std::shared_ptr<SafetensorsFile>& f, const SafetensorsEntry& e) {
+    auto [it, added] = file_index_.emplace(f.get(), static_cast<uint32_t>(files_.size()));
+    if (added) files_.push_back(f);
     metas_.push_back(TensorMeta{e.name, e.shape, e.dtype, f->path()});
-    where_[e.name] = f;
+    shard_of_.push_back(it->second);
   }
 
   void open_single(const std::string& path) {
@@ -101,8 +116,10 @@ class SafetensorsDirSource : public WeightSource {
   std::string dir_;
   std::string config_;
   std::string generation_config_;
-  std::vector<TensorMeta> metas_;  // sorted by name
-  std::map<std::string, std::shared_ptr<SafetensorsFile>> where_;
+  std::vector<TensorMeta> metas_;                          // sorted by name
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;    // the opened shards
+  std::vector<uint32_t> shard_of_;                         // [metas_.size()]: index into files_
+  std::map<const SafetensorsFile*, uint32_t> file_index_;  // files_ positions while adding
 };
 
 }  // namespace

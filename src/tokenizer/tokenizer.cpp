@@ -736,15 +736,15 @@ Tokenizer Tokenizer::from_gguf(const GgufTokenizerData& d) {
   }
   impl->finish_added_tokens();
 
-  auto valid_id = [&](std::optional<int32_t> id) -> std::optional<int32_t> {
+  auto valid_id = [&](std::optional<int32_t> id, const char* key) -> std::optional<int32_t> {
     if (id && (*id < 0 || static_cast<size_t>(*id) >= d.tokens.size())) {
-      fail(name, ": special token id ", *id, " is outside the vocabulary of ", d.tokens.size(), " tokens");
+      fail(name, ": ", key, " ", *id, " is outside the vocabulary of ", d.tokens.size(), " tokens");
     }
     return id;
   };
-  impl->bos = valid_id(d.bos_id);
-  impl->eos = valid_id(d.eos_id);
-  impl->pad = valid_id(d.pad_id);
+  impl->bos = valid_id(d.bos_id, "tokenizer.ggml.bos_token_id");
+  impl->eos = valid_id(d.eos_id, "tokenizer.ggml.eos_token_id");
+  impl->pad = valid_id(d.pad_id, "tokenizer.ggml.padding_token_id");
   if (d.add_bos.value_or(false) && impl->bos) impl->post.prefix = {*impl->bos};
   if (d.add_eos.value_or(false) && impl->eos) impl->post.suffix = {*impl->eos};
   impl->chat_template = d.chat_template;
