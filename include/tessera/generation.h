@@ -7,33 +7,70 @@
 
 namespace tessera {
 
+struct GenerationOverrides;
+
+// The effective settings of one generate() call, resolved as Transformers' generate() resolves them: the
+// caller's settings, then the model's generation_config.json, then Transformers' global defaults (the values
+// below).
 struct GenerationConfig {
-  int max_new_tokens = 20;
+  // Length, as Transformers: max_new_tokens wins when set; otherwise max_length caps prompt + new tokens,
+  // except the global default max_length (20), which means 20 new tokens (capped at max_position_embeddings).
+  std::optional<int> max_new_tokens;  // unset: max_length decides
+  int max_length = 20;
+  bool max_length_is_default =
+      true;  // max_length came from the global defaults, not from a file or the caller
   bool do_sample = false;
   float temperature = 1.0f;
   int top_k = 50;  // 0 disables (as in Transformers, applied only when sampling)
   float top_p = 1.0f;
-  float min_p = 0.0f;  // 0 disables
+  float min_p = 0.0f;  // 0 disables (Transformers' unset min_p)
   float repetition_penalty = 1.0f;
-  std::optional<uint64_t> seed;  // unset: a fresh random seed per call
-  std::vector<int32_t> eos_token_id;  // generation stops for a row when it emits any of these
-  std::optional<int32_t> pad_token_id;  // written after a row finished; defaults to the first eos id
+  std::optional<uint64_t> seed;                 // unset: a fresh random seed per call
+  std::vector<int32_t> eos_token_id;            // generation stops for a row when it emits any of these
+  std::optional<int32_t> pad_token_id;          // written after a row finished; defaults to the first eos id
+  std::optional<int32_t> bos_token_id;          // informational (prompts are given as ids)
   std::string cache_implementation = "static";  // "static" (one decode shape) or "dynamic" (grows in chunks)
   bool disable_compile = false;  // plan every step afresh instead of reusing compiled executables
 
-  // Reads generation_config.json contents (unknown keys ignored); `origin` names the file in errors.
+  // generation_config.json contents over the global defaults (unknown keys ignored); `origin` names the file.
   static GenerationConfig from_json(const std::string& json_text, const std::string& origin);
+  // `defaults` (e.g. CausalLM::generation_config()) with every field `overrides` sets replaced.
+  static GenerationConfig merged(const GenerationConfig& defaults, const GenerationOverrides& overrides);
   // Throws Error naming the field when a value is out of range.
   void validate() const;
+  // New tokens to generate after a prompt of `prompt_len` tokens (padding included), as Transformers'
+  // _prepare_generated_length computes max_length; throws Error when the prompt already reaches max_length.
+  int new_token_budget(int prompt_len, int64_t max_position_embeddings) const;
+  // The pad id generate() writes after a row finished: pad_token_id, else the first eos id, else none.
+  std::optional<int32_t> effective_pad_token_id() const;
+};
+
+// Settings given explicitly (by a caller, or by a generation_config.json); unset fields keep the value
+// beneath.
+struct GenerationOverrides {
+  std::optional<int> max_new_tokens, max_length, top_k;
+  std::optional<bool> do_sample;
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<uint64_t> seed;
+  std::optional<std::vector<int32_t>> eos_token_id;
+  std::optional<int32_t> pad_token_id, bos_token_id;
+  std::optional<std::string> cache_implementation;
+  std::optional<bool> disable_compile;
+
+  // The fields a generation_config.json (or, for a checkpoint without one, its config.json, as Transformers'
+  // GenerationConfig.from_model_config reads it) sets; null counts as unset. Every field is type- and
+  // range-checked; errors name `origin` and the field.
+  static GenerationOverrides from_json(const std::string& json_text, const std::string& origin);
 };
 
 struct CompileReport {
-  int compiles = 0;        // shapes compiled by the backend
-  int hits = 0;            // in-memory cache hits
-  int disk_hits = 0;       // shapes loaded from the on-disk compile cache instead of compiling
+  int compiles = 0;   // shapes compiled by the backend
+  int hits = 0;       // in-memory cache hits
+  int disk_hits = 0;  // shapes loaded from the on-disk compile cache instead of compiling
   double compile_seconds = 0, first_compile_seconds = 0, load_seconds = 0;
-  std::vector<std::string> keys;    // the shape keys compiled or loaded, in order
-  std::vector<std::string> misses;  // why each new key was not in memory ("<key>: new key" / plugin changed / ...)
+  std::vector<std::string> keys;  // the shape keys compiled or loaded, in order
+  std::vector<std::string>
+      misses;  // why each new key was not in memory ("<key>: new key" / plugin changed / ...)
 };
 
 struct GenerateOutput {
@@ -43,8 +80,8 @@ struct GenerateOutput {
   int new_tokens = 0;     // decode steps taken (max over rows)
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
-  CompileReport compiles;  // counters of this call (compiles and cache hits)
-  int prefill_len = 0;     // the prompt bucket the prefill ran at (>= prompt_tokens)
+  CompileReport compiles;        // counters of this call (compiles and cache hits)
+  int prefill_len = 0;           // the prompt bucket the prefill ran at (>= prompt_tokens)
   bool device_sampling = false;  // logits processing + sampling ran inside the compiled step
   // Bytes between host and device during the decode steps (PJRT devices; 0 on the native cpu backend).
   uint64_t decode_h2d_bytes = 0, decode_d2h_bytes = 0;

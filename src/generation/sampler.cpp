@@ -50,6 +50,12 @@ void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<in
   }
 }
 
+int64_t first_non_finite(const float* logits, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(logits[i])) return i;
+  return -1;
+}
+
 int32_t argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
   for (int64_t i = 1; i < vocab; ++i)
@@ -76,7 +82,8 @@ void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg) {
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] < logits[b]; });
     std::vector<float> sorted(static_cast<size_t>(vocab)), probs;
-    for (int64_t i = 0; i < vocab; ++i) sorted[static_cast<size_t>(i)] = logits[order[static_cast<size_t>(i)]];
+    for (int64_t i = 0; i < vocab; ++i)
+      sorted[static_cast<size_t>(i)] = logits[order[static_cast<size_t>(i)]];
     softmax(sorted.data(), vocab, probs);
     float cum = 0;
     for (int64_t i = 0; i < vocab - 1; ++i) {  // the last (largest) is always kept
@@ -104,7 +111,8 @@ uint32_t counter_hash(uint64_t seed, uint32_t step, uint32_t row) {
 
 double counter_uniform(uint64_t seed, uint64_t step, uint64_t row) {
   // 24 bits: exactly representable in float32, so the device draws the same u.
-  return static_cast<double>(counter_hash(seed, static_cast<uint32_t>(step), static_cast<uint32_t>(row)) >> 8) *
+  return static_cast<double>(counter_hash(seed, static_cast<uint32_t>(step), static_cast<uint32_t>(row)) >>
+                             8) *
          0x1.0p-24;
 }
 

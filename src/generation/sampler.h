@@ -10,8 +10,12 @@
 
 namespace tessera::generation {
 
-// Transformers' RepetitionPenaltyLogitsProcessor over every id in `seen` (prompt and output, padding included).
+// Transformers' RepetitionPenaltyLogitsProcessor over every id in `seen` (prompt and output, padding
+// included).
 void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& seen, float penalty);
+
+// Index of the first NaN or infinite value in `logits[0, n)`, or -1 when every value is finite.
+int64_t first_non_finite(const float* logits, int64_t n);
 
 // Index of the largest logit (first on ties, like torch.argmax).
 int32_t argmax(const float* logits, int64_t vocab);

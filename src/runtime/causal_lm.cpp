@@ -286,10 +286,12 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   const bool is_gguf = ends_with(src->origin(), ".gguf");
   DType dtype = opt.dtype.value_or(is_gguf ? DType::BF16 : impl->config.torch_dtype.value_or(DType::F32));
 
-  impl->gen_defaults = GenerationConfig::from_json(src->generation_config_json(), src->origin() + " (generation config)");
-  if (impl->gen_defaults.eos_token_id.empty()) impl->gen_defaults.eos_token_id = impl->config.eos_token_ids;
-  if (!impl->gen_defaults.pad_token_id) impl->gen_defaults.pad_token_id = impl->config.pad_token_id;
-  impl->gen_defaults.max_new_tokens = 20;  // Transformers' default when generation_config.json has max_length only
+  // As Transformers: generation_config.json over the global defaults; without one, the generation fields of
+  // config.json (GenerationConfig.from_model_config). Nothing else from config.json is merged in.
+  impl->gen_defaults = src->generation_config_json().empty()
+                           ? GenerationConfig::from_json(src->config_json(), cfg_origin)
+                           : GenerationConfig::from_json(src->generation_config_json(),
+                                                         src->origin() + " (generation config)");
 
   // Tensor parallelism: the plan is checked (with rank 0's view) before MPI starts or any weight is read.
   // Native cpu: one process per rank (MPI). A PJRT device: one process driving tp_size devices (one program
@@ -396,6 +398,10 @@ std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
   in.kv_begin = {0};
   std::vector<float> logits;
   exe.run(in, *cache, logits);
+  const int64_t vocab = impl_->config.vocab_size;
+  if (const int64_t i = generation::first_non_finite(logits.data(), static_cast<int64_t>(logits.size())); i >= 0)
+    fail("forward: the model produced a non-finite logit (", logits[static_cast<size_t>(i)], ") at position ",
+         i / vocab, ", vocabulary index ", i % vocab);
   return logits;
 }
 
@@ -430,8 +436,10 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
   const int64_t vocab = m.config.vocab_size;
   int max_real = 0;
   for (int b = 0; b < batch; ++b) max_real = std::max(max_real, seq - pads[static_cast<size_t>(b)]);
-  if (max_real + cfg.max_new_tokens > m.config.max_position_embeddings)
-    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", cfg.max_new_tokens,
+  // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding included).
+  const int max_new = cfg.new_token_budget(seq, m.config.max_position_embeddings);
+  if (max_real + max_new > m.config.max_position_embeddings)
+    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", max_new,
          ") exceeds max_position_embeddings (", m.config.max_position_embeddings, ")");
 
   const bool dynamic = cfg.cache_implementation == "dynamic";
@@ -439,9 +447,9 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
   const int prefill_len = m.bucket_for(seq, true);
   const int extra = prefill_len - seq;
   auto cache_len_for = [&](int needed) {
-    return dynamic ? (needed + kDynamicChunk - 1) / kDynamicChunk * kDynamicChunk : prefill_len + cfg.max_new_tokens;
+    return dynamic ? (needed + kDynamicChunk - 1) / kDynamicChunk * kDynamicChunk : prefill_len + max_new;
   };
-  int cache_len = cache_len_for(prefill_len + (cfg.max_new_tokens > 0 ? 1 : 0));
+  int cache_len = cache_len_for(prefill_len + 1);
   auto cache = m.backend->create_cache(m.config.num_layers, batch, m.config.local_kv_heads(), cache_len, m.config.head_dim);
 
   const std::vector<int32_t> eos = cfg.eos_token_id;
@@ -493,7 +501,7 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
   ShapeKey prefill_key{.phase = Phase::Prefill, .batch = batch, .seq = prefill_len, .cache_len = cache_len,
                        .dtype = m.info.dtype, .sampling = sampling};
   auto t0 = clock::now();
-  if (cfg.max_new_tokens > 0) run_step(prefill_key, 0);
+  run_step(prefill_key, 0);
   in.seen_from.clear();
   auto t1 = clock::now();
   out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -503,15 +511,23 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
                                                                  : backends::TransferStats{};
   std::optional<ShapeKey> last_decode;
   int decode_runs = 0;
-  for (int step = 0; step < cfg.max_new_tokens; ++step) {
+  for (int step = 0; step < max_new; ++step) {
     // The next token of every row: chosen by the step itself, or here from `logits` [batch, vocab].
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (int b = 0; b < batch; ++b) {
       int32_t tok;
       if (on_device) {
         tok = device_tokens[static_cast<size_t>(b)];
+        // The compiled step answers -1 (or anything out of the vocabulary) for a row with a non-finite logit.
+        if (!finished[static_cast<size_t>(b)] && (tok < 0 || tok >= vocab))
+          fail("generate: step ", step, ", row ", b, ": the model produced a non-finite logit (the compiled "
+               "sampling step returned token id ", tok, ")");
       } else {
         float* row = logits.data() + static_cast<int64_t>(b) * vocab;
+        // A NaN or infinite logit is an error naming where it appeared, never a token.
+        if (const int64_t v = generation::first_non_finite(row, vocab); v >= 0 && !finished[static_cast<size_t>(b)])
+          fail("generate: step ", step, ", row ", b, ": the model produced a non-finite logit (", row[v],
+               " at vocabulary index ", v, ")");
         generation::apply_repetition_penalty(row, vocab, out.sequences[static_cast<size_t>(b)],
                                              cfg.repetition_penalty);
         if (cfg.do_sample) {
@@ -533,7 +549,7 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
       all_done = all_done && finished[static_cast<size_t>(b)];
     }
     out.new_tokens = step + 1;
-    if (all_done || step + 1 == cfg.max_new_tokens) break;
+    if (all_done || step + 1 == max_new) break;
 
     // Decode: one token per row at slot prefill_len + step.
     const int slot = prefill_len + step;
