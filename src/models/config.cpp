@@ -64,6 +64,11 @@ std::string ConfigReader::show(const nlohmann::json& v) {
     return out + "]";
   }
   if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
+  if (v.is_number_float() &&
+      !std::isfinite(v.get<double>()))  // e.g. 1e999 in the file; dump() would say null
+    return std::isnan(v.get<double>()) ? "nan"
+           : v.get<double>() > 0       ? "inf (out of double range)"
+                                       : "-inf (out of double range)";
   return v.dump(-1, ' ', false, json::error_handler_t::replace);  // a scalar: no recursion
 }
 
