@@ -282,6 +282,25 @@ TEST(Launch, CudaFallsBackToDeviceNodes) {
             "launch: --device cuda but no NVIDIA GPU found (/proc/driver/nvidia/gpus/*, /dev/nvidia[0-9]*)");
 }
 
+TEST(Launch, StatusLinesNameRankHostAndStatus) {
+  auto f = launch::parse_status_line("rank=3 host=node-b status=" + std::to_string(7 << 8));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(launch::describe_failure(*f), "rank 3 (host node-b) exited with code 7");
+  f = launch::parse_status_line("rank=1 host=h status=9");  // WTERMSIG 9
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(launch::describe_failure(*f).rfind("rank 1 (host h) was killed by signal 9", 0), 0u);
+  EXPECT_FALSE(launch::parse_status_line("rank=x host=h status=1").has_value());
+  EXPECT_FALSE(launch::parse_status_line("").has_value());
+  launch::Options o = options(2);
+  o.status_file = "/tmp/s";
+  std::string joined;
+  for (const auto& a : launch::mpirun_command(o, "mpirun", "/x/tessera")) joined += a + " ";
+  EXPECT_NE(
+      joined.find(" --rank-shim --nproc-per-node 2 --nnodes 1 --master-port 29500 --status-file /tmp/s -- "),
+      std::string::npos)
+      << joined;
+}
+
 TEST(Launch, MpirunCommandLine) {
   launch::Options o = options(3, {"tessera", "generate", "--device", "cpu"});
   o.all_output = true;

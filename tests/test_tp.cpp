@@ -526,11 +526,49 @@ TEST(Cli, TpStoppedRankEndsTheJobNamingIt) {
   EXPECT_LT(seconds, 20.0) << e;  // 3 s deadline, 1.5 s for answers, 2 s stop grace, slack for a busy machine
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
-  EXPECT_NE(e.find("timed out after 3 s on rank 0: rank 1 did not answer"), std::string::npos) << e;
+  EXPECT_NE(e.find("timed out after 3 s on rank 0: rank 1 did not answer ("), std::string::npos) << e;
   EXPECT_NE(e.find("tessera: error: launch: rank 0 (host "), std::string::npos) << e;
   EXPECT_NE(e.find("exited with code 1; stopping the other ranks"), std::string::npos) << e;
   EXPECT_TRUE(left.empty()) << left.size() << " processes of the job outlived the launcher, e.g. pid "
                             << (left.empty() ? 0 : left[0].pid);
+}
+
+// A rank stopped before it joins MPI: the others would wait in MPI_Init forever; a watchdog ends them at the
+// same deadline and the launcher stops the job.
+TEST(Cli, TpRankStoppedBeforeMpiStartEndsTheJob) {
+  const std::string tag = "TESSERA_TEST_JOB=tp_stop_init_" + std::to_string(::getpid());
+  const std::string base = ::testing::TempDir() + "tessera_tp_stop_init_" + std::to_string(::getpid());
+  // Rank 1 stops itself before it execs tessera.
+  const std::string cmd =
+      "env " + tag + " TESSERA_COLLECTIVE_TIMEOUT=2 timeout -s KILL 60 " + TESSERA_CLI_PATH +
+      " launch --nproc-per-node 2 -- sh -c 'if [ $RANK = 1 ]; then kill -STOP $$; fi; exec "
+      "\"$0\" \"$@\"' " +
+      TESSERA_CLI_PATH + " generate " + golden::model_path("glm4") +
+      " --input-ids 1,2 --tp-size 2 --max-new-tokens 4 </dev/null >" + base + ".out 2>" + base + ".err";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = std::system(cmd.c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<Tagged> left;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {
+    left = tagged_processes(tag);
+    if (!left.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (!left.empty() && std::chrono::steady_clock::now() < until);
+  for (const Tagged& t : left) {
+    ::kill(t.pid, SIGKILL);
+    ::kill(t.pid, SIGCONT);
+  }
+  const std::string e = read_text(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << e;
+  EXPECT_LT(seconds, 20.0) << e;
+  EXPECT_NE(e.find("MPI start-up did not complete within 2 s on rank 0: some rank did not join"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("tessera: error: launch: rank 0 (host "), std::string::npos) << e;
+  EXPECT_TRUE(left.empty()) << left.size() << " processes of the job outlived the launcher";
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +15,8 @@
 #include "tessera/error.h"
 
 #ifdef TESSERA_HAVE_MPI
+#include <unistd.h>
+
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
@@ -215,11 +219,11 @@ class MpiCommunicator : public backends::Communicator {
     const std::string head = std::string("tensor-parallel ") + what + " (collective #" +
                              std::to_string(seq_) + ") timed out after " + seconds_text(limit) +
                              " s on rank " + std::to_string(rank_) + ": ";
-    const std::string tail = "; stopping (the deadline is $TESSERA_COLLECTIVE_TIMEOUT, in seconds)";
+    const std::string tail = "; giving up (TESSERA_COLLECTIVE_TIMEOUT=SECONDS sets the deadline, 0 = none)";
     if (!silent.empty())
       fail(head, silent.size() == 1 ? "rank " : "ranks ", rank_list(silent),
-           " did not answer (stopped, hung or its host unreachable)", where.empty() ? "" : "; " + where,
-           tail);
+           " did not answer (stopped, hung, far behind or its host unreachable)",
+           where.empty() ? "" : "; " + where, tail);
     if (!elsewhere.empty())
       fail(head, "every rank answered but not all are in this collective (", where, ")", tail);
     fail(head, "every rank answered and is waiting in it (MPI made no progress)", tail);
@@ -258,8 +262,37 @@ std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double collective
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
+      // MPI_Init waits for every rank to join (OpenMPI exchanges their addresses): a rank stopped before it
+      // would hang this one there, before any collective. A watchdog ends the process at the deadline.
+      struct Watch {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+      };
+      auto watch = std::make_shared<Watch>();
+      if (collective_timeout_s > 0) {
+        const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+        const std::string msg = "tessera: error: MPI start-up did not complete within " +
+                                seconds_text(collective_timeout_s) + " s on rank " + (r ? r : "?") +
+                                ": some rank did not join (stopped, hung or its host unreachable); giving up "
+                                "(TESSERA_COLLECTIVE_TIMEOUT=SECONDS sets the deadline, 0 = none)\n";
+        std::thread([watch, msg, limit = collective_timeout_s] {
+          std::unique_lock<std::mutex> lock(watch->mu);
+          if (watch->cv.wait_for(lock, std::chrono::duration<double>(limit), [&] { return watch->done; }))
+            return;
+          ssize_t ignored = ::write(STDERR_FILENO, msg.data(), msg.size());
+          (void)ignored;
+          ::_exit(1);
+        }).detach();
+      }
       int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      {
+        std::lock_guard<std::mutex> lock(watch->mu);
+        watch->done = true;
+      }
+      watch->cv.notify_all();
+      check(rc, "init");
       std::atexit(finalize);
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
