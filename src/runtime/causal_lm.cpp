@@ -277,7 +277,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   auto src = io::open_checkpoint(path);
   const std::string origin = src->origin();
   auto impl = std::make_unique<CausalLM::Impl>();
-  const std::string cfg_origin = src->origin() + " (config)";
+  // The file for a checkpoint directory; a GGUF's config is derived from its metadata.
+  const std::string cfg_origin = src->gguf() ? src->origin() + " (config)" : src->origin() + "/config.json";
   const nlohmann::json cj = models::parse_config_json(src->config_json(), cfg_origin);  // depth-bounded
   impl->arch = &models::find_architecture(models::architecture_name(cj, cfg_origin), cfg_origin);
   impl->config = impl->arch->parse_config(cj, cfg_origin);
