@@ -45,6 +45,12 @@ struct ModelFlags {
   bool exact_bf16_matmul = false;
 };
 
+// A value that must not be the empty string ("--tp-plan ''" is a mistake, not "no plan").
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](const std::string& v) { return v.empty() ? std::string("must not be empty") : ""; }, "TEXT");
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   auto* opt = cmd->add_option(
       "model", f.model,
@@ -74,9 +80,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
                   "--nproc-per-node N")
       ->check(CLI::Range(1, 4096));
   cmd->add_option(
-      "--tp-plan", f.tp_plan,
-      "Tensor-parallel plan: a JSON file {\"layers.*.self_attn.q_proj\": \"colwise\", ...} over the "
-      "model's default plan, or 'auto' (replicate what --tp-size cannot split, and say so)");
+         "--tp-plan", f.tp_plan,
+         "Tensor-parallel plan: a JSON file {\"layers.*.self_attn.q_proj\": \"colwise\", ...} over the "
+         "model's default plan, or 'auto' (replicate what --tp-size cannot split, and say so)")
+      ->check(non_empty());
   cmd->add_option(
       "--tp-rule", f.tp_rules,
       "One plan rule PATTERN=STYLE, e.g. layers.*.self_attn.q_proj=replicated_with_grad_allreduce "
@@ -232,7 +239,14 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
   cmd->add_option("--repetition-penalty", f.g.repetition_penalty,
                   "Repetition penalty, > 0 (default: the model's, else 1.0 = off)")
       ->check(CLI::Range(0.0f, 1e30f));
-  cmd->add_option("--seed", f.seed, "Random seed; the same seed gives the same tokens");
+  cmd->add_option("--seed", f.seed, "Random seed, 0 to 2^64-1; the same seed gives the same tokens")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.empty() || v.find_first_not_of("0123456789") != std::string::npos
+                       ? std::string("must be a non-negative integer, got '" + v + "'")
+                       : std::string();
+          },
+          "UINT64"));
   cmd->add_option("--cache-implementation", f.g.cache_implementation,
                   "static or dynamic (default: the model's, else static)")
       ->check(CLI::IsMember({"static", "dynamic"}));
@@ -283,9 +297,35 @@ GenerationOverrides flag_overrides(const GenerateFlags& f) {
 }
 
 // The model's defaults (generation_config.json over Transformers' global defaults) with the flags given.
+// load_model with the compile flags; the library's "buckets: ..." errors name the flag here.
+CausalLM load_with_compile_flags(const ModelFlags& mf, const GenerateFlags& f) {
+  try {
+    return load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.rfind("buckets: ", 0) == 0) fail("--buckets: ", msg.substr(9));
+    throw;
+  }
+}
+
 GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f) {
   GenerationConfig g = GenerationConfig::merged(model.generation_config(), flag_overrides(f));
-  g.validate();
+  if (auto bad = g.invalid_field()) {  // name where the bad value came from: a flag, or the model's file
+    static const std::pair<const char*, const char*> kFlags[] = {
+        {"max_new_tokens", "--max-new-tokens"},
+        {"max_length", "--max-length"},
+        {"temperature", "--temperature"},
+        {"top_k", "--top-k"},
+        {"top_p", "--top-p"},
+        {"min_p", "--min-p"},
+        {"repetition_penalty", "--repetition-penalty"}};
+    for (const auto& [field, flag] : kFlags)
+      if (bad->first == field && f.cmd->count(flag)) fail(flag, ": ", bad->second);
+    fail(model.info().origin, " (generation config): field '", bad->first, "' ", bad->second,
+         bad->first == "temperature" && f.cmd->count("--do-sample")
+             ? " (sampling was turned on by --do-sample)"
+             : "");
+  }
   return g;
 }
 
@@ -361,7 +401,7 @@ int run_generate(GenerateFlags& f) {
   }
   ModelFlags mf = f.m;
   mf.model = path;
-  CausalLM model = load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
+  CausalLM model = load_with_compile_flags(mf, f);
   GenerationConfig g = merged_config(model, f);
   const int prompt_tokens = static_cast<int>(ids.size());
   if (f.warmup)
@@ -438,7 +478,7 @@ int run_chat(GenerateFlags& f) {
     fail(path, ": the tokenizer has no chat template; use `tessera generate` instead");
   ModelFlags mf = f.m;
   mf.model = path;
-  CausalLM model = load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
+  CausalLM model = load_with_compile_flags(mf, f);
   GenerationConfig g = merged_config(model, f);
   if (f.warmup) {
     if (g.max_new_tokens || g.max_length_is_default)
@@ -684,6 +724,15 @@ int main(int argc, char** argv) {
   add_launch_command(app);
 
   std::vector<std::string> args = boolean_values_attached(argc, argv);
+  const auto named = [&args](CLI::App* sub) { return sub->check_name(args[1]); };
+  if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && app.get_subcommands(named).empty()) {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    std::fprintf(stderr, "tessera: error: unknown command '%s' (expected one of: %s; see tessera --help)\n",
+                 io::printable(args[1], 60).c_str(), names.c_str());
+    return 1;
+  }
   try {
     std::vector<std::string> reversed(args.rbegin(),
                                       args.rend() - 1);  // CLI11 takes them last-first, no argv[0]

@@ -159,6 +159,12 @@ TEST(GenerationConfigReader, TypeAndRangeCheckEveryField) {
       {R"({"repetition_penalty": [1]})", "repetition_penalty"},
       {R"({"cache_implementation": "offloaded"})", "cache_implementation"},
       {R"({"cache_implementation": 3})", "cache_implementation"},
+      {R"({"num_beams": 4})", "num_beams"},  // output-changing features Tessera lacks: refused, not ignored
+      {R"({"num_beams": "1"})", "num_beams"},
+      {R"({"no_repeat_ngram_size": 3})", "no_repeat_ngram_size"},
+      {R"({"typical_p": 0.9})", "typical_p"},
+      {R"({"suppress_tokens": [5]})", "suppress_tokens"},
+      {R"({"forced_eos_token_id": 2})", "forced_eos_token_id"},
       {R"([1, 2])", "object"},
       {R"({oops)", "JSON"},
   };
@@ -175,6 +181,17 @@ TEST(GenerationConfigReader, TypeAndRangeCheckEveryField) {
   EXPECT_FALSE(o.cache_implementation);
   EXPECT_EQ(GenerationOverrides::from_json(R"({"eos_token_id": 2147483647})", "g").eos_token_id,
             std::vector<int32_t>{2147483647});
+  // Their no-op values are fine (old config.json files spell every one out).
+  EXPECT_NO_THROW(GenerationOverrides::from_json(
+      R"({"num_beams": 1, "no_repeat_ngram_size": 0, "typical_p": 1.0, "bad_words_ids": null, "suppress_tokens": []})",
+      "g"));
+  // A value valid alone but not together is refused when the file is read, naming the file and field.
+  try {
+    GenerationConfig::from_json(R"({"do_sample": true, "temperature": 0})", "gen.json");
+    ADD_FAILURE() << "accepted temperature 0 with do_sample";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gen.json: field 'temperature'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GenerationConfig, BudgetFollowsTransformersLengthRules) {

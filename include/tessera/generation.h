@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera {
@@ -38,6 +39,9 @@ struct GenerationConfig {
   static GenerationConfig merged(const GenerationConfig& defaults, const GenerationOverrides& overrides);
   // Throws Error naming the field when a value is out of range.
   void validate() const;
+  // The first invalid field and what is wrong with it ({"top_p", "must be in (0, 1], got 0"}); nullopt if
+  // none.
+  std::optional<std::pair<std::string, std::string>> invalid_field() const;
   // New tokens to generate after a prompt of `prompt_len` tokens (padding included), as Transformers'
   // _prepare_generated_length computes max_length; throws Error when the prompt already reaches max_length.
   int new_token_budget(int prompt_len, int64_t max_position_embeddings) const;

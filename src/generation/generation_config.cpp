@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "io/json_util.h"
 #include "models/config.h"
@@ -13,6 +14,67 @@
 #include "tessera/generation.h"
 
 namespace tessera {
+
+namespace {
+
+// Keys of Transformers' GenerationConfig that change what generate() outputs but that Tessera does not
+// implement: each is accepted only at its no-op value (or null), otherwise refused naming the key and value,
+// so that a checkpoint is never run differently from how Transformers runs it.
+struct Unsupported {
+  const char* key;
+  enum Kind { kInt, kNumber, kNull } kind;
+  double noop;  // the value that changes nothing (kInt / kNumber)
+  const char* why;
+};
+constexpr Unsupported kUnsupported[] = {
+    {"num_beams", Unsupported::kInt, 1, "beam search is not implemented"},
+    {"num_beam_groups", Unsupported::kInt, 1, "group beam search is not implemented"},
+    {"num_return_sequences", Unsupported::kInt, 1, "one sequence per prompt row is returned"},
+    {"no_repeat_ngram_size", Unsupported::kInt, 0, "n-gram blocking is not implemented"},
+    {"encoder_no_repeat_ngram_size", Unsupported::kInt, 0, "encoder-decoder models are not supported"},
+    {"min_length", Unsupported::kInt, 0, "minimum lengths are not implemented"},
+    {"min_new_tokens", Unsupported::kInt, 0, "minimum lengths are not implemented"},
+    {"typical_p", Unsupported::kNumber, 1, "typical sampling is not implemented"},
+    {"epsilon_cutoff", Unsupported::kNumber, 0, "epsilon sampling is not implemented"},
+    {"eta_cutoff", Unsupported::kNumber, 0, "eta sampling is not implemented"},
+    {"encoder_repetition_penalty", Unsupported::kNumber, 1, "encoder-decoder models are not supported"},
+    {"diversity_penalty", Unsupported::kNumber, 0, "group beam search is not implemented"},
+    {"penalty_alpha", Unsupported::kNumber, 0, "contrastive search is not implemented"},
+    {"guidance_scale", Unsupported::kNumber, 1, "classifier-free guidance is not implemented"},
+    {"top_h", Unsupported::kNull, 0, "top-h sampling is not implemented"},
+    {"bad_words_ids", Unsupported::kNull, 0, "banned words are not implemented"},
+    {"force_words_ids", Unsupported::kNull, 0, "constrained beam search is not implemented"},
+    {"constraints", Unsupported::kNull, 0, "constrained beam search is not implemented"},
+    {"suppress_tokens", Unsupported::kNull, 0, "token suppression is not implemented"},
+    {"begin_suppress_tokens", Unsupported::kNull, 0, "token suppression is not implemented"},
+    {"forced_bos_token_id", Unsupported::kNull, 0, "forced tokens are not implemented"},
+    {"forced_eos_token_id", Unsupported::kNull, 0, "forced tokens are not implemented"},
+    {"sequence_bias", Unsupported::kNull, 0, "sequence bias is not implemented"},
+    {"exponential_decay_length_penalty", Unsupported::kNull, 0, "length penalties are not implemented"},
+    {"stop_strings", Unsupported::kNull, 0, "stop strings are not implemented"},
+    {"max_time", Unsupported::kNull, 0, "time limits are not implemented"},
+    {"dola_layers", Unsupported::kNull, 0, "DoLa decoding is not implemented"},
+    {"watermarking_config", Unsupported::kNull, 0, "watermarking is not implemented"},
+};
+
+void refuse_unsupported(const models::ConfigReader& r) {
+  for (const Unsupported& u : kUnsupported) {
+    const nlohmann::json* v = r.find(u.key);
+    if (!v) continue;
+    bool noop = false;
+    if (u.kind == Unsupported::kInt)
+      noop = r.optional_int(u.key, 0, INT32_MAX).value() == static_cast<int64_t>(u.noop);
+    else if (u.kind == Unsupported::kNumber)
+      noop = r.optional_number(u.key).value() == u.noop;
+    else
+      noop = (v->is_array() || v->is_object()) && v->empty();
+    if (!noop)
+      r.fail_field(u.key,
+                   "is " + models::ConfigReader::show(*v) + ", which is not supported (" + u.why + ")");
+  }
+}
+
+}  // namespace
 
 GenerationOverrides GenerationOverrides::from_json(const std::string& text, const std::string& origin) {
   GenerationOverrides o;
@@ -27,6 +89,7 @@ GenerationOverrides GenerationOverrides::from_json(const std::string& text, cons
     if (auto v = r.optional_number(key, 0.0, hi)) return static_cast<float>(*v);
     return std::nullopt;
   };
+  refuse_unsupported(r);
   // Transformers refuses max_new_tokens <= 0 when it reads the file (GenerationConfig.validate).
   o.max_new_tokens = int32_field("max_new_tokens", 1);
   o.max_length = int32_field("max_length", 1);
@@ -74,27 +137,41 @@ GenerationConfig GenerationConfig::merged(const GenerationConfig& d, const Gener
 }
 
 GenerationConfig GenerationConfig::from_json(const std::string& text, const std::string& origin) {
-  return merged(GenerationConfig{}, GenerationOverrides::from_json(text, origin));
+  GenerationConfig g = merged(GenerationConfig{}, GenerationOverrides::from_json(text, origin));
+  if (auto p = g.invalid_field()) fail(origin, ": field '", p->first, "' ", p->second);
+  return g;
+}
+
+std::optional<std::pair<std::string, std::string>> GenerationConfig::invalid_field() const {
+  using P = std::pair<std::string, std::string>;
+  auto str = [](auto v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  if (max_new_tokens && *max_new_tokens <= 0)
+    return P{"max_new_tokens", "must be > 0, got " + str(*max_new_tokens)};
+  if (max_length <= 0) return P{"max_length", "must be > 0, got " + str(max_length)};
+  if (!std::isfinite(temperature) || temperature < 0.0f)
+    return P{"temperature", "must be a finite number >= 0, got " + str(temperature)};
+  if (do_sample && !(temperature > 0.0f))
+    return P{"temperature", "must be > 0 when sampling (do_sample), got " + str(temperature)};
+  if (top_k < 0) return P{"top_k", "must be >= 0, got " + str(top_k)};
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return P{"top_p", "must be in (0, 1], got " + str(top_p)};
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return P{"min_p", "must be in [0, 1], got " + str(min_p)};
+  if (!(repetition_penalty > 0.0f && std::isfinite(repetition_penalty)))
+    return P{"repetition_penalty", "must be a finite number > 0, got " + str(repetition_penalty)};
+  for (int32_t id : eos_token_id)
+    if (id < 0) return P{"eos_token_id", "must hold token ids >= 0, got " + str(id)};
+  if (pad_token_id && *pad_token_id < 0) return P{"pad_token_id", "must be >= 0, got " + str(*pad_token_id)};
+  if (cache_implementation != "static" && cache_implementation != "dynamic")
+    return P{"cache_implementation",
+             "must be \"static\" or \"dynamic\", got \"" + cache_implementation + "\""};
+  return std::nullopt;
 }
 
 void GenerationConfig::validate() const {
-  if (max_new_tokens && *max_new_tokens <= 0)
-    fail("generation config: max_new_tokens must be > 0, got ", *max_new_tokens);
-  if (max_length <= 0) fail("generation config: max_length must be > 0, got ", max_length);
-  if (do_sample && !(temperature > 0.0f && std::isfinite(temperature)))
-    fail("generation config: temperature must be > 0 when sampling, got ", temperature);
-  if (top_k < 0) fail("generation config: top_k must be >= 0, got ", top_k);
-  if (!(top_p > 0.0f && top_p <= 1.0f)) fail("generation config: top_p must be in (0, 1], got ", top_p);
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) fail("generation config: min_p must be in [0, 1], got ", min_p);
-  if (!(repetition_penalty > 0.0f && std::isfinite(repetition_penalty)))
-    fail("generation config: repetition_penalty must be > 0, got ", repetition_penalty);
-  for (int32_t id : eos_token_id)
-    if (id < 0) fail("generation config: eos_token_id must hold token ids >= 0, got ", id);
-  if (pad_token_id && *pad_token_id < 0)
-    fail("generation config: pad_token_id must be >= 0, got ", *pad_token_id);
-  if (cache_implementation != "static" && cache_implementation != "dynamic")
-    fail("generation config: cache_implementation must be \"static\" or \"dynamic\", got \"",
-         cache_implementation, "\"");
+  if (auto p = invalid_field()) fail("generation config: ", p->first, " ", p->second);
 }
 
 int GenerationConfig::new_token_budget(int prompt_len, int64_t max_position_embeddings) const {
