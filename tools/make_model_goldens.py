@@ -289,16 +289,20 @@ def randomize(model, seed):
 
 def v4_layout_config_json(path):
     """Rewrite the config.json save_pretrained wrote into the layout Transformers 4.x wrote: `rope_theta` and
-    `rope_scaling` (null for default rope) at the top level instead of `rope_parameters`, GLM-4's
-    `partial_rotary_factor` at the top level (as the GLM-4-0414 hub checkpoints ship it), `torch_dtype` instead
-    of `dtype`. Every other key is left as written."""
+    `rope_scaling` (null for default rope; absent for GLM-4, whose 4.x config class had none) at the top level
+    instead of `rope_parameters`, GLM-4's `partial_rotary_factor` at the top level (as the GLM-4-0414 hub
+    checkpoints ship it), `torch_dtype` instead of `dtype` (the attribute names of transformers 4.57's
+    LlamaConfig / Glm4Config). Every other key is left as written."""
     with open(path) as f:
         cfg = json.load(f)
     rope = dict(cfg.pop("rope_parameters"))
     cfg["rope_theta"] = rope.pop("rope_theta")
     if "partial_rotary_factor" in rope:
         cfg["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
-    cfg["rope_scaling"] = None if rope.get("rope_type") == "default" else rope
+    if rope.get("rope_type") != "default":
+        cfg["rope_scaling"] = rope
+    elif cfg["model_type"] != "glm4":  # 4.x's Glm4Config had no rope_scaling attribute, so wrote none
+        cfg["rope_scaling"] = None
     cfg["torch_dtype"] = cfg.pop("dtype")
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
