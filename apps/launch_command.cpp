@@ -55,8 +55,10 @@ MASTER_PORT and TESSERA_LAUNCHED=1 set. When COMMAND has --device tpu, each rank
 (TPU_VISIBLE_CHIPS, TPU_CHIPS_PER_PROCESS_BOUNDS, TPU_PROCESS_BOUNDS, TPU_PROCESS_ADDRESSES, TPU_PROCESS_PORT,
 CLOUD_TPU_TASK_ID); with --device cuda, CUDA_VISIBLE_DEVICES=<its GPU>. The rank count is checked against the
 chips/GPUs present before anything starts. Ranks start through mpirun (the native backend's collectives are MPI)
-unless --no-mpi. If a rank fails, the others are stopped (SIGTERM, SIGKILL 2 s later) and launch exits with that
-rank's code (128+signal for a signal). Only rank 0's stdout is shown unless --all-output; stderr is always shown.
+unless --no-mpi. If a rank fails, launch names it (rank, host, exit code or signal), stops the others (SIGTERM and
+SIGCONT, SIGKILL 2 s later) and exits with that rank's code (128+signal for a signal). Only rank 0's stdout is
+shown unless --all-output; stderr is always shown. A rank that stops answering (stopped, hung, host gone) makes the
+others' collectives fail after TESSERA_COLLECTIVE_TIMEOUT seconds (default 60; 0 = wait forever).
 
 Example: tessera launch --nproc-per-node 2 -- tessera generate MODEL --tp-size 2 --prompt "Hello")";
 
