@@ -368,3 +368,14 @@ TEST(ConfigVsCheckpoint, HugeButLegalSizesFailFastNamingTheMismatch) {
 }
 
 }  // namespace
+
+// Older hub configs write pad_token_id -1 for "no padding token"; Transformers loads them (with a warning).
+TEST(ConfigRanges, PadTokenIdMinusOneMeansNone) {
+  for (const auto& [arch, fixture] : kFixtureOf) {
+    json j = fixture_config(fixture);
+    j["pad_token_id"] = -1;
+    EXPECT_FALSE(parse(j).pad_token_id.has_value()) << arch;
+    j["pad_token_id"] = -2;
+    EXPECT_HAS(parse_error(j), "pad_token_id");
+  }
+}

@@ -540,7 +540,15 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
   }
   // Special ids: absent -> the config class's default; null -> none.
   c.bos_token_id = j.contains("bos_token_id") ? r.optional_id("bos_token_id") : d.bos_token_id;
-  c.pad_token_id = j.contains("pad_token_id") ? r.optional_id("pad_token_id") : d.pad_token_id;
+  // pad_token_id -1 appears in older hub configs (e.g. early Llama conversions) meaning "no padding token";
+  // Transformers accepts it with a warning. It is read as none (finished rows are padded with the first eos
+  // id).
+  const auto pad_it = j.find("pad_token_id");
+  const bool pad_minus_one = pad_it != j.end() && pad_it->is_number_integer() &&
+                             !pad_it->is_number_unsigned() && pad_it->get<int64_t>() == -1;
+  c.pad_token_id = pad_minus_one       ? std::nullopt
+                   : pad_it != j.end() ? r.optional_id("pad_token_id")
+                                       : d.pad_token_id;
   c.eos_token_ids = j.contains("eos_token_id") ? r.id_list("eos_token_id") : d.eos_token_ids;
   if (c.pad_token_id && *c.pad_token_id >= c.vocab_size)
     r.fail_field("pad_token_id", "(" + std::to_string(*c.pad_token_id) + ") must be below vocab_size (" +
