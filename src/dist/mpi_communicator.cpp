@@ -177,7 +177,9 @@ class MpiCommunicator : public backends::Communicator {
   // Asks every other rank which collective it is in, then throws naming the ranks that did not answer.
   [[noreturn]] void timed_out(const char* what, double limit) {
     g_abandoned = true;
-    std::vector<long long> answers(static_cast<size_t>(size_), -1);
+    // A member: an answer arriving after this throws is still written into it.
+    answers_.assign(static_cast<size_t>(size_), -1);
+    std::vector<long long>& answers = answers_;
     std::vector<MPI_Request> pongs, pings;
     std::vector<int> peers;
     for (int r = 0; r < size_; ++r) {
@@ -236,6 +238,7 @@ class MpiCommunicator : public backends::Communicator {
   long long ping_buf_ = 0;
   MPI_Request ping_req_ = MPI_REQUEST_NULL;
   std::deque<Reply> replies_;
+  std::vector<long long> answers_;  // timed_out(): each rank's answer
 };
 
 MpiCommunicator* g_world = nullptr;
