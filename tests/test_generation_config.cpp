@@ -11,6 +11,7 @@
 #include <set>
 
 #include "golden_util.h"
+#include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/generation.h"
 #include "tessera/model.h"
@@ -323,6 +324,36 @@ TEST(NonFiniteLogits, AreAnErrorNamingWhereNotOutput) {
       EXPECT_NE(std::string(e.what()).find("non-finite logit"), std::string::npos) << e.what();
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Transformers 5 leaves each row's left padding out of the repetition penalty; the golden's pad id is one
+// whose penalty would change the tokens (tools/make_generation_goldens.py checks that).
+void expect_padded_repetition_golden(const std::string& device) {
+  const auto j = golden::load_json((kFixtures / "padded_repetition_penalty.json").string());
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  opt.device_map = device;
+  CausalLM m = AutoModelForCausalLM::from_pretrained(golden::model_path(j["model"].get<std::string>()), opt);
+  GenerationConfig g;
+  g.max_new_tokens = j["max_new_tokens"].get<int>();
+  g.repetition_penalty = j["repetition_penalty"].get<float>();
+  g.pad_token_id = j["pad_token_id"].get<int32_t>();
+  g.eos_token_id = {j["eos_token_id"].get<int32_t>()};
+  const auto out = m.generate(j["input_ids"].get<std::vector<std::vector<int32_t>>>(),
+                              j["attention_mask"].get<std::vector<std::vector<int32_t>>>(), g);
+  EXPECT_EQ(nlohmann::json(out.sequences), j["output_ids"]) << device;
+  EXPECT_NE(j["output_ids"], j["output_ids_if_padding_were_penalised"]);
+}
+
+TEST(RepetitionPenalty, LeftPaddingIsNotPenalisedAsInTransformers) { expect_padded_repetition_golden("cpu"); }
+
+TEST(RepetitionPenalty, LeftPaddingIsNotPenalisedInTheCompiledStep) {  // PJRT: the penalty runs on the device
+  REQUIRE_XLA_CPU();
+  expect_padded_repetition_golden("xla-cpu");
 }
 
 }  // namespace

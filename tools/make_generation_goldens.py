@@ -17,7 +17,7 @@ back to config.json as it does), then for each case:
             generate(custom_generate=...): max_length after the prompt, eos list, pad id (eos[0] when unset)
   error     the ValueError generate() raises instead (e.g. prompt >= max_length)
 
-Writes <fixture>/golden.json. Offline and deterministic (same pinned versions: same bytes).
+Writes <fixture>/golden.json, and padded_repetition_penalty.json (see padded_repetition_golden). Offline and deterministic (same pinned versions: same bytes).
 """
 
 import argparse
@@ -159,6 +159,35 @@ def run_case(model, kwargs, prompt_len):
     return out
 
 
+def padded_repetition_golden(out_path):
+    """Transformers 5 leaves a row's left padding out of the repetition penalty (prompt_ignore_length = the
+    padding length). Greedy on a left-padded batch of the qwen3_tied fixture, with a pad id chosen so that
+    penalising the padding too would change the tokens (so the golden tells the two rules apart)."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    model_dir = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "models", "qwen3_tied")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    p0, p1 = [11, 12, 13, 14], [21, 22, 23, 24, 25, 26]
+    kw = dict(do_sample=False, max_new_tokens=8, eos_token_id=2)
+    for pad in range(3, 1024):
+        ids = torch.tensor([[pad, pad] + p0, p1])
+        mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])
+        got = model.generate(ids, attention_mask=mask, repetition_penalty=1.3, pad_token_id=pad, **kw)
+        with_pads = model.generate(ids, attention_mask=mask, pad_token_id=pad,
+                                   logits_processor=[RepetitionPenaltyLogitsProcessor(1.3)], **kw)
+        if not torch.equal(got, with_pads):
+            break
+    else:
+        raise SystemExit("no pad id separates the two rules")
+    golden = {"model": "qwen3_tied", "dtype": "float32", "input_ids": ids.tolist(), "attention_mask": mask.tolist(),
+              "pad_token_id": pad, "eos_token_id": 2, "repetition_penalty": 1.3, "max_new_tokens": 8,
+              "output_ids": got.tolist(), "output_ids_if_padding_were_penalised": with_pads.tolist(),
+              "versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]}}
+    with open(out_path, "w") as f:
+        json.dump(golden, f, indent=1)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "generation"))
@@ -187,6 +216,7 @@ def main():
             json.dump(golden, f, indent=1, sort_keys=False)
             f.write("\n")
         print(f"{name}: {len(cases)} cases", file=sys.stderr)
+    padded_repetition_golden(os.path.join(args.fixtures, "padded_repetition_penalty.json"))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ void softmax(const float* logits, int64_t n, std::vector<float>& probs) {
 }
 }  // namespace
 
-void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& seen, float penalty) {
+void apply_repetition_penalty(float* logits, int64_t vocab, std::span<const int32_t> seen, float penalty) {
   if (penalty == 1.0f) return;
   // Gather first then scatter, so repeated ids are penalised once (as torch.gather/scatter do).
   std::vector<int32_t> ids;

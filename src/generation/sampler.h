@@ -4,15 +4,16 @@
 // seeded run repeats exactly and does not depend on batch composition order.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "tessera/generation.h"
 
 namespace tessera::generation {
 
-// Transformers' RepetitionPenaltyLogitsProcessor over every id in `seen` (prompt and output, padding
-// included).
-void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& seen, float penalty);
+// Transformers' RepetitionPenaltyLogitsProcessor over every id in `seen` (prompt and output; the caller
+// leaves out a row's left padding, as Transformers 5 does).
+void apply_repetition_penalty(float* logits, int64_t vocab, std::span<const int32_t> seen, float penalty);
 
 // Index of the first NaN or infinite value in `logits[0, n)`, or -1 when every value is finite.
 int64_t first_non_finite(const float* logits, int64_t n);

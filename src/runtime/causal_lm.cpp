@@ -485,7 +485,9 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
   }
   for (int s = 0; s < prefill_len; ++s) in.slots.push_back(s);
   in.kv_begin = kv_begin;
-  if (on_device) in.seen_from.assign(static_cast<size_t>(batch), extra);  // the caller's padding counts, ours not
+  // The repetition penalty skips every row's left padding (the caller's and the bucket's), as Transformers 5
+  // does (RepetitionPenaltyLogitsProcessor's prompt_ignore_length = the padding length).
+  if (on_device) in.seen_from = kv_begin;
 
   std::vector<float> logits;
   std::vector<int32_t> device_tokens;
@@ -529,8 +531,10 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
         if (const int64_t v = generation::first_non_finite(row, vocab); v >= 0 && !finished[static_cast<size_t>(b)])
           fail("generate: step ", step, ", row ", b, ": the model produced a non-finite logit (", row[v],
                " at vocabulary index ", v, ")");
-        generation::apply_repetition_penalty(row, vocab, out.sequences[static_cast<size_t>(b)],
-                                             cfg.repetition_penalty);
+        const auto& seq_b = out.sequences[static_cast<size_t>(b)];  // the row's left padding is not penalised
+        generation::apply_repetition_penalty(
+            row, vocab, std::span<const int32_t>(seq_b).subspan(static_cast<size_t>(pads[static_cast<size_t>(b)])),
+            cfg.repetition_penalty);
         if (cfg.do_sample) {
           generation::apply_warpers(row, vocab, cfg);
           tok = generation::sample_from_logits(row, vocab, generation::counter_uniform(seed, step, b));
