@@ -405,8 +405,7 @@ int run_generate(GenerateFlags& f) {
   GenerationConfig g = merged_config(model, f);
   const int prompt_tokens = static_cast<int>(ids.size());
   if (f.warmup)
-    model.warmup(1, g.new_token_budget(prompt_tokens, model.info().max_position_embeddings), g.do_sample,
-                 prompt_tokens);
+    model.warmup(1, g.new_token_budget(prompt_tokens, model.info().max_position_embeddings), g.do_sample);
 
   std::optional<StreamDecoder> stream;
   const bool streaming = tok && !f.json && !f.no_stream;
@@ -688,7 +687,8 @@ int main(int argc, char** argv) {
   g->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template (one user turn)");
   g->add_option("--system", gen.system, "System message for --chat");
   g->add_flag("--json", gen.json,
-              "Print one JSON object: ids, text, prompt_tokens, new_tokens, tokens/s, compiles");
+              "Print one JSON object: ids, text, prompt_tokens, new_tokens, tokens/s, compiles, and "
+              "generation_config (the settings in effect: the model's defaults with the flags given)");
   g->add_flag("--no-stream", gen.no_stream, "Print the text at the end instead of token by token");
   add_sampling_flags(g, gen);
 
