@@ -326,3 +326,16 @@ TEST(IoSafetensorsBounds, ManyEntriesAreStreamedNotHeldAsOneDom) {
   expect_error([&] { parse_safetensors_header(scalar.data(), scalar.size(), "s.safetensors"); },
                {"header is a JSON number, expected an object"});
 }
+
+TEST(IoShapes, ZeroDimDoesNotHideAnOverflowingShape) {
+  // [0, 2^62, 4] holds no elements, but 2^62 * 4 overflows int64 wherever the shape is multiplied out.
+  const Bytes st = safetensors_bytes(
+      R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})", {});
+  expect_error([&] { parse_safetensors_header(st.data(), st.size(), "z.safetensors"); },
+               {"z.safetensors: tensor 'w'", "too many elements"});
+  GgufBuilder b;
+  b.header(3, 1, 0).tensor("t", {0, 1ull << 57, 1ull << 30}, 0, 0).align().zeros(32);
+  const Bytes g = b.bytes();
+  expect_error([&] { GgufFile::parse(g.data(), g.size(), "z.gguf"); },
+               {"z.gguf: tensor 't'", "dimensions overflow"});
+}

@@ -270,10 +270,14 @@ GgufTensorInfo read_tensor_info(Reader& r, const GgufFile::Impl& g, uint64_t i) 
   if (n_dims == 0 || n_dims > kMaxDims)
     fail(where, ": ", n_dims, " dimensions (expected 1 to ", kMaxDims, ")");
   uint64_t ne[kMaxDims];
-  uint64_t numel = 1;
+  uint64_t numel = 1,
+           nonzero = 1;  // the product of the non-zero dims must fit too: shapes are multiplied in
+                         // any order later ([0, 2^57, 2^30] would overflow int64 before reaching 0)
   for (uint32_t d = 0; d < n_dims; ++d) {
     ne[d] = r.read<uint64_t>(where + " dimension");
-    if (!mul_ok(numel, ne[d], &numel) || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    if (!mul_ok(numel, ne[d], &numel) || numel > kMax ||
+        (ne[d] != 0 && (!mul_ok(nonzero, ne[d], &nonzero) || nonzero > kMax)))
       fail(where, ": dimensions overflow");
   }
   for (uint32_t d = n_dims; d-- > 0;) t.shape.push_back(static_cast<int64_t>(ne[d]));  // outermost first

@@ -51,11 +51,13 @@ SafetensorsEntry parse_entry(const std::string& tname, const json& j, const std:
   if (sh == j.end()) fail(where, ": missing 'shape'");
   if (!sh->is_array()) fail(where, ": 'shape' is a JSON ", sh->type_name(), ", expected an array");
   if (sh->size() > 8) fail(where, ": shape has ", sh->size(), " dimensions (at most 8 supported)");
-  uint64_t numel = 1;
+  uint64_t numel = 1,
+           nonzero = 1;  // the non-zero dims' product must fit too (shapes are multiplied in any order)
   for (const json& d : *sh) {
     const uint64_t v = json_uint(d, where, "shape dimension");
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || !mul_ok(numel, v, &numel) ||
-        numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    if (v > kMax || !mul_ok(numel, v, &numel) || numel > kMax ||
+        (v != 0 && (!mul_ok(nonzero, v, &nonzero) || nonzero > kMax)))
       fail(where, ": shape ", sh->dump(), " has too many elements");
     e.shape.push_back(static_cast<int64_t>(v));
   }
@@ -177,6 +179,43 @@ class HeaderSax {
   std::vector<json*> stack_;  // its open containers, innermost last
 };
 
+// Sorts by name in place; of entries sharing a name the last in the file wins, as when the header is read
+// into a map. Sorts indices and permutes once, so no second copy of the entries is made.
+void sort_unique_by_name(std::vector<SafetensorsEntry>& v) {
+  std::vector<uint32_t> order(v.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto less = [&](uint32_t a, uint32_t b) {  // one three-way compare; ties by file position
+    const int c = v[a].name.compare(v[b].name);
+    return c != 0 ? c < 0 : a < b;
+  };
+  if (!std::is_sorted(order.begin(), order.end(), less)) std::sort(order.begin(), order.end(), less);
+  // Drop all but the last of each name, then move entries into place following the permutation's cycles.
+  size_t n = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    if (i + 1 == order.size() || v[order[i + 1]].name != v[order[i]].name) order[n++] = order[i];
+  order.resize(n);
+  std::vector<SafetensorsEntry> out;
+  if (n == v.size()) {  // a permutation: apply it in place
+    std::vector<uint8_t> done(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i] || order[i] == i) continue;
+      SafetensorsEntry tmp = std::move(v[i]);
+      size_t j = i;
+      while (order[j] != i) {
+        v[j] = std::move(v[order[j]]);
+        done[j] = 1;
+        j = order[j];
+      }
+      v[j] = std::move(tmp);
+      done[j] = 1;
+    }
+    return;
+  }
+  out.reserve(n);  // duplicates were dropped (rare): rebuild
+  for (uint32_t i : order) out.push_back(std::move(v[i]));
+  v = std::move(out);
+}
+
 }  // namespace
 
 size_t safetensors_dtype_size(const std::string& dt) {
@@ -209,6 +248,10 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   SafetensorsHeader h;
   h.data_start = 8 + n;
   h.data_size = size - h.data_start;
+  // Each entry is an object: reserving for the count of '{' (an upper bound, capped by the ~40 bytes of JSON
+  // an entry needs) avoids the vector's doubling, which briefly holds 3x the entries, on huge headers.
+  const auto braces = static_cast<size_t>(std::count(text.begin(), text.end(), '{'));
+  h.tensors.reserve(std::min<size_t>(braces, text.size() / 40 + 1));
   HeaderSax sax(file, [&](const std::string& k, json& v) {
     if (k == "__metadata__") {
       parse_metadata(v, file, &h.metadata);
@@ -221,15 +264,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
     h.tensors.push_back(std::move(e));
   });
   json::sax_parse(text.begin(), text.end(), &sax);
-  // A name given twice: the last entry wins, as when the header is read into a map.
-  std::stable_sort(h.tensors.begin(), h.tensors.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  size_t out = 0;
-  for (size_t i = 0; i < h.tensors.size(); ++i) {
-    if (i + 1 < h.tensors.size() && h.tensors[i + 1].name == h.tensors[i].name) continue;
-    if (out != i) h.tensors[out] = std::move(h.tensors[i]);
-    ++out;
-  }
-  h.tensors.resize(out);
+  sort_unique_by_name(h.tensors);
   check_overlaps(h, file);
   return h;
 }

@@ -35,6 +35,9 @@ class SafetensorsDirSource : public WeightSource {
     }
     // Sort the metadata and the shard of each tensor together (a map from name to shard cost ~100 bytes
     // and a string copy per tensor; headers can list 10^5+ tensors).
+    // Usually already sorted: a header is sorted when read, a weight_map is a sorted JSON object.
+    auto by_name = [](const TensorMeta& a, const TensorMeta& b) { return a.name < b.name; };
+    if (std::is_sorted(metas_.begin(), metas_.end(), by_name)) return;
     std::vector<uint32_t> order(metas_.size());
     for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(),
@@ -82,6 +85,8 @@ class SafetensorsDirSource : public WeightSource {
 
   void open_single(const std::string& path) {
     auto f = SafetensorsFile::open(path);
+    metas_.reserve(f->header().tensors.size());
+    shard_of_.reserve(f->header().tensors.size());
     for (const auto& e : f->header().tensors) add_tensor(f, e);
   }
 
