@@ -10,6 +10,11 @@
 //    matmul_rounds_bf16() (avx512bf16) is checked against a reference whose x is rounded to bf16.
 //  * rms_norm, rope, attention, softmax: 1e-5 relative to the row/head scale (+1e-6 absolute).
 //  * swiglu: 2e-6 relative (+1e-30 absolute): exp is a ~1 ulp polynomial on the vector paths.
+//  * gated gelu (erf): 2e-6 + 2e-7 x^2 relative (+1e-37 absolute): the erfc fit is good to 1.2e-7 relative,
+//    and the f32 rounding of x / sqrt 2 moves exp(-x^2 / 2) by ~1e-7 x^2 relative in the far negative tail.
+//  * gated gelu_tanh: 2e-6 + 2e-7 (|x| + 0.1 |x|^3) relative: likewise, f32 rounding of the exponent 2u.
+//    Both tails are below 1e-15 in absolute value where the extra term matters (x < -7).
+//  * relu: exact (within the same 2e-6 bound).
 //  * add, embedding, argmax: exact.
 #include <gtest/gtest.h>
 
@@ -276,6 +281,11 @@ struct AttnCase {
   int64_t T, nh, nkv, hd, cache_len;
   std::vector<int32_t> q_slot;
   int32_t kv_begin;
+  int64_t window = 0;  // > 0: sliding window, keys j > q_slot - window
+
+  int64_t lo(int64_t t) const {
+    return window > 0 ? std::max<int64_t>(kv_begin, q_slot[static_cast<size_t>(t)] - window + 1) : kv_begin;
+  }
 };
 
 // kv_dtype BF16: the cache holds K and V rounded to bf16; the reference uses those rounded values.
@@ -284,12 +294,17 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
   std::vector<float> q = random_vec(c.T * c.nh * c.hd, 31, -2.0f, 2.0f);           // [T, nh, hd]
   std::vector<float> k = random_vec(c.nkv * c.cache_len * c.hd, 32, -2.0f, 2.0f);  // [nkv, cache_len, hd]
   std::vector<float> v = random_vec(c.nkv * c.cache_len * c.hd, 33);               // [nkv, cache_len, hd]
-  // Poison the slots no query may read: before kv_begin and after the largest q_slot.
+  // Poison the slots no query may read: before kv_begin (or every query's window) and after the largest
+  // q_slot.
   int32_t max_slot = -1;
-  for (int32_t s : c.q_slot) max_slot = std::max(max_slot, s);
+  int64_t min_lo = c.cache_len;
+  for (size_t t = 0; t < c.q_slot.size(); ++t) {
+    max_slot = std::max(max_slot, c.q_slot[t]);
+    if (c.q_slot[t] >= c.kv_begin) min_lo = std::min(min_lo, c.lo(static_cast<int64_t>(t)));
+  }
   for (int64_t g = 0; g < c.nkv; ++g) {
     for (int64_t j = 0; j < c.cache_len; ++j) {
-      if (j >= c.kv_begin && j <= max_slot) continue;
+      if (j >= min_lo && j <= max_slot) continue;
       for (int64_t d = 0; d < c.hd; ++d)
         k[(g * c.cache_len + j) * c.hd + d] = v[(g * c.cache_len + j) * c.hd + d] = NAN;
     }
@@ -303,11 +318,11 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
       k[i] = bf16_to_f32(kb[i]);
       v[i] = bf16_to_f32(vb[i]);
     }
-    attention(q.data(), c.T, c.nh, c.hd, kb.data(), vb.data(), DType::BF16, c.nkv, c.cache_len, c.q_slot.data(),
-              c.kv_begin, scale, out.data());
+    attention(q.data(), c.T, c.nh, c.hd, kb.data(), vb.data(), DType::BF16, c.nkv, c.cache_len,
+              c.q_slot.data(), c.kv_begin, scale, out.data(), c.window);
   } else {
     attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), DType::F32, c.nkv, c.cache_len, c.q_slot.data(),
-              c.kv_begin, scale, out.data());
+              c.kv_begin, scale, out.data(), c.window);
   }
   const int64_t group = c.nh / c.nkv;
   for (int64_t t = 0; t < c.T; ++t) {
@@ -319,7 +334,7 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
       if (c.q_slot[t] >= c.kv_begin) {
         std::vector<double> s;
         double mx = -INFINITY, sum = 0;
-        for (int64_t j = c.kv_begin; j <= c.q_slot[t]; ++j) {
+        for (int64_t j = c.lo(t); j <= c.q_slot[t]; ++j) {
           double d = 0;
           for (int64_t i = 0; i < c.hd; ++i) d += static_cast<double>(qh[i]) * kb[j * c.hd + i];
           s.push_back(d * scale);
@@ -327,12 +342,12 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
         }
         for (double& e : s) sum += (e = std::exp(e - mx));
         for (size_t j = 0; j < s.size(); ++j) {
-          for (int64_t i = 0; i < c.hd; ++i) ref[i] += s[j] / sum * vb[(c.kv_begin + j) * c.hd + i];
+          for (int64_t i = 0; i < c.hd; ++i) ref[i] += s[j] / sum * vb[(c.lo(t) + j) * c.hd + i];
         }
       }
       for (int64_t i = 0; i < c.hd; ++i) {
         ASSERT_NEAR(out[(t * c.nh + h) * c.hd + i], ref[i], 1e-5 + 1e-5 * std::abs(ref[i]))
-            << "T=" << c.T << " t=" << t << " h=" << h << " i=" << i;
+            << "T=" << c.T << " window=" << c.window << " t=" << t << " h=" << h << " i=" << i;
       }
     }
   }
@@ -371,6 +386,31 @@ TEST_P(CpuKernels, AttentionLongPrefill) {
   check_attention(c);
 }
 
+TEST_P(CpuKernels, AttentionSlidingWindowDecode) {
+  // One query: only the last `window` slots (the poisoned ones before it would turn the output into NaN).
+  check_attention({1, 4, 2, 16, 40, {30}, 2, 8});
+  check_attention({1, 4, 2, 16, 40, {30}, 2, 1});    // a window of one: the query's own key
+  check_attention({1, 4, 2, 16, 40, {10}, 3, 100});  // window past kv_begin: the whole prefix
+  check_attention({1, 4, 2, 16, 40, {9}, 3, 7});     // window start == kv_begin
+  // Long windows split into chunks (flash-decoding) start at the window, f32 and bf16 caches.
+  check_attention({1, 4, 2, 64, 1200, {1100}, 5, 700});
+  check_attention({1, 9, 3, 64, 1100, {1030}, 17, 513}, DType::BF16);
+}
+
+TEST_P(CpuKernels, AttentionSlidingWindowPrefill) {
+  std::vector<int32_t> slots(24);
+  for (int i = 0; i < 24; ++i) slots[i] = i;
+  check_attention({24, 4, 2, 16, 32, slots, 0, 8});
+  check_attention({24, 4, 2, 16, 32, slots, 5, 8});  // left padding: rows 0..4 see nothing
+  check_attention({24, 6, 2, 33, 32, slots, 3, 3}, DType::BF16);
+  AttnCase c{130, 3, 1, 64, 160, {}, 4, 50};  // several blocks, rows of a block with different window starts
+  for (int t = 0; t < 130; ++t) c.q_slot.push_back(t + 10);
+  check_attention(c);
+  c.nh = 12;  // 12 query heads per kv head: blocks of 8 tokens
+  c.window = 200;
+  check_attention(c);
+}
+
 // ------------------------------------------------------------------ elementwise
 
 TEST_P(CpuKernels, Swiglu) {
@@ -383,6 +423,55 @@ TEST_P(CpuKernels, Swiglu) {
       ASSERT_NEAR(y[i], ref, 2e-6 * std::abs(ref) + 1e-30) << "n=" << n << " gate=" << g[i];
     }
   }
+}
+
+// gated_act against double-precision references of PyTorch's definitions.
+TEST_P(CpuKernels, GatedActivations) {
+  struct Case {
+    GateAct act;
+    double (*ref)(double);
+    double (*tail)(double);  // relative tolerance added for large |x| (see the file comment)
+  };
+  auto none = [](double) { return 0.0; };
+  const Case cases[] = {
+      {GateAct::Silu, [](double x) { return x / (1.0 + std::exp(-x)); }, none},
+      {GateAct::Gelu, [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); },
+       [](double x) { return 2e-7 * x * x; }},
+      // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)): the same function without the cancellation of 1 + tanh(u)
+      // in double for u << 0.
+      {GateAct::GeluTanh,
+       [](double x) {
+         return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+       },
+       [](double x) { return 2e-7 * (std::abs(x) + 0.1 * std::abs(x * x * x)); }},
+      {GateAct::Relu, [](double x) { return x > 0 ? x : 0.0; }, none},
+  };
+  for (const Case& c : cases) {
+    for (int64_t n : {1, 7, 16, 33, 577, 70001}) {
+      std::vector<float> g = random_vec(n, 43, -12.0f, 12.0f), u = random_vec(n, 44),
+                         y(static_cast<size_t>(n));
+      if (n == 7) g = {-100.0f, -13.0f, -5.0f, -0.0f, 1e-20f, 30.0f, 100.0f};
+      if (n == 16)
+        g = {-4.0f, -3.0f, -2.0f, -1.0f, -0.5f, -1e-3f, 1e-3f, 0.5f,
+             1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  -7.0f,  0.0f,  -9.0f};
+      gated_act(c.act, g.data(), u.data(), n, y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = g[static_cast<size_t>(i)], ref = c.ref(x) * u[static_cast<size_t>(i)];
+        const double tol = (2e-6 + c.tail(x)) * std::abs(ref) + 1e-37;
+        ASSERT_NEAR(y[static_cast<size_t>(i)], ref, tol)
+            << "act=" << static_cast<int>(c.act) << " n=" << n << " gate=" << x;
+      }
+    }
+    // NaN gates stay NaN (an overflowing model must not look healthy).
+    std::vector<float> g(37, NAN), u(37, 1.0f), y(37);
+    gated_act(c.act, g.data(), u.data(), 37, y.data());
+    for (float v : y) ASSERT_TRUE(std::isnan(v)) << "act=" << static_cast<int>(c.act);
+  }
+  // Silu through gated_act is the swiglu kernel, bit for bit.
+  std::vector<float> g = random_vec(999, 45, -20.0f, 20.0f), u = random_vec(999, 46), a(999), b(999);
+  gated_act(GateAct::Silu, g.data(), u.data(), 999, a.data());
+  swiglu(g.data(), u.data(), 999, b.data());
+  EXPECT_EQ(a, b);
 }
 
 TEST_P(CpuKernels, AddIsExact) {

@@ -42,7 +42,8 @@ size_t count(const std::string& text, const std::string& what) {
 const ShapeKey kDecode16{.phase = Phase::Decode, .batch = 1, .seq = 1, .cache_len = 16, .dtype = DType::F32};
 
 TEST(PjrtEmitter, FixtureMatchesEmitter) {
-  const std::string path = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/stablehlo/qwen3_tied_decode.mlir";
+  const std::string path =
+      std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/stablehlo/qwen3_tied_decode.mlir";
   const std::string text = pjrt::emit_stablehlo(tiny_graph("qwen3_tied", kDecode16));
   const char* update = std::getenv("TESSERA_UPDATE_FIXTURES");
   if (update && std::string(update) == "1") {
@@ -56,7 +57,8 @@ TEST(PjrtEmitter, FixtureMatchesEmitter) {
     std::string la, lb;
     int line = 1;
     while (std::getline(a, la) && std::getline(b, lb) && la == lb) ++line;
-    FAIL() << path << " differs from the emitter at line " << line << ":\n  fixture: " << la << "\n  emitted: " << lb
+    FAIL() << path << " differs from the emitter at line " << line << ":\n  fixture: " << la
+           << "\n  emitted: " << lb
            << "\n(if the change is intended, rerun with TESSERA_UPDATE_FIXTURES=1 and review the diff)";
   }
 }
@@ -64,7 +66,8 @@ TEST(PjrtEmitter, FixtureMatchesEmitter) {
 TEST(PjrtEmitter, SignatureIsWeightsThenInputsThenDonatedCaches) {
   auto g = tiny_graph("qwen3_tied", kDecode16);
   pjrt::StablehloProgram p = pjrt::lower_to_stablehlo(g);
-  // qwen3_tied: 2 layers x 11 weights + embedding (tied: no lm_head) + final norm; 4 step inputs; 2 x 2 caches.
+  // qwen3_tied: 2 layers x 11 weights + embedding (tied: no lm_head) + final norm; 4 step inputs; 2 x 2
+  // caches.
   ASSERT_EQ(p.args.size(), 24u + 4u + 4u);
   size_t i = 0;
   while (i < p.args.size() && p.args[i].kind == pjrt::StablehloArg::Weight) ++i;
@@ -86,7 +89,8 @@ TEST(PjrtEmitter, SignatureIsWeightsThenInputsThenDonatedCaches) {
   for (int r = 1; r <= 4; ++r)
     EXPECT_EQ(count(p.text, "{tf.aliasing_output = " + std::to_string(r) + " : i32}"), 1u) << "result " << r;
   EXPECT_EQ(count(p.text, "\"stablehlo.dynamic_update_slice\""), 4u);
-  // Float32 weights need no conversion; positions are converted once and the rope angles shared by all layers.
+  // Float32 weights need no conversion; positions are converted once and the rope angles shared by all
+  // layers.
   EXPECT_EQ(count(p.text, "\"stablehlo.convert\"(%arg"), 1u);
   EXPECT_EQ(count(p.text, "\"stablehlo.convert\"(%arg25)"), 1u);
   EXPECT_EQ(count(p.text, "\"stablehlo.cosine\""), 1u);
@@ -111,6 +115,54 @@ TEST(PjrtEmitter, BatchedPrefillMasksWithKvBeginAndSlots) {
   EXPECT_EQ(count(p.text, "comparison_direction GE"), 2u);  // kv_begin <= j, once per layer
   EXPECT_EQ(count(p.text, "comparison_direction LE"), 2u);  // j <= slots[s]
   EXPECT_NE(p.text.find("tensor<3x2x29x16xf32> {tf.aliasing_output = 1 : i32}"), std::string::npos);
+}
+
+// qwen3_tied's config with the MLP activation and sliding window set directly (as config.json's hidden_act
+// and use_sliding_window / sliding_window / layer_types set them).
+graph::Graph variant_graph(models::Activation act, int64_t window, std::vector<uint8_t> sliding,
+                           const ShapeKey& key) {
+  auto cj = golden::load_json(golden::model_path("qwen3_tied/config.json"));
+  const auto& arch = models::find_architecture(cj["architectures"][0].get<std::string>(), "qwen3_tied");
+  models::DecoderConfig c = arch.parse_config(cj, "qwen3_tied");
+  c.hidden_act = act;
+  c.sliding_window = window;
+  c.layer_sliding = std::move(sliding);
+  return arch.build_graph(c, key);
+}
+
+TEST(PjrtEmitter, GateActivationsLowerToTheirOps) {
+  auto text = [](models::Activation a) { return pjrt::emit_stablehlo(variant_graph(a, 0, {}, kDecode16)); };
+  const std::string silu = text(models::Activation::kSilu), gelu = text(models::Activation::kGelu),
+                    tanh = text(models::Activation::kGeluTanh), relu = text(models::Activation::kRelu);
+  EXPECT_EQ(count(silu, "\"chlo.erf\""), 0u);
+  EXPECT_EQ(count(gelu, "\"chlo.erf\""), 2u);  // one per layer
+  EXPECT_EQ(count(gelu, "\"stablehlo.tanh\""), 0u);
+  EXPECT_EQ(count(tanh, "\"stablehlo.tanh\""), 2u);
+  EXPECT_EQ(count(tanh, "\"chlo.erf\""), 0u);
+  // relu is a maximum against zero: two more maximum ops than silu (which has none in its MLP).
+  EXPECT_EQ(count(relu, "\"stablehlo.maximum\""), count(silu, "\"stablehlo.maximum\"") + 2u);
+  EXPECT_NE(gelu.find("layers.0.geglu: gelu(gate) * up"), std::string::npos);
+  EXPECT_NE(relu.find("layers.1.reglu: relu(gate) * up"), std::string::npos);
+  // The default (silu) emission is unchanged: the fixture test above pins it byte for byte.
+  EXPECT_EQ(silu, pjrt::emit_stablehlo(tiny_graph("qwen3_tied", kDecode16)));
+}
+
+TEST(PjrtEmitter, SlidingLayersMaskKeysBeforeTheWindow) {
+  const ShapeKey prefill{
+      .phase = Phase::Prefill, .batch = 2, .seq = 24, .cache_len = 40, .dtype = DType::F32};
+  // Layer 1 slides (window 8), layer 0 attends to the whole prefix.
+  const std::string text = pjrt::emit_stablehlo(variant_graph(models::Activation::kSilu, 8, {0, 1}, prefill));
+  EXPECT_EQ(count(text, "comparison_direction GT"), 1u);  // j > slots[s] - window, in layer 1 only
+  EXPECT_EQ(count(text, "dense<8> : tensor<24xi32>"), 1u);
+  EXPECT_EQ(count(pjrt::emit_stablehlo(variant_graph(models::Activation::kSilu, 8, {}, prefill)),
+                  "comparison_direction GT"),
+            0u);
+  // The graph records the window on the sliding layer's attention node only.
+  auto g = variant_graph(models::Activation::kSilu, 8, {0, 1}, prefill);
+  std::vector<int64_t> windows;
+  for (const auto& n : g.nodes)
+    if (n.op == graph::Op::Attention) windows.push_back(n.window);
+  EXPECT_EQ(windows, (std::vector<int64_t>{0, 8}));
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ namespace {
 const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "decode"; }
 
 constexpr const char* kOpNames[] = {"input",      "weight",    "cache_state",   "embedding", "rms_norm",
-                                    "matmul",     "rope",      "cache_update",  "attention", "swiglu",
+                                    "matmul",     "rope",      "cache_update",  "attention", "gated_act",
                                     "add",        "last_row",  "sampler_state", "mark_seen", "sample",
                                     "all_reduce", "all_gather"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
@@ -19,6 +19,20 @@ static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::
 }  // namespace
 
 const char* op_name(Op op) { return kOpNames[static_cast<size_t>(op)]; }
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::Silu:
+      return "silu";
+    case Activation::Gelu:
+      return "gelu";
+    case Activation::GeluTanh:
+      return "gelu_tanh";
+    case Activation::Relu:
+      return "relu";
+  }
+  return "?";
+}
 
 const char* sampling_name(Sampling s) {
   switch (s) {
@@ -132,7 +146,10 @@ std::string Graph::dump() const {
     os << "%" << i << " = " << op_name(n.op) << "(";
     for (size_t j = 0; j < n.inputs.size(); ++j) os << (j ? ", " : "") << "%" << n.inputs[j];
     os << ") " << shape_str(n.shape) << " " << dtype_name(n.dtype) << "  # "
-       << (n.op == Op::Weight ? weight_key(n) : n.name) << "\n";
+       << (n.op == Op::Weight ? weight_key(n) : n.name);
+    if (n.op == Op::GatedAct) os << " (" << activation_name(n.act) << ")";
+    if (n.op == Op::Attention && n.window > 0) os << " (window " << n.window << ")";
+    os << "\n";
   }
   os << "outputs:";
   for (int o : outputs) os << " %" << o;

@@ -49,16 +49,18 @@ enum class Op : uint8_t {
   MatMul,       // (x [rows, in], weight [out, in], bias? [out]) -> [rows, out]
   Rope,         // (x [rows, heads*head_dim], positions [rows]) -> rotated
   CacheUpdate,  // (cache, new [rows, kv_heads*head_dim], slots [seq]) -> cache with rows written
-  Attention,    // (q, k_cache, v_cache, slots [seq], kv_begin [batch]) -> [rows, heads*head_dim]
-  SwiGlu,       // (gate, up) -> silu(gate) * up
-  Add,          // (a, b) -> a + b
-  LastRow,      // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
+  Attention,  // (q, k_cache, v_cache, slots [seq], kv_begin [batch]) -> [rows, heads*head_dim]; `window` > 0:
+              // query slot q sees only keys j > q - window (sliding-window attention)
+  GatedAct,   // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
+  Add,        // (a, b) -> a + b
+  LastRow,    // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
   // In-step sampling (ShapeKey::sampling != Off; appended by graph::append_sampling):
   SamplerState,  // per-row "seen" mask [batch, vocab] f32 (1 = id occurred in the row), device state like a
                  // cache
   MarkSeen,      // (state, ids [batch*seq], seen_from? [batch]) -> state with ids[b, s] marked for s >=
                  // seen_from[b]
-  Sample,        // (logits [batch, vocab], state, params [batch*kSampleParams]) -> token ids [batch, 1] i32
+  Sample,        // (logits [batch, vocab], state, params [batch*kSampleParams]) -> token ids [batch, 1] i32;
+                 // -1 for a row whose logits hold a NaN or inf (the host must check and fail)
   // Tensor parallelism (ShapeKey::tp_size > 1): collectives over the tp_size ranks.
   AllReduce,  // (x) -> elementwise sum of x over all ranks (after a row-parallel matmul)
   AllGather,  // (x [rows, c]) -> [rows, c * tp_size]: rank r's columns at [r*c, (r+1)*c) (vocab-parallel
@@ -66,6 +68,14 @@ enum class Op : uint8_t {
   kCount
 };
 const char* op_name(Op op);
+
+// The gate activation of Op::GatedAct, with PyTorch's definitions:
+//   Silu:     x * sigmoid(x)
+//   Gelu:     x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))                    (F.gelu, approximate="none")
+//   GeluTanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))          (F.gelu, approximate="tanh")
+//   Relu:     max(x, 0)
+enum class Activation : uint8_t { Silu, Gelu, GeluTanh, Relu };
+const char* activation_name(Activation a);  // "silu", "gelu", "gelu_tanh", "relu"
 
 enum class InputKind : uint8_t {
   TokenIds,
@@ -121,8 +131,10 @@ struct Node {
   float eps = 0.f;                                             // RmsNorm
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
   float scale = 0.f;                                           // Attention
-  int rope_table = -1;                                         // Rope: index into Graph::rope_tables
-  WeightView view{};  // Weight: the part of the stored tensor `name` that is read
+  int64_t window = 0;                 // Attention: sliding window in keys (0: the whole prefix)
+  Activation act = Activation::Silu;  // GatedAct
+  int rope_table = -1;                // Rope: index into Graph::rope_tables
+  WeightView view{};                  // Weight: the part of the stored tensor `name` that is read
 };
 
 // The name a backend binds a weight node's tensor under: the stored name, plus the view when it is not the

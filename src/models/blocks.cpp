@@ -13,6 +13,20 @@ using graph::Op;
 
 std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
+graph::Activation graph_activation(Activation a) {
+  switch (a) {
+    case Activation::kSilu:
+      return graph::Activation::Silu;
+    case Activation::kGelu:
+      return graph::Activation::Gelu;
+    case Activation::kGeluTanh:
+      return graph::Activation::GeluTanh;
+    case Activation::kRelu:
+      return graph::Activation::Relu;
+  }
+  fail("unknown activation ", static_cast<int>(a));
+}
+
 GraphBuilder::GraphBuilder(const DecoderConfig& c, const graph::ShapeKey& key) : c_(c) {
   g_.key = key;
   rows_ = key.batch * key.seq;
@@ -133,7 +147,7 @@ int GraphBuilder::cache_update(int cache, int x, int slots, const std::string& n
   return g_.add(std::move(n));
 }
 
-int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_begin,
+int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_begin, int64_t window,
                             const std::string& name) {
   Node n{.op = Op::Attention,
          .name = name,
@@ -143,11 +157,16 @@ int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_b
   n.kv_heads = c_.local_kv_heads();
   n.head_dim = c_.head_dim;
   n.scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+  TS_ASSERT(window >= 0, name, " window ", window);
+  n.window = window;
   return g_.add(std::move(n));
 }
 
-int GraphBuilder::swiglu(int gate, int up, const std::string& name) {
-  return g_.add(Node{.op = Op::SwiGlu, .name = name, .inputs = {gate, up}, .shape = g_.at(gate).shape});
+int GraphBuilder::gated_act(int gate, int up, graph::Activation act, const std::string& name) {
+  TS_ASSERT(g_.at(gate).shape == g_.at(up).shape, name);
+  Node n{.op = Op::GatedAct, .name = name, .inputs = {gate, up}, .shape = g_.at(gate).shape};
+  n.act = act;
+  return g_.add(std::move(n));
 }
 
 int GraphBuilder::add(int a, int b, const std::string& name) {
@@ -197,7 +216,8 @@ int build_decoder_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, 
   k = b.rope(k, in.positions, c.local_kv_heads(), n + "k_rope");
   int kc = b.cache_update(b.cache_state(layer, 0), k, in.slots, n + "k_cache_update");
   int vc = b.cache_update(b.cache_state(layer, 1), v, in.slots, n + "v_cache_update");
-  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, n + "attn");
+  const int64_t window = c.layer_is_sliding(layer) ? c.sliding_window : 0;
+  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, window, n + "attn");
   int o = b.linear(attn, {p + "self_attn.o_proj", H, q_dim, c.attention_bias && style.o_proj_bias, row},
                    n + "attn_out");
   if (style.sandwich_norms) o = norm(o, "post_self_attn_layernorm.weight", H, "attn_post_norm");
@@ -216,7 +236,13 @@ int build_decoder_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, 
     gate = b.linear(h2, {p + "mlp.gate_proj", I, H, c.mlp_bias, mcol}, n + "gate");
     up = b.linear(h2, {p + "mlp.up_proj", I, H, c.mlp_bias, mcol}, n + "up");
   }
-  int act = b.swiglu(gate, up, n + "swiglu");
+  // Node names keep the usual name of each gated unit (SwiGLU, GeGLU, ReGLU).
+  const graph::Activation act_kind = graph_activation(c.hidden_act);
+  const char* unit = act_kind == graph::Activation::Silu       ? "swiglu"
+                     : act_kind == graph::Activation::Relu     ? "reglu"
+                     : act_kind == graph::Activation::GeluTanh ? "geglu_tanh"
+                                                               : "geglu";
+  int act = b.gated_act(gate, up, act_kind, n + unit);
   int down = b.linear(act, {p + "mlp.down_proj", H, I, c.mlp_bias, mrow}, n + "down");
   if (style.sandwich_norms) down = norm(down, "post_mlp_layernorm.weight", H, "mlp_post_norm");
   return b.add(x, down, n + "mlp_residual");
@@ -301,6 +327,7 @@ Architecture llama_family_architecture(const char* name, LayerStyle style) {
                              const graph::ShapeKey& k) { return build_causal_lm(c, k, style); },
       .ignorable_suffixes = {"rotary_emb.inv_freq"},
       .tp_plan = default_tp_plan(style),
+      .config_keys = {},
   };
 }
 

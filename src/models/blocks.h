@@ -48,8 +48,10 @@ class GraphBuilder {
   int all_gather(int x, const std::string& name);
   int rope(int x, int positions, int64_t heads, const std::string& name);
   int cache_update(int cache, int x, int slots, const std::string& name);
-  int attention(int q, int k_cache, int v_cache, int slots, int kv_begin, const std::string& name);
-  int swiglu(int gate, int up, const std::string& name);
+  // window > 0: sliding-window attention (a query sees the last `window` positions, itself included).
+  int attention(int q, int k_cache, int v_cache, int slots, int kv_begin, int64_t window,
+                const std::string& name);
+  int gated_act(int gate, int up, graph::Activation act, const std::string& name);  // act(gate) * up
   int add(int a, int b, const std::string& name);
   int last_row(int x, const std::string& name);
 
@@ -81,7 +83,8 @@ struct LayerStyle {
 };
 
 // input_layernorm -> self-attention (GQA, RoPE, static cache) -> residual ->
-// post_attention_layernorm -> SwiGLU MLP -> residual.
+// post_attention_layernorm -> gated MLP (act(gate) * up, act = config.hidden_act) -> residual.
+// Sliding layers (config.layer_is_sliding) attend within config.sliding_window.
 int build_decoder_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const LayerStyle& style);
 // Embedding, all layers, final norm, (last row,) LM head. Returns the graph.
 graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, const LayerStyle& style);
@@ -89,6 +92,7 @@ graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key,
 std::vector<WeightSpec> causal_lm_weights(const DecoderConfig& c, const LayerStyle& style);
 
 std::string layer_prefix(int layer);
+graph::Activation graph_activation(Activation a);
 // Transformers' base_model_tp_plan for a Llama-family layer in `style`, plus lm_head.
 std::vector<std::pair<std::string, std::string>> default_tp_plan(
     const LayerStyle& style);  // "model.layers.<i>."

@@ -3,6 +3,7 @@
 // activations by liveness (buffers reused once their last reader has run).
 // A run then walks the plan with no allocation.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -31,25 +32,40 @@ class CpuCache : public DeviceCache {
 // Where a node's output lives at run time.
 struct Slot {
   enum Kind { Arena, Weight, Input, Cache, Seen } kind = Arena;
-  size_t offset = 0;           // Arena: float offset
+  size_t offset = 0;  // Arena: float offset
   const void* weight = nullptr;
   InputKind input = InputKind::TokenIds;
-  int layer = -1, which = 0;   // Cache
+  int layer = -1, which = 0;  // Cache
 };
+
+cpu::GateAct gate_act(graph::Activation a) {
+  switch (a) {
+    case graph::Activation::Silu:
+      return cpu::GateAct::Silu;
+    case graph::Activation::Gelu:
+      return cpu::GateAct::Gelu;
+    case graph::Activation::GeluTanh:
+      return cpu::GateAct::GeluTanh;
+    case graph::Activation::Relu:
+      return cpu::GateAct::Relu;
+  }
+  fail("unknown activation ", static_cast<int>(a));
+}
 
 class CpuExecutable : public Executable {
  public:
   CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm, cpu::Bf16Dot bf16_dot)
       : g_(g), comm_(comm), bf16_dot_(bf16_dot) {
     if (g.key.tp_size > 1 && (!comm_ || comm_->size() != g.key.tp_size || comm_->rank() != g.key.tp_rank))
-      fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size, " ranks (got ",
-           comm_ ? comm_->size() : 1, ")");
+      fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size,
+           " ranks (got ", comm_ ? comm_->size() : 1, ")");
     plan(weights);
   }
 
   void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) override {
     const Node& out = g_.at(g_.outputs[0]);
-    if (out.op == Op::Sample) fail("cpu step ", g_.key.str(), ": this step samples in the graph; use run_tokens()");
+    if (out.op == Op::Sample)
+      fail("cpu step ", g_.key.str(), ": this step samples in the graph; use run_tokens()");
     auto& cache = static_cast<CpuCache&>(cache_base);
     in_ = &in;
     cache_ = &cache;
@@ -60,7 +76,8 @@ class CpuExecutable : public Executable {
 
   void run_tokens(const StepInputs& in, DeviceCache& cache_base, std::vector<int32_t>& tokens) override {
     const Node& out = g_.at(g_.outputs[0]);
-    if (out.op != Op::Sample) fail("cpu step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
+    if (out.op != Op::Sample)
+      fail("cpu step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
     auto& cache = static_cast<CpuCache&>(cache_base);
     const size_t state = static_cast<size_t>(g_.key.batch) * static_cast<size_t>(vocab_);
     if (cache.seen.size() != state) cache.seen.assign(state, 0.0f);
@@ -68,7 +85,8 @@ class CpuExecutable : public Executable {
     cache_ = &cache;
     for (size_t i = 0; i < g_.nodes.size(); ++i) exec(static_cast<int>(i));
     tokens.resize(static_cast<size_t>(out.shape[0]));
-    std::memcpy(tokens.data(), f32(g_.outputs[0]), tokens.size() * sizeof(int32_t));  // int32 bits in the arena
+    std::memcpy(tokens.data(), f32(g_.outputs[0]),
+                tokens.size() * sizeof(int32_t));  // int32 bits in the arena
   }
 
  private:
@@ -119,13 +137,13 @@ class CpuExecutable : public Executable {
     std::vector<size_t> buffer_size, buffer_last;
     for (size_t i = 0; i < n; ++i) {
       const Node& node = g_.nodes[i];
-      if (node.op == Op::Weight || node.op == Op::Input || node.op == Op::CacheState || node.op == Op::CacheUpdate ||
-          node.op == Op::SamplerState || node.op == Op::MarkSeen)
+      if (node.op == Op::Weight || node.op == Op::Input || node.op == Op::CacheState ||
+          node.op == Op::CacheUpdate || node.op == Op::SamplerState || node.op == Op::MarkSeen)
         continue;
       int src = node.inputs.empty() ? -1 : node.inputs[0];
-      bool in_place = (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add ||
-                       node.op == Op::AllReduce) && src >= 0 &&
-                      buffer[static_cast<size_t>(src)] >= 0 && last_use[static_cast<size_t>(src)] == i;
+      bool in_place =
+          (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add || node.op == Op::AllReduce) &&
+          src >= 0 && buffer[static_cast<size_t>(src)] >= 0 && last_use[static_cast<size_t>(src)] == i;
       if (in_place) {
         buffer[i] = buffer[static_cast<size_t>(src)];
       } else {
@@ -150,7 +168,8 @@ class CpuExecutable : public Executable {
         auto& group = siblings_[it->second];
         if (fresh) {
           group.push_back(static_cast<int>(i));
-        } else if (group.size() < 8 && g_.at(node.inputs[1]).dtype == g_.at(g_.nodes[it->second].inputs[1]).dtype) {
+        } else if (group.size() < 8 &&
+                   g_.at(node.inputs[1]).dtype == g_.at(g_.nodes[it->second].inputs[1]).dtype) {
           group.push_back(static_cast<int>(i));
           fused_away_[i] = true;
         }
@@ -170,7 +189,8 @@ class CpuExecutable : public Executable {
         case Op::Weight: {
           auto it = weights.find(graph::weight_key(node));
           TS_ASSERT(it != weights.end(), "weight not bound: ", graph::weight_key(node));
-          TS_ASSERT(it->second.shape == node.shape, graph::weight_key(node), " bound as ", shape_str(it->second.shape));
+          TS_ASSERT(it->second.shape == node.shape, graph::weight_key(node), " bound as ",
+                    shape_str(it->second.shape));
           TS_ASSERT(it->second.dtype == node.dtype, node.name, " bound as ", dtype_name(it->second.dtype));
           s.kind = Slot::Weight;
           s.weight = it->second.data;
@@ -209,7 +229,8 @@ class CpuExecutable : public Executable {
           s.offset = buffer_offset[b];
         }
       }
-      for (int b : frees[i]) release(buffer_offset[static_cast<size_t>(b)], buffer_size[static_cast<size_t>(b)]);
+      for (int b : frees[i])
+        release(buffer_offset[static_cast<size_t>(b)], buffer_size[static_cast<size_t>(b)]);
     }
     arena_ = Tensor::empty(DType::F32, {static_cast<int64_t>(std::max<size_t>(arena, 16))});
   }
@@ -223,12 +244,18 @@ class CpuExecutable : public Executable {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Input, g_.at(id).name);
     switch (s.input) {
-      case InputKind::TokenIds: return in_->ids.data();
-      case InputKind::Positions: return in_->positions.data();
-      case InputKind::Slots: return in_->slots.data();
-      case InputKind::KvBegin: return in_->kv_begin.data();
-      case InputKind::SeenFrom: return in_->seen_from.data();
-      case InputKind::SampleParams: return in_->sample_params.data();
+      case InputKind::TokenIds:
+        return in_->ids.data();
+      case InputKind::Positions:
+        return in_->positions.data();
+      case InputKind::Slots:
+        return in_->slots.data();
+      case InputKind::KvBegin:
+        return in_->kv_begin.data();
+      case InputKind::SeenFrom:
+        return in_->seen_from.data();
+      case InputKind::SampleParams:
+        return in_->sample_params.data();
     }
     return nullptr;
   }
@@ -270,7 +297,8 @@ class CpuExecutable : public Executable {
         }
         const Node& w = g_.at(in[1]);
         const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
-        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id), bf16_dot_);
+        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id),
+                    bf16_dot_);
         return;
       }
       case Op::Rope: {
@@ -308,12 +336,13 @@ class CpuExecutable : public Executable {
         const int32_t* kv_begin = ints(in[4]);
         for (int64_t b = 0; b < batch; ++b)
           cpu::attention(f32(in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
-                         kc.ptr<uint8_t>() + b * per_row, vc.ptr<uint8_t>() + b * per_row, kc.dtype, n.kv_heads, len,
-                         ints(in[3]), kv_begin[b], n.scale, f32(id) + b * seq * cols);
+                         kc.ptr<uint8_t>() + b * per_row, vc.ptr<uint8_t>() + b * per_row, kc.dtype,
+                         n.kv_heads, len, ints(in[3]), kv_begin[b], n.scale, f32(id) + b * seq * cols,
+                         n.window);
         return;
       }
-      case Op::SwiGlu:
-        cpu::swiglu(f32(in[0]), f32(in[1]), rows * cols, f32(id));
+      case Op::GatedAct:
+        cpu::gated_act(gate_act(n.act), f32(in[0]), f32(in[1]), rows * cols, f32(id));
         return;
       case Op::Add:
         cpu::add(f32(in[0]), f32(in[1]), rows * cols, f32(id));
@@ -321,7 +350,8 @@ class CpuExecutable : public Executable {
       case Op::LastRow: {
         const int64_t seq = g_.key.seq;
         for (int64_t b = 0; b < rows; ++b)
-          std::memcpy(f32(id) + b * cols, f32(in[0]) + (b * seq + seq - 1) * cols, static_cast<size_t>(cols) * 4);
+          std::memcpy(f32(id) + b * cols, f32(in[0]) + (b * seq + seq - 1) * cols,
+                      static_cast<size_t>(cols) * 4);
         return;
       }
       case Op::SamplerState:
@@ -347,7 +377,8 @@ class CpuExecutable : public Executable {
         float* y = f32(id);
         for (int64_t r = 0; r < tp; ++r)
           for (int64_t i = 0; i < rows; ++i)
-            std::memcpy(y + i * cols + r * c, gather_.data() + (r * rows + i) * c, static_cast<size_t>(c) * 4);
+            std::memcpy(y + i * cols + r * c, gather_.data() + (r * rows + i) * c,
+                        static_cast<size_t>(c) * 4);
         return;
       }
       case Op::kCount:
@@ -365,10 +396,11 @@ class CpuExecutable : public Executable {
       const Node& m = g_.at(group[i]);
       const Node& w = g_.at(m.inputs[1]);
       outs[i] = {weight(m.inputs[1]), w.shape[0],
-                 m.inputs.size() > 2 ? static_cast<const float*>(weight(m.inputs[2])) : nullptr, f32(group[i])};
+                 m.inputs.size() > 2 ? static_cast<const float*>(weight(m.inputs[2])) : nullptr,
+                 f32(group[i])};
     }
-    cpu::matmul_multi(f32(g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs, static_cast<int>(group.size()),
-                      bf16_dot_);
+    cpu::matmul_multi(f32(g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs,
+                      static_cast<int>(group.size()), bf16_dot_);
   }
 
   // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the row's seen mask [batch, vocab].
@@ -388,7 +420,7 @@ class CpuExecutable : public Executable {
   void sample(const Node& n, int id) {
     const float* logits = f32(n.inputs[0]);
     const int32_t* params = ints(n.inputs[2]);
-    int32_t* out = reinterpret_cast<int32_t*>(f32(id));  // [batch] int32 stored in the float arena
+    int32_t* out = reinterpret_cast<int32_t*>(f32(id));   // [batch] int32 stored in the float arena
     std::vector<float> row(static_cast<size_t>(vocab_));  // [vocab] scratch
     for (int64_t b = 0; b < g_.key.batch; ++b) {
       const int32_t* p = params + b * graph::kSampleParams;
@@ -398,6 +430,12 @@ class CpuExecutable : public Executable {
         return f;
       };
       std::memcpy(row.data(), logits + b * vocab_, row.size() * sizeof(float));
+      bool finite = true;
+      for (float x : row) finite = finite && std::isfinite(x);
+      if (!finite) {  // the model overflowed: no token (-1) for the host to report, as the PJRT lowering
+        out[b] = -1;
+        continue;
+      }
       generation::apply_repetition_penalty_mask(row.data(), vocab_, cache_->seen.data() + b * vocab_,
                                                 as_float(p[graph::kRepetitionPenalty]));
       if (g_.key.sampling == graph::Sampling::Greedy) {
@@ -410,8 +448,8 @@ class CpuExecutable : public Executable {
       cfg.top_p = as_float(p[graph::kTopP]);
       cfg.min_p = as_float(p[graph::kMinP]);
       generation::apply_warpers(row.data(), vocab_, cfg);
-      const uint64_t seed = static_cast<uint32_t>(p[graph::kSeedLo]) |
-                            uint64_t{static_cast<uint32_t>(p[graph::kSeedHi])} << 32;
+      const uint64_t seed =
+          static_cast<uint32_t>(p[graph::kSeedLo]) | uint64_t{static_cast<uint32_t>(p[graph::kSeedHi])} << 32;
       out[b] = generation::sample_from_logits(
           row.data(), vocab_, generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep]), b));
     }
@@ -421,7 +459,7 @@ class CpuExecutable : public Executable {
   Communicator* comm_ = nullptr;  // tensor-parallel group (tp_size > 1), owned by the backend
   cpu::Bf16Dot bf16_dot_;         // what matmuls with bf16 weights may do with their inputs
   std::vector<float> gather_;     // AllGather scratch, sized on first use
-  int64_t vocab_ = 0;  // sampler state width (graphs with in-step sampling)
+  int64_t vocab_ = 0;             // sampler state width (graphs with in-step sampling)
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
@@ -462,7 +500,8 @@ WeightMap pack_weights(WeightMap weights) {
   };
   std::vector<Range> ranges;
   for (size_t i = 0; i < uses.size(); ++i) {
-    const bool joins = !ranges.empty() && uses[i].t->owner.get() == uses[ranges.back().first].t->owner.get() &&
+    const bool joins = !ranges.empty() &&
+                       uses[i].t->owner.get() == uses[ranges.back().first].t->owner.get() &&
                        uses[i].begin <= ranges.back().end;
     if (joins) {
       ranges.back().end = std::max(ranges.back().end, uses[i].end);
@@ -484,14 +523,15 @@ WeightMap pack_weights(WeightMap weights) {
   std::vector<std::pair<size_t, size_t>> pieces;  // (range, byte offset in it)
   for (size_t r = 0; r < ranges.size(); ++r)
     for (size_t off = 0; off < ranges[r].end - ranges[r].begin; off += kPiece) pieces.emplace_back(r, off);
-  cpu::ThreadPool::instance().parallel_chunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const Range& r = ranges[pieces[static_cast<size_t>(p)].first];
-      const size_t off = pieces[static_cast<size_t>(p)].second;
-      std::memcpy(base + r.offset + off, reinterpret_cast<const uint8_t*>(r.begin) + off,
-                  std::min(kPiece, r.end - r.begin - off));
-    }
-  });
+  cpu::ThreadPool::instance().parallel_chunks(
+      static_cast<int64_t>(pieces.size()), 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          const Range& r = ranges[pieces[static_cast<size_t>(p)].first];
+          const size_t off = pieces[static_cast<size_t>(p)].second;
+          std::memcpy(base + r.offset + off, reinterpret_cast<const uint8_t*>(r.begin) + off,
+                      std::min(kPiece, r.end - r.begin - off));
+        }
+      });
   for (const Range& r : ranges) {
     for (size_t i = r.first; i < r.last; ++i) {
       Tensor& t = *uses[i].t;
@@ -514,8 +554,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<Executable> compile(const Graph& g) override {
     return std::make_unique<CpuExecutable>(g, weights_, comm_.get(), bf16_dot_);
   }
-  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
-                                            int64_t head_dim) override {
+  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
+                                            int64_t cache_len, int64_t head_dim) override {
     auto c = std::make_unique<CpuCache>();
     c->batch = batch;
     c->cache_len = cache_len;
@@ -554,7 +594,8 @@ class CpuBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm, const CpuBackendOptions& options) {
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm,
+                                          const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(std::move(comm), options);
 }
 

@@ -66,14 +66,25 @@ void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot
 // q [T, nh, hd]; k, v caches [nkv, cache_len, hd] in kv_dtype, F32 or BF16 (widened exactly; scores and sums
 // in f32) (GQA: query head h uses kv head h / (nh / nkv));
 // query t attends keys j with kv_begin <= j <= q_slot[t]; softmax(q·k * scale) in f32; out [T, nh * hd].
-// A query with no key in range (q_slot[t] < kv_begin, e.g. a padding row) gets zeros. Slots past q_slot[t]
-// are never read.
-void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v, DType kv_dtype,
-               int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin, float scale, float* out);
+// window > 0 (sliding-window attention): also j > q_slot[t] - window, i.e. the last `window` slots up to
+// q_slot[t] (slots and positions differ by kv_begin alone, so this is Transformers' kv_pos > pos - window).
+// A query with no key in range (q_slot[t] < kv_begin, e.g. a padding row) gets zeros. Slots past q_slot[t],
+// and slots before the first window start of a block of queries, are never read.
+void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v,
+               DType kv_dtype, int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin,
+               float scale, float* out, int64_t window = 0);
 
 // ---- elementwise ----
 // y = silu(gate) * up, elementwise over n; silu(x) = x / (1 + exp(-x)) in f32 as PyTorch. y may alias inputs.
 void swiglu(const float* gate, const float* up, int64_t n, float* y);
+// The gate activation of a gated MLP (PyTorch's definitions):
+//   Silu      x / (1 + exp(-x))
+//   Gelu      x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (exact erf GELU; erfc to ~1e-7 relative)
+//   GeluTanh  0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as x / (1 + exp(-2u))
+//   Relu      max(x, 0) (NaN stays NaN)
+enum class GateAct : uint8_t { Silu, Gelu, GeluTanh, Relu };
+// y = act(gate) * up, elementwise over n, in f32; y may alias inputs.
+void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float* y);
 // y = a + b over n; y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);
 // In-place softmax over each row of x [rows, n] (f32, max-subtracted).

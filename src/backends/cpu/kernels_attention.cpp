@@ -8,6 +8,11 @@
 //   O[r, :] = sum_j P[r, j] V[j, :]                      (six rows per pass over V).
 // `last` is the block's largest q_slot: a row's scores past its own q_slot are computed but never used, and
 // its weighted sum stops at its own q_slot. Slots outside kv_begin .. max(q_slot) are never read.
+// Sliding window (window > 0): row t sees lo(t) = max(kv_begin, q_slot[t] - window + 1) .. q_slot[t]. A block
+// reads keys from the smallest lo of its rows on (keys before it are skipped, not masked); a row whose
+// window starts later gets zero probabilities for the block's keys before its own lo. Blocks hold at most
+// `window` tokens, so a block reads fewer than twice the keys its rows see. Decode over a long window splits
+// the window's keys, as it splits the whole prefix.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -33,7 +38,13 @@ struct AttnArgs {
   const int32_t* q_slot;
   int32_t kv_begin;
   float scale;
-  float* out;  // [T, nh * hd]
+  float* out;      // [T, nh * hd]
+  int64_t window;  // > 0: sliding window (keys j > q_slot - window)
+
+  // The first slot query t may see.
+  int64_t lo(int64_t t) const {
+    return window > 0 ? std::max<int64_t>(kv_begin, q_slot[t] - window + 1) : int64_t{kv_begin};
+  }
 };
 
 // Row j of kv head g in a cache (k or v) of a.kv_dtype.
@@ -51,8 +62,8 @@ void axpy_v(const AttnArgs& a, const VecOps& ops, const void* vg, int64_t j, flo
 }
 
 // dst[r, :] (row stride ldo) = sum_{j < keys} p[r * ldp + j] * V row j, for r < rows.
-void weighted_v(const AttnArgs& a, const VecOps& ops, const void* vg, const float* p, int64_t ldp, int64_t rows,
-                int64_t keys, float* dst, int64_t ldo) {
+void weighted_v(const AttnArgs& a, const VecOps& ops, const void* vg, const float* p, int64_t ldp,
+                int64_t rows, int64_t keys, float* dst, int64_t ldo) {
   if (a.kv_dtype == DType::BF16)
     ops.weighted_rows_multi_bf16(p, ldp, rows, keys, static_cast<const uint16_t*>(vg), a.hd, dst, ldo);
   else
@@ -62,17 +73,27 @@ void weighted_v(const AttnArgs& a, const VecOps& ops, const void* vg, const floa
 // Tokens t0 .. t1-1, kv head g: writes out[t, (g * group + i) * hd ...] for i < group.
 void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, int64_t g) {
   const int64_t h0 = g * a.group, G = a.group, hd = a.hd, R = (t1 - t0) * G;
-  int64_t last = -1;
-  for (int64_t t = t0; t < t1; ++t) last = std::max<int64_t>(last, a.q_slot[t]);
+  // Keys first .. last: from the earliest window start to the latest query of rows that see any key.
+  int64_t first = INT64_MAX, last = -1;
+  for (int64_t t = t0; t < t1; ++t) {
+    if (a.q_slot[t] < a.kv_begin) continue;  // padding: sees nothing
+    first = std::min(first, a.lo(t));
+    last = std::max<int64_t>(last, a.q_slot[t]);
+  }
   auto out_row = [&](int64_t r) { return a.out + ((t0 + r / G) * a.nh + h0 + r % G) * hd; };
-  auto keys = [&](int64_t r) { return std::max<int64_t>(0, a.q_slot[t0 + r / G] - a.kv_begin + 1); };
-  if (last < a.kv_begin) {  // nothing visible for any row (padding)
+  // Row r's keys are [start(r), keys(r)) of the block's keys (keys(r) = 0: none).
+  auto keys = [&](int64_t r) {
+    const int64_t t = t0 + r / G;
+    return a.q_slot[t] < a.kv_begin ? int64_t{0} : a.q_slot[t] - first + 1;
+  };
+  auto start = [&](int64_t r) { return a.lo(t0 + r / G) - first; };
+  if (last < 0) {  // nothing visible for any row (padding)
     for (int64_t r = 0; r < R; ++r) std::memset(out_row(r), 0, static_cast<size_t>(hd) * sizeof(float));
     return;
   }
-  const int64_t n = last - a.kv_begin + 1;
-  const void* kg = kv_row(a, a.k, g, a.kv_begin);  // [n, hd]
-  const void* vg = kv_row(a, a.v, g, a.kv_begin);  // [n, hd]
+  const int64_t n = last - first + 1;
+  const void* kg = kv_row(a, a.k, g, first);  // [n, hd]
+  const void* vg = kv_row(a, a.v, g, first);  // [n, hd]
   // Q rows of the block, [R, hd] (token-major, then the group's heads): contiguous per token already.
   const float* qb = a.q + (t0 * a.nh + h0) * hd;
   if (t1 - t0 > 1) {
@@ -87,10 +108,12 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
   for (int64_t r = 0; r < R; ++r) {
     const int64_t nr = keys(r);
     if (nr == 0) continue;
-    float* sr = s + r * n;
-    ops.scale(a.scale, sr, nr);
-    const float mx = *std::max_element(sr, sr + nr);
-    ops.scale(1.0f / ops.exp_sum(sr, nr, mx), sr, nr);
+    const int64_t j0 = start(r);
+    std::fill(s + r * n, s + r * n + j0, 0.0f);  // keys before this row's window
+    float* sr = s + r * n + j0;
+    ops.scale(a.scale, sr, nr - j0);
+    const float mx = *std::max_element(sr, sr + nr - j0);
+    ops.scale(1.0f / ops.exp_sum(sr, nr - j0, mx), sr, nr - j0);
   }
   // O = P V: rows in runs of six share each V row up to the run's smallest key count; the few keys left
   // (later tokens of the run) are added row by row.
@@ -127,7 +150,8 @@ void attend_chunk(const AttnArgs& a, const VecOps& ops, int64_t g, int64_t j0, i
   const int64_t G = a.group, hd = a.hd, n = j1 - j0;
   const void* vg = kv_row(a, a.v, g, j0);
   float* s = scratch(3, G * n);
-  matmul(a.q + g * G * hd, G, hd, kv_row(a, a.k, g, j0), a.kv_dtype, n, nullptr, s);  // inline: inside a pool job
+  matmul(a.q + g * G * hd, G, hd, kv_row(a, a.k, g, j0), a.kv_dtype, n, nullptr,
+         s);  // inline: inside a pool job
   for (int64_t r = 0; r < G; ++r) {
     float* sr = s + r * n;
     ops.scale(a.scale, sr, n);
@@ -142,7 +166,7 @@ void attend_chunk(const AttnArgs& a, const VecOps& ops, int64_t g, int64_t j0, i
 // per kv head alone leaves threads idle when there are few kv heads), and the chunks' partial softmax sums
 // are merged: out = sum_c e^(m_c - M) o_c / sum_c e^(m_c - M) l_c with M = max_c m_c.
 void attend_decode_split(const AttnArgs& a, const VecOps& ops, int64_t nkv, int64_t chunks) {
-  const int64_t G = a.group, hd = a.hd, first = a.kv_begin, n = a.q_slot[0] - a.kv_begin + 1;
+  const int64_t G = a.group, hd = a.hd, first = a.lo(0), n = a.q_slot[0] - first + 1;
   static thread_local std::vector<float> parts;  // [nkv][chunks][G][2 + hd]; grows once
   const size_t stride = static_cast<size_t>(G * (2 + hd));
   if (parts.size() < static_cast<size_t>(nkv * chunks) * stride)
@@ -183,24 +207,28 @@ constexpr int64_t kDecodeChunkKeys = 128;
 
 }  // namespace
 
-void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v, DType kv_dtype,
-               int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin, float scale, float* out) {
+void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v,
+               DType kv_dtype, int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin,
+               float scale, float* out, int64_t window) {
   TS_ASSERT(nkv > 0 && nh % nkv == 0, "attention nh=", nh, " nkv=", nkv);
-  TS_ASSERT(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention KV cache dtype ", dtype_name(kv_dtype));
+  TS_ASSERT(window >= 0, "attention window=", window);
+  TS_ASSERT(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention KV cache dtype ",
+            dtype_name(kv_dtype));
   TS_ASSERT(kv_begin >= 0, "attention kv_begin=", kv_begin);
   for (int64_t t = 0; t < T; ++t) {
     TS_ASSERT(q_slot[t] < cache_len, "attention q_slot[", t, "]=", q_slot[t], " cache_len=", cache_len);
   }
-  const AttnArgs a{q, k, v, kv_dtype, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out};
+  const AttnArgs a{q, k, v, kv_dtype, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out, window};
   const VecOps& ops = vec_ops();
   if (T == 1 && q_slot[0] >= kv_begin) {
     // Enough chunks for every thread to take a few (so a preempted thread holds up little), none shorter
     // than kDecodeChunkKeys.
-    const int64_t n = q_slot[0] - kv_begin + 1, threads = ThreadPool::instance().num_threads();
+    const int64_t n = q_slot[0] - a.lo(0) + 1, threads = ThreadPool::instance().num_threads();
     const int64_t chunks = std::min<int64_t>(n / kDecodeChunkKeys, (4 * threads + nkv - 1) / nkv);
     if (chunks > 1) return attend_decode_split(a, ops, nkv, chunks);
   }
-  const int64_t tb = std::max<int64_t>(1, kBlockRows / a.group);  // tokens per block
+  int64_t tb = std::max<int64_t>(1, kBlockRows / a.group);  // tokens per block
+  if (window > 0) tb = std::min(tb, window);                // a block's keys span < 2 windows
   const int64_t blocks = (T + tb - 1) / tb, tasks = blocks * nkv;
   // Tasks claimed from a counter, the last (longest: causal) blocks first.
   std::atomic<int64_t> next{0};

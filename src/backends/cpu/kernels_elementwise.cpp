@@ -1,4 +1,4 @@
-// Elementwise kernels (swiglu, add), row softmax and argmax.
+// Elementwise kernels (gated activations, add), row softmax and argmax.
 #include <algorithm>
 #include <cmath>
 
@@ -26,6 +26,25 @@ void for_chunks(int64_t n, const Fn& fn) {
 void swiglu(const float* gate, const float* up, int64_t n, float* y) {
   const VecOps& ops = vec_ops();
   for_chunks(n, [&](int64_t i, int64_t len) { ops.swiglu(gate + i, up + i, len, y + i); });
+}
+
+void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float* y) {
+  const VecOps& ops = vec_ops();
+  auto fn = ops.swiglu;
+  switch (act) {
+    case GateAct::Silu:
+      break;
+    case GateAct::Gelu:
+      fn = ops.gelu_mul;
+      break;
+    case GateAct::GeluTanh:
+      fn = ops.gelu_tanh_mul;
+      break;
+    case GateAct::Relu:
+      fn = ops.relu_mul;
+      break;
+  }
+  for_chunks(n, [&](int64_t i, int64_t len) { fn(gate + i, up + i, len, y + i); });
 }
 
 void add(const float* a, const float* b, int64_t n, float* y) {

@@ -49,6 +49,9 @@ struct VScalar {
   static R load_f16(const uint16_t* p) { return f16_to_f32(*p); }
   static R div(R a, R b) { return a / b; }
   static R exp(R x) { return std::exp(x); }
+  static R abs(R x) { return std::fabs(x); }
+  static R relu(R x) { return x > 0.0f || x != x ? x : 0.0f; }            // max(x, 0), NaN kept
+  static R select_neg(R x, R a, R b) { return std::signbit(x) ? a : b; }  // a where x's sign bit is set
   // bf16 "pairs" layout (used where kBf16Pairs): 2 * kLanes bf16 split into even and odd elements, and the
   // matching f32 deinterleave of x, so bf16 widens with one shift / one mask instead of a cross-lane widen.
   static constexpr bool kBf16Pairs = false;
@@ -97,6 +100,9 @@ struct VAvx2 {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static R div(R a, R b) { return _mm256_div_ps(a, b); }
+  static R abs(R x) { return _mm256_andnot_ps(set1(-0.0f), x); }
+  static R relu(R x) { return _mm256_max_ps(zero(), x); }  // the second operand (x) when either is NaN
+  static R select_neg(R x, R a, R b) { return _mm256_blendv_ps(b, a, x); }  // blendv reads the sign bit
   // exp in f32 (Cephes-style range reduction + degree-6 polynomial, ~1 ulp). Inputs below -87 give 0
   // (the true value is below the smallest normal), above ln(FLT_MAX) give inf, NaN stays NaN.
   static R exp(R x) {
@@ -185,6 +191,11 @@ struct VAvx512 {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   static R div(R a, R b) { return _mm512_div_ps(a, b); }
+  static R abs(R x) { return _mm512_abs_ps(x); }
+  static R relu(R x) { return _mm512_max_ps(zero(), x); }  // the second operand (x) when either is NaN
+  static R select_neg(R x, R a, R b) {
+    return _mm512_mask_blend_ps(_mm512_movepi32_mask(_mm512_castps_si512(x)), b, a);
+  }
   // Same algorithm as VAvx2::exp.
   static R exp(R x) {
     R xc = _mm512_min_ps(_mm512_max_ps(x, set1(-87.0f)), set1(88.7228394f));
@@ -261,6 +272,9 @@ struct VecOps {
   void (*scale)(float s, float* y, int64_t n);                                      // y *= s
   float (*exp_sum)(float* x, int64_t n, float max);  // x = exp(x - max); returns sum
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* y);
+  void (*gelu_mul)(const float* gate, const float* up, int64_t n, float* y);       // gelu(gate) * up
+  void (*gelu_tanh_mul)(const float* gate, const float* up, int64_t n, float* y);  // gelu_tanh(gate) * up
+  void (*relu_mul)(const float* gate, const float* up, int64_t n, float* y);       // relu(gate) * up
   void (*add)(const float* a, const float* b, int64_t n, float* y);
   // out[r * ldo + :] = sum_j p[r * ldp + j] * rows[j, :] for r < R (any R; rows loaded once per 6 r).
   void (*weighted_rows_multi)(const float* p, int64_t ldp, int64_t R, int64_t n, const float* rows,

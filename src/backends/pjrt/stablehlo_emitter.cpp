@@ -23,16 +23,21 @@ using graph::Op;
 struct Val {
   std::string name;  // "%v12" or "%arg3"
   Shape shape;
-  std::string et;    // element type: f32, bf16, f16, i32, i1
+  std::string et;  // element type: f32, bf16, f16, i32, i1
 };
 
 std::string element_type(DType dt) {
   switch (dt) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
   }
   return "?";
 }
@@ -66,10 +71,12 @@ class Builder {
 
   void comment(const std::string& text) { body << "    // " << text << "\n"; }
 
+  // `name` is a StableHLO op ("add") or a dialect-qualified one ("chlo.erf").
   Val op(const std::string& name, const std::vector<Val>& operands, const std::string& attrs, Shape shape,
          std::string et) {
     Val out{"%v" + std::to_string(next_++), std::move(shape), std::move(et)};
-    body << "    " << out.name << " = \"stablehlo." << name << "\"(";
+    body << "    " << out.name << " = \"" << (name.find('.') == std::string::npos ? "stablehlo." : "") << name
+         << "\"(";
     for (size_t i = 0; i < operands.size(); ++i) body << (i ? ", " : "") << operands[i].name;
     body << ")";
     if (!attrs.empty()) body << " {" << attrs << "}";
@@ -89,16 +96,17 @@ class Builder {
   Val max(const Val& a, const Val& b) { return binary("maximum", a, b); }
 
   Val splat_f32(float x, const Shape& shape) {
-    return op("constant", {}, "value = dense<" + f32_literal(x) + "> : " + tensor_type(shape, "f32"), shape, "f32");
+    return op("constant", {}, "value = dense<" + f32_literal(x) + "> : " + tensor_type(shape, "f32"), shape,
+              "f32");
   }
   Val splat_u32(uint32_t x, const Shape& shape) {
-    return op("constant", {}, "value = dense<" + std::to_string(x) + "> : " + tensor_type(shape, "ui32"), shape,
-              "ui32");
+    return op("constant", {}, "value = dense<" + std::to_string(x) + "> : " + tensor_type(shape, "ui32"),
+              shape, "ui32");
   }
   Val bitcast(const Val& a, const std::string& et) { return op("bitcast_convert", {a}, "", a.shape, et); }
   Val splat_i32(int32_t x, const Shape& shape) {
-    return op("constant", {}, "value = dense<" + std::to_string(x) + "> : " + tensor_type(shape, "i32"), shape,
-              "i32");
+    return op("constant", {}, "value = dense<" + std::to_string(x) + "> : " + tensor_type(shape, "i32"),
+              shape, "i32");
   }
   Val vector_f32(const std::vector<float>& xs) {
     std::string lits;
@@ -121,15 +129,16 @@ class Builder {
   }
   // Broadcasts `a` to `shape`; operand dimension i becomes result dimension dims[i].
   Val broadcast(const Val& a, const std::vector<int64_t>& dims, const Shape& shape) {
-    return op("broadcast_in_dim", {a}, "broadcast_dimensions = array<i64: " + i64_list(dims) + ">", shape, a.et);
+    return op("broadcast_in_dim", {a}, "broadcast_dimensions = array<i64: " + i64_list(dims) + ">", shape,
+              a.et);
   }
   Val slice(const Val& a, const std::vector<int64_t>& start, const std::vector<int64_t>& limit) {
     Shape shape;
     std::vector<int64_t> strides(start.size(), 1);
     for (size_t i = 0; i < start.size(); ++i) shape.push_back(limit[i] - start[i]);
     return op("slice", {a},
-              "start_indices = array<i64: " + i64_list(start) + ">, limit_indices = array<i64: " + i64_list(limit) +
-                  ">, strides = array<i64: " + i64_list(strides) + ">",
+              "start_indices = array<i64: " + i64_list(start) + ">, limit_indices = array<i64: " +
+                  i64_list(limit) + ">, strides = array<i64: " + i64_list(strides) + ">",
               shape, a.et);
   }
   Val concatenate(const std::vector<Val>& parts, int64_t dim) {
@@ -148,7 +157,9 @@ class Builder {
                   ">, compare_type = #stablehlo<comparison_type " + kind + ">",
               a.shape, "i1");
   }
-  Val select(const Val& pred, const Val& a, const Val& b) { return op("select", {pred, a, b}, "", a.shape, a.et); }
+  Val select(const Val& pred, const Val& a, const Val& b) {
+    return op("select", {pred, a, b}, "", a.shape, a.et);
+  }
 
   // Reduces f32 (or i32) `a` over `dims` with add, maximum or minimum.
   Val reduce(const Val& a, const std::vector<int64_t>& dims, const char* combiner, float init) {
@@ -163,11 +174,11 @@ class Builder {
     const std::string r = out.name.substr(2), scalar = tensor_type({}, a.et);
     body << "    " << out.name << " = \"stablehlo.reduce\"(" << a.name << ", " << init_v.name << ") ({\n"
          << "    ^bb0(%r" << r << "a: " << scalar << ", %r" << r << "b: " << scalar << "):\n"
-         << "      %r" << r << "c = \"stablehlo." << combiner << "\"(%r" << r << "a, %r" << r << "b) : (" << scalar
-         << ", " << scalar << ") -> " << scalar << "\n"
+         << "      %r" << r << "c = \"stablehlo." << combiner << "\"(%r" << r << "a, %r" << r << "b) : ("
+         << scalar << ", " << scalar << ") -> " << scalar << "\n"
          << "      \"stablehlo.return\"(%r" << r << "c) : (" << scalar << ") -> ()\n"
-         << "    }) {dimensions = array<i64: " << i64_list(dims) << ">} : (" << type(a) << ", " << scalar << ") -> "
-         << type(out) << "\n";
+         << "    }) {dimensions = array<i64: " << i64_list(dims) << ">} : (" << type(a) << ", " << scalar
+         << ") -> " << type(out) << "\n";
     return out;
   }
 
@@ -189,15 +200,15 @@ class Builder {
     const std::string r = std::to_string(next_++);
     const std::string f = tensor_type({}, "f32"), i = tensor_type({}, "i32");
     body << "    %v" << r << ":2 = \"stablehlo.sort\"(" << keys.name << ", " << payload.name << ") ({\n"
-         << "    ^bb0(%s" << r << "a: " << f << ", %s" << r << "b: " << f << ", %s" << r << "c: " << i << ", %s" << r
-         << "d: " << i << "):\n"
+         << "    ^bb0(%s" << r << "a: " << f << ", %s" << r << "b: " << f << ", %s" << r << "c: " << i
+         << ", %s" << r << "d: " << i << "):\n"
          << "      %s" << r << "e = \"stablehlo.compare\"(%s" << r << "a, %s" << r
          << "b) {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = "
             "#stablehlo<comparison_type FLOAT>} : ("
          << f << ", " << f << ") -> tensor<i1>\n"
          << "      \"stablehlo.return\"(%s" << r << "e) : (tensor<i1>) -> ()\n"
-         << "    }) {dimension = " << dim << " : i64, is_stable = true} : (" << type(keys) << ", " << type(payload)
-         << ") -> (" << type(keys) << ", " << type(payload) << ")\n";
+         << "    }) {dimension = " << dim << " : i64, is_stable = true} : (" << type(keys) << ", "
+         << type(payload) << ") -> (" << type(keys) << ", " << type(payload) << ")\n";
     return {Val{"%v" + r + "#0", keys.shape, keys.et}, Val{"%v" + r + "#1", payload.shape, payload.et}};
   }
 
@@ -261,8 +272,13 @@ class Lowering {
       const Node& n = g_.nodes[i];
       if (n.op != Op::CacheState && n.op != Op::SamplerState) continue;
       cache_args_.push_back(static_cast<int>(i));
-      vals_[i] = add_arg({n.op == Op::CacheState ? StablehloArg::Cache : StablehloArg::Seen, n.name, {}, n.layer,
-                          n.which, n.shape, DType::F32});
+      vals_[i] = add_arg({n.op == Op::CacheState ? StablehloArg::Cache : StablehloArg::Seen,
+                          n.name,
+                          {},
+                          n.layer,
+                          n.which,
+                          n.shape,
+                          DType::F32});
     }
     cache_final_ = cache_args_;  // each cache's latest value: the CacheState itself until updated
   }
@@ -273,25 +289,49 @@ class Lowering {
       case Op::Input:
       case Op::Weight:
       case Op::CacheState:
-      case Op::SamplerState: return;  // arguments
-      case Op::MarkSeen: vals_[static_cast<size_t>(id)] = mark_seen(n, id); break;
-      case Op::Sample: vals_[static_cast<size_t>(id)] = sample(n); break;
-      case Op::Embedding: vals_[static_cast<size_t>(id)] = embedding(n); break;
-      case Op::RmsNorm: vals_[static_cast<size_t>(id)] = rms_norm(n); break;
-      case Op::MatMul: vals_[static_cast<size_t>(id)] = matmul(n); break;
-      case Op::Rope: vals_[static_cast<size_t>(id)] = rope(n); break;
-      case Op::CacheUpdate: vals_[static_cast<size_t>(id)] = cache_update(n, id); break;
-      case Op::Attention: vals_[static_cast<size_t>(id)] = attention(n); break;
-      case Op::SwiGlu: vals_[static_cast<size_t>(id)] = swiglu(n); break;
-      case Op::Add: vals_[static_cast<size_t>(id)] = b_.add(val(n.inputs[0]), val(n.inputs[1])); break;
-      case Op::LastRow: vals_[static_cast<size_t>(id)] = last_row(n); break;
+      case Op::SamplerState:
+        return;  // arguments
+      case Op::MarkSeen:
+        vals_[static_cast<size_t>(id)] = mark_seen(n, id);
+        break;
+      case Op::Sample:
+        vals_[static_cast<size_t>(id)] = sample(n);
+        break;
+      case Op::Embedding:
+        vals_[static_cast<size_t>(id)] = embedding(n);
+        break;
+      case Op::RmsNorm:
+        vals_[static_cast<size_t>(id)] = rms_norm(n);
+        break;
+      case Op::MatMul:
+        vals_[static_cast<size_t>(id)] = matmul(n);
+        break;
+      case Op::Rope:
+        vals_[static_cast<size_t>(id)] = rope(n);
+        break;
+      case Op::CacheUpdate:
+        vals_[static_cast<size_t>(id)] = cache_update(n, id);
+        break;
+      case Op::Attention:
+        vals_[static_cast<size_t>(id)] = attention(n);
+        break;
+      case Op::GatedAct:
+        vals_[static_cast<size_t>(id)] = gated_act(n);
+        break;
+      case Op::Add:
+        vals_[static_cast<size_t>(id)] = b_.add(val(n.inputs[0]), val(n.inputs[1]));
+        break;
+      case Op::LastRow:
+        vals_[static_cast<size_t>(id)] = last_row(n);
+        break;
       case Op::AllReduce:
         vals_[static_cast<size_t>(id)] = all_reduce(n);
         break;
       case Op::AllGather:
         vals_[static_cast<size_t>(id)] = all_gather(n);
         break;
-      case Op::kCount: fail("stablehlo emitter: invalid op in graph node ", n.name);
+      case Op::kCount:
+        fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
     TS_ASSERT(vals_[static_cast<size_t>(id)].shape == n.shape, n.name, ": lowered to ",
               shape_str(vals_[static_cast<size_t>(id)].shape), ", graph says ", shape_str(n.shape));
@@ -336,7 +376,8 @@ class Lowering {
     Val rows_v = b_.op("gather", {table, idx},
                        "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
                        "start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
-                       "slice_sizes = array<i64: 1, " + std::to_string(dim) + ">",
+                       "slice_sizes = array<i64: 1, " +
+                           std::to_string(dim) + ">",
                        {rows, dim}, table.et);  // [R, D]
     return b_.convert(rows_v, "f32");
   }
@@ -352,7 +393,7 @@ class Lowering {
     Val sum = b_.reduce(b_.mul(xg, xg), {1}, "add", 0.0f);                // [G]
     Val mean = b_.div(sum, b_.splat_f32(static_cast<float>(n.dim), g1));  // [G]
     Val sd = b_.unary("sqrt", b_.add(mean, b_.splat_f32(n.eps, g1)));
-    Val inv = b_.div(b_.splat_f32(1.0f, g1), sd);                         // [G]
+    Val inv = b_.div(b_.splat_f32(1.0f, g1), sd);  // [G]
     Val y = b_.mul(xg, b_.broadcast(inv, {0}, gd));
     y = b_.mul(y, b_.broadcast(w, {1}, gd));
     return b_.reshape(y, x.shape);
@@ -379,11 +420,12 @@ class Lowering {
     const auto& [cos_v, sin_v] = rope_angles(n.inputs[1], n.rope_table, half);
     Val c = b_.broadcast(cos_v, {0, 2}, rhh);  // [R, H, half]
     Val s = b_.broadcast(sin_v, {0, 2}, rhh);
-    Val x3 = b_.reshape(x, x3s);                                                  // [R, H, hd]
+    Val x3 = b_.reshape(x, x3s);  // [R, H, hd]
     Val x1 = b_.slice(x3, {0, 0, 0}, {rows, heads, half});
     Val x2 = b_.slice(x3, {0, 0, half}, {rows, heads, rot});
     std::vector<Val> parts = {b_.sub(b_.mul(x1, c), b_.mul(x2, s)), b_.add(b_.mul(x2, c), b_.mul(x1, s))};
-    if (rot < hd) parts.push_back(b_.slice(x3, {0, 0, rot}, {rows, heads, hd}));  // partial rotary: rest as is
+    if (rot < hd)
+      parts.push_back(b_.slice(x3, {0, 0, rot}, {rows, heads, hd}));  // partial rotary: rest as is
     return b_.reshape(b_.concatenate(parts, 2), x.shape);
   }
 
@@ -398,7 +440,7 @@ class Lowering {
     Val inv = b_.vector_f32(std::vector<float>(table.begin(), table.begin() + half));  // [half]
     Val pos = b_.convert(val(positions), "f32");                                       // [R]
     const Shape rh{pos.shape[0], half};
-    Val angle = b_.mul(b_.broadcast(pos, {0}, rh), b_.broadcast(inv, {1}, rh));        // [R, half]
+    Val angle = b_.mul(b_.broadcast(pos, {0}, rh), b_.broadcast(inv, {1}, rh));  // [R, half]
     return rope_cs_[key] = {b_.unary("cosine", angle), b_.unary("sine", angle)};
   }
 
@@ -413,7 +455,7 @@ class Lowering {
     const Val& slots = val(n.inputs[2]);
     const int64_t kv = n.kv_heads, hd = n.head_dim;
     Val upd = b_.transpose(b_.reshape(x, {batch(), seq(), kv, hd}), {0, 2, 1, 3});  // [B, KV, S, hd]
-    Val first = b_.reshape(b_.slice(slots, {0}, {1}), {});                        // scalar slots[0]
+    Val first = b_.reshape(b_.slice(slots, {0}, {1}), {});                          // scalar slots[0]
     Val zero = b_.splat_i32(0, {});
     Val out = b_.op("dynamic_update_slice", {cache, upd, zero, zero, first, zero}, "", cache.shape, cache.et);
     for (size_t i = 0; i < cache_args_.size(); ++i)
@@ -421,10 +463,13 @@ class Lowering {
     return out;
   }
 
-  // Causal GQA attention over the static cache: query column s of row b sees slots kv_begin[b] <= j <= slots[s].
-  // q [B*S, H*hd], caches [B, KV, L, hd] -> [B*S, H*hd]; a row that sees nothing gets zeros (as natively).
+  // Causal GQA attention over the static cache: query column s of row b sees slots kv_begin[b] <= j <=
+  // slots[s] (and, with a sliding window, j > slots[s] - window: the static cache stays full length, keys
+  // outside the window are masked). q [B*S, H*hd], caches [B, KV, L, hd] -> [B*S, H*hd]; a row that sees
+  // nothing gets zeros (as natively).
   Val attention(const Node& n) {
-    b_.comment(n.name + ": attention (GQA " + std::to_string(n.heads) + "/" + std::to_string(n.kv_heads) + ")");
+    b_.comment(n.name + ": attention (GQA " + std::to_string(n.heads) + "/" + std::to_string(n.kv_heads) +
+               ")");
     const Val& q = val(n.inputs[0]);
     const Val& kc = val(n.inputs[1]);
     const Val& vc = val(n.inputs[2]);
@@ -442,7 +487,12 @@ class Lowering {
     Val j = b_.iota(2, bsl, "i32");
     Val lo = b_.compare(j, b_.broadcast(kv_begin, {0}, bsl), "GE", "SIGNED");
     Val hi = b_.compare(j, b_.broadcast(slots, {1}, bsl), "LE", "SIGNED");
-    Val mask = b_.broadcast(b_.binary("and", lo, hi), {0, 3, 4}, s5);  // [B, KV, G, S, L]
+    Val in_range = b_.binary("and", lo, hi);
+    if (n.window > 0) {  // sliding window: also j > slots[s] - window
+      Val start = b_.sub(slots, b_.splat_i32(static_cast<int32_t>(n.window), slots.shape));  // [S]
+      in_range = b_.binary("and", in_range, b_.compare(j, b_.broadcast(start, {1}, bsl), "GT", "SIGNED"));
+    }
+    Val mask = b_.broadcast(in_range, {0, 3, 4}, s5);  // [B, KV, G, S, L]
     scores = b_.select(mask, scores, b_.splat_f32(-std::numeric_limits<float>::infinity(), s5));
 
     // Softmax in f32. The max is floored at -FLT_MAX and the sum at FLT_MIN so that a fully masked row gives
@@ -457,13 +507,42 @@ class Lowering {
     return b_.reshape(o, {B * S, n.heads * hd});
   }
 
-  // silu(gate) * up with silu(g) = g / (1 + exp(-g)), as the native kernel.
-  Val swiglu(const Node& n) {
-    b_.comment(n.name + ": swiglu");
+  // act(gate) * up, each activation as PyTorch writes it:
+  //   silu(g) = g / (1 + exp(-g))                                   (as the native kernel)
+  //   gelu(g) = 0.5 g (1 + erf(g / sqrt 2))                         (chlo.erf, which XLA expands to its f32
+  //                                                                   polynomial)
+  //   gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (PyTorch's tanh GELU, op for op)
+  //   relu(g) = max(g, 0)                                           (NaN-propagating maximum)
+  Val gated_act(const Node& n) {
     const Val& g = val(n.inputs[0]);
-    Val e = b_.unary("exponential", b_.unary("negate", g));
-    Val silu = b_.div(g, b_.add(b_.splat_f32(1.0f, g.shape), e));
-    return b_.mul(silu, val(n.inputs[1]));
+    auto splat = [&](float x) { return b_.splat_f32(x, g.shape); };
+    Val act;
+    switch (n.act) {
+      case graph::Activation::Silu: {
+        b_.comment(n.name + ": swiglu");
+        Val e = b_.unary("exponential", b_.unary("negate", g));
+        act = b_.div(g, b_.add(splat(1.0f), e));
+        break;
+      }
+      case graph::Activation::Gelu: {
+        b_.comment(n.name + ": gelu(gate) * up");
+        Val erf = b_.unary("chlo.erf", b_.mul(g, splat(0.70710678118654752f)));
+        act = b_.mul(b_.mul(g, splat(0.5f)), b_.add(splat(1.0f), erf));
+        break;
+      }
+      case graph::Activation::GeluTanh: {
+        b_.comment(n.name + ": gelu_tanh(gate) * up");
+        Val cube = b_.mul(b_.mul(g, g), g);
+        Val inner = b_.mul(splat(0.79788456080286536f), b_.add(g, b_.mul(splat(0.044715f), cube)));
+        act = b_.mul(b_.mul(g, splat(0.5f)), b_.add(splat(1.0f), b_.unary("tanh", inner)));
+        break;
+      }
+      case graph::Activation::Relu:
+        b_.comment(n.name + ": relu(gate) * up");
+        act = b_.max(g, splat(0.0f));
+        break;
+    }
+    return b_.mul(act, val(n.inputs[1]));
   }
 
   // x [B*S, D] -> [B, D]: the last position of each row.
@@ -516,8 +595,9 @@ class Lowering {
   Val pick(const Val& x, const Val& idx, float none) {
     const int64_t B = x.shape[0], V = x.shape[1];
     Val at = b_.compare(b_.iota(1, {B, V}, "i32"), b_.broadcast(idx, {0}, {B, V}), "EQ", "SIGNED");
-    if (x.et == "i32") return b_.reduce(b_.select(at, x, b_.splat_i32(static_cast<int32_t>(none), {B, V})), {1},
-                                        "maximum", none);
+    if (x.et == "i32")
+      return b_.reduce(b_.select(at, x, b_.splat_i32(static_cast<int32_t>(none), {B, V})), {1}, "maximum",
+                       none);
     return b_.reduce(b_.select(at, x, b_.splat_f32(none, {B, V})), {1}, "maximum", none);
   }
 
@@ -525,7 +605,9 @@ class Lowering {
   Val uniform(const Val& p) {
     const int64_t B = p.shape[0];
     auto mix = [&](Val x) {
-      auto shr = [&](const Val& v, uint32_t k) { return b_.binary("shift_right_logical", v, b_.splat_u32(k, {B})); };
+      auto shr = [&](const Val& v, uint32_t k) {
+        return b_.binary("shift_right_logical", v, b_.splat_u32(k, {B}));
+      };
       x = b_.binary("xor", x, shr(x, 16));
       x = b_.mul(x, b_.splat_u32(0x7feb352du, {B}));
       x = b_.binary("xor", x, shr(x, 15));
@@ -544,7 +626,8 @@ class Lowering {
   // The logits processors and the draw, with the semantics of src/generation/sampler.cpp:
   // repetition penalty over the seen mask; Greedy: first argmax. Sample: temperature, top-k (ties at the k-th
   // value survive), top-p (stable ascending sort, drop the prefix whose cumulative mass <= 1 - top_p, keep at
-  // least one), min-p, softmax, inverse-CDF draw with u = counter_uniform(seed, step, row).
+  // least one), min-p, softmax, inverse-CDF draw with u = counter_uniform(seed, step, row). A row whose
+  // logits hold a NaN or inf gets -1.
   Val sample(const Node& n) {
     b_.comment(n.name + ": in-step sampling (" + graph::sampling_name(g_.key.sampling) + ")");
     const Val& logits = val(n.inputs[0]);
@@ -552,16 +635,24 @@ class Lowering {
     const int64_t B = logits.shape[0], V = logits.shape[1];
     const Shape bv{B, V}, b1{B};
     const float kNegInf = -std::numeric_limits<float>::infinity();
-    Val p = b_.reshape(val(n.inputs[2]), {B, graph::kSampleParams});  // [B, P] i32
+    Val p = b_.reshape(val(n.inputs[2]), {B, graph::kSampleParams});                    // [B, P] i32
     auto col = [&](int j) { return b_.reshape(b_.slice(p, {0, j}, {B, j + 1}), b1); };  // i32 [B]
     auto colf = [&](int j) { return b_.bitcast(col(j), "f32"); };                       // f32 [B]
     auto rows = [&](const Val& v) { return b_.broadcast(v, {0}, bv); };
     Val neg_inf = b_.splat_f32(kNegInf, bv);
     Val jj = b_.iota(1, bv, "i32");
 
+    // A row with a non-finite logit (NaN or inf: the model overflowed) returns token id -1 instead of a
+    // token, so the host can stop with an error naming the step (the logits never leave the device).
+    Val finite =
+        b_.reduce(b_.convert(b_.op("is_finite", {logits}, "", bv, "i1"), "f32"), {1}, "minimum", 1.0f);
+    Val bad = b_.compare(finite, b_.splat_f32(1.0f, b1), "LT", "FLOAT");  // [B]
+    auto flag_bad = [&](const Val& tok) { return b_.select(bad, b_.splat_i32(-1, b1), tok); };
+
     Val pen = rows(colf(graph::kRepetitionPenalty));
     Val s = logits;
-    Val penalised = b_.select(b_.compare(s, b_.splat_f32(0.0f, bv), "LT", "FLOAT"), b_.mul(s, pen), b_.div(s, pen));
+    Val penalised =
+        b_.select(b_.compare(s, b_.splat_f32(0.0f, bv), "LT", "FLOAT"), b_.mul(s, pen), b_.div(s, pen));
     s = b_.select(b_.compare(seen, b_.splat_f32(0.0f, bv), "NE", "FLOAT"), penalised, s);
 
     Val token;
@@ -570,7 +661,7 @@ class Lowering {
       Val at_max = b_.compare(s, rows(mx), "EQ", "FLOAT");
       token = b_.reduce(b_.select(at_max, jj, b_.splat_i32(static_cast<int32_t>(V), bv)), {1}, "minimum",
                         static_cast<float>(V));
-      return b_.reshape(token, {B, 1});
+      return b_.reshape(flag_bad(token), {B, 1});
     }
     s = b_.div(s, rows(colf(graph::kTemperature)));
     auto [sv, si] = b_.sort_pairs(s, jj, 1);  // ascending, ties by index (std::stable_sort's order)
@@ -588,13 +679,15 @@ class Lowering {
     Val top_p = colf(graph::kTopP);
     Val cum = prefix_sum(softmax_rows(sv));
     Val low = b_.compare(cum, rows(b_.sub(b_.splat_f32(1.0f, b1), top_p)), "LE", "FLOAT");
-    low = b_.binary("and", low, b_.compare(jj, b_.splat_i32(static_cast<int32_t>(V - 1), bv), "LT", "SIGNED"));
+    low =
+        b_.binary("and", low, b_.compare(jj, b_.splat_i32(static_cast<int32_t>(V - 1), bv), "LT", "SIGNED"));
     Val r = b_.convert(b_.reduce(b_.convert(low, "f32"), {1}, "add", 0.0f), "i32");  // [B]
     r = b_.select(b_.compare(top_p, b_.splat_f32(1.0f, b1), "LT", "FLOAT"), r, b_.splat_i32(0, b1));
     // Keep the entries at or after sorted position r: (value, index) >= (sv[r], si[r]).
     Val vr = rows(pick(sv, r, kNegInf)), ir = rows(pick(si, r, -1.0f));
-    Val keep = b_.binary("or", b_.compare(s, vr, "GT", "FLOAT"),
-                         b_.binary("and", b_.compare(s, vr, "EQ", "FLOAT"), b_.compare(jj, ir, "GE", "SIGNED")));
+    Val keep =
+        b_.binary("or", b_.compare(s, vr, "GT", "FLOAT"),
+                  b_.binary("and", b_.compare(s, vr, "EQ", "FLOAT"), b_.compare(jj, ir, "GE", "SIGNED")));
     s = b_.select(keep, s, neg_inf);
 
     // min-p: drop probabilities below min_p x the largest.
@@ -609,8 +702,9 @@ class Lowering {
     Val first = b_.convert(b_.reduce(b_.convert(below, "f32"), {1}, "add", 0.0f), "i32");
     Val nonzero = b_.compare(probs, b_.splat_f32(0.0f, bv), "GT", "FLOAT");
     Val last = b_.reduce(b_.select(nonzero, jj, b_.splat_i32(0, bv)), {1}, "maximum", 0.0f);
-    token = b_.select(b_.compare(first, b_.splat_i32(static_cast<int32_t>(V), b1), "LT", "SIGNED"), first, last);
-    return b_.reshape(token, {B, 1});
+    token =
+        b_.select(b_.compare(first, b_.splat_i32(static_cast<int32_t>(V), b1), "LT", "SIGNED"), first, last);
+    return b_.reshape(flag_bad(token), {B, 1});
   }
 
   StablehloProgram finish() {
@@ -650,11 +744,11 @@ class Lowering {
   }
 
   const Graph& g_;
-  std::vector<Val> vals_;             // per node
-  std::map<int, Val> converted_;      // weight node -> f32 value
+  std::vector<Val> vals_;                                       // per node
+  std::map<int, Val> converted_;                                // weight node -> f32 value
   std::map<std::pair<int, int>, std::pair<Val, Val>> rope_cs_;  // (positions, table) -> cos, sin [R, half]
-  std::vector<int> cache_args_;       // CacheState node ids, argument order
-  std::vector<int> cache_final_;      // latest node holding each cache
+  std::vector<int> cache_args_;                                 // CacheState node ids, argument order
+  std::vector<int> cache_final_;                                // latest node holding each cache
   Builder b_;
   StablehloProgram prog_;
 };

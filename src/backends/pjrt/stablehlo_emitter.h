@@ -6,7 +6,9 @@
 //               i32[batch]), every KV cache (f32 [batch, kv_heads, cache_len, head_dim]; layer 0 K, layer 0
 //               V, layer 1 K, ...), then the sampler's seen mask (f32 [batch, vocab]) when the step samples,
 //               each annotated `tf.aliasing_output = <result>` so it is donated and updated in place;
-//   results   = logits f32 [rows_out, vocab] (or, when the step samples, token ids i32 [batch, 1]), then
+//   results   = logits f32 [rows_out, vocab] (or, when the step samples, token ids i32 [batch, 1], -1 for a
+//   row
+//               whose logits were not all finite), then
 //               every updated state in argument order.
 // A graph with tp_size > 1 is one replica's program: module attribute mhlo.num_replicas = tp_size, AllReduce
 // as stablehlo.all_reduce (add) and AllGather as stablehlo.all_gather (dim 1), both over the one replica

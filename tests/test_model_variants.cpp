@@ -1,0 +1,173 @@
+// Checkpoints whose config changes the math (tools/make_variant_goldens.py, tests/fixtures/variants): the MLP
+// activations (gelu, gelu_pytorch_tanh, gelu_new, relu) and Qwen3's sliding-window attention, on the native
+// cpu backend and on xla-cpu (skipped when the plugin is absent), against Transformers.
+// Tolerance: float32 logits within 1e-4 absolute of Transformers' float32 at every position (same math,
+// different summation order); greedy tokens identical. Each golden also records how far the same weights'
+// logits move under the nearest wrong reading of the config (silu for a gelu model, full attention for a
+// sliding one, ...): at least 1e-2 (1e-3 between the erf and tanh GELUs), so a backend that ignored the field
+// could not pass.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "golden_util.h"
+#include "pjrt_test_util.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+
+using namespace tessera;
+namespace golden = tessera::golden;
+
+namespace {
+
+constexpr double kTol = 1e-4;
+
+std::string variant_path(const std::string& name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/variants/" + name;
+}
+nlohmann::json variant_golden(const std::string& name) {
+  return golden::load_json(variant_path(name) + "/golden.json");
+}
+
+std::vector<int32_t> to32(const nlohmann::json& j) {
+  auto v = golden::ids(j);
+  return {v.begin(), v.end()};
+}
+std::vector<std::vector<int32_t>> rows32(const nlohmann::json& j) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& r : j) out.push_back(to32(r));
+  return out;
+}
+
+GenerationConfig greedy(int n) {
+  GenerationConfig g;
+  g.max_new_tokens = n;
+  g.pad_token_id = 0;
+  return g;
+}
+
+using Param = std::tuple<const char*, const char*>;  // (model, device)
+
+class Variants : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    if (std::string(device()) == "xla-cpu") REQUIRE_XLA_CPU();
+  }
+  const char* model() const { return std::get<0>(GetParam()); }
+  const char* device() const { return std::get<1>(GetParam()); }
+  // One CausalLM per (model, device) for the whole binary: its compiled steps are reused across tests
+  // (xla-cpu compiles dominate the run time).
+  CausalLM& load() const {
+    static std::map<std::string, std::unique_ptr<CausalLM>> loaded;
+    auto& m = loaded[std::string(model()) + "@" + device()];
+    if (!m) {
+      LoadOptions opt;
+      opt.dtype = DType::F32;  // the bf16 checkpoint upcast, as the goldens ran it
+      opt.device_map = device();
+      m = std::make_unique<CausalLM>(AutoModelForCausalLM::from_pretrained(variant_path(model()), opt));
+    }
+    return *m;
+  }
+  bool xla() const { return std::string(device()) == "xla-cpu"; }
+};
+
+TEST_P(Variants, GoldenTellsTheConfigFieldApart) {
+  auto j = variant_golden(model());
+  ASSERT_FALSE(j["distinct_from"].empty());
+  // The erf and tanh forms of GELU differ by at most ~5e-4 per activation: 10x the tolerance apart there.
+  const std::string act = j["config"]["hidden_act"].get<std::string>();
+  for (const auto& [alt, v] : j["distinct_from"].items()) {
+    const bool gelu_pair = act.rfind("gelu", 0) == 0 && alt.rfind("gelu", 0) == 0;
+    EXPECT_GE(v["max_abs_logit_diff"].get<double>(), (gelu_pair ? 10 : 100) * kTol)
+        << model() << " as " << alt;
+  }
+}
+
+TEST_P(Variants, Float32LogitsMatchTransformersAtEveryPosition) {
+  auto j = variant_golden(model());
+  CausalLM& m = load();
+  if (j.contains("forward")) {
+    // xla-cpu: the longest case only (one compile; the shorter cases are its prefixes, and causal).
+    const size_t first = xla() ? j["forward"].size() - 1 : 0;
+    for (size_t i = first; i < j["forward"].size(); ++i) {
+      const auto& c = j["forward"][i];
+      auto expect = golden::matrix(c["logits"]);
+      auto d = golden::max_abs_diff(m.forward(to32(c["input_ids"])), expect.data);
+      EXPECT_LE(d.max_abs, kTol) << model() << " on " << device() << " len " << expect.rows << " worst index "
+                                 << d.index << " (position " << d.index / expect.cols << ")";
+    }
+  }
+  if (j.contains("forward_last")) {
+    for (const auto& c : j["forward_last"]) {
+      const std::vector<float> expect = c["last_logits"].get<std::vector<float>>();
+      std::vector<float> all = m.forward(to32(c["input_ids"]));
+      ASSERT_GE(all.size(), expect.size());
+      std::vector<float> last(all.end() - static_cast<long>(expect.size()), all.end());
+      auto d = golden::max_abs_diff(last, expect);
+      EXPECT_LE(d.max_abs, kTol) << model() << " on " << device() << " worst index " << d.index;
+    }
+  }
+}
+
+TEST_P(Variants, GreedyTokensIdenticalFor32Steps) {
+  auto j = variant_golden(model());
+  CausalLM& m = load();
+  // xla-cpu: the last prompt only (the longest; for qwen3_sliding the one past the window), two compiles.
+  const size_t first = xla() ? j["greedy"].size() - 1 : 0;
+  for (size_t i = first; i < j["greedy"].size(); ++i) {
+    const auto& c = j["greedy"][i];
+    auto out = m.generate({to32(c["input_ids"])}, {}, greedy(c["max_new_tokens"].get<int>()));
+    EXPECT_EQ(out.sequences[0], to32(c["output_ids"])) << model() << " on " << device();
+  }
+}
+
+using SlidingVariants = Variants;
+
+TEST_P(SlidingVariants, LeftPaddedBatchEqualsTransformers) {
+  auto j = variant_golden(model());
+  ASSERT_TRUE(j.contains("batched")) << model();
+  const auto& b = j["batched"];
+  CausalLM& m = load();
+  auto out =
+      m.generate(rows32(b["input_ids"]), rows32(b["attention_mask"]), greedy(b["max_new_tokens"].get<int>()));
+  EXPECT_EQ(out.sequences, rows32(b["output_ids"])) << model() << " on " << device();
+}
+
+const char* kModels[] = {"llama_gelu", "llama_gelu_tanh", "qwen3_gelu_new",
+                         "llama_relu", "qwen3_sliding",   "qwen3_sliding_long"};
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  std::string dev = std::get<1>(info.param);
+  for (char& ch : dev)
+    if (ch == '-') ch = '_';
+  return std::string(std::get<0>(info.param)) + "_" + dev;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, Variants,
+                         ::testing::Combine(::testing::ValuesIn(kModels),
+                                            ::testing::Values("cpu", "xla-cpu")),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(Tiny, SlidingVariants,
+                         ::testing::Combine(::testing::Values("qwen3_sliding"),
+                                            ::testing::Values("cpu", "xla-cpu")),
+                         param_name);
+
+// The sliding window with a cache that grows in chunks and with ops run one by one (cpu).
+TEST(VariantsCpu, SlidingWindowWithDynamicCacheAndDisableCompile) {
+  auto j = variant_golden("qwen3_sliding");
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM m = AutoModelForCausalLM::from_pretrained(variant_path("qwen3_sliding"), opt);
+  const auto& c = j["greedy"][1];  // the 24-token prompt
+  GenerationConfig g = greedy(c["max_new_tokens"].get<int>());
+  g.cache_implementation = "dynamic";
+  EXPECT_EQ(m.generate({to32(c["input_ids"])}, {}, g).sequences[0], to32(c["output_ids"]));
+  g.cache_implementation = "static";
+  g.disable_compile = true;
+  EXPECT_EQ(m.generate({to32(c["input_ids"])}, {}, g).sequences[0], to32(c["output_ids"]));
+}
+
+}  // namespace
