@@ -339,3 +339,22 @@ TEST(IoShapes, ZeroDimDoesNotHideAnOverflowingShape) {
   expect_error([&] { GgufFile::parse(g.data(), g.size(), "z.gguf"); },
                {"z.gguf: tensor 't'", "dimensions overflow"});
 }
+
+TEST(IoSafetensorsBounds, OneValueCannotGrowIntoAHugeDom) {
+  // Checked while streaming, before the value is built: a tensor entry is six JSON values, and
+  // metadata maps strings to strings.
+  std::string big = "[0";
+  for (int i = 0; i < 100000; ++i) big += ",0";
+  big += "]";
+  const Bytes e = safetensors_bytes("{\"w\":" + big + "}", {});
+  expect_error([&] { parse_safetensors_header(e.data(), e.size(), "e.safetensors"); },
+               {"e.safetensors: tensor 'w'", "more than 64 JSON values"});
+  const Bytes m = safetensors_bytes("{\"__metadata__\":{\"k\":" + big + "}}", {});
+  expect_error([&] { parse_safetensors_header(m.data(), m.size(), "m.safetensors"); },
+               {"m.safetensors: '__metadata__' value 'k' is a JSON array, expected a string"});
+  const Bytes n = safetensors_bytes(R"({"__metadata__":[1]})", {});
+  expect_error([&] { parse_safetensors_header(n.data(), n.size(), "n.safetensors"); },
+               {"'__metadata__' is a JSON array, expected an object"});
+  const Bytes ok = safetensors_bytes(R"({"__metadata__":{"format":"pt","n":3}})", {});
+  EXPECT_EQ(parse_safetensors_header(ok.data(), ok.size(), "ok.safetensors").metadata.at("n"), "3");
+}

@@ -143,6 +143,18 @@ class HeaderSax {
 
  private:
   json* add(json v) {
+    // Bound what one value may make us build before it is checked: an entry needs 6 JSON values, and
+    // metadata maps strings to strings (a 100 MB array as one value would otherwise become a ~1.6 GB DOM).
+    if (top_key_ == "__metadata__") {
+      if (stack_.size() == 1 && (v.is_array() || v.is_object()))
+        fail(file_, ": '__metadata__' value '", printable(inner_key_), "' is a JSON ", v.type_name(),
+             ", expected a string");
+      if (stack_.empty() && !v.is_object())
+        fail(file_, ": '__metadata__' is a JSON ", v.type_name(), ", expected an object");
+    } else if (++values_ > kMaxEntryValues) {
+      fail(file_, ": tensor '", printable(top_key_), "': header entry holds more than ", kMaxEntryValues,
+           " JSON values (a tensor entry is {dtype, shape, data_offsets})");
+    }
     if (stack_.empty()) {
       value_ = std::move(v);
       return &value_;
@@ -157,22 +169,26 @@ class HeaderSax {
   bool scalar(json v) {
     if (!top_started_) fail(file_, ": header is a JSON ", v.type_name(), ", expected an object");
     add(std::move(v));
-    if (stack_.empty()) on_value_(top_key_, value_);
+    if (stack_.empty()) finish();
     return true;
+  }
+  void finish() {
+    on_value_(top_key_, value_);
+    value_ = nullptr;
+    values_ = 0;
   }
   void open(json v) { stack_.push_back(add(std::move(v))); }
   bool close() {
     if (stack_.empty()) return true;  // the end of the top-level object
     stack_.pop_back();
-    if (stack_.empty()) {
-      on_value_(top_key_, value_);
-      value_ = nullptr;
-    }
+    if (stack_.empty()) finish();
     return true;
   }
 
+  static constexpr int kMaxEntryValues = 64;
   const std::string& file_;
   OnValue on_value_;
+  int values_ = 0;  // JSON values in the entry being built
   bool top_started_ = false;
   std::string top_key_, inner_key_;
   json value_;                // the top-level value being built
