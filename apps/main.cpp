@@ -43,6 +43,7 @@ struct ModelFlags {
   std::string tp_plan;                // FILE.json or "auto"
   std::vector<std::string> tp_rules;  // PATTERN=STYLE
   bool exact_bf16_matmul = false;
+  double collective_timeout_s = -1;  // -1: $TESSERA_COLLECTIVE_TIMEOUT, else 60 s
 };
 
 // A value that must not be the empty string ("--tp-plan ''" is a mistake, not "no plan").
@@ -75,6 +76,11 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
          "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
          "divided by the ranks on this node)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--collective-timeout", f.collective_timeout_s,
+                  "Tensor parallelism: seconds a rank waits in a collective for the others before it fails "
+                  "naming the rank that did not answer (default: $TESSERA_COLLECTIVE_TIMEOUT, else 60; 0 = "
+                  "wait forever)")
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--tp-size", f.tp_size,
                   "Tensor-parallel ranks (default 1). On cpu, one process per rank: run under tessera launch "
                   "--nproc-per-node N")
@@ -129,6 +135,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   opt.device_map = f.device;
   opt.distributed = distributed_config(f);
   opt.exact_bf16_matmul = f.exact_bf16_matmul;
+  opt.collective_timeout_s = f.collective_timeout_s;
   if (!f.quiet && isatty(STDERR_FILENO)) {
     opt.progress = [](size_t done, size_t total) {
       const int width = 30;

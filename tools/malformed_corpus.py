@@ -1421,7 +1421,8 @@ def add_cli_cases():
                       ("--temperature", "hot"), ("--top-k", "-1"), ("--top-k", "x"), ("--top-p", "abc"),
                       ("--min-p", "2"), ("--repetition-penalty", "0"), ("--repetition-penalty", "-1"), ("--seed", "-1"),
                       ("--seed", "abc"), ("--cache-implementation", "paged"), ("--max-recompiles", "-1"),
-                      ("--buckets", "16,x"), ("--buckets", "0"), ("--buckets", "-16"), ("--buckets", "garbage")]:
+                      ("--buckets", "16,x"), ("--buckets", "0"), ("--buckets", "-16"), ("--buckets", "garbage"),
+                      ("--collective-timeout", "-1"), ("--collective-timeout", "soon")]:
         cli("generate%s.%s" % (flag, bad), fx(lambda m, flag=flag, bad=bad: generate(m, flag, bad)), [flag])
     cli("generate--threads.missing_value", fx(lambda m: generate(m, "--threads")), ["--threads"])
     cli("generate--threads.float", fx(lambda m: generate(m, "--threads", "1.5")), ["--threads"])

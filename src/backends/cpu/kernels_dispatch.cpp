@@ -66,7 +66,12 @@ bool cpu_has_avx512bf16() { return false; }
 Isa initial_isa() {
   Isa isa = best_isa();
   if (const char* env = std::getenv("TESSERA_ISA"); env && *env) {
-    Isa want = parse_isa(env);
+    Isa want = Isa::Scalar;
+    try {
+      want = parse_isa(env);
+    } catch (const Error& e) {
+      fail("TESSERA_ISA: ", e.what());
+    }
     if (!isa_supported(want))
       fail("TESSERA_ISA=", env, " is not supported by this CPU (best: ", isa_name(isa), ")");
     isa = want;
