@@ -153,13 +153,17 @@ TEST(IoFiles, DeepJsonInEveryConfigFileIsAnError) {
     expect_error([&] { open_checkpoint(d.path()); }, {"model.safetensors.index.json", "nested deeper"});
   }
   {
-    // safetensors __metadata__ values are re-serialised: depth is checked first.
+    // safetensors: no container is built inside __metadata__ (values are strings), however deep.
     const std::string header = "{\"__metadata__\": {\"k\": " + nested(100000) + "}}";
     const Bytes st = safetensors_bytes(header, {});
     TempDir d;
     write_file(d / "config.json", R"({"architectures": ["LlamaForCausalLM"]})");
     write_file(d / "model.safetensors", st);
-    expect_error([&] { open_checkpoint(d.path()); }, {"model.safetensors", "nested deeper"});
+    expect_error([&] { open_checkpoint(d.path()); }, {"model.safetensors", "'__metadata__' value 'k'"});
+    // ... nor more than 64 values (so no deep nesting) in a tensor entry.
+    const Bytes deep_entry = safetensors_bytes("{\"w\": " + nested(100000) + "}", {});
+    write_file(d / "model.safetensors", deep_entry);
+    expect_error([&] { open_checkpoint(d.path()); }, {"model.safetensors: tensor 'w'", "more than 64"});
   }
 }
 

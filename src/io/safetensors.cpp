@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -103,9 +102,9 @@ void check_overlaps(const SafetensorsHeader& h, const std::string& file) {
 // Streams the header: each top-level value (one tensor entry, or __metadata__) is built as a small
 // JSON value, handed to `on_value`, and freed, so the header is never held as one DOM (a 600k-entry
 // header as a DOM took ~500 MB and seconds to build and free).
+template <typename OnValue>  // void(const std::string& key, json& value)
 class HeaderSax {
  public:
-  using OnValue = std::function<void(const std::string& key, json& value)>;
   HeaderSax(const std::string& file, OnValue on_value) : file_(file), on_value_(std::move(on_value)) {}
 
   bool null() { return scalar(json(nullptr)); }
@@ -259,8 +258,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   if (n < 2) fail(file, ": header length ", n, " is too small for a JSON object");
 
   const std::string_view text(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n));
-  // Depth bounded first: __metadata__ values are re-serialised (dump) below, which recurses per level.
-  check_json_depth(text, file + ": header");
+  // No depth pre-scan needed: the SAX parser does not recurse, and HeaderSax builds at most 64 values per
+  // entry and no containers inside __metadata__, so nothing deep is ever built, dumped or walked.
   SafetensorsHeader h;
   h.data_start = 8 + n;
   h.data_size = size - h.data_start;
@@ -268,7 +267,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   // an entry needs) avoids the vector's doubling, which briefly holds 3x the entries, on huge headers.
   const auto braces = static_cast<size_t>(std::count(text.begin(), text.end(), '{'));
   h.tensors.reserve(std::min<size_t>(braces, text.size() / 40 + 1));
-  HeaderSax sax(file, [&](const std::string& k, json& v) {
+  auto on_value = [&](const std::string& k, json& v) {
     if (k == "__metadata__") {
       parse_metadata(v, file, &h.metadata);
       return;
@@ -278,7 +277,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
       fail(file, ": tensor '", printable(k), "': data_offsets [", e.begin, ", ", e.end,
            "] extend past the end of the data (size ", h.data_size, ")");
     h.tensors.push_back(std::move(e));
-  });
+  };
+  HeaderSax<decltype(on_value)> sax(file, on_value);
   json::sax_parse(text.begin(), text.end(), &sax);
   sort_unique_by_name(h.tensors);
   check_overlaps(h, file);
