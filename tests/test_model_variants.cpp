@@ -8,12 +8,18 @@
 // could not pass.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 
+#include "backends/backend.h"
+#include "backends/pjrt/pjrt_backend.h"
 #include "golden_util.h"
+#include "io/weight_source.h"
+#include "models/architecture.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -168,6 +174,70 @@ TEST(VariantsCpu, SlidingWindowWithDynamicCacheAndDisableCompile) {
   g.cache_implementation = "static";
   g.disable_compile = true;
   EXPECT_EQ(m.generate({to32(c["input_ids"])}, {}, g).sequences[0], to32(c["output_ids"]));
+}
+
+// In-step sampling (graph::Op::Sample) on a row whose logits are not finite returns token id -1, so the host
+// can fail naming the step instead of emitting a token: row 0 reads an embedding row of NaN, row 1 does not.
+void check_non_finite_row_gives_minus_one(backends::Backend& be) {
+  // llama_gqa: untied, so the poisoned embedding row is not also a row of the LM head.
+  auto cj = golden::load_json(golden::model_path("llama_gqa/config.json"));
+  const auto& arch = models::find_architecture(cj["architectures"][0].get<std::string>(), "llama_gqa");
+  const auto config = arch.parse_config(cj, "llama_gqa");
+  auto src = io::open_checkpoint(golden::model_path("llama_gqa"));
+  backends::WeightMap weights;
+  for (const auto& w : arch.weights(config)) weights.emplace(w.name, src->load(w.name, DType::F32));
+  const int32_t poisoned = 7;
+  Tensor& table = weights.at("model.embed_tokens.weight");  // [vocab, hidden]
+  Tensor copy = Tensor::empty(DType::F32, table.shape);
+  std::memcpy(copy.data, table.data, table.nbytes());
+  for (int64_t i = 0; i < config.hidden_size; ++i) copy.ptr<float>()[poisoned * config.hidden_size + i] = NAN;
+  table = copy;
+  be.bind_weights(weights);
+  const int batch = 2, seq = 3, len = 4;
+  backends::StepInputs in;
+  in.ids = {5, poisoned, 6, 5, 8, 6};  // [2 * 3]
+  in.positions = {0, 1, 2, 0, 1, 2};
+  in.slots = {0, 1, 2};
+  in.kv_begin = {0, 0};
+  in.seen_from = {0, 0};
+  for (auto mode : {graph::Sampling::Greedy, graph::Sampling::Sample}) {
+    graph::ShapeKey key{.phase = graph::Phase::Prefill,
+                        .batch = batch,
+                        .seq = seq,
+                        .cache_len = len,
+                        .dtype = DType::F32,
+                        .sampling = mode};
+    graph::Graph g = arch.build_graph(config, key);
+    graph::append_sampling(g, config.vocab_size);
+    in.sample_params.assign(static_cast<size_t>(batch) * graph::kSampleParams, 0);
+    for (int b = 0; b < batch; ++b) {
+      int32_t* p = in.sample_params.data() + b * graph::kSampleParams;
+      const float one = 1.0f, zero = 0.0f;
+      std::memcpy(&p[graph::kTemperature], &one, 4);
+      std::memcpy(&p[graph::kTopP], &one, 4);
+      std::memcpy(&p[graph::kMinP], &zero, 4);
+      std::memcpy(&p[graph::kRepetitionPenalty], &one, 4);
+      p[graph::kSeedLo] = 3;
+    }
+    std::vector<int32_t> tokens;
+    be.compile(g)->run_tokens(
+        in, *be.create_cache(config.num_layers, batch, config.num_kv_heads, len, config.head_dim), tokens);
+    ASSERT_EQ(tokens.size(), 2u);
+    EXPECT_EQ(tokens[0], -1) << be.name() << " " << graph::sampling_name(mode);
+    EXPECT_GE(tokens[1], 0) << be.name() << " " << graph::sampling_name(mode);
+    EXPECT_LT(tokens[1], config.vocab_size) << be.name() << " " << graph::sampling_name(mode);
+  }
+}
+
+TEST(InStepSampleNonFinite, RowGetsMinusOneOnCpu) {
+  auto be = backends::make_cpu_backend();
+  check_non_finite_row_gives_minus_one(*be);
+}
+
+TEST(InStepSampleNonFinite, RowGetsMinusOneOnXlaCpu) {
+  REQUIRE_XLA_CPU();
+  auto be = backends::make_pjrt_backend("xla-cpu");
+  check_non_finite_row_gives_minus_one(*be);
 }
 
 }  // namespace
