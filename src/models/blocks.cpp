@@ -265,20 +265,12 @@ graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key,
 }
 
 std::vector<WeightSpec> causal_lm_weights(const DecoderConfig& c, const LayerStyle& style) {
-  // Derived from the graph so the list can never drift from what is read.
+  // Derived from the graph so the list can never drift from what is read (linear in the graph's nodes).
   graph::ShapeKey key{
       .phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 1, .dtype = DType::F32};
   DecoderConfig whole = c;
   whole.tp = {};  // the stored tensors, whatever this rank's share
-  graph::Graph g = build_causal_lm(whole, key, style);
-  std::vector<WeightSpec> out;
-  for (const auto& n : g.nodes) {
-    if (n.op != Op::Weight) continue;
-    bool dup = false;
-    for (const auto& w : out) dup = dup || w.name == n.name;
-    if (!dup) out.push_back(WeightSpec{n.name, n.view.stored, n.view.stored.size() == 1});
-  }
-  return out;
+  return weight_specs_of(build_causal_lm(whole, key, style));
 }
 
 std::vector<std::pair<std::string, std::string>> default_tp_plan(const LayerStyle& style) {
