@@ -89,10 +89,6 @@ struct CausalLM::Impl {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Per-row count of leading padding; the mask must be 0s then 1s (left padding).
 std::vector<int32_t> left_padding(const std::vector<std::vector<int32_t>>& mask, size_t len) {
   std::vector<int32_t> pads;
@@ -284,7 +280,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->config = impl->arch->parse_config(cj, cfg_origin);
   // Before anything sized by the config (weight list, graphs, tables): does the checkpoint match it?
   runtime::check_checkpoint_matches_config(*src, impl->config);
-  const bool is_gguf = ends_with(src->origin(), ".gguf");
+  const bool is_gguf = src->gguf() != nullptr;  // by format (magic), not by file name
   DType dtype = opt.dtype.value_or(is_gguf ? DType::BF16 : impl->config.torch_dtype.value_or(DType::F32));
 
   // As Transformers: generation_config.json over the global defaults; without one, the generation fields of
