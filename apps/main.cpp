@@ -20,6 +20,7 @@
 #include "bench_command.h"
 #include "dist/tp_plan.h"
 #include "io/io_util.h"
+#include "io/json_util.h"
 #include "io/model_files.h"
 #include "launch_command.h"
 #include "tessera/auto_tokenizer.h"
@@ -581,12 +582,7 @@ int run_tokenize(const std::string& path, bool jsonl, bool add_special) {
   while (std::getline(std::cin, line)) {
     ++lineno;
     if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("stdin line ", lineno, ": invalid JSON: ", e.what());
-    }
+    const nlohmann::json j = io::parse_json(line, "stdin line " + std::to_string(lineno));
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
       fail("stdin line ", lineno, ": expected an object with a string field \"text\"");
     nlohmann::json o;

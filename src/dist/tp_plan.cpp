@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/json_util.h"
 #include "tessera/error.h"
 
 namespace tessera::dist {
@@ -115,14 +116,9 @@ TpPlanRule parse_rule(const std::string& text, const std::string& origin) {
 }
 
 std::vector<TpPlanRule> read_plan_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail(path, ": cannot read the tensor-parallel plan file");
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": invalid JSON: ", e.what());
-  }
+  // A regular file of bounded size, depth-bounded JSON (a FIFO or a directory is refused, never read).
+  const nlohmann::ordered_json j =
+      io::parse_ordered_json(io::read_regular_file(path, io::kMaxConfigFileBytes), path);
   if (!j.is_object()) fail(path, ": a tensor-parallel plan is a JSON object {\"PATTERN\": \"STYLE\", ...}");
   std::vector<TpPlanRule> out;
   for (const auto& [k, v] : j.items()) {

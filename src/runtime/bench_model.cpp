@@ -10,6 +10,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "io/json_util.h"
 #include "io/model_files.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
@@ -22,7 +23,9 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-double seconds_since(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
+double seconds_since(clock::time_point t0) {
+  return std::chrono::duration<double>(clock::now() - t0).count();
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -41,12 +44,7 @@ double peak_rss_mb() {
 ModelCounts count_params(const std::string& path) {
   auto src = io::open_checkpoint(path);
   const std::string origin = src->origin() + " (config)";
-  nlohmann::json cj;
-  try {
-    cj = nlohmann::json::parse(src->config_json());
-  } catch (const nlohmann::json::exception& e) {
-    fail(origin, ": invalid JSON: ", e.what());
-  }
+  const nlohmann::json cj = io::parse_json(src->config_json(), origin);
   const auto archs = cj.find("architectures");
   if (archs == cj.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
     fail(origin, ": field 'architectures' is missing or not a list of names");
@@ -101,8 +99,8 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
     first = false;
   });
   if (out.new_tokens != o.new_tokens || out.prompt_tokens != o.prompt_tokens)
-    fail("bench: generated ", out.new_tokens, " tokens from a ", out.prompt_tokens, "-token prompt, expected ",
-         o.new_tokens, " from ", o.prompt_tokens);
+    fail("bench: generated ", out.new_tokens, " tokens from a ", out.prompt_tokens,
+         "-token prompt, expected ", o.new_tokens, " from ", o.prompt_tokens);
   t.prefill_s = out.prefill_seconds;
   t.prefill_tokens_per_s = out.prefill_tokens_per_s;
   t.decode_s = out.decode_seconds;
@@ -118,14 +116,16 @@ const char* matmul_inputs(const BenchReport& r) {
 
 void check_options(const BenchOptions& o) {
   if (o.prompt_tokens < 1) fail("bench: --prompt-tokens must be >= 1 (got ", o.prompt_tokens, ")");
-  if (o.new_tokens < 2) fail("bench: --new-tokens must be >= 2 so at least one decode step runs (got ", o.new_tokens, ")");
+  if (o.new_tokens < 2)
+    fail("bench: --new-tokens must be >= 2 so at least one decode step runs (got ", o.new_tokens, ")");
   if (o.repeats < 1) fail("bench: --repeats must be >= 1 (got ", o.repeats, ")");
 }
 
 }  // namespace
 
 std::vector<int32_t> bench_prompt(int n, int64_t vocab) {
-  if (vocab <= 10) fail("bench: vocabulary of ", vocab, " tokens is too small for a prompt of ids in [10, vocab)");
+  if (vocab <= 10)
+    fail("bench: vocabulary of ", vocab, " tokens is too small for a prompt of ids in [10, vocab)");
   std::vector<int32_t> ids(static_cast<size_t>(std::max(n, 0)));
   uint64_t s = 0x9e3779b97f4a7c15ull;
   for (int32_t& id : ids) {  // splitmix64: deterministic, no library dependence
@@ -159,8 +159,9 @@ BenchReport run_bench(const BenchOptions& o) {
     for (const RunTimes& t : r.runs) v.push_back(t.*field);
     return median(v);
   };
-  r.median = RunTimes{med(&RunTimes::load_s),     med(&RunTimes::ttft_s),   med(&RunTimes::prefill_s),
-                      med(&RunTimes::prefill_tokens_per_s), med(&RunTimes::decode_s), med(&RunTimes::decode_tokens_per_s)};
+  r.median = RunTimes{med(&RunTimes::load_s),    med(&RunTimes::ttft_s),
+                      med(&RunTimes::prefill_s), med(&RunTimes::prefill_tokens_per_s),
+                      med(&RunTimes::decode_s),  med(&RunTimes::decode_tokens_per_s)};
   r.threads = cpu::ThreadPool::instance().num_threads();
   r.isa = cpu::isa_name(cpu::active_isa());
   r.cpu = cpu_model_name();
@@ -194,7 +195,8 @@ double prefill_flops(const BenchReport& r) {
   const double matmul = 2.0 * static_cast<double>(c.layer_matrix_params) * n;
   const double head = 2.0 * static_cast<double>(c.lm_head_params);  // last position only
   // Per layer and head: QKᵀ and PV over the causal triangle, n(n+1)/2 pairs × head_dim × 2 FLOPs each.
-  const double attn = 2.0 * 2.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * n * (n + 1) / 2;
+  const double attn =
+      2.0 * 2.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * n * (n + 1) / 2;
   return matmul + head + attn;
 }
 
@@ -219,13 +221,18 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["peak_rss_mb"] = r.peak_rss_mb;
   ordered_json runs = ordered_json::array();
   for (const RunTimes& t : r.runs)
-    runs.push_back({{"load_s", t.load_s}, {"ttft_s", t.ttft_s}, {"prefill_s", t.prefill_s},
-                    {"prefill_tokens_per_s", t.prefill_tokens_per_s}, {"decode_s", t.decode_s},
+    runs.push_back({{"load_s", t.load_s},
+                    {"ttft_s", t.ttft_s},
+                    {"prefill_s", t.prefill_s},
+                    {"prefill_tokens_per_s", t.prefill_tokens_per_s},
+                    {"decode_s", t.decode_s},
                     {"decode_tokens_per_s", t.decode_tokens_per_s}});
   j["runs"] = runs;
   const ModelCounts& c = r.counts;
-  j["params"] = {{"layer_matrices", c.layer_matrix_params}, {"embedding", c.embedding_params},
-                 {"lm_head", c.lm_head_params}, {"tied", c.tied}};
+  j["params"] = {{"layer_matrices", c.layer_matrix_params},
+                 {"embedding", c.embedding_params},
+                 {"lm_head", c.lm_head_params},
+                 {"tied", c.tied}};
   j["weight_bytes"] = r.weight_bytes;
   const double wbytes = decode_weight_bytes_per_token(r), kvbytes = decode_kv_bytes_per_token(r);
   j["decode_weight_bytes_per_token"] = wbytes;
@@ -270,14 +277,18 @@ std::string to_text(const BenchReport& r) {
   const nlohmann::ordered_json j = to_json(r);
   line("machine      %s: read %.1f GB/s, f32 peak %.0f GFLOP/s (%s), bf16 peak %s", r.cpu.c_str(),
        r.read_bandwidth_gbs, r.peak_f32_gflops, r.peak_f32_isa.c_str(),
-       r.peak_bf16_gflops ? (std::to_string(static_cast<int>(*r.peak_bf16_gflops)) + " GFLOP/s").c_str() : "n/a");
-  line("decode       %.1f%% of the bandwidth limit (%.0f MB of weight matrices per token; %.1f%% with the KV cache)",
-       100 * j["decode_bandwidth_fraction"].get<double>(), decode_weight_bytes_per_token(r) / 1e6,
-       100 * j["decode_bandwidth_fraction_with_kv"].get<double>());
+       r.peak_bf16_gflops ? (std::to_string(static_cast<int>(*r.peak_bf16_gflops)) + " GFLOP/s").c_str()
+                          : "n/a");
+  line(
+      "decode       %.1f%% of the bandwidth limit (%.0f MB of weight matrices per token; %.1f%% with the KV "
+      "cache)",
+      100 * j["decode_bandwidth_fraction"].get<double>(), decode_weight_bytes_per_token(r) / 1e6,
+      100 * j["decode_bandwidth_fraction_with_kv"].get<double>());
   line("prefill      %.1f GFLOP/s = %.1f%% of f32 peak%s", j["prefill_gflops"].get<double>(),
        100 * j["prefill_f32_peak_fraction"].get<double>(),
        r.peak_bf16_gflops
-           ? (", " + std::to_string(100 * j["prefill_bf16_peak_fraction"].get<double>()).substr(0, 4) + "% of bf16 peak")
+           ? (", " + std::to_string(100 * j["prefill_bf16_peak_fraction"].get<double>()).substr(0, 4) +
+              "% of bf16 peak")
                  .c_str()
            : "");
   return os.str();

@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "backends/pjrt/pjrt_info.h"
+#include "io/json_util.h"
 #include "tessera/error.h"
 
 extern char** environ;
@@ -698,6 +699,53 @@ int shim_supervise(int rank, const std::string& status_file, const std::string& 
 
 }  // namespace
 
+namespace {
+
+// An OpenMPI hostfile, checked before mpirun sees it (mpirun's own complaint would reach the user only as "a
+// rank failed"): lines `HOST [slots=N] [max_slots=N]`, '#' comments, at least --nnodes hosts.
+void check_hostfile(const std::string& path, int nnodes) {
+  const std::string text = io::read_regular_file(path, size_t{1} << 20);
+  int hosts = 0, lineno = 0;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++lineno;
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::vector<std::string> words;
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+      size_t j = i;
+      while (j < line.size() && !std::isspace(static_cast<unsigned char>(line[j]))) ++j;
+      if (j > i) words.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (words.empty()) continue;
+    for (char c : words[0])
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' && c != ':')
+        fail(path, ": line ", lineno, ": '", words[0], "' is not a host name (expected HOST slots=N)");
+    for (size_t w = 1; w < words.size(); ++w) {
+      const std::string& kv = words[w];
+      const size_t eq = kv.find('=');
+      const std::string key = kv.substr(0, eq == std::string::npos ? kv.size() : eq);
+      const std::string value = eq == std::string::npos ? "" : kv.substr(eq + 1);
+      const bool number =
+          !value.empty() && value.size() < 7 &&
+          std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if ((key != "slots" && key != "max_slots" && key != "max-slots") || !number || std::stoi(value) < 1)
+        fail(path, ": line ", lineno, ": '", kv, "' is not slots=N or max_slots=N (N a positive integer)");
+    }
+    ++hosts;
+  }
+  if (hosts < nnodes)
+    fail(path, ": lists ", hosts, " host", hosts == 1 ? "" : "s", ", --nnodes ", nnodes,
+         " needs one line per node");
+}
+
+}  // namespace
+
 void validate(const Options& o) {
   if (o.nproc_per_node < 1) fail("launch: --nproc-per-node must be at least 1 (got ", o.nproc_per_node, ")");
   if (o.nproc_per_node > 4096) fail("launch: --nproc-per-node ", o.nproc_per_node, " is more than 4096");
@@ -727,6 +775,7 @@ void validate(const Options& o) {
     fail(
         "launch: through mpirun, run launch once, on node 0 (mpirun starts every node's ranks); --node-rank ",
         o.node_rank, " is for --no-mpi");
+  if (o.use_mpi && o.nnodes > 1) check_hostfile(o.hostfile, o.nnodes);
 }
 
 std::string command_device(const std::vector<std::string>& command) {
