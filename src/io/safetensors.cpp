@@ -17,6 +17,10 @@ using nlohmann::json;
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation also caps at 100 MB
+// Tensors one file may list. The most tensor-heavy released checkpoints (MoE models with per-expert weights)
+// hold under 100k tensors in all, split over many shards; 2^18 in one file is generous and keeps parsing,
+// sorting and validating a hostile header well under a second.
+constexpr size_t kMaxTensorsPerFile = size_t{1} << 18;
 
 // "file: tensor 'name'" for messages, built only when one is thrown (headers can hold 10^5+ entries).
 struct Where {
@@ -272,6 +276,9 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
       parse_metadata(v, file, &h.metadata);
       return;
     }
+    if (h.tensors.size() == kMaxTensorsPerFile)
+      fail(file, ": header lists more than ", kMaxTensorsPerFile,
+           " tensors (no checkpoint file holds that many)");
     SafetensorsEntry e = parse_entry(k, v, file);
     if (e.end > h.data_size)
       fail(file, ": tensor '", printable(k), "': data_offsets [", e.begin, ", ", e.end,
