@@ -260,6 +260,34 @@ const std::vector<ConfigKey>& common_config_keys() {
   return t;
 }
 
+const std::vector<ConfigKey>& decoder_config_keys() {
+  using enum KeyUse;
+  static const std::vector<ConfigKey> keys = {
+      {"vocab_size", kImplemented, "", "embedding / LM head rows"},
+      {"hidden_size", kImplemented, "", ""},
+      {"intermediate_size", kImplemented, "", ""},
+      {"num_hidden_layers", kImplemented, "", ""},
+      {"num_attention_heads", kImplemented, "", ""},
+      {"hidden_act", kImplemented, "", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu"},
+      {"rms_norm_eps", kImplemented, "", ""},
+      {"rope_parameters", kImplemented, "", "Transformers 5 layout; types default, linear, llama3"},
+      {"rope_scaling", kImplemented, "",
+       "Transformers 4 layout; wins over rope_parameters (both: must agree)"},
+      {"rope_theta", kImplemented, "", "Transformers 4 layout (must agree with rope_parameters.rope_theta)"},
+      {"original_max_position_embeddings", kImplemented, "", "llama3 rope: overrides the rope dict's"},
+  };
+  return keys;
+}
+
+ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& origin,
+                                   const std::vector<ConfigKey>& own_keys) {
+  ConfigReader r(j, origin);
+  check_refused_keys(r, common_config_keys());
+  check_refused_keys(r, decoder_config_keys());
+  check_refused_keys(r, own_keys);
+  return r;
+}
+
 void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table) {
   for (const ConfigKey& k : table) {
     if (k.use != KeyUse::kRefused) continue;

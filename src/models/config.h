@@ -143,6 +143,13 @@ struct ConfigKey {
 // Keys of PreTrainedConfig itself (every architecture): bookkeeping, output flags, classification heads,
 // generation parameters (Transformers 5 drops those from config.json), quantization (refused).
 const std::vector<ConfigKey>& common_config_keys();
+// Keys every Llama-family decoder reads the same way (sizes, activation, eps, both rope layouts); each
+// architecture's file lists only its own keys beside these (registry: Architecture::config_keys holds both).
+const std::vector<ConfigKey>& decoder_config_keys();
+// The start of every parser: a typed reader over `j` after refusing every kRefused key of the common, the
+// decoder and the architecture's own table set to anything but its default.
+ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& origin,
+                                   const std::vector<ConfigKey>& own_keys);
 // Refuses every kRefused key of `table` that is set to anything but its default.
 void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table);
 

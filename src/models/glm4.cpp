@@ -12,28 +12,16 @@ namespace tessera::models::glm4 {
 
 namespace {
 
-// Every key Transformers 5.24's configuration_glm4.py / modeling_glm4.py reads (besides
-// common_config_keys()), and what we do with it.
+// Every key Transformers 5.24's configuration_glm4.py / modeling_glm4.py reads besides common_config_keys()
+// and decoder_config_keys() (config.cpp), and what we do with it.
 std::vector<ConfigKey> keys() {
   using enum KeyUse;
   return {
-      {"vocab_size", kImplemented, "", "embedding / LM head rows"},
-      {"hidden_size", kImplemented, "", ""},
-      {"intermediate_size", kImplemented, "", "gate_up_proj has 2x rows"},
-      {"num_hidden_layers", kImplemented, "", ""},
-      {"num_attention_heads", kImplemented, "", ""},
       {"num_key_value_heads", kImplemented, "", "absent: 2 (Glm4Config's default)"},
       {"head_dim", kImplemented, "", "absent: 128 (Glm4Config's default)"},
-      {"hidden_act", kImplemented, "", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu"},
       {"max_position_embeddings", kImplemented, "", "absent: 131072"},
-      {"rms_norm_eps", kImplemented, "", "absent: 1.5625e-07"},
       {"attention_bias", kImplemented, "", "biases on q/k/v (never o_proj); absent: true"},
-      {"rope_parameters", kImplemented, "", "Transformers 5 layout; types default, linear, llama3"},
-      {"rope_scaling", kImplemented, "",
-       "Transformers 4 layout; wins over rope_parameters (both: must agree)"},
-      {"rope_theta", kImplemented, "", "Transformers 4 layout (must agree with rope_parameters.rope_theta)"},
       {"partial_rotary_factor", kImplemented, "", "rotary on the first head_dim * factor dims; absent: 0.5"},
-      {"original_max_position_embeddings", kImplemented, "", "llama3 rope: overrides the rope dict's"},
       {"mlp_bias", kNoEffect, "", "GLM-4's MLP has no biases; Transformers never reads it"},
       {"sliding_window", kNoEffect, "", "not read by Glm4Config / modeling_glm4"},
       {"layer_types", kNoEffect, "", "not read by modeling_glm4 (every layer is full attention)"},
@@ -49,9 +37,7 @@ const LayerStyle kStyle{.sandwich_norms = true,
 
 DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   static const std::vector<ConfigKey> table = keys();
-  ConfigReader r(j, origin);
-  check_refused_keys(r, common_config_keys());
-  check_refused_keys(r, table);
+  const ConfigReader r = checked_config_reader(j, origin, table);
   DecoderConfig c;
   c.architecture = "Glm4ForCausalLM";
   ConfigDefaults d;

@@ -10,30 +10,18 @@ namespace tessera::models::llama {
 
 namespace {
 
-// Every key Transformers 5.24's configuration_llama.py / modeling_llama.py reads (besides
-// common_config_keys()), and what we do with it.
+// Every key Transformers 5.24's configuration_llama.py / modeling_llama.py reads besides common_config_keys()
+// and decoder_config_keys() (config.cpp), and what we do with it.
 std::vector<ConfigKey> keys() {
   using enum KeyUse;
   return {
-      {"vocab_size", kImplemented, "", "embedding / LM head rows"},
-      {"hidden_size", kImplemented, "", "must be a multiple of num_attention_heads (LlamaConfig checks it)"},
-      {"intermediate_size", kImplemented, "", ""},
-      {"num_hidden_layers", kImplemented, "", ""},
-      {"num_attention_heads", kImplemented, "", ""},
       {"num_key_value_heads", kImplemented, "", "absent or null: num_attention_heads"},
       {"head_dim", kImplemented, "", "absent or null: hidden_size / num_attention_heads"},
-      {"hidden_act", kImplemented, "", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu"},
       {"max_position_embeddings", kImplemented, "", "absent: 2048"},
-      {"rms_norm_eps", kImplemented, "", ""},
       {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj"},
       {"mlp_bias", kImplemented, "", "biases on gate/up/down"},
-      {"rope_parameters", kImplemented, "", "Transformers 5 layout; types default, linear, llama3"},
-      {"rope_scaling", kImplemented, "",
-       "Transformers 4 layout; wins over rope_parameters (both: must agree)"},
-      {"rope_theta", kImplemented, "", "Transformers 4 layout (must agree with rope_parameters.rope_theta)"},
       {"partial_rotary_factor", kImplemented, "",
        "ignored by Llama's default rope (as Transformers); refused with a scaled rope (Transformers fails)"},
-      {"original_max_position_embeddings", kImplemented, "", "llama3 rope: overrides the rope dict's"},
       {"pretraining_tp", kNoEffect, "",
        "Transformers 5 never reads it (4.x's tp > 1 split the same matmuls into slices: same result)"},
       {"sliding_window", kNoEffect, "", "not read by LlamaConfig / modeling_llama"},
@@ -44,9 +32,7 @@ std::vector<ConfigKey> keys() {
 
 DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   static const std::vector<ConfigKey> table = keys();
-  ConfigReader r(j, origin);
-  check_refused_keys(r, common_config_keys());
-  check_refused_keys(r, table);
+  const ConfigReader r = checked_config_reader(j, origin, table);
   DecoderConfig c;
   c.architecture = "LlamaForCausalLM";
   ConfigDefaults d;

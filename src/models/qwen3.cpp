@@ -11,30 +11,18 @@ namespace tessera::models::qwen3 {
 
 namespace {
 
-// Every key Transformers 5.24's configuration_qwen3.py / modeling_qwen3.py reads (besides
-// common_config_keys()), and what we do with it.
+// Every key Transformers 5.24's configuration_qwen3.py / modeling_qwen3.py reads besides common_config_keys()
+// and decoder_config_keys() (config.cpp), and what we do with it.
 std::vector<ConfigKey> keys() {
   using enum KeyUse;
   return {
-      {"vocab_size", kImplemented, "", "embedding / LM head rows"},
-      {"hidden_size", kImplemented, "", ""},
-      {"intermediate_size", kImplemented, "", ""},
-      {"num_hidden_layers", kImplemented, "", ""},
-      {"num_attention_heads", kImplemented, "", ""},
       {"num_key_value_heads", kImplemented, "",
        "absent: 32 (Qwen3Config's default); null: num_attention_heads"},
       {"head_dim", kImplemented, "", "absent: 128 (Qwen3Config's default, not hidden / heads)"},
-      {"hidden_act", kImplemented, "", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, relu"},
       {"max_position_embeddings", kImplemented, "", "absent: 32768"},
-      {"rms_norm_eps", kImplemented, "", "also the q_norm / k_norm eps"},
       {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj"},
-      {"rope_parameters", kImplemented, "", "Transformers 5 layout; types default, linear, llama3"},
-      {"rope_scaling", kImplemented, "",
-       "Transformers 4 layout; wins over rope_parameters (both: must agree)"},
-      {"rope_theta", kImplemented, "", "Transformers 4 layout (must agree with rope_parameters.rope_theta)"},
       {"partial_rotary_factor", kImplemented, "",
        "ignored by Qwen3's default rope (as Transformers); refused with a scaled rope (Transformers fails)"},
-      {"original_max_position_embeddings", kImplemented, "", "llama3 rope: overrides the rope dict's"},
       {"use_sliding_window", kImplemented, "", "sliding_window counts only when true"},
       {"sliding_window", kImplemented, "", "absent: 4096; null: no window"},
       {"max_window_layers", kImplemented, "", "without layer_types: layers >= this slide"},
@@ -47,9 +35,7 @@ const LayerStyle kStyle{.qk_norm = true};
 
 DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   static const std::vector<ConfigKey> table = keys();
-  ConfigReader r(j, origin);
-  check_refused_keys(r, common_config_keys());
-  check_refused_keys(r, table);
+  const ConfigReader r = checked_config_reader(j, origin, table);
   DecoderConfig c;
   c.architecture = "Qwen3ForCausalLM";
   ConfigDefaults d;

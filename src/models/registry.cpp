@@ -48,7 +48,8 @@ Architecture llama_family_with(const char* name, const LayerStyle& style,
     whole.tp = {};  // the stored tensors, whatever this rank's share
     return weight_specs_of(build_causal_lm(whole, key, style));
   };
-  a.config_keys = std::move(keys);
+  a.config_keys = decoder_config_keys();
+  a.config_keys.insert(a.config_keys.end(), keys.begin(), keys.end());
   return a;
 }
 
