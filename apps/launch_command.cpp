@@ -90,17 +90,9 @@ void add_launch_command(CLI::App& app) {
       ->type_name("COMMAND [ARGS...]");
   cmd->prefix_command();
   cmd->footer(kFooter);
-  cmd->callback([f, cmd] {
-    try {
-      const tessera::launch::Options o = to_options(*f, *cmd);
-      const int code = f->rank_shim ? tessera::launch::exec_rank_shim(o) : tessera::launch::run(o);
-      if (code == 0) return;
-      throw CLI::RuntimeError(code);
-    } catch (const tessera::Error& e) {
-      std::fprintf(stderr, "tessera: error: %s\n", e.what());
-    } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "tessera: error: out of memory\n");
-    }
-    throw CLI::RuntimeError(1);
+  cmd->callback([f, cmd] {  // tessera::Error reaches main()'s one catch site
+    const tessera::launch::Options o = to_options(*f, *cmd);
+    const int code = f->rank_shim ? tessera::launch::exec_rank_shim(o) : tessera::launch::run(o);
+    if (code != 0) throw CLI::RuntimeError(code);  // the failed rank's exit code
   });
 }

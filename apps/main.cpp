@@ -736,25 +736,27 @@ int main(int argc, char** argv) {
                  io::printable(args[1], 60).c_str(), names.c_str());
     return 1;
   }
+  // The one place errors become `tessera: error: ...` and exit 1: every subcommand, including those that run
+  // from their CLI11 callback during parse() (bench, launch), lets tessera::Error propagate to here.
   try {
-    std::vector<std::string> reversed(args.rbegin(),
-                                      args.rend() - 1);  // CLI11 takes them last-first, no argv[0]
-    app.parse(reversed);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::RuntimeError& e) {  // a subcommand's callback failed and said so itself
-    return e.get_exit_code();
-  } catch (const CLI::ParseError& e) {  // unknown flag, bad value, missing option: one line, exit 1
-    std::string what = e.what();
-    for (char& ch : what)
-      if (ch == '\n' || ch == '\r') ch = ' ';
-    std::string help = "tessera";  // the help of the subcommand the error is in
-    for (const CLI::App* sub : app.get_subcommands())
-      if (sub->parsed()) help += " " + sub->get_name();
-    std::fprintf(stderr, "tessera: error: %s (see %s --help)\n", what.c_str(), help.c_str());
-    return 1;
-  }
-  try {
+    try {
+      std::vector<std::string> reversed(args.rbegin(),
+                                        args.rend() - 1);  // CLI11 takes them last-first, no argv[0]
+      app.parse(reversed);
+    } catch (const CLI::Success& e) {  // --help, --version
+      return app.exit(e);
+    } catch (const CLI::RuntimeError& e) {  // a subcommand's callback failed and said so itself
+      return e.get_exit_code();
+    } catch (const CLI::ParseError& e) {  // unknown flag, bad value, missing option: one line, exit 1
+      std::string what = e.what();
+      for (char& ch : what)
+        if (ch == '\n' || ch == '\r') ch = ' ';
+      std::string help = "tessera";  // the help of the subcommand the error is in
+      for (const CLI::App* sub : app.get_subcommands())
+        if (sub->parsed()) help += " " + sub->get_name();
+      std::fprintf(stderr, "tessera: error: %s (see %s --help)\n", what.c_str(), help.c_str());
+      return 1;
+    }
     if (g->parsed()) return run_generate(gen);
     if (c->parsed()) return run_chat(chat);
     if (f->parsed()) return run_forward(fwd, fwd_ids, fwd_json);
