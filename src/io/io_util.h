@@ -1,11 +1,24 @@
 // Small helpers shared by the checkpoint readers.
 #pragma once
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 
 #include "tessera/tensor.h"
 
 namespace tessera::io {
+
+// Closes a POSIX file descriptor on every path out of a scope (-1: nothing to close).
+struct FdGuard {
+  int fd;
+  explicit FdGuard(int f) : fd(f) {}
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 // A name taken from a file, safe to put in a one-line error: control and
 // non-ASCII bytes are escaped as \xNN and long names are shortened.

@@ -14,13 +14,6 @@ namespace tessera::io {
 
 namespace {
 
-struct FdGuard {
-  int fd;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 template <typename J>
 J parse_impl(std::string_view text, const std::string& name, int max_depth) {
   check_json_depth(text, name, max_depth);

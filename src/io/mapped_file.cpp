@@ -8,20 +8,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/io_util.h"
 #include "io/json_util.h"
 #include "tessera/error.h"
 
 namespace tessera::io {
 
 namespace {
-
-// Closes the descriptor on every path out of open().
-struct FdGuard {
-  int fd;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 [[noreturn]] void fail_errno(const std::string& path, const char* what, int err) {
   fail(path, ": ", what, ": ", std::strerror(err));
