@@ -301,19 +301,7 @@ std::vector<std::pair<std::string, std::string>> default_tp_plan(const LayerStyl
 Architecture llama_family_architecture(const char* name, LayerStyle style) {
   return Architecture{
       .name = name,
-      .parse_config =
-          [name, style](const nlohmann::json& j, const std::string& origin) {
-            ConfigReader r(j, origin);
-            DecoderConfig c;
-            c.architecture = name;
-            parse_common(r, c);
-            c.head_dim = r.int_or("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
-            c.attention_bias = r.bool_or("attention_bias", style.default_attention_bias);
-            c.rope.partial_rotary_factor = r.number_or("partial_rotary_factor", style.default_partial_rotary);
-            c.qk_norm = style.qk_norm;
-            validate(c, origin);
-            return c;
-          },
+      .parse_config = {},  // set by llama_family_with
       .weights = [style](const DecoderConfig& c) { return causal_lm_weights(c, style); },
       .build_graph = [style](const DecoderConfig& c,
                              const graph::ShapeKey& k) { return build_causal_lm(c, k, style); },

@@ -78,8 +78,6 @@ struct LayerStyle {
   bool fused_gate_up = false;     // GLM-4: mlp.gate_up_proj [2I, H], gate = rows [0, I), up = rows [I, 2I)
   bool rope_interleaved = false;  // GLM-4: rotary pairs (2i, 2i+1) of the first rot_dim dims of each head
   bool o_proj_bias = true;        // o_proj has a bias when attention_bias is set (GLM-4: never)
-  double default_partial_rotary = 1.0;  // partial_rotary_factor when config.json has none (GLM-4: 0.5)
-  bool default_attention_bias = false;  // attention_bias when config.json has none (GLM-4: true)
 };
 
 // input_layernorm -> self-attention (GQA, RoPE, static cache) -> residual ->
@@ -97,9 +95,10 @@ graph::Activation graph_activation(Activation a);
 std::vector<std::pair<std::string, std::string>> default_tp_plan(
     const LayerStyle& style);  // "model.layers.<i>."
 
-// An architecture of the Llama family: config.json read by parse_common (head_dim from the config, else
-// hidden / heads), the shared decoder layer in `style`, weights derived from the graph, and its default
-// tensor-parallel plan (Transformers' base_model_tp_plan form; lm_head vocab-parallel).
+// An architecture of the Llama family without its config parser (models::llama_family_with adds the
+// architecture's own parser and key table): the shared decoder layer in `style`, weights derived from the
+// graph, and its default tensor-parallel plan (Transformers' base_model_tp_plan form; lm_head
+// vocab-parallel).
 Architecture llama_family_architecture(const char* name, LayerStyle style);
 
 }  // namespace tessera::models

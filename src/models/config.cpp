@@ -599,14 +599,6 @@ std::string architecture_name(const nlohmann::json& config, const std::string& o
   return (*a)[0].get<std::string>();
 }
 
-void parse_common(const ConfigReader& r, DecoderConfig& c) {
-  ConfigDefaults d;
-  d.bos_token_id = 1;
-  d.eos_token_ids = {2};
-  parse_decoder_config(r, d, c);
-  c.mlp_bias = r.bool_or("mlp_bias", false);
-}
-
 void validate(const DecoderConfig& c, const std::string& origin) {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail(origin, ": field '", name, "' must be positive, got ", v);

@@ -186,8 +186,6 @@ nlohmann::json parse_config_json(std::string_view text, const std::string& origi
 // architectures[0] of a parsed config.json (a non-empty list of names), else an error naming the field.
 std::string architecture_name(const nlohmann::json& config, const std::string& origin);
 
-// Fields shared by the Llama family (kept for older callers: Llama's defaults).
-void parse_common(const ConfigReader& r, DecoderConfig& c);
 // Checks sizes are positive and divisible as attention requires.
 void validate(const DecoderConfig& c, const std::string& origin);
 // Rotary inverse frequencies [rot_dim / 2], computed in float32 as Transformers does.

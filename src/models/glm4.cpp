@@ -28,12 +28,8 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-const LayerStyle kStyle{.sandwich_norms = true,
-                        .fused_gate_up = true,
-                        .rope_interleaved = true,
-                        .o_proj_bias = false,
-                        .default_partial_rotary = 0.5,
-                        .default_attention_bias = true};
+const LayerStyle kStyle{
+    .sandwich_norms = true, .fused_gate_up = true, .rope_interleaved = true, .o_proj_bias = false};
 
 DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   static const std::vector<ConfigKey> table = keys();

@@ -40,14 +40,7 @@ Architecture llama_family_with(const char* name, const LayerStyle& style,
                                std::function<DecoderConfig(const nlohmann::json&, const std::string&)> parse,
                                std::vector<ConfigKey> keys) {
   Architecture a = llama_family_architecture(name, style);
-  a.parse_config = std::move(parse);
-  a.weights = [style](const DecoderConfig& c) {
-    graph::ShapeKey key{
-        .phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 1, .dtype = DType::F32};
-    DecoderConfig whole = c;
-    whole.tp = {};  // the stored tensors, whatever this rank's share
-    return weight_specs_of(build_causal_lm(whole, key, style));
-  };
+  a.parse_config = std::move(parse);  // the weights stay causal_lm_weights (blocks.cpp)
   a.config_keys = decoder_config_keys();
   a.config_keys.insert(a.config_keys.end(), keys.begin(), keys.end());
   return a;
