@@ -367,6 +367,7 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   impl->data = impl->file->data();
   impl->size = impl->file->size();
   parse_into(*impl);
+  impl->file->prefault();
   return std::make_shared<GgufFile>(std::move(impl));
 }
 

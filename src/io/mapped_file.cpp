@@ -43,13 +43,21 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     fail(path, ": not a regular file (a FIFO, device or socket cannot be a model file)");
   if (st.st_size == 0) fail(path, ": file is empty");
   const size_t size = static_cast<size_t>(st.st_size);
-  // MAP_POPULATE maps every page now (and reads it when the page cache is cold), so the first forward pass
-  // does not take a page fault per page of weights; loading is when a caller expects the disk to be touched.
-  // Should the kernel refuse it, a plain mapping is just as correct.
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, g.fd, 0);
-  if (p == MAP_FAILED) p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, g.fd, 0);
+  // A plain mapping: nothing is read until the caller has checked the header (prefault() then reads the
+  // rest), so a malformed or sparse file is refused without touching its pages.
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, g.fd, 0);
   if (p == MAP_FAILED) fail_errno(path, "mmap failed", errno);
   return std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(p), size));
+}
+
+void MappedFile::prefault() const {
+#ifdef MADV_POPULATE_READ
+  // Linux 5.14+: faults every page in now (reading it when the page cache is cold), so the first forward pass
+  // does not take a page fault per page of weights.
+  if (::madvise(const_cast<uint8_t*>(data_), size_, MADV_POPULATE_READ) == 0) return;
+#endif
+  // Older kernels: ask for read-ahead; the pages are faulted in on first use instead. Either is correct.
+  ::madvise(const_cast<uint8_t*>(data_), size_, MADV_WILLNEED);
 }
 
 MappedFile::~MappedFile() { ::munmap(const_cast<uint8_t*>(data_), size_); }

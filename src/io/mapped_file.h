@@ -10,12 +10,16 @@ namespace tessera::io {
 
 class MappedFile {
  public:
-  // Maps `path` read-only (MAP_PRIVATE, pre-faulted with MAP_POPULATE). Throws Error naming the file when it
+  // Maps `path` read-only (MAP_PRIVATE; no page is read yet). Throws Error naming the file when it
   // is missing, a directory, empty, unreadable or cannot be mapped.
   static std::shared_ptr<MappedFile> open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
+
+  // Reads every page in now; called once the file's header has been checked, so loading (not the first
+  // step) is when the disk is touched.
+  void prefault() const;
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }

@@ -335,6 +335,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   auto f = std::make_shared<SafetensorsFile>();
   f->file_ = MappedFile::open(path);
   f->header_ = parse_safetensors_header(f->file_->data(), f->file_->size(), path);
+  f->file_->prefault();
   return f;
 }
 
