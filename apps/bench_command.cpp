@@ -7,7 +7,7 @@
 #include <memory>
 #include <new>
 
-#include "runtime/bench_model.h"
+#include "bench/bench_model.h"
 #include "tessera/error.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <new>
 
-#include "runtime/launch.h"
+#include "distributed/launch.h"
 #include "tessera/error.h"
 
 namespace {

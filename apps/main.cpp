@@ -18,7 +18,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "bench_command.h"
-#include "dist/tp_plan.h"
+#include "distributed/tp_plan.h"
 #include "io/io_util.h"
 #include "io/json_util.h"
 #include "io/model_files.h"
@@ -104,8 +104,8 @@ DistributedConfig distributed_config(const ModelFlags& f) {
   if (f.tp_plan == "auto")
     d.tp_plan_auto = true;
   else if (!f.tp_plan.empty())
-    d.tp_plan = dist::read_plan_file(f.tp_plan);
-  for (const auto& r : f.tp_rules) d.tp_plan.push_back(dist::parse_rule(r, "--tp-rule"));
+    d.tp_plan = distributed::read_plan_file(f.tp_plan);
+  for (const auto& r : f.tp_rules) d.tp_plan.push_back(distributed::parse_rule(r, "--tp-rule"));
   return d;
 }
 

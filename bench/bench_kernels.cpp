@@ -12,7 +12,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
 #include "backends/cpu/thread_pool.h"
-#include "runtime/bench_machine.h"
+#include "bench/bench_machine.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "golden_util.h"
-#include "runtime/bench_machine.h"
-#include "runtime/bench_model.h"
+#include "bench/bench_machine.h"
+#include "bench/bench_model.h"
 #include "tessera/error.h"
 
 namespace {

@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/launch.h"
+#include "distributed/launch.h"
 #include "tessera/error.h"
 
 extern char** environ;

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "cli_util.h"
-#include "dist/mpi_communicator.h"
-#include "dist/tp_plan.h"
+#include "distributed/mpi_communicator.h"
+#include "distributed/tp_plan.h"
 #include "golden_util.h"
 #include "io/model_files.h"
 #include "io/weight_source.h"
@@ -42,7 +42,7 @@ Loaded load_config(const std::string& fixture) {
 models::TpLayout resolve(const Loaded& m, int tp, std::vector<TpPlanRule> rules = {}, bool autop = false,
                          std::vector<std::string>* notes = nullptr, int rank = 0) {
   DistributedConfig d{.tp_size = tp, .tp_plan = std::move(rules), .tp_plan_auto = autop};
-  return dist::resolve_tp_plan(*m.arch, m.config, d, rank, m.origin, notes);
+  return distributed::resolve_tp_plan(*m.arch, m.config, d, rank, m.origin, notes);
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -62,35 +62,35 @@ std::vector<TpPlanRule> replicate_attention() {
 }
 
 TEST(TpPlan, PatternsMatchOneComponentPerStar) {
-  EXPECT_TRUE(dist::module_matches("layers.*.self_attn.q_proj", "layers.12.self_attn.q_proj"));
-  EXPECT_TRUE(dist::module_matches("model.layers.*.mlp.up_proj", "layers.0.mlp.up_proj"));
-  EXPECT_TRUE(dist::module_matches("layers.3.mlp.up_proj", "model.layers.3.mlp.up_proj"));
-  EXPECT_FALSE(dist::module_matches("layers.3.mlp.up_proj", "layers.4.mlp.up_proj"));
-  EXPECT_FALSE(dist::module_matches("layers.*", "layers.0.mlp.up_proj"));
-  EXPECT_FALSE(dist::module_matches("layers.*.mlp.up", "layers.0.mlp.up_proj"));
+  EXPECT_TRUE(distributed::module_matches("layers.*.self_attn.q_proj", "layers.12.self_attn.q_proj"));
+  EXPECT_TRUE(distributed::module_matches("model.layers.*.mlp.up_proj", "layers.0.mlp.up_proj"));
+  EXPECT_TRUE(distributed::module_matches("layers.3.mlp.up_proj", "model.layers.3.mlp.up_proj"));
+  EXPECT_FALSE(distributed::module_matches("layers.3.mlp.up_proj", "layers.4.mlp.up_proj"));
+  EXPECT_FALSE(distributed::module_matches("layers.*", "layers.0.mlp.up_proj"));
+  EXPECT_FALSE(distributed::module_matches("layers.*.mlp.up", "layers.0.mlp.up_proj"));
 }
 
 TEST(TpPlan, RuleSyntaxAndPlanFiles) {
-  auto r = dist::parse_rule("layers.*.self_attn.q_proj=replicated", "--tp-rule");
+  auto r = distributed::parse_rule("layers.*.self_attn.q_proj=replicated", "--tp-rule");
   EXPECT_EQ(r.pattern, "layers.*.self_attn.q_proj");
   EXPECT_EQ(r.style, "replicated");
   EXPECT_NE(error_of([] {
-              dist::parse_rule("layers.*.self_attn.q_proj", "--tp-rule");
+              distributed::parse_rule("layers.*.self_attn.q_proj", "--tp-rule");
             }).find("expected PATTERN=STYLE"),
             std::string::npos);
   const std::string path = ::testing::TempDir() + "tp_plan_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << R"({"layers.*.self_attn.q_proj": "replicated", "lm_head": "replicated"})";
-  auto rules = dist::read_plan_file(path);
+  auto rules = distributed::read_plan_file(path);
   ASSERT_EQ(rules.size(), 2u);
   EXPECT_EQ(rules[0].pattern, "layers.*.self_attn.q_proj");
   EXPECT_EQ(rules[1].origin, path);
   std::ofstream(path) << R"(["colwise"])";
-  EXPECT_NE(error_of([&] { dist::read_plan_file(path); }).find("is a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([&] { distributed::read_plan_file(path); }).find("is a JSON object"), std::string::npos);
   std::ofstream(path) << R"({"lm_head": 3})";
-  EXPECT_NE(error_of([&] { dist::read_plan_file(path); }).find("rule 'lm_head' must map to a style"),
+  EXPECT_NE(error_of([&] { distributed::read_plan_file(path); }).find("rule 'lm_head' must map to a style"),
             std::string::npos);
   std::remove(path.c_str());
-  EXPECT_NE(error_of([] { dist::read_plan_file("/nonexistent/plan.json"); }).find("/nonexistent/plan.json"),
+  EXPECT_NE(error_of([] { distributed::read_plan_file("/nonexistent/plan.json"); }).find("/nonexistent/plan.json"),
             std::string::npos);
 }
 
@@ -433,17 +433,17 @@ std::vector<Tagged> tagged_processes(const std::string& tag) {
 }
 
 TEST(TpDeadline, TimeoutSettingAndItsErrors) {
-  EXPECT_EQ(dist::collective_timeout_setting(5), 5);
-  EXPECT_EQ(dist::collective_timeout_setting(0), 0);
+  EXPECT_EQ(distributed::collective_timeout_setting(5), 5);
+  EXPECT_EQ(distributed::collective_timeout_setting(0), 0);
   ::unsetenv("TESSERA_COLLECTIVE_TIMEOUT");
-  EXPECT_EQ(dist::collective_timeout_setting(-1), dist::kDefaultCollectiveTimeoutS);
+  EXPECT_EQ(distributed::collective_timeout_setting(-1), distributed::kDefaultCollectiveTimeoutS);
   ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "2.5", 1);
-  EXPECT_EQ(dist::collective_timeout_setting(-1), 2.5);
+  EXPECT_EQ(distributed::collective_timeout_setting(-1), 2.5);
   ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "-3", 1);
-  EXPECT_EQ(error_of([] { dist::collective_timeout_setting(-1); }),
+  EXPECT_EQ(error_of([] { distributed::collective_timeout_setting(-1); }),
             "TESSERA_COLLECTIVE_TIMEOUT='-3' is not a number of seconds >= 0 (0 = no deadline)");
   ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "5s", 1);
-  EXPECT_NE(error_of([] { dist::collective_timeout_setting(-1); }), "(no error)");
+  EXPECT_NE(error_of([] { distributed::collective_timeout_setting(-1); }), "(no error)");
   ::unsetenv("TESSERA_COLLECTIVE_TIMEOUT");
 }
 

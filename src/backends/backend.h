@@ -1,6 +1,6 @@
-// The small interface every backend implements. A backend compiles a Graph
-// for one ShapeKey into an Executable, owns the device-side KV cache, and
-// holds the model weights in whatever form its kernels want.
+// The small interface every backend implements. A backend holds the model weights in whatever form its
+// kernels want, compiles a Graph for one ShapeKey into an immutable Executable, and makes DeviceCaches: the
+// per-sequence state (KV cache, sampler state, scratch) that callers own and pass to each run.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,43 +20,94 @@ using WeightMap = std::unordered_map<std::string, Tensor>;
 struct StepInputs {
   std::vector<int32_t> ids;        // [batch * seq]
   std::vector<int32_t> positions;  // [batch * seq]
-  std::vector<int32_t> slots;      // [seq] cache slot of each query column
+  // [batch * seq] cache slot of each query column, per row (consecutive within a row); [seq] is accepted too
+  // and means every row uses the same slots.
+  std::vector<int32_t> slots;
   std::vector<int32_t> kv_begin;   // [batch] first cache slot each row may attend to
   // In-step sampling only (ShapeKey::sampling != Off):
   std::vector<int32_t> seen_from;      // [batch] prefill: first column whose ids count as seen
   std::vector<int32_t> sample_params;  // [batch * graph::kSampleParams] (see graph::SampleParam)
+  // ShapeKey::row_mapped() steps only: [batch] cache row of each step row.
+  std::vector<int32_t> cache_rows = {};
 };
 
-// Per-layer K and V caches, [batch, kv_heads, cache_len, head_dim] each, on the device.
+// The state a sequence (or a set of sequences, one per cache row) carries from step to step: per-layer K and
+// V caches, [cache_batch, kv_heads, cache_len, head_dim] each, on the device; the sampler state of in-step
+// sampling; and the scratch memory a step runs in. Owned by the caller: one DeviceCache is used by one thread
+// at a time, while any number of threads run the same Executable, each with its own DeviceCache.
 class DeviceCache {
  public:
   virtual ~DeviceCache() = default;
-  int64_t batch = 0, cache_len = 0;
+  int64_t batch = 0, cache_len = 0;  // batch: cache rows
 };
 
+// A compiled step: immutable once built, shared by every caller and thread (runs are const and keep no state
+// of their own; everything a run writes lives in the DeviceCache it is given or in the outputs).
 class Executable {
  public:
   virtual ~Executable() = default;
   // Runs the step and copies the logits output ([rows, vocab] float32) to `logits`.
-  virtual void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) = 0;
+  virtual void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) const = 0;
   // For graphs with in-step sampling: runs the step and copies the chosen token ids ([batch] int32).
   // The cache's sampler state (the per-row seen mask) is created zeroed on the first such step.
-  virtual void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) = 0;
+  virtual void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) const = 0;
+};
+
+// Bytes that crossed between host and device.
+struct TransferStats {
+  uint64_t h2d_bytes = 0;  // step inputs sent by Executable::run
+  uint64_t d2h_bytes = 0;  // logits (run) or token ids (run_tokens) returned
+  uint64_t runs = 0;       // Executable::run calls
+  uint64_t setup_h2d_bytes = 0;  // weights (bind_weights) and zeroed caches (create_cache); not per step
+  uint64_t cache_copy_bytes = 0; // copy_cache through the host (dynamic cache growth), both directions
+  uint64_t collective_bytes = 0;  // segmented steps (one process per rank): activations read for and written
+                                  // back after each host collective; also counted in h2d/d2h_bytes
+};
+
+// What a backend can do; the runtime asks this instead of testing which backend it has.
+struct Capabilities {
+  // Compiled steps can sample (ShapeKey::sampling Greedy / Sample), so a decode step brings back token ids
+  // instead of logits. The runtime uses it by default where it is also `prefers_buckets` (a device: logits
+  // would cross to the host every step).
+  bool in_step_sampling = false;
+  // Compiling a shape is costly (a real compiler), so prompts are padded to a few bucket lengths by default
+  // (LoadOptions::buckets "auto" = "pow2"); false: planning is cheap and padding costs real FLOPs ("exact").
+  bool prefers_buckets = false;
+  bool serializable = false;  // executables save to and load from bytes (the on-disk compile cache)
+  bool op_by_op = false;      // compile_op_by_op() runs ops one by one (else it is compile())
+  int replicas = 1;           // devices one tensor-parallel program runs on in this process
+  bool counts_transfers = false;  // transfer_stats() counts host/device bytes (a device with its own memory)
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+  // Whether this backend can run `op` (every graph is checked before it is compiled: check_graph below).
   virtual bool supports_op(graph::Op op) const = 0;
   // Takes the weights the graphs refer to, keyed by graph::weight_key (host tensors; zero-copy views where possible).
   virtual void bind_weights(WeightMap weights) = 0;
+  // Tensor parallelism in one process (capabilities().replicas > 1): rank `replica`'s weights, uploaded to
+  // device `replica`; replica 0 is bind_weights. Every replica must be bound before a graph with tp_size =
+  // replicas is compiled.
+  virtual void bind_replica_weights(int replica, WeightMap weights) {
+    if (replica != 0) fail("backend ", name(), ": one device per process (no replica ", replica, ")");
+    bind_weights(std::move(weights));
+  }
   virtual std::unique_ptr<Executable> compile(const graph::Graph& g) = 0;
+  // disable_compile (debugging): an executable that runs `g` one op at a time where the backend can
+  // (capabilities().op_by_op); otherwise a fresh compile.
+  virtual std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) { return compile(g); }
+  // A cache of `batch` rows (sequences) of `cache_len` slots each, zeroed.
   virtual std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
                                                     int64_t cache_len, int64_t head_dim) = 0;
   // Copies every slot of `from` into the first slots of `to` (same layers/batch/heads, to.cache_len >= from's).
   // The sampler state is not copied (a grown cache is used with host-side sampling only).
   virtual void copy_cache(const DeviceCache& from, DeviceCache& to) = 0;
+  // Bytes between host and device since the backend was made (zero where capabilities().counts_transfers is
+  // false: the native backend works in host memory).
+  virtual TransferStats transfer_stats() const { return {}; }
 
   // Persistent executables (the on-disk compile cache). `program_identity` is text that fixes the compiled
   // program exactly: the program itself, the compiler (platform, version, API version) and the compile
@@ -71,6 +122,9 @@ class Backend {
     fail("backend ", name(), ": executables cannot be loaded from bytes");
   }
 };
+
+// Throws Error naming the first node whose op `backend` does not support.
+void check_graph(const Backend& backend, const graph::Graph& g);
 
 class Communicator;
 // `comm`: the tensor-parallel group for graphs with tp_size > 1 (nullptr: single rank).

@@ -52,6 +52,7 @@ std::string ShapeKey::str() const {
      << ", dtype=" << dtype_name(dtype) << ", logits=" << (all_logits ? "all" : "last");
   if (tp_size > 1) os << ", tp=" << tp_rank << "/" << tp_size;
   if (sampling != Sampling::Off) os << ", sampling=" << sampling_name(sampling);
+  if (row_mapped()) os << ", cache_rows=" << cache_rows;
   os << ")";
   return os.str();
 }
@@ -72,6 +73,7 @@ std::string ShapeKey::diff(const ShapeKey& o) const {
   field("tp_rank", tp_rank, o.tp_rank);
   field("tp_size", tp_size, o.tp_size);
   field("sampling", sampling_name(sampling), sampling_name(o.sampling));
+  field("cache_rows", cache_batch(), o.cache_batch());
   return os.str();
 }
 
@@ -87,6 +89,7 @@ size_t ShapeKeyHash::operator()(const ShapeKey& k) const {
   mix(static_cast<uint64_t>(k.tp_rank));
   mix(static_cast<uint64_t>(k.tp_size));
   mix(static_cast<uint64_t>(k.sampling));
+  mix(static_cast<uint64_t>(k.cache_batch()));
   return h;
 }
 
@@ -124,15 +127,22 @@ void append_sampling(Graph& g, int64_t vocab) {
     in.input_kind = kind;
     return g.add(std::move(in));
   };
-  Node state{.op = Op::SamplerState, .name = "sampler.seen", .inputs = {}, .shape = {k.batch, vocab}};
+  int rows = -1;  // the CacheRows input of a row-mapped step (added by the model's step inputs)
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == Op::Input && g.nodes[i].input_kind == InputKind::CacheRows) rows = static_cast<int>(i);
+  TS_ASSERT(k.row_mapped() == (rows >= 0), "cache rows input and ShapeKey ", k.str(), " disagree");
+  Node state{.op = Op::SamplerState, .name = "sampler.seen", .inputs = {}, .shape = {k.cache_batch(), vocab}};
   std::vector<int> mark_inputs = {g.add(std::move(state)), ids};
   if (k.phase == Phase::Prefill) mark_inputs.push_back(input(InputKind::SeenFrom, "seen_from", k.batch));
+  if (rows >= 0) mark_inputs.push_back(rows);
   const int seen = g.add(Node{
-      .op = Op::MarkSeen, .name = "sampler.mark_seen", .inputs = mark_inputs, .shape = {k.batch, vocab}});
+      .op = Op::MarkSeen, .name = "sampler.mark_seen", .inputs = mark_inputs, .shape = {k.cache_batch(), vocab}});
   const int params = input(InputKind::SampleParams, "sample_params", int64_t{k.batch} * kSampleParams);
+  std::vector<int> sample_inputs = {logits, seen, params};
+  if (rows >= 0) sample_inputs.push_back(rows);
   const int tokens = g.add(Node{.op = Op::Sample,
                                 .name = "sampler.sample",
-                                .inputs = {logits, seen, params},
+                                .inputs = sample_inputs,
                                 .shape = {k.batch, 1},
                                 .dtype = DType::I32});
   g.outputs = {tokens};

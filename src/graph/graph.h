@@ -29,7 +29,13 @@ struct ShapeKey {
   bool all_logits = false;   // logits for every position (forward) or only the last (generate)
   int tp_rank = 0, tp_size = 1;
   Sampling sampling = Sampling::Off;
+  // Rows of the KV cache (and sampler state) the step works on. 0: `batch` (step row b is cache row b).
+  // Otherwise (> batch): a step over some rows of a multi-slot cache, e.g. the prefill of one sequence
+  // (batch 1) into a chosen row of an N-row cache; the CacheRows input names the cache row of each step row.
+  int cache_rows = 0;
 
+  int cache_batch() const { return cache_rows > 0 ? cache_rows : batch; }
+  bool row_mapped() const { return cache_rows > 0 && cache_rows != batch; }
   bool operator==(const ShapeKey&) const = default;
   std::string str() const;
   // Human-readable list of the fields that differ, e.g. "cache_len 96 -> 160".
@@ -41,26 +47,32 @@ struct ShapeKeyHash {
 };
 
 enum class Op : uint8_t {
-  Input,        // step input bound at run time (ids, positions, slots, kv_begin)
+  Input,        // step input bound at run time (ids, positions, slots, kv_begin, cache rows, ...)
   Weight,       // a named model weight
-  CacheState,   // KV cache of one layer, [batch, kv_heads, cache_len, head_dim]
+  CacheState,   // KV cache of one layer, [cache_batch, kv_heads, cache_len, head_dim]
   Embedding,    // (table, ids) -> [rows, dim]
   RmsNorm,      // (x, weight) -> x normalised over groups of `dim`
   MatMul,       // (x [rows, in], weight [out, in], bias? [out]) -> [rows, out]
   Rope,         // (x [rows, heads*head_dim], positions [rows]) -> rotated
-  CacheUpdate,  // (cache, new [rows, kv_heads*head_dim], slots [seq]) -> cache with rows written
-  Attention,  // (q, k_cache, v_cache, slots [seq], kv_begin [batch]) -> [rows, heads*head_dim]; `window` > 0:
-              // query slot q sees only keys j > q - window (sliding-window attention)
+  // Slots are per step row: slots[b * seq + s] is the cache slot of row b's column s (within a row, columns
+  // occupy consecutive slots). `rows` (present only when ShapeKey::row_mapped()) maps step row b to its cache
+  // row rows[b]; otherwise step row b is cache row b.
+  CacheUpdate,  // (cache, new [batch*seq, kv_heads*head_dim], slots [batch*seq], rows? [batch]) -> cache with
+                // cache[rows[b], :, slots[b*seq+s], :] = new[b*seq+s]
+  Attention,  // (q, k_cache, v_cache, slots [batch*seq], kv_begin [batch], rows? [batch]) -> [rows, heads*
+              // head_dim]: row b's query in slot q sees cache row rows[b]'s keys j with kv_begin[b] <= j <= q;
+              // `window` > 0: only keys j > q - window (sliding-window attention)
   GatedAct,   // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
   Add,        // (a, b) -> a + b
   LastRow,    // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
   // In-step sampling (ShapeKey::sampling != Off; appended by graph::append_sampling):
-  SamplerState,  // per-row "seen" mask [batch, vocab] f32 (1 = id occurred in the row), device state like a
-                 // cache
-  MarkSeen,      // (state, ids [batch*seq], seen_from? [batch]) -> state with ids[b, s] marked for s >=
-                 // seen_from[b]
-  Sample,        // (logits [batch, vocab], state, params [batch*kSampleParams]) -> token ids [batch, 1] i32;
-                 // -1 for a row whose logits hold a NaN or inf (the host must check and fail)
+  SamplerState,  // per-cache-row "seen" mask [cache_batch, vocab] f32 (1 = id occurred in the row), device
+                 // state kept with the KV cache
+  MarkSeen,      // (state, ids [batch*seq], seen_from? [batch], rows? [batch]) -> state with ids[b, s] marked
+                 // in cache row rows[b] for s >= seen_from[b]. Prefill (seen_from present): the row's mask is
+                 // cleared first (a prefill starts a sequence).
+  Sample,        // (logits [batch, vocab], state, params [batch*kSampleParams], rows? [batch]) -> token ids
+                 // [batch, 1] i32; -1 for a row whose logits hold a NaN or inf (the host must check and fail)
   // Tensor parallelism (ShapeKey::tp_size > 1): collectives over the tp_size ranks.
   AllReduce,  // (x) -> elementwise sum of x over all ranks (after a row-parallel matmul)
   AllGather,  // (x [rows, c]) -> [rows, c * tp_size]: rank r's columns at [r*c, (r+1)*c) (vocab-parallel
@@ -84,6 +96,7 @@ enum class InputKind : uint8_t {
   KvBegin,
   SeenFrom,      // [batch] prefill only: first column of the row whose ids count for the repetition penalty
   SampleParams,  // [batch * kSampleParams] per-row sampling parameters (layout: SampleParam)
+  CacheRows,     // [batch] cache row of each step row (only when ShapeKey::row_mapped())
 };
 
 // Per-row sampling parameters, int32 (floats bit-cast), in this order.
@@ -96,6 +109,8 @@ enum SampleParam : int {
   kSeedLo,
   kSeedHi,       // 64-bit seed
   kStep,         // generation step (0 = the token chosen from the prefill)
+  kDoSample,     // Sampling::Sample programs: 1 = sample this row, 0 = greedy (penalty + argmax); so rows with
+                 // and without sampling share one program. Sampling::Greedy programs ignore it.
   kSampleParams  // count
 };
 

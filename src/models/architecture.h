@@ -29,7 +29,7 @@ struct Architecture {
   // Tensors a checkpoint may carry that we do not need (e.g. rotary caches), as name suffixes.
   std::vector<std::string> ignorable_suffixes;
   // Default tensor-parallel plan, as Transformers writes it: (module pattern, style), e.g.
-  // ("layers.*.self_attn.q_proj", "colwise"). Resolved against the user's rules by dist::resolve_tp_plan.
+  // ("layers.*.self_attn.q_proj", "colwise"). Resolved against the user's rules by distributed::resolve_tp_plan.
   std::vector<std::pair<std::string, std::string>> tp_plan;
   // Every config.json key Transformers' configuration / modeling file for this architecture reads, and what
   // we do with it (besides common_config_keys()). Kept in the architecture's file; tests/test_config_keys.cpp

@@ -41,7 +41,9 @@ graph::Graph GraphBuilder::finish(int logits) {
 int GraphBuilder::input(InputKind kind, Shape shape, const char* name) {
   Node n{.op = Op::Input, .name = name, .inputs = {}, .shape = std::move(shape), .dtype = DType::I32};
   n.input_kind = kind;
-  return g_.add(std::move(n));
+  const int id = g_.add(std::move(n));
+  if (kind == InputKind::CacheRows) cache_rows_ = id;  // read by every cache update and attention
+  return id;
 }
 
 int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightView view) {
@@ -64,7 +66,7 @@ int GraphBuilder::cache_state(int layer, int which) {
   Node n{.op = Op::CacheState,
          .name = "layers." + std::to_string(layer) + (which == 0 ? ".k_cache" : ".v_cache"),
          .inputs = {},
-         .shape = {g_.key.batch, c_.local_kv_heads(), g_.key.cache_len, c_.head_dim}};
+         .shape = {g_.key.cache_batch(), c_.local_kv_heads(), g_.key.cache_len, c_.head_dim}};
   n.layer = layer;
   n.which = which;
   n.kv_heads = c_.local_kv_heads();
@@ -142,6 +144,7 @@ int GraphBuilder::rope(int x, int positions, int64_t heads, const std::string& n
 
 int GraphBuilder::cache_update(int cache, int x, int slots, const std::string& name) {
   Node n{.op = Op::CacheUpdate, .name = name, .inputs = {cache, x, slots}, .shape = g_.at(cache).shape};
+  if (cache_rows_ >= 0) n.inputs.push_back(cache_rows_);
   n.kv_heads = c_.local_kv_heads();
   n.head_dim = c_.head_dim;
   return g_.add(std::move(n));
@@ -153,6 +156,7 @@ int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_b
          .name = name,
          .inputs = {q, k_cache, v_cache, slots, kv_begin},
          .shape = {rows_, c_.local_heads() * c_.head_dim}};
+  if (cache_rows_ >= 0) n.inputs.push_back(cache_rows_);
   n.heads = c_.local_heads();
   n.kv_heads = c_.local_kv_heads();
   n.head_dim = c_.head_dim;
@@ -181,8 +185,10 @@ StepNodes add_step_inputs(GraphBuilder& b) {
   StepNodes s{};
   s.ids = b.input(InputKind::TokenIds, {b.rows()}, "input_ids");          // [batch * seq]
   s.positions = b.input(InputKind::Positions, {b.rows()}, "positions");   // [batch * seq]
-  s.slots = b.input(InputKind::Slots, {b.key().seq}, "slots");            // [seq] cache slot per query column
+  s.slots = b.input(InputKind::Slots, {b.rows()}, "slots");               // [batch * seq] cache slot per column
   s.kv_begin = b.input(InputKind::KvBegin, {b.key().batch}, "kv_begin");  // [batch] first valid slot
+  // A step over some rows of a multi-slot cache: the cache row of each step row.
+  s.cache_rows = b.key().row_mapped() ? b.input(InputKind::CacheRows, {b.key().batch}, "cache_rows") : -1;
   return s;
 }
 

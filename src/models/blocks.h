@@ -62,11 +62,13 @@ class GraphBuilder {
   const DecoderConfig& c_;
   graph::Graph g_;
   int rows_;
+  int cache_rows_ = -1;  // the CacheRows input (row-mapped steps), else -1
 };
 
 // Step inputs every decoder graph reads.
 struct StepNodes {
   int ids, positions, slots, kv_begin;
+  int cache_rows = -1;  // ShapeKey::row_mapped() steps only
 };
 StepNodes add_step_inputs(GraphBuilder& b);
 

@@ -24,7 +24,7 @@ struct RopeConfig {
 };
 
 // How one rank's share of the model is laid out (tensor parallelism); the default is one rank, nothing split.
-// Resolved from the architecture's plan and the user's rules by dist::resolve_tp_plan.
+// Resolved from the architecture's plan and the user's rules by distributed::resolve_tp_plan.
 struct TpLayout {
   int rank = 0, size = 1;
   bool attn_split = false;  // q/k/v column-parallel by heads, o_proj row-parallel (the same in every layer)

@@ -21,8 +21,8 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "generation/sampler.h"
 #include "graph/compile_cache.h"
-#include "dist/mpi_communicator.h"
-#include "dist/tp_plan.h"
+#include "distributed/mpi_communicator.h"
+#include "distributed/tp_plan.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "runtime/weight_loader.h"
@@ -164,6 +164,7 @@ std::vector<int32_t> sample_params(const GenerationConfig& cfg, uint64_t seed, i
     r[graph::kSeedLo] = static_cast<int32_t>(static_cast<uint32_t>(seed));
     r[graph::kSeedHi] = static_cast<int32_t>(static_cast<uint32_t>(seed >> 32));
     r[graph::kStep] = step;
+    r[graph::kDoSample] = cfg.do_sample ? 1 : 0;
   }
   return p;
 }
@@ -295,7 +296,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   // with cross-device collectives), unless this process is one of several MPI ranks (one device each).
   const DistributedConfig& dist_cfg = opt.distributed;
   std::vector<std::string> notes;
-  impl->config.tp = dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, 0, src->origin(), &notes);
+  impl->config.tp = distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, 0, src->origin(), &notes);
   std::shared_ptr<backends::Communicator> comm;
   int replicas = 1;
   if (dist_cfg.tp_size > 1) {
@@ -304,17 +305,17 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       fail("--tp-size ", dist_cfg.tp_size, " with --device ", opt.device_map,
            ": tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
     const char* world = std::getenv("WORLD_SIZE");
-    if (pjrt_device && !dist::launched_under_mpi() && world && std::atoi(world) > 1)
+    if (pjrt_device && !distributed::launched_under_mpi() && world && std::atoi(world) > 1)
       fail("--tp-size ", dist_cfg.tp_size, " --device ", opt.device_map, ": this process is one of ", world,
            " ranks started without MPI (tessera launch --no-mpi), so each would run the whole ", dist_cfg.tp_size,
            "-device job; drop --no-mpi (one device per rank) or run one process without tessera launch");
-    if (pjrt_device && !dist::launched_under_mpi()) {
+    if (pjrt_device && !distributed::launched_under_mpi()) {
       replicas = dist_cfg.tp_size;
       for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
     } else {
-      comm = dist::mpi_world(dist_cfg.tp_size, dist::collective_timeout_setting(opt.collective_timeout_s));
+      comm = distributed::mpi_world(dist_cfg.tp_size, distributed::collective_timeout_setting(opt.collective_timeout_s));
       impl->config.tp =
-          dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
+          distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
       if (comm->rank() == 0)
         for (const auto& n : notes) std::fprintf(stderr, "tessera: note: %s\n", n.c_str());
     }
@@ -346,7 +347,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
     TS_ASSERT(pjrt_backend, "a multi-device backend is a PJRT backend");
     for (int r = replicas - 1; r >= 0; --r) {
       models::DecoderConfig rank_config = impl->config;
-      rank_config.tp = dist::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, r, src->origin(), nullptr);
+      rank_config.tp = distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, r, src->origin(), nullptr);
       size_t rank_bytes = 0;
       pjrt_backend->bind_replica_weights(
           r, runtime::load_weights(*src, *impl->arch, rank_config, dtype, opt.progress, rank_bytes));

@@ -62,7 +62,7 @@ class CpuExecutable : public Executable {
     plan(weights);
   }
 
-  void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) override {
+  void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) const override {
     const Node& out = g_.at(g_.outputs[0]);
     if (out.op == Op::Sample)
       fail("cpu step ", g_.key.str(), ": this step samples in the graph; use run_tokens()");
@@ -74,7 +74,7 @@ class CpuExecutable : public Executable {
     std::memcpy(logits.data(), f32(g_.outputs[0]), logits.size() * sizeof(float));
   }
 
-  void run_tokens(const StepInputs& in, DeviceCache& cache_base, std::vector<int32_t>& tokens) override {
+  void run_tokens(const StepInputs& in, DeviceCache& cache_base, std::vector<int32_t>& tokens) const override {
     const Node& out = g_.at(g_.outputs[0]);
     if (out.op != Op::Sample)
       fail("cpu step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
@@ -235,12 +235,12 @@ class CpuExecutable : public Executable {
     arena_ = Tensor::empty(DType::F32, {static_cast<int64_t>(std::max<size_t>(arena, 16))});
   }
 
-  float* f32(int id) {
+  float* f32(int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Arena, g_.at(id).name);
     return arena_.ptr<float>() + s.offset;
   }
-  const int32_t* ints(int id) {
+  const int32_t* ints(int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Input, g_.at(id).name);
     switch (s.input) {
@@ -256,21 +256,23 @@ class CpuExecutable : public Executable {
         return in_->seen_from.data();
       case InputKind::SampleParams:
         return in_->sample_params.data();
+      case InputKind::CacheRows:
+        return in_->cache_rows.data();
     }
     return nullptr;
   }
-  const void* weight(int id) {
+  const void* weight(int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Weight, g_.at(id).name);
     return s.weight;
   }
-  Tensor& cache(int id) {
+  Tensor& cache(int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Cache, g_.at(id).name);
     return s.which == 0 ? cache_->k[static_cast<size_t>(s.layer)] : cache_->v[static_cast<size_t>(s.layer)];
   }
 
-  void exec(int id) {
+  void exec(int id) const {
     const Node& n = g_.at(id);
     const auto& in = n.inputs;
     const int64_t rows = n.shape.empty() ? 0 : n.shape[0];
@@ -388,7 +390,7 @@ class CpuExecutable : public Executable {
   }
 
   // The sibling matmuls planned at `id` (decode steps), in one kernel call.
-  void run_siblings(int id, int64_t rows) {
+  void run_siblings(int id, int64_t rows) const {
     const auto& group = siblings_[static_cast<size_t>(id)];
     cpu::MatmulOut outs[8];
     const Node& w0 = g_.at(g_.at(id).inputs[1]);
@@ -404,7 +406,7 @@ class CpuExecutable : public Executable {
   }
 
   // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the row's seen mask [batch, vocab].
-  void mark_seen(const Node& n) {
+  void mark_seen(const Node& n) const {
     const int64_t batch = g_.key.batch, seq = g_.key.seq;
     const int32_t* ids = ints(n.inputs[1]);
     const int32_t* from = n.inputs.size() > 2 ? ints(n.inputs[2]) : nullptr;
@@ -417,7 +419,7 @@ class CpuExecutable : public Executable {
   }
 
   // The host sampler (src/generation/sampler.cpp) on each row: penalty, then argmax or warpers + draw.
-  void sample(const Node& n, int id) {
+  void sample(const Node& n, int id) const {
     const float* logits = f32(n.inputs[0]);
     const int32_t* params = ints(n.inputs[2]);
     int32_t* out = reinterpret_cast<int32_t*>(f32(id));   // [batch] int32 stored in the float arena
@@ -438,7 +440,7 @@ class CpuExecutable : public Executable {
       }
       generation::apply_repetition_penalty_mask(row.data(), vocab_, cache_->seen.data() + b * vocab_,
                                                 as_float(p[graph::kRepetitionPenalty]));
-      if (g_.key.sampling == graph::Sampling::Greedy) {
+      if (g_.key.sampling == graph::Sampling::Greedy || p[graph::kDoSample] == 0) {
         out[b] = generation::argmax(row.data(), vocab_);
         continue;
       }
@@ -458,14 +460,14 @@ class CpuExecutable : public Executable {
   Graph g_;
   Communicator* comm_ = nullptr;  // tensor-parallel group (tp_size > 1), owned by the backend
   cpu::Bf16Dot bf16_dot_;         // what matmuls with bf16 weights may do with their inputs
-  std::vector<float> gather_;     // AllGather scratch, sized on first use
+  mutable std::vector<float> gather_;     // AllGather scratch, sized on first use
   int64_t vocab_ = 0;             // sampler state width (graphs with in-step sampling)
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
-  Tensor arena_;
-  const StepInputs* in_ = nullptr;
-  CpuCache* cache_ = nullptr;
+  mutable Tensor arena_;
+  mutable const StepInputs* in_ = nullptr;
+  mutable CpuCache* cache_ = nullptr;
 };
 
 // Copies the weights that are not already on 2 MiB pages into one arena (Tensor::empty: 2 MiB pages where
@@ -549,6 +551,11 @@ class CpuBackend : public Backend {
         bf16_dot_(o.exact_bf16_matmul ? cpu::Bf16Dot::Exact : cpu::Bf16Dot::RoundX),
         kv_dtype_(o.bf16_kv_cache ? DType::BF16 : DType::F32) {}
   std::string name() const override { return "cpu"; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.in_step_sampling = true;  // Op::Sample runs the host sampler inside the step
+    return c;
+  }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
   void bind_weights(WeightMap weights) override { weights_ = pack_weights(std::move(weights)); }
   std::unique_ptr<Executable> compile(const Graph& g) override {

@@ -81,6 +81,7 @@ const std::vector<int32_t>& step_input(const StepInputs& in, graph::InputKind ki
     case graph::InputKind::KvBegin: return in.kv_begin;
     case graph::InputKind::SeenFrom: return in.seen_from;
     case graph::InputKind::SampleParams: return in.sample_params;
+    case graph::InputKind::CacheRows: return in.cache_rows;
   }
   return in.ids;
 }
@@ -110,8 +111,8 @@ class PjrtExecutable : public Executable {
         exe_(std::move(exe)),
         weight_args_(std::move(weight_args)) {}
 
-  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override;
-  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) override;
+  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) const override;
+  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) const override;
   PJRT_LoadedExecutable* loaded() const { return exe_.get(); }
   const PjrtBackendImpl* backend() const { return &be_; }
 
@@ -119,7 +120,7 @@ class PjrtExecutable : public Executable {
   const std::vector<int32_t>& input(const StepInputs& in, const StablehloArg& a) const;
   void check_inputs(const StepInputs& in) const;
   // Uploads the inputs, executes with the states donated, and returns result 0 (logits or token ids).
-  BufferHandle execute(const StepInputs& in, DeviceCache& cache);
+  BufferHandle execute(const StepInputs& in, DeviceCache& cache) const;
 
   PjrtBackendImpl& be_;
   graph::ShapeKey key_;
@@ -153,6 +154,16 @@ class PjrtBackendImpl : public PjrtBackend {
   }
 
   std::string name() const override { return info_.device; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.in_step_sampling = true;
+    c.prefers_buckets = true;
+    c.serializable = true;
+    c.op_by_op = true;
+    c.replicas = replicas_;
+    c.counts_transfers = true;
+    return c;
+  }
   bool supports_op(graph::Op op) const override { return op != graph::Op::kCount; }
   const pjrt::PlatformInfo& platform() const override { return info_; }
   TransferStats transfer_stats() const override { return stats_; }
@@ -431,14 +442,14 @@ class PjrtOpByOpExecutable : public Executable {
     }
   }
 
-  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override {
+  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) const override {
     BufferHandle out = execute(in, cache);
     if (g_.at(g_.outputs[0]).dtype != DType::F32) fail("PJRT op-by-op: this graph samples; use run_tokens()");
     logits.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [rows_out, vocab]
     pjrt::download(be_.plugin(), out.get(), logits.data(), logits.size() * sizeof(float));
     be_.stats().d2h_bytes += logits.size() * sizeof(float);
   }
-  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) override {
+  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) const override {
     BufferHandle out = execute(in, cache);
     if (g_.at(g_.outputs[0]).dtype != DType::I32) fail("PJRT op-by-op: this graph returns logits; use run()");
     tokens.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [batch] int32
@@ -515,12 +526,12 @@ class PjrtOpByOpExecutable : public Executable {
     return step;
   }
 
-  BufferHandle execute(const StepInputs& in, DeviceCache& cache_base) {
+  BufferHandle execute(const StepInputs& in, DeviceCache& cache_base) const {
     PjrtCache& cache = be_.own(cache_base);
     std::vector<BufferHandle> values(g_.nodes.size());  // per node: its output on the device
     std::unordered_map<int, BufferHandle> uploaded;      // per input kind: this run's upload
     BufferHandle last;
-    for (Step& st : steps_) {
+    for (const Step& st : steps_) {
       std::vector<PJRT_Buffer*> args(st.prog.args.size(), nullptr);
       std::vector<BufferHandle*> donated;
       for (size_t i = 0; i < st.prog.args.size(); ++i) {
@@ -581,7 +592,7 @@ void PjrtExecutable::check_inputs(const StepInputs& in) const {
          " do not fit the cache of ", key_.cache_len, " slots");
 }
 
-BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_base) {
+BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_base) const {
   const Plugin& p = be_.plugin();
   PjrtCache& cache = be_.own(cache_base);
   check_inputs(in);
@@ -626,7 +637,7 @@ BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_ba
   return std::move(out[0]);
 }
 
-void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) {
+void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) const {
   if (prog_.tokens) fail("PJRT step ", key_.str(), ": this step samples in the program; use run_tokens()");
   BufferHandle out = execute(in, cache);
   logits.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [rows_out, vocab]
@@ -634,7 +645,7 @@ void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache, std::vector<f
   be_.stats().d2h_bytes += logits.size() * sizeof(float);
 }
 
-void PjrtExecutable::run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) {
+void PjrtExecutable::run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) const {
   if (!prog_.tokens) fail("PJRT step ", key_.str(), ": run_tokens() needs a graph with in-step sampling");
   BufferHandle out = execute(in, cache);
   tokens.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [batch] int32
@@ -678,13 +689,13 @@ class PjrtSegmentedExecutable : public Executable {
   }
   const PjrtBackendImpl* backend() const { return &be_; }
 
-  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) override {
+  void run(const StepInputs& in, DeviceCache& cache, std::vector<float>& logits) const override {
     if (g_.at(g_.outputs[0]).dtype != DType::F32)
       fail("PJRT step ", g_.key.str(), ": this step samples; use run_tokens()");
     logits.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [rows_out, vocab]
     execute(in, cache, logits.data(), logits.size() * sizeof(float));
   }
-  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) override {
+  void run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) const override {
     if (g_.at(g_.outputs[0]).dtype != DType::I32)
       fail("PJRT step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
     tokens.resize(static_cast<size_t>(shape_numel(g_.at(g_.outputs[0]).shape)));  // [batch] int32
@@ -832,7 +843,7 @@ class PjrtSegmentedExecutable : public Executable {
 
   // Runs every item; the graph's output (computed on the device, or by the last collective on the host) is
   // copied to `out` (`bytes` bytes).
-  void execute(const StepInputs& in, DeviceCache& cache_base, void* out, size_t bytes) {
+  void execute(const StepInputs& in, DeviceCache& cache_base, void* out, size_t bytes) const {
     PjrtCache& cache = be_.own(cache_base);
     if (cache.batch != g_.key.batch || cache.cache_len != g_.key.cache_len)
       fail("PJRT step ", g_.key.str(), ": cache has batch ", cache.batch, " and ", cache.cache_len, " slots");
@@ -844,7 +855,7 @@ class PjrtSegmentedExecutable : public Executable {
     bool done = false;
     for (const Item& item : items_) {
       if (item.segment >= 0) {
-        Segment& seg = segments_[static_cast<size_t>(item.segment)];
+        const Segment& seg = segments_[static_cast<size_t>(item.segment)];
         std::vector<PJRT_Buffer*> args(seg.prog.args.size(), nullptr);
         std::vector<BufferHandle*> donated;
         for (size_t i = 0; i < seg.prog.args.size(); ++i) {

@@ -14,17 +14,6 @@
 
 namespace tessera::backends {
 
-// Bytes that crossed between host and device.
-struct TransferStats {
-  uint64_t h2d_bytes = 0;  // step inputs sent by Executable::run
-  uint64_t d2h_bytes = 0;  // logits (run) or token ids (run_tokens) returned
-  uint64_t runs = 0;       // Executable::run calls
-  uint64_t setup_h2d_bytes = 0;  // weights (bind_weights) and zeroed caches (create_cache); not per step
-  uint64_t cache_copy_bytes = 0; // copy_cache through the host (dynamic cache growth), both directions
-  uint64_t collective_bytes = 0;  // segmented steps (one process per rank): activations read for and written
-                                  // back after each host collective; also counted in h2d/d2h_bytes
-};
-
 struct CompileTiming {
   int compiles = 0;
   double emit_seconds = 0;     // graph -> StableHLO text, all compiles
@@ -35,7 +24,6 @@ struct CompileTiming {
 class PjrtBackend : public Backend {
  public:
   virtual const pjrt::PlatformInfo& platform() const = 0;
-  virtual TransferStats transfer_stats() const = 0;
   virtual void reset_transfer_stats() = 0;
   virtual CompileTiming compile_timing() const = 0;
   // For tests: the device addresses of every cache buffer (K and V per layer, in that order), read with
@@ -50,7 +38,7 @@ class PjrtBackend : public Backend {
   // (operands become arguments) and compiled once per distinct single-op program (op kind, attributes,
   // shapes) into a cache kept by the backend, so repeated layers and steps reuse it. Intermediate values stay
   // on the device; the KV cache is donated to the ops that write it.
-  virtual std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) = 0;
+  std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) override = 0;
   virtual int op_compiles() const = 0;  // distinct single-op programs compiled so far
 
   // Devices one tensor-parallel program runs on (PjrtOptions::replicas).
@@ -58,7 +46,7 @@ class PjrtBackend : public Backend {
   // Tensor parallelism in one process: the weights of rank `replica`, uploaded to device `replica` (keyed by
   // graph::weight_key as for bind_weights, which binds replica 0). Every replica must be bound before a graph
   // with tp_size = replicas() is compiled.
-  virtual void bind_replica_weights(int replica, WeightMap weights) = 0;
+  void bind_replica_weights(int replica, WeightMap weights) override = 0;
 
   std::string serialize(const Executable& exe) const override = 0;
   std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override = 0;

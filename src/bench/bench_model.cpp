@@ -1,5 +1,5 @@
 // `tessera bench` measurements: see bench_model.h.
-#include "runtime/bench_model.h"
+#include "bench/bench_model.h"
 
 #include <sys/resource.h>
 
@@ -14,7 +14,7 @@
 #include "io/model_files.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
-#include "runtime/bench_machine.h"
+#include "bench/bench_machine.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 

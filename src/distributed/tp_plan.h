@@ -9,7 +9,7 @@
 #include "models/architecture.h"
 #include "tessera/model.h"
 
-namespace tessera::dist {
+namespace tessera::distributed {
 
 enum class TpStyle : uint8_t {
   Colwise,                      // rows of W (output features) split
@@ -40,4 +40,4 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
                                  const DistributedConfig& d, int rank, const std::string& origin,
                                  std::vector<std::string>* notes);
 
-}  // namespace tessera::dist
+}  // namespace tessera::distributed

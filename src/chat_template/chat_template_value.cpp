@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template_value.h"
+#include "chat_template/chat_template_value.h"
 #include "tokenizer/unicode_util.h"
 
 #include <utf8proc.h>

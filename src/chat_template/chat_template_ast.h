@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/chat_template_value.h"
+#include "chat_template/chat_template_value.h"
 
 namespace tessera::chat_template_detail {
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "tessera/chat_template.h"
-#include "tokenizer/chat_template_ast.h"
+#include "chat_template/chat_template_ast.h"
 
 namespace tessera::chat_template_detail {
 

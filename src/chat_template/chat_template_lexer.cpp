@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "tessera/error.h"
-#include "tokenizer/chat_template_ast.h"
+#include "chat_template/chat_template_ast.h"
 
 namespace tessera::chat_template_detail {
 

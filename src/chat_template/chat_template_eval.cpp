@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/error.h"
-#include "tokenizer/chat_template_builtins.h"
+#include "chat_template/chat_template_builtins.h"
 
 namespace tessera::chat_template_detail {
 

@@ -2,8 +2,8 @@
 // precedence levels, tuple rules, test arguments without parentheses, and
 // statement set that chat templates use.
 #include "tessera/error.h"
-#include "tokenizer/chat_template_ast.h"
-#include "tokenizer/chat_template_builtins.h"
+#include "chat_template/chat_template_ast.h"
+#include "chat_template/chat_template_builtins.h"
 
 namespace tessera::chat_template_detail {
 

@@ -1,4 +1,4 @@
-#include "dist/tp_plan.h"
+#include "distributed/tp_plan.h"
 
 #include <fstream>
 #include <map>
@@ -9,7 +9,7 @@
 #include "io/json_util.h"
 #include "tessera/error.h"
 
-namespace tessera::dist {
+namespace tessera::distributed {
 
 namespace {
 
@@ -280,4 +280,4 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
   return t;
 }
 
-}  // namespace tessera::dist
+}  // namespace tessera::distributed

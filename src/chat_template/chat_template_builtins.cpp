@@ -1,7 +1,7 @@
 // Builtin filters, tests, str/dict/list methods and globals, each following
 // the jinja2 3.1 / CPython behaviour it stands for (quoted in comments where
 // the behaviour is surprising).
-#include "tokenizer/chat_template_builtins.h"
+#include "chat_template/chat_template_builtins.h"
 
 #include <utf8proc.h>
 

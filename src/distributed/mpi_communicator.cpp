@@ -1,4 +1,4 @@
-#include "dist/mpi_communicator.h"
+#include "distributed/mpi_communicator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +22,7 @@
 #include <mpi.h>
 #endif
 
-namespace tessera::dist {
+namespace tessera::distributed {
 
 bool launched_under_mpi() {
   const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
@@ -316,4 +316,4 @@ std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double) {
 }
 #endif
 
-}  // namespace tessera::dist
+}  // namespace tessera::distributed

@@ -1,6 +1,6 @@
 // Machine probes: see bench_machine.h. The wide loops use per-function target attributes (not a
 // `#pragma GCC target` region), so no standard header is compiled for a wider target than the baseline.
-#include "runtime/bench_machine.h"
+#include "bench/bench_machine.h"
 
 #include <immintrin.h>
 

@@ -12,7 +12,7 @@
 
 #include "backends/communicator.h"
 
-namespace tessera::dist {
+namespace tessera::distributed {
 
 // Default collective deadline in seconds. A decode step's collectives take microseconds to milliseconds; a
 // minute tolerates a heavily loaded or swapping host and still ends a hung job well before anyone gives up on
@@ -33,4 +33,4 @@ std::shared_ptr<backends::Communicator> mpi_world(int tp_size,
 // default. Throws Error naming the variable for a value that is not a number of seconds >= 0.
 double collective_timeout_setting(double seconds);
 
-}  // namespace tessera::dist
+}  // namespace tessera::distributed

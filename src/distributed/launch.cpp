@@ -1,5 +1,5 @@
 // `tessera launch`: checks, per-rank environment, and the supervisor (see launch.h and ARCHITECTURE.md).
-#include "runtime/launch.h"
+#include "distributed/launch.h"
 
 #include <fcntl.h>
 #include <poll.h>
