@@ -11,7 +11,7 @@ MASK64 = (1 << 64) - 1
 
 
 def bench_prompt(n, vocab):
-    """The ids of src/runtime/bench_model.cpp bench_prompt(): splitmix64, ids in [10, vocab)."""
+    """The ids of src/bench/bench_model.cpp bench_prompt(): splitmix64, ids in [10, vocab)."""
     s, ids = 0x9E3779B97F4A7C15, []
     for _ in range(n):
         s = (s + 0x9E3779B97F4A7C15) & MASK64
