@@ -3,6 +3,7 @@
 // activations by liveness (buffers reused once their last reader has run).
 // A run then walks the plan with no allocation.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -67,6 +68,7 @@ class CpuExecutable : public Executable {
     if (out.op == Op::Sample)
       fail("cpu step ", g_.key.str(), ": this step samples in the graph; use run_tokens()");
     auto& cache = static_cast<CpuCache&>(cache_base);
+    validate(in, cache);
     in_ = &in;
     cache_ = &cache;
     for (size_t i = 0; i < g_.nodes.size(); ++i) exec(static_cast<int>(i));
@@ -79,7 +81,8 @@ class CpuExecutable : public Executable {
     if (out.op != Op::Sample)
       fail("cpu step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
     auto& cache = static_cast<CpuCache&>(cache_base);
-    const size_t state = static_cast<size_t>(g_.key.batch) * static_cast<size_t>(vocab_);
+    validate(in, cache);
+    const size_t state = static_cast<size_t>(cache.batch) * static_cast<size_t>(vocab_);
     if (cache.seen.size() != state) cache.seen.assign(state, 0.0f);
     in_ = &in;
     cache_ = &cache;
@@ -90,6 +93,100 @@ class CpuExecutable : public Executable {
   }
 
  private:
+  // Refuses step inputs and caches that do not fit this step (sizes and values), before anything is read or
+  // written: every index a kernel uses comes from here.
+  void validate(const StepInputs& in, const CpuCache& cache) const {
+    const graph::ShapeKey& k = g_.key;
+    const int64_t batch = k.batch, seq = k.seq, rows = batch * seq, len = k.cache_len;
+    auto size_is = [&](const std::vector<int32_t>& v, int64_t n, const char* field) {
+      if (static_cast<int64_t>(v.size()) != n)
+        fail("cpu step ", k.str(), ": StepInputs::", field, " has ", v.size(), " values, expected ", n);
+    };
+    auto has = [&](InputKind kind) { return has_input_[static_cast<size_t>(kind)]; };
+    if (cache.batch != k.cache_batch() || cache.cache_len != len || static_cast<int>(cache.k.size()) < layers_)
+      fail("cpu step ", k.str(), ": the cache has ", cache.batch, " rows of ", cache.cache_len, " slots and ",
+           cache.k.size(), " layers; the step needs ", k.cache_batch(), " rows of ", len, " slots and ", layers_,
+           " layers");
+    for (int id : cache_nodes_) {
+      const Node& n = g_.at(id);
+      const Tensor& t = n.which == 0 ? cache.k[static_cast<size_t>(n.layer)] : cache.v[static_cast<size_t>(n.layer)];
+      if (t.shape != n.shape)
+        fail("cpu step ", k.str(), ": ", n.name, " is ", shape_str(t.shape), " in the cache, the step needs ",
+             shape_str(n.shape));
+    }
+    size_is(in.ids, rows, "ids");
+    size_is(in.positions, rows, "positions");
+    if (static_cast<int64_t>(in.slots.size()) != rows && static_cast<int64_t>(in.slots.size()) != seq)
+      fail("cpu step ", k.str(), ": StepInputs::slots has ", in.slots.size(), " values, expected ", rows,
+           " (batch * seq) or ", seq, " (the same slots for every row)");
+    size_is(in.kv_begin, batch, "kv_begin");
+    if (has(InputKind::SeenFrom)) size_is(in.seen_from, batch, "seen_from");
+    if (has(InputKind::SampleParams)) size_is(in.sample_params, batch * graph::kSampleParams, "sample_params");
+    if (embed_vocab_ >= 0)
+      for (int64_t i = 0; i < rows; ++i)
+        if (in.ids[static_cast<size_t>(i)] < 0 || in.ids[static_cast<size_t>(i)] >= embed_vocab_)
+          fail("cpu step ", k.str(), ": ids[", i, "] = ", in.ids[static_cast<size_t>(i)],
+               " is not a token id (vocabulary of ", embed_vocab_, ")");
+    const bool per_row = static_cast<int64_t>(in.slots.size()) == rows;
+    for (int64_t b = 0; b < (per_row ? batch : 1); ++b) {
+      const int32_t* sl = in.slots.data() + b * seq;
+      for (int64_t s = 0; s < seq; ++s) {
+        if (sl[s] < 0 || sl[s] >= len)
+          fail("cpu step ", k.str(), ": slots[", b * seq + s, "] = ", sl[s], " is outside the cache's ", len,
+               " slots");
+        if (s > 0 && sl[s] != sl[0] + s)
+          fail("cpu step ", k.str(), ": slots[", b * seq + s, "] = ", sl[s], " does not follow slots[",
+               b * seq + s - 1, "] = ", sl[s - 1], " (a row's columns occupy consecutive slots)");
+      }
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      const int32_t kb = in.kv_begin[static_cast<size_t>(b)];
+      if (kb < 0 || kb > len)
+        fail("cpu step ", k.str(), ": kv_begin[", b, "] = ", kb, " is outside [0, ", len, "]");
+    }
+    if (has(InputKind::SeenFrom))
+      for (int64_t b = 0; b < batch; ++b) {
+        const int32_t f = in.seen_from[static_cast<size_t>(b)];
+        if (f < 0 || f > seq) fail("cpu step ", k.str(), ": seen_from[", b, "] = ", f, " is outside [0, ", seq, "]");
+      }
+    if (k.row_mapped()) {
+      size_is(in.cache_rows, batch, "cache_rows");
+      for (int64_t b = 0; b < batch; ++b) {
+        const int32_t r = in.cache_rows[static_cast<size_t>(b)];
+        if (r < 0 || r >= cache.batch)
+          fail("cpu step ", k.str(), ": cache_rows[", b, "] = ", r, " is outside the cache's ", cache.batch, " rows");
+        for (int64_t o = 0; o < b; ++o)
+          if (in.cache_rows[static_cast<size_t>(o)] == r)
+            fail("cpu step ", k.str(), ": cache_rows[", b, "] = ", r, " repeats cache_rows[", o, "]");
+      }
+    } else if (!in.cache_rows.empty()) {
+      // Step row b is cache row b; a mapping that says otherwise would be ignored, so it is refused.
+      bool identity = static_cast<int64_t>(in.cache_rows.size()) == batch;
+      for (int64_t b = 0; identity && b < batch; ++b) identity = in.cache_rows[static_cast<size_t>(b)] == b;
+      if (!identity)
+        fail("cpu step ", k.str(), ": StepInputs::cache_rows is set but the step is not row-mapped (step row b is "
+             "cache row b; compile with ShapeKey::cache_rows > batch to map rows)");
+    }
+  }
+
+  // The CacheRows input of a node (-1: none) and its SeenFrom input, found by kind (they follow the fixed
+  // inputs in either order).
+  int input_of(const Node& n, InputKind kind, size_t from) const {
+    for (size_t i = from; i < n.inputs.size(); ++i) {
+      const Slot& s = slots_[static_cast<size_t>(n.inputs[i])];
+      if (s.kind == Slot::Input && s.input == kind) return n.inputs[i];
+    }
+    return -1;
+  }
+  const int32_t* cache_rows(const Node& n, size_t from) const {
+    const int r = input_of(n, InputKind::CacheRows, from);
+    return r >= 0 ? ints(r) : nullptr;
+  }
+  // Row b's slots: its own (StepInputs::slots of batch * seq values) or the shared [seq] ones.
+  const int32_t* row_slots(const int32_t* slots, int64_t b) const {
+    return static_cast<int64_t>(in_->slots.size()) == g_.key.batch * g_.key.seq ? slots + b * g_.key.seq : slots;
+  }
+
   void plan(const WeightMap& weights) {
     const size_t n = g_.nodes.size();
     slots_.resize(n);
@@ -199,11 +296,15 @@ class CpuExecutable : public Executable {
         case Op::Input:
           s.kind = Slot::Input;
           s.input = node.input_kind;
+          TS_ASSERT(static_cast<size_t>(node.input_kind) < has_input_.size());
+          has_input_[static_cast<size_t>(node.input_kind)] = true;
           break;
         case Op::CacheState:
           s.kind = Slot::Cache;
           s.layer = node.layer;
           s.which = node.which;
+          cache_nodes_.push_back(static_cast<int>(i));
+          layers_ = std::max(layers_, node.layer + 1);
           break;
         case Op::CacheUpdate:
         case Op::MarkSeen:
@@ -214,6 +315,7 @@ class CpuExecutable : public Executable {
           vocab_ = node.shape[1];
           break;
         default: {
+          if (node.op == Op::Embedding) embed_vocab_ = g_.at(node.inputs[0]).shape[0];
           size_t b = static_cast<size_t>(buffer[i]);
           int src = node.inputs.empty() ? -1 : node.inputs[0];
           bool fresh = !(src >= 0 && buffer[static_cast<size_t>(src)] == buffer[i]);
@@ -312,15 +414,18 @@ class CpuExecutable : public Executable {
         return;
       }
       case Op::CacheUpdate: {
-        // new rows [batch * seq, kv_heads * head_dim] -> cache[b, h, slots[s], :] (rounded when bf16)
+        // new rows [batch * seq, kv_heads * head_dim] -> cache[rows[b], h, slots[b, s], :] (rounded when bf16)
         Tensor& c = cache(in[0]);
         const float* x = f32(in[1]);
         const int32_t* slots = ints(in[2]);
+        const int32_t* map = cache_rows(n, 3);
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = c.shape[2], hd = n.head_dim;
-        for (int64_t b = 0; b < batch; ++b)
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t cb = map ? map[b] : b;
+          const int32_t* sl = row_slots(slots, b);
           for (int64_t s = 0; s < seq; ++s)
             for (int64_t h = 0; h < n.kv_heads; ++h) {
-              const int64_t dst = ((b * n.kv_heads + h) * len + slots[s]) * hd;
+              const int64_t dst = ((cb * n.kv_heads + h) * len + sl[s]) * hd;
               const float* src = x + (b * seq + s) * n.kv_heads * hd + h * hd;
               if (c.dtype == DType::BF16) {
                 for (int64_t d = 0; d < hd; ++d) c.ptr<uint16_t>()[dst + d] = f32_to_bf16(src[d]);
@@ -328,6 +433,7 @@ class CpuExecutable : public Executable {
                 std::memcpy(c.ptr<float>() + dst, src, static_cast<size_t>(hd) * sizeof(float));
               }
             }
+        }
         return;
       }
       case Op::Attention: {
@@ -336,11 +442,15 @@ class CpuExecutable : public Executable {
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = kc.shape[2];
         const size_t per_row = static_cast<size_t>(n.kv_heads * len * n.head_dim) * dtype_size(kc.dtype);
         const int32_t* kv_begin = ints(in[4]);
-        for (int64_t b = 0; b < batch; ++b)
+        const int32_t* slots = ints(in[3]);
+        const int32_t* map = cache_rows(n, 5);
+        for (int64_t b = 0; b < batch; ++b) {
+          const size_t cb = static_cast<size_t>(map ? map[b] : b);
           cpu::attention(f32(in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
-                         kc.ptr<uint8_t>() + b * per_row, vc.ptr<uint8_t>() + b * per_row, kc.dtype,
-                         n.kv_heads, len, ints(in[3]), kv_begin[b], n.scale, f32(id) + b * seq * cols,
+                         kc.ptr<uint8_t>() + cb * per_row, vc.ptr<uint8_t>() + cb * per_row, kc.dtype,
+                         n.kv_heads, len, row_slots(slots, b), kv_begin[b], n.scale, f32(id) + b * seq * cols,
                          n.window);
+        }
         return;
       }
       case Op::GatedAct:
@@ -405,26 +515,35 @@ class CpuExecutable : public Executable {
                       static_cast<int>(group.size()), bf16_dot_);
   }
 
-  // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the row's seen mask [batch, vocab].
+  // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the seen mask [cache rows, vocab] of the row's cache
+  // row; a prefill (seen_from present) starts the row's sequence, so its mask is cleared first.
   void mark_seen(const Node& n) const {
     const int64_t batch = g_.key.batch, seq = g_.key.seq;
     const int32_t* ids = ints(n.inputs[1]);
-    const int32_t* from = n.inputs.size() > 2 ? ints(n.inputs[2]) : nullptr;
-    float* seen = cache_->seen.data();
-    for (int64_t b = 0; b < batch; ++b)
+    const int f = input_of(n, InputKind::SeenFrom, 2);
+    const int32_t* from = f >= 0 ? ints(f) : nullptr;
+    const int32_t* map = cache_rows(n, 2);
+    for (int64_t b = 0; b < batch; ++b) {
+      float* seen = cache_->seen.data() + (map ? map[b] : b) * vocab_;
+      if (from) std::fill(seen, seen + vocab_, 0.0f);
       for (int64_t s = from ? from[b] : 0; s < seq; ++s) {
         const int32_t id = ids[b * seq + s];
-        if (id >= 0 && id < vocab_) seen[b * vocab_ + id] = 1.0f;
+        if (id >= 0 && id < vocab_) seen[id] = 1.0f;
       }
+    }
   }
 
-  // The host sampler (src/generation/sampler.cpp) on each row: penalty, then argmax or warpers + draw.
+  // The host sampler (src/generation/sampler.cpp) on each row: penalty, then argmax or warpers + draw. The
+  // row's seen mask and its draw counter are those of its cache row (the step row in unmapped steps), so a
+  // sequence draws the same numbers whichever step rows it shares a step with.
   void sample(const Node& n, int id) const {
     const float* logits = f32(n.inputs[0]);
     const int32_t* params = ints(n.inputs[2]);
+    const int32_t* map = cache_rows(n, 3);
     int32_t* out = reinterpret_cast<int32_t*>(f32(id));   // [batch] int32 stored in the float arena
     std::vector<float> row(static_cast<size_t>(vocab_));  // [vocab] scratch
     for (int64_t b = 0; b < g_.key.batch; ++b) {
+      const int64_t cb = map ? map[b] : b;
       const int32_t* p = params + b * graph::kSampleParams;
       auto as_float = [](int32_t bits) {
         float f;
@@ -438,7 +557,7 @@ class CpuExecutable : public Executable {
         out[b] = -1;
         continue;
       }
-      generation::apply_repetition_penalty_mask(row.data(), vocab_, cache_->seen.data() + b * vocab_,
+      generation::apply_repetition_penalty_mask(row.data(), vocab_, cache_->seen.data() + cb * vocab_,
                                                 as_float(p[graph::kRepetitionPenalty]));
       if (g_.key.sampling == graph::Sampling::Greedy || p[graph::kDoSample] == 0) {
         out[b] = generation::argmax(row.data(), vocab_);
@@ -453,7 +572,7 @@ class CpuExecutable : public Executable {
       const uint64_t seed =
           static_cast<uint32_t>(p[graph::kSeedLo]) | uint64_t{static_cast<uint32_t>(p[graph::kSeedHi])} << 32;
       out[b] = generation::sample_from_logits(
-          row.data(), vocab_, generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep]), b));
+          row.data(), vocab_, generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep]), static_cast<uint64_t>(cb)));
     }
   }
 
@@ -462,6 +581,10 @@ class CpuExecutable : public Executable {
   cpu::Bf16Dot bf16_dot_;         // what matmuls with bf16 weights may do with their inputs
   mutable std::vector<float> gather_;     // AllGather scratch, sized on first use
   int64_t vocab_ = 0;             // sampler state width (graphs with in-step sampling)
+  int64_t embed_vocab_ = -1;      // rows of the embedding table (token ids are checked against it)
+  int layers_ = 0;                // KV cache layers the step reads
+  std::vector<int> cache_nodes_;  // CacheState nodes (their shapes are checked against the cache)
+  std::array<bool, 16> has_input_{};  // InputKind -> the graph reads it
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
