@@ -73,17 +73,73 @@ struct WeightBuffer {
 
 class PjrtBackendImpl;
 
-const std::vector<int32_t>& step_input(const StepInputs& in, graph::InputKind kind) {
-  switch (kind) {
-    case graph::InputKind::TokenIds: return in.ids;
-    case graph::InputKind::Positions: return in.positions;
-    case graph::InputKind::Slots: return in.slots;
-    case graph::InputKind::KvBegin: return in.kv_begin;
-    case graph::InputKind::SeenFrom: return in.seen_from;
-    case graph::InputKind::SampleParams: return in.sample_params;
-    case graph::InputKind::CacheRows: return in.cache_rows;
+// A step's inputs as they are uploaded, checked against the step's ShapeKey: slots given per column ([seq],
+// the same for every row) are expanded to every row ([batch * seq]); each row's slots must be consecutive
+// and inside the cache (the program writes a row at its first slot); cache rows (row-mapped steps) must be
+// distinct rows of the cache. `what` starts each error message ("PJRT step", "PJRT op-by-op").
+class StepView {
+ public:
+  StepView(const StepInputs& in, const graph::ShapeKey& key, const char* what) : in_(in) {
+    const int64_t B = key.batch, S = key.seq, rows = B * S;
+    const auto n = static_cast<int64_t>(in.slots.size());
+    if (n != rows && n != S)
+      fail(what, " ", key.str(), ": input 'slots' has ", n, " values, expected ", rows, " (batch x seq) or ", S,
+           " (seq: the same slots for every row)");
+    if (n != rows) {
+      slots_.reserve(static_cast<size_t>(rows));
+      for (int64_t b = 0; b < B; ++b) slots_.insert(slots_.end(), in.slots.begin(), in.slots.end());
+    }
+    const std::vector<int32_t>& slots = this->slots();
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t* row = slots.data() + b * S;
+      for (int64_t s = 0; s < S; ++s)
+        if (row[s] != row[0] + static_cast<int32_t>(s))
+          fail(what, " ", key.str(), ": slots must be consecutive within a row (row ", b, ": slots[", b * S + s,
+               "] = ", row[s], ", its first slot is ", row[0], ")");
+      if (row[0] < 0 || row[0] + S > key.cache_len)
+        fail(what, " ", key.str(), ": row ", b, "'s slots ", row[0], "..", row[0] + S - 1,
+             " do not fit the cache of ", key.cache_len, " slots");
+    }
+    if (key.row_mapped()) {
+      if (static_cast<int64_t>(in.cache_rows.size()) != B)
+        fail(what, " ", key.str(), ": input 'cache_rows' has ", in.cache_rows.size(), " values, expected ", B);
+      std::vector<bool> used(static_cast<size_t>(key.cache_batch()), false);
+      for (int64_t b = 0; b < B; ++b) {
+        const int32_t r = in.cache_rows[static_cast<size_t>(b)];
+        if (r < 0 || r >= key.cache_batch())
+          fail(what, " ", key.str(), ": cache_rows[", b, "] = ", r, " is not a row of the ", key.cache_batch(),
+               "-row cache");
+        if (used[static_cast<size_t>(r)])
+          fail(what, " ", key.str(), ": cache row ", r, " is named by two step rows");
+        used[static_cast<size_t>(r)] = true;
+      }
+    }
   }
-  return in.ids;
+
+  const std::vector<int32_t>& operator[](graph::InputKind kind) const {
+    switch (kind) {
+      case graph::InputKind::TokenIds: return in_.ids;
+      case graph::InputKind::Positions: return in_.positions;
+      case graph::InputKind::Slots: return slots();
+      case graph::InputKind::KvBegin: return in_.kv_begin;
+      case graph::InputKind::SeenFrom: return in_.seen_from;
+      case graph::InputKind::SampleParams: return in_.sample_params;
+      case graph::InputKind::CacheRows: return in_.cache_rows;
+    }
+    return in_.ids;
+  }
+
+ private:
+  const std::vector<int32_t>& slots() const { return slots_.empty() ? in_.slots : slots_; }
+  const StepInputs& in_;
+  std::vector<int32_t> slots_;  // expanded from [seq], else empty
+};
+
+// The cache must have the step's cache rows and length.
+void check_cache(const DeviceCache& cache, const graph::ShapeKey& key, const char* what) {
+  if (cache.batch != key.cache_batch() || cache.cache_len != key.cache_len)
+    fail(what, " ", key.str(), ": the cache has ", cache.batch, " rows of ", cache.cache_len,
+         " slots, the step needs ", key.cache_batch(), " of ", key.cache_len);
 }
 
 // Executes `exe` on args.size() devices; the buffers in donated[d] (device d's arguments aliased to results
@@ -117,8 +173,7 @@ class PjrtExecutable : public Executable {
   const PjrtBackendImpl* backend() const { return &be_; }
 
  private:
-  const std::vector<int32_t>& input(const StepInputs& in, const StablehloArg& a) const;
-  void check_inputs(const StepInputs& in) const;
+  void check_inputs(const StepView& in) const;
   // Uploads the inputs, executes with the states donated, and returns result 0 (logits or token ids).
   BufferHandle execute(const StepInputs& in, DeviceCache& cache) const;
 
@@ -311,14 +366,14 @@ class PjrtBackendImpl : public PjrtBackend {
   // A non-weight argument of a program that runs one piece of a step on device 0 (op by op, or a segment between
   // collectives): a step input is uploaded once per step (memoised in `uploaded`, by input kind); the KV cache
   // and sampler state are donated. `what`, `key` and `name` make the error message for an input of the wrong size.
-  PJRT_Buffer* bind_piece_arg(const StablehloArg& a, const StepInputs& in, PjrtCache& cache,
+  PJRT_Buffer* bind_piece_arg(const StablehloArg& a, const StepView& in, PjrtCache& cache,
                               std::unordered_map<int, BufferHandle>& uploaded, std::vector<BufferHandle*>& donated,
                               const char* what, const graph::ShapeKey& key, const std::string& name) {
     switch (a.kind) {
       case StablehloArg::Input: {
         auto& buf = uploaded[static_cast<int>(a.input)];
         if (!buf) {
-          const auto& v = step_input(in, a.input);
+          const auto& v = in[a.input];
           if (static_cast<int64_t>(v.size()) != a.shape[0])
             fail(what, " ", key.str(), ": input '", name, "' has ", v.size(), " values, expected ", a.shape[0]);
           buf = client_.upload(v.data(), PJRT_Buffer_Type_S32, a.shape);
@@ -526,8 +581,10 @@ class PjrtOpByOpExecutable : public Executable {
     return step;
   }
 
-  BufferHandle execute(const StepInputs& in, DeviceCache& cache_base) const {
+  BufferHandle execute(const StepInputs& in_base, DeviceCache& cache_base) const {
     PjrtCache& cache = be_.own(cache_base);
+    const StepView in(in_base, g_.key, "PJRT op-by-op");
+    check_cache(cache, g_.key, "PJRT op-by-op");
     std::vector<BufferHandle> values(g_.nodes.size());  // per node: its output on the device
     std::unordered_map<int, BufferHandle> uploaded;      // per input kind: this run's upload
     BufferHandle last;
@@ -570,34 +627,21 @@ std::unique_ptr<Executable> PjrtBackendImpl::compile_op_by_op(const graph::Graph
   return std::make_unique<PjrtOpByOpExecutable>(*this, g);
 }
 
-const std::vector<int32_t>& PjrtExecutable::input(const StepInputs& in, const StablehloArg& a) const {
-  return step_input(in, a.input);
-}
-
-void PjrtExecutable::check_inputs(const StepInputs& in) const {
+void PjrtExecutable::check_inputs(const StepView& in) const {
   for (const StablehloArg& a : prog_.args) {
     if (a.kind != StablehloArg::Input) continue;
-    const auto& v = input(in, a);
+    const auto& v = in[a.input];
     if (static_cast<int64_t>(v.size()) != a.shape[0])
       fail("PJRT step ", key_.str(), ": input '", a.name, "' has ", v.size(), " values, expected ", a.shape[0]);
   }
-  // The emitted cache_update writes S contiguous slots starting at slots[0] (see stablehlo_emitter.cpp).
-  const auto& slots = in.slots;
-  for (size_t s = 0; s < slots.size(); ++s)
-    if (slots[s] != slots[0] + static_cast<int32_t>(s))
-      fail("PJRT step ", key_.str(), ": slots must be contiguous (slots[", s, "] = ", slots[s], ", slots[0] = ",
-           slots[0], ")");
-  if (!slots.empty() && (slots[0] < 0 || slots[0] + static_cast<int64_t>(slots.size()) > key_.cache_len))
-    fail("PJRT step ", key_.str(), ": slots ", slots[0], "..", slots[0] + static_cast<int64_t>(slots.size()) - 1,
-         " do not fit the cache of ", key_.cache_len, " slots");
 }
 
 BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_base) const {
   const Plugin& p = be_.plugin();
   PjrtCache& cache = be_.own(cache_base);
-  check_inputs(in);
-  if (cache.batch != key_.batch || cache.cache_len != key_.cache_len)
-    fail("PJRT step ", key_.str(), ": cache has batch ", cache.batch, " and ", cache.cache_len, " slots");
+  const StepView view(in, key_, "PJRT step");
+  check_inputs(view);
+  check_cache(cache, key_, "PJRT step");
 
   // Per device: bound weights, freshly uploaded step inputs, the states (donated).
   const size_t devices = weight_args_.size();
@@ -614,7 +658,7 @@ BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_ba
           args[d][i] = weight_args_[d][i];
           break;
         case StablehloArg::Input: {
-          const auto& v = input(in, a);
+          const auto& v = view[a.input];
           uploads.push_back(be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape, d));
           be_.stats().h2d_bytes += v.size() * sizeof(int32_t);
           args[d][i] = uploads.back().get();
@@ -843,10 +887,10 @@ class PjrtSegmentedExecutable : public Executable {
 
   // Runs every item; the graph's output (computed on the device, or by the last collective on the host) is
   // copied to `out` (`bytes` bytes).
-  void execute(const StepInputs& in, DeviceCache& cache_base, void* out, size_t bytes) const {
+  void execute(const StepInputs& in_base, DeviceCache& cache_base, void* out, size_t bytes) const {
     PjrtCache& cache = be_.own(cache_base);
-    if (cache.batch != g_.key.batch || cache.cache_len != g_.key.cache_len)
-      fail("PJRT step ", g_.key.str(), ": cache has batch ", cache.batch, " and ", cache.cache_len, " slots");
+    const StepView in(in_base, g_.key, "PJRT step");
+    check_cache(cache, g_.key, "PJRT step");
     TransferStats& st = be_.stats();
     const Plugin& p = be_.plugin();
     std::vector<BufferHandle> values(g_.nodes.size());  // per node: its value on the device

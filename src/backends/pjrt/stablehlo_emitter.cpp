@@ -261,7 +261,7 @@ class Lowering {
       vals_[i] = it->second;
     }
     for (InputKind kind : {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin,
-                           InputKind::SeenFrom, InputKind::SampleParams}) {
+                           InputKind::CacheRows, InputKind::SeenFrom, InputKind::SampleParams}) {
       for (size_t i = 0; i < g_.nodes.size(); ++i) {
         const Node& n = g_.nodes[i];
         if (n.op == Op::Input && n.input_kind == kind)
@@ -444,36 +444,73 @@ class Lowering {
     return rope_cs_[key] = {b_.unary("cosine", angle), b_.unary("sine", angle)};
   }
 
-  // Writes new rows [B*S, KV*hd] into cache [B, KV, L, hd] at slots[0] .. slots[0] + S - 1.
-  // Every graph the runtime builds has contiguous slots (slots[s] = slots[0] + s; prefill 0..S-1 or a bucket
-  // shifted right, decode one slot), so one dynamic_update_slice at slots[0] is exact. The backend checks
-  // this at run time (PjrtExecutable::run) before sending the step.
+  // The scalar i32 at index i of a 1-D i32 value.
+  Val element(const Val& v, int64_t i) { return b_.reshape(b_.slice(v, {i}, {i + 1}), {}); }
+
+  // Writes new rows [B*S, KV*hd] into cache [CB, KV, L, hd]: step row b's S columns go to cache row rows[b]
+  // (b when the step is not row-mapped) at slots slots[b*S] .. slots[b*S] + S - 1. Within a row the slots are
+  // consecutive (every step the runtime builds: a prompt bucket or one decode slot), so each row is one
+  // dynamic_update_slice at its first slot, done in place on the donated cache. The backend checks this at
+  // run time (PjrtExecutable::run) before sending the step.
   Val cache_update(const Node& n, int id) {
-    b_.comment(n.name + ": cache_update at slots[0]");
     const Val& cache = val(n.inputs[0]);
     const Val& x = val(n.inputs[1]);
     const Val& slots = val(n.inputs[2]);
-    const int64_t kv = n.kv_heads, hd = n.head_dim;
-    Val upd = b_.transpose(b_.reshape(x, {batch(), seq(), kv, hd}), {0, 2, 1, 3});  // [B, KV, S, hd]
-    Val first = b_.reshape(b_.slice(slots, {0}, {1}), {});                          // scalar slots[0]
-    Val zero = b_.splat_i32(0, {});
-    Val out = b_.op("dynamic_update_slice", {cache, upd, zero, zero, first, zero}, "", cache.shape, cache.et);
+    const bool mapped = n.inputs.size() > 3;
+    const int64_t B = batch(), S = seq(), kv = n.kv_heads, hd = n.head_dim;
+    b_.comment(n.name + (B == 1 && !mapped ? std::string(": cache_update at slots[0]")
+                                           : ": cache_update per row at its first slot"));
+    Val upd = b_.transpose(b_.reshape(x, {B, S, kv, hd}), {0, 2, 1, 3});  // [B, KV, S, hd]
+    Val out = cache;
+    if (B == 1 && !mapped) {
+      Val first = element(slots, 0);  // scalar slots[0]
+      Val zero = b_.splat_i32(0, {});
+      out = b_.op("dynamic_update_slice", {cache, upd, zero, zero, first, zero}, "", cache.shape, cache.et);
+    } else {
+      Val zero = b_.splat_i32(0, {});
+      for (int64_t b = 0; b < B; ++b) {
+        Val row_upd = B == 1 ? upd : b_.slice(upd, {b, 0, 0, 0}, {b + 1, kv, S, hd});  // [1, KV, S, hd]
+        Val first = element(slots, b * S);
+        Val row = mapped ? element(val(n.inputs[3]), b) : b_.splat_i32(static_cast<int32_t>(b), {});
+        out = b_.op("dynamic_update_slice", {out, row_upd, row, zero, first, zero}, "", cache.shape, cache.et);
+      }
+    }
     for (size_t i = 0; i < cache_args_.size(); ++i)
       if (cache_final_[i] == n.inputs[0]) cache_final_[i] = id;
     return out;
   }
 
+  // Rows rows[b] of x [CB, ...] -> [B, ...] (a row-mapped step reads the cache rows of its step rows).
+  Val take_rows(const Val& x, const Val& rows) {
+    const int64_t B = rows.shape[0];
+    Shape out = x.shape, sizes = x.shape;
+    out[0] = B;
+    sizes[0] = 1;
+    std::vector<int64_t> offset_dims;
+    for (size_t d = 1; d < x.shape.size(); ++d) offset_dims.push_back(static_cast<int64_t>(d));
+    return b_.op("gather", {x, b_.reshape(rows, {B, 1})},
+                 "dimension_numbers = #stablehlo.gather<offset_dims = [" + i64_list(offset_dims) +
+                     "], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, "
+                     "indices_are_sorted = false, slice_sizes = array<i64: " +
+                     i64_list(sizes) + ">",
+                 out, x.et);
+  }
+
   // Causal GQA attention over the static cache: query column s of row b sees slots kv_begin[b] <= j <=
-  // slots[s] (and, with a sliding window, j > slots[s] - window: the static cache stays full length, keys
-  // outside the window are masked). q [B*S, H*hd], caches [B, KV, L, hd] -> [B*S, H*hd]; a row that sees
-  // nothing gets zeros (as natively).
+  // slots[b*S + s] (and, with a sliding window, j > slots[b*S + s] - window: the static cache stays full
+  // length, keys outside the window are masked). q [B*S, H*hd], caches [CB, KV, L, hd] (row-mapped: step row
+  // b reads cache row rows[b]) -> [B*S, H*hd]; a row that sees nothing gets zeros (as natively).
   Val attention(const Node& n) {
     b_.comment(n.name + ": attention (GQA " + std::to_string(n.heads) + "/" + std::to_string(n.kv_heads) +
                ")");
     const Val& q = val(n.inputs[0]);
-    const Val& kc = val(n.inputs[1]);
-    const Val& vc = val(n.inputs[2]);
+    Val kc = val(n.inputs[1]);
+    Val vc = val(n.inputs[2]);
     const Val& slots = val(n.inputs[3]);
+    if (n.inputs.size() > 5) {  // row-mapped: the step rows' cache rows
+      kc = take_rows(kc, val(n.inputs[5]));
+      vc = take_rows(vc, val(n.inputs[5]));
+    }
     const Val& kv_begin = val(n.inputs[4]);
     const int64_t B = batch(), S = seq(), KV = n.kv_heads, G = n.heads / n.kv_heads, hd = n.head_dim;
     const int64_t L = kc.shape[2];
@@ -482,15 +519,19 @@ class Lowering {
     Val scores = b_.dot(q4, kc, {0, 1}, {0, 1}, {3}, {3}, {B, KV, G * S, L});  // [B, KV, G*S, L]
     scores = b_.reshape(b_.mul(scores, b_.splat_f32(n.scale, scores.shape)), s5);
 
-    // mask[b, s, j] = kv_begin[b] <= j && j <= slots[s]
+    // mask[b, s, j] = kv_begin[b] <= j && j <= slots[b*S + s]. One row: slots [S] broadcast along dim 1;
+    // several: slots as [B, S].
     const Shape bsl{B, S, L};
+    const Val qslots = B == 1 ? slots : b_.reshape(slots, {B, S});
+    const std::vector<int64_t> qdims = B == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{0, 1};
     Val j = b_.iota(2, bsl, "i32");
     Val lo = b_.compare(j, b_.broadcast(kv_begin, {0}, bsl), "GE", "SIGNED");
-    Val hi = b_.compare(j, b_.broadcast(slots, {1}, bsl), "LE", "SIGNED");
+    Val hi = b_.compare(j, b_.broadcast(qslots, qdims, bsl), "LE", "SIGNED");
     Val in_range = b_.binary("and", lo, hi);
-    if (n.window > 0) {  // sliding window: also j > slots[s] - window
-      Val start = b_.sub(slots, b_.splat_i32(static_cast<int32_t>(n.window), slots.shape));  // [S]
-      in_range = b_.binary("and", in_range, b_.compare(j, b_.broadcast(start, {1}, bsl), "GT", "SIGNED"));
+    if (n.window > 0) {  // sliding window: also j > slots[b*S + s] - window
+      Val w = b_.splat_i32(static_cast<int32_t>(n.window), {S});  // [S]
+      Val start = b_.sub(qslots, B == 1 ? w : b_.broadcast(w, {1}, {B, S}));
+      in_range = b_.binary("and", in_range, b_.compare(j, b_.broadcast(start, qdims, bsl), "GT", "SIGNED"));
     }
     Val mask = b_.broadcast(in_range, {0, 3, 4}, s5);  // [B, KV, G, S, L]
     scores = b_.select(mask, scores, b_.splat_f32(-std::numeric_limits<float>::infinity(), s5));
@@ -554,15 +595,20 @@ class Lowering {
     return b_.reshape(b_.slice(x3, {0, S - 1, 0}, {B, S, D}), {B, D});
   }
 
-  // seen [B, V] |= onehot(ids[b, s]) for s >= seen_from[b] (prefill) or every s (decode).
+  // The seen mask of the step's rows: seen [B, V] |= onehot(ids[b, s]) for s >= seen_from[b] (prefill) or
+  // every s (decode). A prefill starts its rows' sequences, so their masks are cleared first. Row-mapped:
+  // step row b's mask is row rows[b] of the state [CB, V]; the other rows are left as they are.
   Val mark_seen(const Node& n, int id) {
-    b_.comment(n.name + ": mark the step's ids as seen");
+    const bool prefill = n.inputs.size() > 2 && g_.at(n.inputs[2]).op == Op::Input &&
+                         g_.at(n.inputs[2]).input_kind == InputKind::SeenFrom;
+    const bool mapped = n.inputs.size() > (prefill ? 3u : 2u);
+    b_.comment(n.name + ": mark the step's ids as seen" + (prefill ? " (masks cleared first)" : ""));
     const Val& state = val(n.inputs[0]);
     const int64_t B = batch(), S = seq(), V = state.shape[1];
     const Shape bsv{B, S, V};
     Val ids = b_.broadcast(b_.reshape(val(n.inputs[1]), {B, S}), {0, 1}, bsv);  // [B, S, V]
     Val hit = b_.compare(ids, b_.iota(2, bsv, "i32"), "EQ", "SIGNED");
-    if (n.inputs.size() > 2) {
+    if (prefill) {
       Val col = b_.iota(1, {B, S}, "i32");
       Val valid = b_.compare(col, b_.broadcast(val(n.inputs[2]), {0}, {B, S}), "GE", "SIGNED");  // [B, S]
       hit = b_.binary("and", hit, b_.broadcast(valid, {0, 1}, bsv));
@@ -570,7 +616,20 @@ class Lowering {
     Val any = b_.reduce(b_.convert(hit, "f32"), {1}, "maximum", 0.0f);  // [B, V]
     for (size_t i = 0; i < cache_args_.size(); ++i)
       if (cache_final_[i] == n.inputs[0]) cache_final_[i] = id;
-    return b_.max(state, any);
+    if (!mapped) return prefill ? any : b_.max(state, any);
+    const Val& rows = val(n.inputs.back());
+    Val out = state;
+    Val zero = b_.splat_i32(0, {});
+    for (int64_t b = 0; b < B; ++b) {
+      Val row = element(rows, b);
+      Val mark = B == 1 ? any : b_.slice(any, {b, 0}, {b + 1, V});  // [1, V]
+      if (!prefill)
+        mark = b_.max(b_.op("dynamic_slice", {out, row, zero}, "slice_sizes = array<i64: 1, " + std::to_string(V) + ">",
+                            {1, V}, out.et),
+                      mark);
+      out = b_.op("dynamic_update_slice", {out, mark, row, zero}, "", state.shape, state.et);
+    }
+    return out;
   }
 
   // Per-row softmax over dim 1 of [B, V] (exp(-inf) = 0 for filtered entries).
@@ -631,7 +690,7 @@ class Lowering {
   Val sample(const Node& n) {
     b_.comment(n.name + ": in-step sampling (" + graph::sampling_name(g_.key.sampling) + ")");
     const Val& logits = val(n.inputs[0]);
-    const Val& seen = val(n.inputs[1]);
+    const Val seen = n.inputs.size() > 3 ? take_rows(val(n.inputs[1]), val(n.inputs[3])) : val(n.inputs[1]);
     const int64_t B = logits.shape[0], V = logits.shape[1];
     const Shape bv{B, V}, b1{B};
     const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -655,14 +714,13 @@ class Lowering {
         b_.select(b_.compare(s, b_.splat_f32(0.0f, bv), "LT", "FLOAT"), b_.mul(s, pen), b_.div(s, pen));
     s = b_.select(b_.compare(seen, b_.splat_f32(0.0f, bv), "NE", "FLOAT"), penalised, s);
 
+    // Greedy: the first index of the largest penalised logit.
+    Val mx = b_.reduce(s, {1}, "maximum", kNegInf);
+    Val at_max = b_.compare(s, rows(mx), "EQ", "FLOAT");
+    Val greedy = b_.reduce(b_.select(at_max, jj, b_.splat_i32(static_cast<int32_t>(V), bv)), {1}, "minimum",
+                           static_cast<float>(V));
+    if (g_.key.sampling == graph::Sampling::Greedy) return b_.reshape(flag_bad(greedy), {B, 1});
     Val token;
-    if (g_.key.sampling == graph::Sampling::Greedy) {
-      Val mx = b_.reduce(s, {1}, "maximum", kNegInf);
-      Val at_max = b_.compare(s, rows(mx), "EQ", "FLOAT");
-      token = b_.reduce(b_.select(at_max, jj, b_.splat_i32(static_cast<int32_t>(V), bv)), {1}, "minimum",
-                        static_cast<float>(V));
-      return b_.reshape(flag_bad(token), {B, 1});
-    }
     s = b_.div(s, rows(colf(graph::kTemperature)));
     auto [sv, si] = b_.sort_pairs(s, jj, 1);  // ascending, ties by index (std::stable_sort's order)
 
@@ -704,6 +762,8 @@ class Lowering {
     Val last = b_.reduce(b_.select(nonzero, jj, b_.splat_i32(0, bv)), {1}, "maximum", 0.0f);
     token =
         b_.select(b_.compare(first, b_.splat_i32(static_cast<int32_t>(V), b1), "LT", "SIGNED"), first, last);
+    // kDoSample = 0: this row decodes greedily (so sampled and greedy rows share one program).
+    token = b_.select(b_.compare(col(graph::kDoSample), b_.splat_i32(0, b1), "NE", "SIGNED"), token, greedy);
     return b_.reshape(flag_bad(token), {B, 1});
   }
 

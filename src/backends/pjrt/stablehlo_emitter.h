@@ -2,14 +2,17 @@
 //
 // @main's signature, fixed for every graph:
 //   arguments = every weight (graph node order; matrices in the model dtype, vectors f32),
-//               the step inputs present (ids i32[rows], positions i32[rows], slots i32[seq], kv_begin
-//               i32[batch]), every KV cache (f32 [batch, kv_heads, cache_len, head_dim]; layer 0 K, layer 0
-//               V, layer 1 K, ...), then the sampler's seen mask (f32 [batch, vocab]) when the step samples,
-//               each annotated `tf.aliasing_output = <result>` so it is donated and updated in place;
+//               the step inputs present (ids i32[rows], positions i32[rows], slots i32[rows] (rows = batch *
+//               seq: each row's own slots), kv_begin i32[batch], cache_rows i32[batch] (row-mapped steps),
+//               seen_from i32[batch], sample_params i32[batch * kSampleParams]), every KV cache (f32
+//               [cache_batch, kv_heads, cache_len, head_dim]; layer 0 K, layer 0 V, layer 1 K, ...), then
+//               the sampler's seen mask (f32 [cache_batch, vocab]) when the step samples, each annotated
+//               `tf.aliasing_output = <result>` so it is donated and updated in place;
 //   results   = logits f32 [rows_out, vocab] (or, when the step samples, token ids i32 [batch, 1], -1 for a
-//   row
-//               whose logits were not all finite), then
-//               every updated state in argument order.
+//               row whose logits were not all finite), then every updated state in argument order.
+// Within a step row the slots must be consecutive (each row's cache write is one dynamic_update_slice at its
+// first slot). A row-mapped step (ShapeKey::row_mapped()) writes and reads cache row cache_rows[b] for step
+// row b (dynamic_update_slice / gather on dim 0); the other cache rows pass through unchanged.
 // A graph with tp_size > 1 is one replica's program: module attribute mhlo.num_replicas = tp_size, AllReduce
 // as stablehlo.all_reduce (add) and AllGather as stablehlo.all_gather (dim 1), both over the one replica
 // group [0 .. tp_size-1]; it must be compiled with num_replicas = tp_size. A graph with several outputs (the
