@@ -1,10 +1,10 @@
 // Everything the model code makes for one fixture config, as text: the weight list, tensor-parallel plans
 // (layouts, notes and errors) and the graphs of a set of ShapeKeys (prefill/decode, tp 1/2/4, sampling on and
-// off, row-mapped steps), each graph with every node attribute. tests/test_model_graphs.cpp compares this with
-// tests/fixtures/graph_dumps/<fixture>.txt; how those were made is written there.
-// Uses only what the public model interface offered at commit d1eefc3 (Architecture::parse_config / weights
-// / build_graph, distributed::resolve_tp_plan, graph::append_sampling), so the same code can be compiled
-// against older sources.
+// off, row-mapped steps), each graph with every node attribute. tests/test_model_graphs.cpp compares this
+// with tests/fixtures/graph_dumps/<fixture>.txt; how those were made is written there. Uses only what the
+// public model interface offered at commit d1eefc3 (Architecture::parse_config / weights / build_graph,
+// distributed::resolve_tp_plan, graph::append_sampling), so the same code can be compiled against older
+// sources.
 #pragma once
 #include <cstdio>
 #include <fstream>
@@ -23,10 +23,21 @@ namespace tessera::graph_dump {
 
 // Fixture directories under tests/fixtures with a config.json each.
 inline std::vector<std::string> fixtures() {
-  return {"models/glm4",        "models/glm4_v4",          "models/llama3_v4",      "models/llama_bias",
-          "models/llama_gqa",   "models/llama_tp4",        "models/qwen3_tied",     "models/qwen3_tp4",
-          "models/qwen3_untied", "variants/llama_gelu",     "variants/llama_gelu_tanh", "variants/llama_relu",
-          "variants/qwen3_gelu_new", "variants/qwen3_sliding", "variants/qwen3_sliding_long"};
+  return {"models/glm4",
+          "models/glm4_v4",
+          "models/llama3_v4",
+          "models/llama_bias",
+          "models/llama_gqa",
+          "models/llama_tp4",
+          "models/qwen3_tied",
+          "models/qwen3_tp4",
+          "models/qwen3_untied",
+          "variants/llama_gelu",
+          "variants/llama_gelu_tanh",
+          "variants/llama_relu",
+          "variants/qwen3_gelu_new",
+          "variants/qwen3_sliding",
+          "variants/qwen3_sliding_long"};
 }
 
 inline std::string hex_float(float f) {
@@ -70,8 +81,9 @@ inline std::string full_dump(const graph::Graph& g) {
     if (n.rope_table != d.rope_table) a << " rope_table=" << n.rope_table;
     const graph::WeightView& v = n.view;
     if (!(v == d.view))
-      a << " view{" << shape_text(v.stored) << " rows " << v.row_begin << "+" << v.rows << " split " << v.split_dim
-        << "/" << v.shards << " rank0 " << v.rank0_only << " rope " << v.rope_head << "/" << v.rope_rot << "}";
+      a << " view{" << shape_text(v.stored) << " rows " << v.row_begin << "+" << v.rows << " split "
+        << v.split_dim << "/" << v.shards << " rank0 " << v.rank0_only << " rope " << v.rope_head << "/"
+        << v.rope_rot << "}";
     if (!a.str().empty()) os << "  |" << a.str();
     os << "\n";
   }
@@ -96,7 +108,8 @@ inline std::vector<PlanCase> plan_cases() {
   auto rule = [](const char* p, const char* s) { return TpPlanRule{p, s, "case"}; };
   std::vector<TpPlanRule> rep_attn;
   for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
-    rep_attn.push_back(rule((std::string("layers.*.self_attn.") + p).c_str(), "replicated_with_grad_allreduce"));
+    rep_attn.push_back(
+        rule((std::string("layers.*.self_attn.") + p).c_str(), "replicated_with_grad_allreduce"));
   return {
       {"tp1", 1, {}, false, {0}},
       {"tp2 default", 2, {}, false, {0, 1}},
@@ -160,7 +173,8 @@ inline std::string dump_fixture(const std::string& dir, const std::string& fixtu
   std::stringstream text;
   text << f.rdbuf();
   const nlohmann::json j = models::parse_config_json(text.str(), fixture);
-  const models::Architecture& arch = models::find_architecture(models::architecture_name(j, fixture), fixture);
+  const models::Architecture& arch =
+      models::find_architecture(models::architecture_name(j, fixture), fixture);
   const models::DecoderConfig c = arch.parse_config(j, fixture);
   std::ostringstream os;
   os << "fixture " << fixture << " (" << arch.name << ")\n";
@@ -191,8 +205,8 @@ inline std::string dump_fixture(const std::string& dir, const std::string& fixtu
         layouts.push_back(distributed::resolve_tp_plan(arch, c, d, r, fixture, r == 0 ? &notes : nullptr));
       for (const auto& n : notes) os << "note: " << n << "\n";
       const models::TpLayout& t = layouts[0];
-      os << "layout: size=" << t.size << " attn_split=" << t.attn_split << " lm_head_split=" << t.lm_head_split
-         << " mlp_split=";
+      os << "layout: size=" << t.size << " attn_split=" << t.attn_split
+         << " lm_head_split=" << t.lm_head_split << " mlp_split=";
       for (auto m : t.mlp_split) os << static_cast<int>(m);
       os << "\n";
     } catch (const Error& e) {

@@ -66,8 +66,8 @@ TEST(ModelGraphs, TheGuardSeesADifference) {
   const std::string root = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/";
   const std::string text = read_text(root + "models/qwen3_tied/config.json");
   const auto j = tessera::models::parse_config_json(text, "qwen3_tied");
-  const auto& arch = tessera::models::find_architecture(tessera::models::architecture_name(j, "qwen3_tied"),
-                                                        "qwen3_tied");
+  const auto& arch =
+      tessera::models::find_architecture(tessera::models::architecture_name(j, "qwen3_tied"), "qwen3_tied");
   const auto c = arch.parse_config(j, "qwen3_tied");
   tessera::graph::ShapeKey key;
   key.phase = tessera::graph::Phase::Decode;

@@ -54,29 +54,30 @@ bool replicated(TpStyle s) { return s == TpStyle::Replicated || s == TpStyle::Re
 bool column(TpStyle s) { return s == TpStyle::Colwise || s == TpStyle::ColwiseGatherOutput; }
 bool row(TpStyle s) { return s == TpStyle::Rowwise || s == TpStyle::RowwiseSplitInput; }
 
-// The model's modules, as Transformers names them relative to the base model (plus lm_head).
-std::vector<std::string> modules_of(const models::Architecture& arch, const models::DecoderConfig& c) {
-  std::vector<std::string> out;
+// A module of the model, as Transformers names it relative to the base model, with its role.
+struct Module {
+  std::string name;
+  models::Role role;
+  int64_t layer;
+};
+
+// The model's modules in graph order (plus lm_head: tied, the embedding serves as the LM head).
+std::vector<Module> modules_of(const models::Architecture& arch, const models::DecoderConfig& c) {
+  std::vector<Module> out;
   std::set<std::string> seen;
-  for (const auto& w : arch.weights(c)) {
-    std::string m = strip_model(w.name);
-    for (const char* suffix : {".weight", ".bias"}) {
-      const std::string s = suffix;
-      if (m.size() > s.size() && m.compare(m.size() - s.size(), s.size(), s) == 0)
-        m.resize(m.size() - s.size());
-    }
-    if (seen.insert(m).second) out.push_back(m);
+  for (const auto& m : arch.modules(c)) {
+    std::string name = strip_model(m.name);
+    if (seen.insert(name).second) out.push_back({std::move(name), m.role, m.layer});
   }
-  if (seen.insert("lm_head").second) out.push_back("lm_head");  // tied: the embedding serves as the LM head
+  if (seen.insert("lm_head").second) out.push_back({"lm_head", models::Role::kLmHead, -1});
   return out;
 }
 
-std::string rules_to_replicate_attention() {
-  std::string out;
-  for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
-    out += std::string(out.empty() ? "" : " ") + "--tp-rule layers.*.self_attn." + p +
-           "=replicated_with_grad_allreduce";
-  return out;
+// "layers.3.self_attn.q_proj" -> "q_proj" (leaf) and "layers.3.self_attn" (parent).
+std::string leaf(const std::string& m) { return m.substr(m.rfind('.') + 1); }
+std::string parent(const std::string& m) {
+  const size_t dot = m.rfind('.');
+  return dot == std::string::npos ? m : m.substr(0, dot);
 }
 
 }  // namespace
@@ -131,10 +132,11 @@ std::vector<TpPlanRule> read_plan_file(const std::string& path) {
 models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models::DecoderConfig& c,
                                  const DistributedConfig& d, int rank, const std::string& origin,
                                  std::vector<std::string>* notes) {
+  using models::Role;
   const int tp = d.tp_size;
   if (tp < 1) fail("tp_size must be at least 1, got ", tp);
   if (rank < 0 || rank >= tp) fail("rank ", rank, " is outside tp_size ", tp);
-  const std::vector<std::string> modules = modules_of(arch, c);
+  const std::vector<Module> modules = modules_of(arch, c);
 
   // Default rules, then the user's, each checked; the last matching rule decides a module's style.
   struct Rule {
@@ -149,12 +151,12 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
       fail(r.origin, ": tp_plan rule '", r.pattern, "': unknown style '", r.style,
            "' (valid: ", valid_styles(), ")");
     bool any = false;
-    for (const auto& m : modules) any = any || module_matches(r.pattern, m);
+    for (const auto& m : modules) any = any || module_matches(r.pattern, m.name);
     if (!any) {
       std::vector<std::string> listed;
       std::set<std::string> seen;
       for (const auto& m : modules)
-        if (seen.insert(wildcard_layers(m)).second) listed.push_back(wildcard_layers(m));
+        if (seen.insert(wildcard_layers(m.name)).second) listed.push_back(wildcard_layers(m.name));
       std::string all;
       for (const auto& m : listed) all += (all.empty() ? "" : ", ") + m;
       fail(r.origin, ": tp_plan rule '", r.pattern, "' matches no module of ", arch.name, " (modules: ", all,
@@ -178,31 +180,51 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     if (notes) notes->push_back(s);
   };
   const std::string model = origin + " (" + arch.name + ")";
-  // Modules that are not linear layers of a block: embeddings and norms must be replicated.
-  std::map<std::string, TpStyle> styles;
-  for (const auto& m : modules) styles[m] = style_of(m);
-  for (const auto& [m, s] : styles) {
-    const bool linear = m == "lm_head" || m.find("_proj") != std::string::npos;
-    if (!linear && !replicated(s))
-      fail(model, ": module '", m, "' is ", style_name(s),
+  // From here on the plan is per role: each module's style is found once from the patterns above.
+  struct Styled {
+    const Module* module;
+    TpStyle style;
+  };
+  std::map<std::string, Styled> styles;  // by name (sorted, so the first error below names the same module)
+  for (const auto& m : modules) styles.emplace(m.name, Styled{&m, style_of(m.name)});
+  // Modules that are not linear layers (the embedding, norms) must be replicated.
+  for (const auto& [m, s] : styles)
+    if (!models::is_linear(s.module->role) && !replicated(s.style))
+      fail(model, ": module '", m, "' is ", style_name(s.style),
            ", but only linear layers (*_proj, lm_head) can be split; ", "use replicated");
-  }
+  // The linear layers by (layer, role); a role a layer lacks counts as replicated.
+  std::map<std::pair<int64_t, Role>, Styled> by_role;
+  for (const auto& [m, s] : styles)
+    if (models::is_linear(s.module->role))
+      by_role.emplace(std::make_pair(s.module->layer, s.module->role), s);
+  struct Part {
+    std::string name;   // the module's leaf name, e.g. "q_proj"
+    std::string block;  // its parent, e.g. "layers.0.self_attn"
+    TpStyle style;
+  };
+  auto part = [&](int64_t layer, Role role, const char* absent, const std::string& block) {
+    auto it = by_role.find({layer, role});
+    if (it == by_role.end()) return Part{absent, block, TpStyle::Replicated};
+    return Part{leaf(it->second.module->name), parent(it->second.module->name), it->second.style};
+  };
 
   // Attention: split by heads (q/k/v colwise, o_proj rowwise) or replicated, the same in every layer.
   std::optional<bool> attn;
   t.mlp_split.assign(static_cast<size_t>(c.num_layers), 0);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string a = "layers." + std::to_string(l) + ".self_attn.";
-    const TpStyle q = styles[a + "q_proj"], k = styles[a + "k_proj"], v = styles[a + "v_proj"],
-                  o = styles[a + "o_proj"];
+    const std::string a = "layers." + std::to_string(l) + ".self_attn";
+    const Part q = part(l, Role::kAttnQ, "q_proj", a), k = part(l, Role::kAttnK, "k_proj", a),
+               v = part(l, Role::kAttnV, "v_proj", a), o = part(l, Role::kAttnO, "o_proj", a);
     bool split;
-    if (q == TpStyle::Colwise && k == TpStyle::Colwise && v == TpStyle::Colwise && row(o))
+    if (q.style == TpStyle::Colwise && k.style == TpStyle::Colwise && v.style == TpStyle::Colwise &&
+        row(o.style))
       split = true;
-    else if (replicated(q) && replicated(k) && replicated(v) && replicated(o))
+    else if (replicated(q.style) && replicated(k.style) && replicated(v.style) && replicated(o.style))
       split = false;
     else
-      fail(model, ": layers.", l, ".self_attn has q_proj=", style_name(q), ", k_proj=", style_name(k),
-           ", v_proj=", style_name(v), ", o_proj=", style_name(o),
+      fail(model, ": ", q.block, " has ", q.name, "=", style_name(q.style), ", ", k.name, "=",
+           style_name(k.style), ", ", v.name, "=", style_name(v.style), ", ", o.name, "=",
+           style_name(o.style),
            "; attention is split by heads only with q/k/v colwise and o_proj rowwise, otherwise all four "
            "must be "
            "replicated");
@@ -211,45 +233,51 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
            "); the KV cache needs one layout, so use the same rules for every layer (layers.*.self_attn...)");
     attn = split;
 
-    const std::string p = "layers." + std::to_string(l) + ".mlp.";
-    std::vector<std::pair<std::string, TpStyle>> in_proj;
-    for (const char* name : {"gate_proj", "up_proj", "gate_up_proj"})
-      if (styles.count(p + name)) in_proj.emplace_back(name, styles[p + name]);
-    const TpStyle down = styles[p + "down_proj"];
-    bool cols = true, reps = replicated(down);
+    // MLP: its input projections (gate and up, or the fused gate_up) colwise and down rowwise, or replicated.
+    const std::string p = "layers." + std::to_string(l) + ".mlp";
+    const Part down = part(l, Role::kMlpDown, "down_proj", p);
+    bool cols = true, reps = replicated(down.style);
     std::string desc;
-    for (const auto& [name, s] : in_proj) {
-      cols = cols && column(s);
-      reps = reps && replicated(s);
-      desc += name + "=" + style_name(s) + ", ";
+    for (Role r : {Role::kMlpGate, Role::kMlpUp, Role::kMlpGateUp}) {
+      if (!by_role.count({l, r})) continue;
+      const Part in = part(l, r, "", p);
+      cols = cols && column(in.style);
+      reps = reps && replicated(in.style);
+      desc += in.name + "=" + style_name(in.style) + ", ";
     }
-    if (cols && row(down))
+    if (cols && row(down.style))
       t.mlp_split[static_cast<size_t>(l)] = 1;
     else if (!reps)
-      fail(model, ": layers.", l, ".mlp has ", desc, "down_proj=", style_name(down),
+      fail(model, ": ", down.block, " has ", desc, down.name, "=", style_name(down.style),
            "; the MLP is split only with its input projections colwise and down_proj rowwise, otherwise all "
            "must be "
            "replicated");
   }
   t.attn_split = attn.value_or(false);
 
-  const TpStyle head = styles["lm_head"];
-  if (row(head))
-    fail(model, ": lm_head=", style_name(head),
+  const Part head = part(-1, Role::kLmHead, "lm_head", "");
+  if (row(head.style))
+    fail(model, ": ", head.name, "=", style_name(head.style),
          " is not supported (use colwise_gather_output or replicated)");
-  t.lm_head_split = column(head);
+  t.lm_head_split = column(head.style);
 
   // Divisibility, checked before any weight is read.
   if (t.attn_split && (c.num_kv_heads % tp != 0 || c.num_heads % tp != 0)) {
     const bool kv = c.num_kv_heads % tp != 0;
     const int64_t heads = kv ? c.num_kv_heads : c.num_heads;
     const char* what = kv ? "key-value heads" : "attention heads";
-    if (!d.tp_plan_auto)
+    if (!d.tp_plan_auto) {
+      // The rules that replicate the attention projections, named as this model names them.
+      std::string replicate;
+      for (Role r : {Role::kAttnQ, Role::kAttnK, Role::kAttnV, Role::kAttnO})
+        if (auto it = by_role.find({0, r}); it != by_role.end())
+          replicate += std::string(replicate.empty() ? "" : " ") + "--tp-rule " +
+                       wildcard_layers(it->second.module->name) + "=replicated_with_grad_allreduce";
       fail(model, " has ", heads, " ", what, ", which tp_size ", tp,
            " does not divide, so attention cannot be split "
            "by heads; replicate the attention projections on every rank with ",
-           rules_to_replicate_attention(),
-           " (or the same rules in --tp-plan FILE.json), or pass --tp-plan auto");
+           replicate, " (or the same rules in --tp-plan FILE.json), or pass --tp-plan auto");
+    }
     t.attn_split = false;
     std::ostringstream os;
     os << "--tp-plan auto: " << arch.name << " has " << heads << " " << what << ", which tp_size " << tp

@@ -33,9 +33,12 @@ TpPlanRule parse_rule(const std::string& text, const std::string& origin);
 std::vector<TpPlanRule> read_plan_file(const std::string& path);
 
 // This rank's layout for `c` under the architecture's default plan overridden by `d.tp_plan` (later rules
-// win). Throws Error for an unknown style, a rule that matches no module, inconsistent styles inside an
-// attention or MLP block, or a split that does not divide (unless d.tp_plan_auto, which replicates what
-// cannot be split and appends a sentence per change to `notes`).
+// win). The patterns are matched once against the architecture's modules (Architecture::modules); from there
+// the plan is checked and laid out per module role (models::Role), never by module name, and
+// GraphBuilder::linear applies it per role (TpLayout::split). Throws Error for an unknown style, a rule that
+// matches no module, inconsistent styles inside an attention or MLP block, or a split that does not divide
+// (unless d.tp_plan_auto, which replicates what cannot be split and appends a sentence per change to
+// `notes`).
 models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models::DecoderConfig& c,
                                  const DistributedConfig& d, int rank, const std::string& origin,
                                  std::vector<std::string>* notes);

@@ -11,7 +11,10 @@ using graph::InputKind;
 using graph::Node;
 using graph::Op;
 
-std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+LayerNames layer_names(int layer) {
+  const std::string i = std::to_string(layer);
+  return {layer, "model.layers." + i + ".", "layers." + i + "."};
+}
 
 graph::Activation graph_activation(Activation a) {
   switch (a) {
@@ -46,7 +49,13 @@ int GraphBuilder::input(InputKind kind, Shape shape, const char* name) {
   return id;
 }
 
+void GraphBuilder::record_module(const std::string& module, Role role, int64_t layer) {
+  if (module_names_.insert(module).second) modules_.push_back(ModuleSpec{module, role, layer});
+}
+
 int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightView view) {
+  const size_t dot = name.rfind('.');
+  record_module(dot == std::string::npos ? name : name.substr(0, dot), Role::kOther);
   // Matrices in the model dtype; vectors (norms, biases) stay float32.
   DType dt = stored.size() == 1 ? DType::F32 : g_.key.dtype;
   Shape local = stored;
@@ -87,6 +96,10 @@ int GraphBuilder::rms_norm(int x, int w, int64_t dim, const std::string& name) {
   return g_.add(std::move(n));
 }
 
+int GraphBuilder::norm(int x, const std::string& module, int64_t dim, const std::string& name) {
+  return rms_norm(x, weight(module + ".weight", {dim}), dim, name);
+}
+
 int GraphBuilder::matmul(int x, int w, int bias, const std::string& name) {
   const Shape& ws = g_.at(w).shape;
   TS_ASSERT(ws.size() == 2 && ws[1] == cols(x), name, ": weight ", shape_str(ws), " vs input ",
@@ -97,6 +110,8 @@ int GraphBuilder::matmul(int x, int w, int bias, const std::string& name) {
 }
 
 int GraphBuilder::linear(int x, const Linear& l, const std::string& name) {
+  TS_ASSERT(is_linear(l.role), name, ": ", l.module, " has no linear role");
+  record_module(l.module, l.role, l.layer);
   const int tp = g_.key.tp_size;
   const int64_t stored_out = l.stored_out > 0 ? l.stored_out : l.out;
   graph::WeightView wv, bv;
@@ -106,11 +121,11 @@ int GraphBuilder::linear(int x, const Linear& l, const std::string& name) {
     wv.row_begin = bv.row_begin = l.part_begin;
     wv.rows = bv.rows = l.out;
   }
-  const bool split = tp > 1 && l.split != Split::None;
-  if (split && (l.split == Split::Col || l.split == Split::ColGather)) {
+  const TpSplit split = tp > 1 ? c_.tp.split(l.role, l.layer) : TpSplit::kNone;
+  if (split == TpSplit::kCol || split == TpSplit::kColGather) {
     wv.split_dim = bv.split_dim = 0;
     wv.shards = bv.shards = tp;
-  } else if (split && l.split == Split::Row) {
+  } else if (split == TpSplit::kRow) {
     wv.split_dim = 1;
     wv.shards = tp;
     bv.rank0_only = true;  // the bias is added once: by rank 0's partial sum
@@ -118,8 +133,8 @@ int GraphBuilder::linear(int x, const Linear& l, const std::string& name) {
   const int w = weight(l.module + ".weight", {stored_out, l.in}, wv);
   const int b = l.bias ? weight(l.module + ".bias", {stored_out}, bv) : -1;
   int y = matmul(x, w, b, name);
-  if (split && l.split == Split::Row) y = all_reduce(y, name + ".all_reduce");
-  if (split && l.split == Split::ColGather) y = all_gather(y, name + ".all_gather");
+  if (split == TpSplit::kRow) y = all_reduce(y, name + ".all_reduce");
+  if (split == TpSplit::kColGather) y = all_gather(y, name + ".all_gather");
   return y;
 }
 
@@ -183,137 +198,126 @@ int GraphBuilder::last_row(int x, const std::string& name) {
 
 StepNodes add_step_inputs(GraphBuilder& b) {
   StepNodes s{};
-  s.ids = b.input(InputKind::TokenIds, {b.rows()}, "input_ids");          // [batch * seq]
-  s.positions = b.input(InputKind::Positions, {b.rows()}, "positions");   // [batch * seq]
-  s.slots = b.input(InputKind::Slots, {b.rows()}, "slots");               // [batch * seq] cache slot per column
+  s.ids = b.input(InputKind::TokenIds, {b.rows()}, "input_ids");         // [batch * seq]
+  s.positions = b.input(InputKind::Positions, {b.rows()}, "positions");  // [batch * seq]
+  s.slots = b.input(InputKind::Slots, {b.rows()}, "slots");  // [batch * seq] cache slot per column
   s.kv_begin = b.input(InputKind::KvBegin, {b.key().batch}, "kv_begin");  // [batch] first valid slot
   // A step over some rows of a multi-slot cache: the cache row of each step row.
   s.cache_rows = b.key().row_mapped() ? b.input(InputKind::CacheRows, {b.key().batch}, "cache_rows") : -1;
   return s;
 }
 
-int build_decoder_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const LayerStyle& style) {
-  using Split = GraphBuilder::Split;
+int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, int h, const SelfAttention& a) {
   const DecoderConfig& c = b.config();
-  const std::string p = layer_prefix(layer);
-  const std::string n = "layers." + std::to_string(layer) + ".";
+  const std::string m = n.module + "self_attn.";
   const int64_t H = c.hidden_size, q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
-  auto norm = [&](int v, const std::string& weight, int64_t dim, const std::string& name) {
-    return b.rms_norm(v, b.weight(p + weight, {dim}), dim, n + name);
-  };
-
-  // Attention, split by heads when the plan says so. h: [rows, H]; q, k, v, attn: [rows, local heads *
-  // head_dim]
-  const Split col = c.tp.attn_split ? Split::Col : Split::None,
-              row = c.tp.attn_split ? Split::Row : Split::None;
-  const int64_t rope_head = style.rope_interleaved ? c.head_dim : 0,
-                rope_rot = style.rope_interleaved ? c.rot_dim() : 0;
-  int h = norm(x, "input_layernorm.weight", H, "attn_norm");
-  int q = b.linear(h, {p + "self_attn.q_proj", q_dim, H, c.attention_bias, col, 0, 0, rope_head, rope_rot},
-                   n + "q");
-  int k = b.linear(h, {p + "self_attn.k_proj", kv_dim, H, c.attention_bias, col, 0, 0, rope_head, rope_rot},
-                   n + "k");
-  int v = b.linear(h, {p + "self_attn.v_proj", kv_dim, H, c.attention_bias, col}, n + "v");
-  if (style.qk_norm) {
-    q = norm(q, "self_attn.q_norm.weight", c.head_dim, "q_norm");
-    k = norm(k, "self_attn.k_norm.weight", c.head_dim, "k_norm");
+  const bool pairs = a.rope == RopePairs::kInterleaved;
+  const int64_t rope_head = pairs ? c.head_dim : 0, rope_rot = pairs ? c.rot_dim() : 0;
+  const int l = n.layer;
+  // q, k, v, attn: [rows, local heads * head_dim] (split by heads when the plan says so)
+  int q = b.linear(h, {m + "q_proj", Role::kAttnQ, l, q_dim, H, a.qkv_bias, 0, 0, rope_head, rope_rot},
+                   n.node + "q");
+  int k = b.linear(h, {m + "k_proj", Role::kAttnK, l, kv_dim, H, a.qkv_bias, 0, 0, rope_head, rope_rot},
+                   n.node + "k");
+  int v = b.linear(h, {m + "v_proj", Role::kAttnV, l, kv_dim, H, a.qkv_bias}, n.node + "v");
+  if (a.qk_norm) {
+    q = b.norm(q, m + "q_norm", c.head_dim, n.node + "q_norm");
+    k = b.norm(k, m + "k_norm", c.head_dim, n.node + "k_norm");
   }
-  q = b.rope(q, in.positions, c.local_heads(), n + "q_rope");
-  k = b.rope(k, in.positions, c.local_kv_heads(), n + "k_rope");
-  int kc = b.cache_update(b.cache_state(layer, 0), k, in.slots, n + "k_cache_update");
-  int vc = b.cache_update(b.cache_state(layer, 1), v, in.slots, n + "v_cache_update");
-  const int64_t window = c.layer_is_sliding(layer) ? c.sliding_window : 0;
-  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, window, n + "attn");
-  int o = b.linear(attn, {p + "self_attn.o_proj", H, q_dim, c.attention_bias && style.o_proj_bias, row},
-                   n + "attn_out");
-  if (style.sandwich_norms) o = norm(o, "post_self_attn_layernorm.weight", H, "attn_post_norm");
-  x = b.add(x, o, n + "attn_residual");
-
-  // MLP. h2: [rows, H]; gate, up, act: [rows, local intermediate]
-  const Split mcol = c.tp.mlp_split_at(layer) ? Split::Col : Split::None;
-  const Split mrow = c.tp.mlp_split_at(layer) ? Split::Row : Split::None;
-  const int64_t I = c.intermediate_size;
-  int h2 = norm(x, "post_attention_layernorm.weight", H, "mlp_norm");
-  int gate, up;
-  if (style.fused_gate_up) {
-    gate = b.linear(h2, {p + "mlp.gate_up_proj", I, H, c.mlp_bias, mcol, 0, 2 * I}, n + "gate");
-    up = b.linear(h2, {p + "mlp.gate_up_proj", I, H, c.mlp_bias, mcol, I, 2 * I}, n + "up");
-  } else {
-    gate = b.linear(h2, {p + "mlp.gate_proj", I, H, c.mlp_bias, mcol}, n + "gate");
-    up = b.linear(h2, {p + "mlp.up_proj", I, H, c.mlp_bias, mcol}, n + "up");
-  }
-  // Node names keep the usual name of each gated unit (SwiGLU, GeGLU, ReGLU).
-  const graph::Activation act_kind = graph_activation(c.hidden_act);
-  const char* unit = act_kind == graph::Activation::Silu       ? "swiglu"
-                     : act_kind == graph::Activation::Relu     ? "reglu"
-                     : act_kind == graph::Activation::GeluTanh ? "geglu_tanh"
-                                                               : "geglu";
-  int act = b.gated_act(gate, up, act_kind, n + unit);
-  int down = b.linear(act, {p + "mlp.down_proj", H, I, c.mlp_bias, mrow}, n + "down");
-  if (style.sandwich_norms) down = norm(down, "post_mlp_layernorm.weight", H, "mlp_post_norm");
-  return b.add(x, down, n + "mlp_residual");
+  q = b.rope(q, in.positions, c.local_heads(), n.node + "q_rope");
+  k = b.rope(k, in.positions, c.local_kv_heads(), n.node + "k_rope");
+  int kc = b.cache_update(b.cache_state(l, 0), k, in.slots, n.node + "k_cache_update");
+  int vc = b.cache_update(b.cache_state(l, 1), v, in.slots, n.node + "v_cache_update");
+  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, a.window, n.node + "attn");
+  return b.linear(attn, {m + "o_proj", Role::kAttnO, l, H, q_dim, a.o_bias}, n.node + "attn_out");
 }
 
-graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, const LayerStyle& style) {
+int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& mlp) {
+  const DecoderConfig& c = b.config();
+  const std::string m = n.module + "mlp.";
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int l = n.layer;
+  // gate, up, act: [rows, local intermediate] (split per layer when the plan says so)
+  int gate, up;
+  if (mlp.fused_gate_up) {
+    gate = b.linear(h, {m + "gate_up_proj", Role::kMlpGateUp, l, I, H, mlp.bias, 0, 2 * I}, n.node + "gate");
+    up = b.linear(h, {m + "gate_up_proj", Role::kMlpGateUp, l, I, H, mlp.bias, I, 2 * I}, n.node + "up");
+  } else {
+    gate = b.linear(h, {m + "gate_proj", Role::kMlpGate, l, I, H, mlp.bias}, n.node + "gate");
+    up = b.linear(h, {m + "up_proj", Role::kMlpUp, l, I, H, mlp.bias}, n.node + "up");
+  }
+  // Node names keep the usual name of each gated unit (SwiGLU, GeGLU, ReGLU).
+  const char* unit = mlp.act == graph::Activation::Silu       ? "swiglu"
+                     : mlp.act == graph::Activation::Relu     ? "reglu"
+                     : mlp.act == graph::Activation::GeluTanh ? "geglu_tanh"
+                                                              : "geglu";
+  int act = b.gated_act(gate, up, mlp.act, n.node + unit);
+  return b.linear(act, {m + "down_proj", Role::kMlpDown, l, H, I, mlp.bias}, n.node + "down");
+}
+
+int token_embedding(GraphBuilder& b, const StepNodes& in) {
+  const DecoderConfig& c = b.config();
+  b.record_module("model.embed_tokens", Role::kEmbed);
+  int table = b.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  return b.embedding(table, in.ids, "embed");  // [rows, hidden]
+}
+
+int causal_lm_head(GraphBuilder& b, int x) {
+  const DecoderConfig& c = b.config();
+  x = b.norm(x, "model.norm", c.hidden_size, "final_norm");
+  if (!b.key().all_logits) x = b.last_row(x, "last_position");  // [batch, hidden]
+  // Tied embeddings: the LM head reads the embedding table (a block of its rows when vocab-parallel).
+  const std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
+  return b.linear(x, {head, Role::kLmHead, -1, c.vocab_size, c.hidden_size, false},
+                  "logits");  // [rows, vocab]
+}
+
+graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, DecoderLayer layer,
+                             std::vector<ModuleSpec>* modules) {
   TS_ASSERT(key.tp_size == c.tp.size && key.tp_rank == c.tp.rank, "key ", key.str(), " vs tp layout ",
             c.tp.rank, "/", c.tp.size);
   GraphBuilder b(c, key);
   StepNodes in = add_step_inputs(b);
-  int table = b.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
-  int x = b.embedding(table, in.ids, "embed");  // [rows, hidden]
-  for (int l = 0; l < c.num_layers; ++l) x = build_decoder_layer(b, in, x, l, style);
-  x = b.rms_norm(x, b.weight("model.norm.weight", {c.hidden_size}), c.hidden_size, "final_norm");
-  if (!key.all_logits) x = b.last_row(x, "last_position");  // [batch, hidden]
-  // Tied embeddings: the LM head reads the embedding table (a block of its rows when vocab-parallel).
-  const std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
-  const auto split = c.tp.lm_head_split ? GraphBuilder::Split::ColGather : GraphBuilder::Split::None;
-  return b.finish(b.linear(x, {head, c.vocab_size, c.hidden_size, false, split}, "logits"));  // [rows, vocab]
+  int x = token_embedding(b, in);
+  for (int l = 0; l < c.num_layers; ++l) x = layer(b, in, x, l);
+  const int logits = causal_lm_head(b, x);
+  if (modules) *modules = b.modules();
+  return b.finish(logits);
 }
 
-std::vector<WeightSpec> causal_lm_weights(const DecoderConfig& c, const LayerStyle& style) {
-  // Derived from the graph so the list can never drift from what is read (linear in the graph's nodes).
+namespace {
+
+// The whole model (every stored tensor, whatever a rank's share) at the smallest key.
+graph::Graph whole_graph(const DecoderConfig& c, DecoderLayer layer, std::vector<ModuleSpec>* modules) {
   graph::ShapeKey key{
       .phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 1, .dtype = DType::F32};
   DecoderConfig whole = c;
-  whole.tp = {};  // the stored tensors, whatever this rank's share
-  return weight_specs_of(build_causal_lm(whole, key, style));
+  whole.tp = {};
+  return build_causal_lm(whole, key, layer, modules);
 }
 
-std::vector<std::pair<std::string, std::string>> default_tp_plan(const LayerStyle& style) {
-  std::vector<std::pair<std::string, std::string>> plan = {
-      {"layers.*.self_attn.q_proj", "colwise"},
-      {"layers.*.self_attn.k_proj", "colwise"},
-      {"layers.*.self_attn.v_proj", "colwise"},
-      {"layers.*.self_attn.o_proj", "rowwise"},
-  };
-  if (style.qk_norm) {
-    plan.emplace_back("layers.*.self_attn.q_norm", "replicated_with_grad_allreduce");
-    plan.emplace_back("layers.*.self_attn.k_norm", "replicated_with_grad_allreduce");
-  }
-  if (style.fused_gate_up) {
-    // Transformers' GLM-4 plan; we split gate and up halves column-wise, so nothing is gathered (same
-    // result).
-    plan.emplace_back("layers.*.mlp.gate_up_proj", "colwise_gather_output");
-    plan.emplace_back("layers.*.mlp.down_proj", "rowwise_split_input");
-  } else {
-    plan.emplace_back("layers.*.mlp.gate_proj", "colwise");
-    plan.emplace_back("layers.*.mlp.up_proj", "colwise");
-    plan.emplace_back("layers.*.mlp.down_proj", "rowwise");
-  }
-  plan.emplace_back("lm_head", "colwise_gather_output");
-  return plan;
-}
+}  // namespace
 
-Architecture llama_family_architecture(const char* name, LayerStyle style) {
+Architecture causal_lm_architecture(CausalLmSpec spec) {
+  const DecoderLayer layer = spec.layer;
+  std::vector<ConfigKey> keys = decoder_config_keys();
+  keys.insert(keys.end(), spec.config_keys.begin(), spec.config_keys.end());
   return Architecture{
-      .name = name,
-      .parse_config = {},  // set by llama_family_with
-      .weights = [style](const DecoderConfig& c) { return causal_lm_weights(c, style); },
-      .build_graph = [style](const DecoderConfig& c,
-                             const graph::ShapeKey& k) { return build_causal_lm(c, k, style); },
+      .name = spec.name,
+      .parse_config = std::move(spec.parse),
+      // Derived from the graph so the list can never drift from what is read (linear in the graph's nodes).
+      .weights = [layer](const DecoderConfig& c) { return weight_specs_of(whole_graph(c, layer, nullptr)); },
+      .build_graph = [layer](const DecoderConfig& c,
+                             const graph::ShapeKey& k) { return build_causal_lm(c, k, layer); },
+      .modules =
+          [layer](const DecoderConfig& c) {
+            std::vector<ModuleSpec> m;
+            whole_graph(c, layer, &m);
+            return m;
+          },
       .ignorable_suffixes = {"rotary_emb.inv_freq"},
-      .tp_plan = default_tp_plan(style),
-      .config_keys = {},
+      .tp_plan = std::move(spec.tp_plan),
+      .config_keys = std::move(keys),
   };
 }
 

@@ -1,7 +1,11 @@
-// Shared building blocks for decoder-only transformers in the Llama family.
+// Shared building blocks for decoder-only transformers: a GraphBuilder that appends nodes with their shapes
+// worked out, and blocks every architecture composes its decoder layer from (self-attention, the gated MLP,
+// norms, the token embedding and the LM head). Each block takes its parameters explicitly; an architecture's
+// file (qwen3.cpp, llama.cpp, glm4.cpp) says which it uses and how, in one short layer function.
 // Every activation is [rows, features] float32 with rows = batch * seq.
 #pragma once
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "graph/graph.h"
@@ -10,7 +14,7 @@
 
 namespace tessera::models {
 
-// Appends nodes to a Graph with the shapes worked out.
+// Appends nodes to a Graph with the shapes worked out, and records the modules it reads with their roles.
 class GraphBuilder {
  public:
   GraphBuilder(const DecoderConfig& c, const graph::ShapeKey& key);
@@ -18,31 +22,31 @@ class GraphBuilder {
 
   int rows() const { return rows_; }
   const graph::ShapeKey& key() const { return g_.key; }
+  const DecoderConfig& config() const { return c_; }
+
   int input(graph::InputKind kind, Shape shape, const char* name);
-  // A weight node reading `view` (default: all) of the stored tensor `name` of shape `stored`.
+  // A weight node reading `view` (default: all) of the stored tensor `name` of shape `stored`. Its module
+  // (`name` up to its last '.') is recorded with Role::kOther unless already recorded.
   int weight(const std::string& name, Shape stored, graph::WeightView view = {});
   int cache_state(int layer, int which);
   int embedding(int table, int ids, const std::string& name);
   int rms_norm(int x, int w, int64_t dim, const std::string& name);
+  // rms_norm over groups of `dim` with the weight `module`.weight [dim].
+  int norm(int x, const std::string& module, int64_t dim, const std::string& name);
   int matmul(int x, int w, int bias, const std::string& name);  // bias = -1 for none
 
-  // How a linear layer is split over the tensor-parallel ranks.
-  enum class Split : uint8_t {
-    None,       // every rank holds the whole weight
-    Col,        // rows of W (output features) split; the output stays split
-    Row,        // columns of W (input features) split; partial outputs summed by an all-reduce
-    ColGather,  // Col, then the outputs all-gathered (vocab-parallel LM head)
-  };
   struct Linear {
-    std::string module;       // Hugging Face module path, e.g. "model.layers.0.self_attn.q_proj"
-    int64_t out = 0, in = 0;  // unsplit features of this (part of the) layer
+    std::string module;        // Hugging Face module path, e.g. "model.layers.0.self_attn.q_proj"
+    Role role = Role::kOther;  // decides the tensor-parallel split (TpLayout::split); a linear role
+    int64_t layer = -1;        // the decoder layer (the MLP's split is per layer)
+    int64_t out = 0, in = 0;   // unsplit features of this (part of the) layer
     bool bias = false;
-    Split split = Split::None;
     int64_t part_begin = 0,
             stored_out = 0;               // a block of rows of a fused tensor with stored_out rows (0: out)
     int64_t rope_head = 0, rope_rot = 0;  // rows holding interleaved rotary pairs (graph::WeightView)
   };
-  // x @ W^T + b on this rank's share; splits apply only when the key's tp_size > 1.
+  // x @ W^T + b on this rank's share: the split is the layout's for the role (config().tp.split), applied
+  // only when the key's tp_size > 1. The one place splits happen.
   int linear(int x, const Linear& l, const std::string& name);
   int all_reduce(int x, const std::string& name);
   int all_gather(int x, const std::string& name);
@@ -55,7 +59,11 @@ class GraphBuilder {
   int add(int a, int b, const std::string& name);
   int last_row(int x, const std::string& name);
 
-  const DecoderConfig& config() const { return c_; }
+  // Records `module` with `role` unless already recorded (the first role stays: a tied LM head reads the
+  // embedding module).
+  void record_module(const std::string& module, Role role, int64_t layer = -1);
+  // The modules read so far, in order, each once.
+  const std::vector<ModuleSpec>& modules() const { return modules_; }
 
  private:
   int64_t cols(int node) const { return g_.at(node).shape.back(); }
@@ -63,6 +71,8 @@ class GraphBuilder {
   graph::Graph g_;
   int rows_;
   int cache_rows_ = -1;  // the CacheRows input (row-mapped steps), else -1
+  std::vector<ModuleSpec> modules_;
+  std::unordered_set<std::string> module_names_;
 };
 
 // Step inputs every decoder graph reads.
@@ -72,35 +82,66 @@ struct StepNodes {
 };
 StepNodes add_step_inputs(GraphBuilder& b);
 
-// Options that distinguish architectures inside the shared decoder layer.
-struct LayerStyle {
-  bool qk_norm = false;  // Qwen3: RMSNorm over each head of q and k before RoPE
-  bool sandwich_norms =
-      false;  // GLM-4: post_self_attn_layernorm / post_mlp_layernorm on each sublayer's output
-  bool fused_gate_up = false;     // GLM-4: mlp.gate_up_proj [2I, H], gate = rows [0, I), up = rows [I, 2I)
-  bool rope_interleaved = false;  // GLM-4: rotary pairs (2i, 2i+1) of the first rot_dim dims of each head
-  bool o_proj_bias = true;        // o_proj has a bias when attention_bias is set (GLM-4: never)
+// The names of decoder layer `layer`: Hugging Face module prefix and graph node prefix.
+struct LayerNames {
+  int layer;
+  std::string module;  // "model.layers.<layer>."
+  std::string node;    // "layers.<layer>."
+};
+LayerNames layer_names(int layer);
+
+// How the rotary dims of each q/k head are paired.
+enum class RopePairs : uint8_t {
+  kHalves,       // (i, i + rot/2): Llama, Qwen3
+  kInterleaved,  // (2i, 2i+1): GLM-4. The q/k rows are reordered to halves when loaded (graph::WeightView),
+                 // so the one Rope op serves both (q . k is unchanged when q and k are permuted alike)
 };
 
-// input_layernorm -> self-attention (GQA, RoPE, static cache) -> residual ->
-// post_attention_layernorm -> gated MLP (act(gate) * up, act = config.hidden_act) -> residual.
-// Sliding layers (config.layer_is_sliding) attend within config.sliding_window.
-int build_decoder_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const LayerStyle& style);
-// Embedding, all layers, final norm, (last row,) LM head. Returns the graph.
-graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, const LayerStyle& style);
-// Weight list for the same structure.
-std::vector<WeightSpec> causal_lm_weights(const DecoderConfig& c, const LayerStyle& style);
+struct SelfAttention {
+  bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj
+  bool o_bias = false;    // a bias on o_proj
+  bool qk_norm = false;   // q_norm / k_norm: RMSNorm over each head of q and k before RoPE
+  RopePairs rope = RopePairs::kHalves;
+  int64_t window = 0;  // > 0: sliding-window attention over the last `window` positions
+};
+// `self_attn.{q,k,v,o}_proj` of layer n on the normed input h [rows, hidden]: GQA over the static KV cache
+// (cache update, then attention) with RoPE on the first config().rot_dim() dims of each head, split by heads
+// when the plan says so. Returns o_proj's output [rows, hidden] (before any residual).
+int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, int h, const SelfAttention& a);
 
-std::string layer_prefix(int layer);
+struct GatedMlp {
+  graph::Activation act;       // act(gate) * up
+  bool bias = false;           // biases on every projection
+  bool fused_gate_up = false;  // one mlp.gate_up_proj [2I, H] (gate rows [0, I), up rows [I, 2I)) instead of
+                               // mlp.gate_proj and mlp.up_proj
+};
+// `mlp.*` of layer n on the normed input h [rows, hidden]: down(act(gate(h)) * up(h)), split per layer when
+// the plan says so. Returns down_proj's output [rows, hidden].
+int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& m);
+
+// model.embed_tokens: the token embeddings [rows, hidden] of the step's ids.
+int token_embedding(GraphBuilder& b, const StepNodes& in);
+// model.norm, the last position of each row (unless the key wants every position's logits), and the LM head
+// (lm_head, or the embedding table when tied; vocab-parallel when the plan says so): the logits.
+int causal_lm_head(GraphBuilder& b, int x);
+
+// One decoder layer: x [rows, hidden] -> [rows, hidden].
+using DecoderLayer = int (*)(GraphBuilder& b, const StepNodes& in, int x, int layer);
+// Step inputs, token_embedding, every layer, causal_lm_head. `modules`: if given, receives the modules read.
+graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, DecoderLayer layer,
+                             std::vector<ModuleSpec>* modules = nullptr);
+
 graph::Activation graph_activation(Activation a);
-// Transformers' base_model_tp_plan for a Llama-family layer in `style`, plus lm_head.
-std::vector<std::pair<std::string, std::string>> default_tp_plan(
-    const LayerStyle& style);  // "model.layers.<i>."
 
-// An architecture of the Llama family without its config parser (models::llama_family_with adds the
-// architecture's own parser and key table): the shared decoder layer in `style`, weights derived from the
-// graph, and its default tensor-parallel plan (Transformers' base_model_tp_plan form; lm_head
-// vocab-parallel).
-Architecture llama_family_architecture(const char* name, LayerStyle style);
+// What an architecture's file provides; causal_lm_architecture makes the registry entry (weights and modules
+// derived from the graph, so they can never drift from what is read).
+struct CausalLmSpec {
+  const char* name;    // config.json architectures[0]
+  DecoderLayer layer;  // its decoder layer, built from the blocks above
+  std::function<DecoderConfig(const nlohmann::json&, const std::string&)> parse;
+  std::vector<ConfigKey> config_keys;  // its own keys, besides decoder_config_keys()
+  TpPlan tp_plan;                      // Transformers' base_model_tp_plan for it, plus lm_head
+};
+Architecture causal_lm_architecture(CausalLmSpec spec);
 
 }  // namespace tessera::models

@@ -657,4 +657,30 @@ std::vector<float> rope_inv_freq(const DecoderConfig& c) {
   return inv;
 }
 
+bool is_linear(Role r) { return r != Role::kOther && r != Role::kEmbed; }
+
+TpSplit TpLayout::split(Role role, int64_t layer) const {
+  if (size <= 1) return TpSplit::kNone;
+  switch (role) {
+    case Role::kAttnQ:
+    case Role::kAttnK:
+    case Role::kAttnV:
+      return attn_split ? TpSplit::kCol : TpSplit::kNone;  // by heads
+    case Role::kAttnO:
+      return attn_split ? TpSplit::kRow : TpSplit::kNone;
+    case Role::kMlpGate:
+    case Role::kMlpUp:
+    case Role::kMlpGateUp:  // each half split alike, so gate and up stay paired on every rank
+      return mlp_split_at(layer) ? TpSplit::kCol : TpSplit::kNone;
+    case Role::kMlpDown:
+      return mlp_split_at(layer) ? TpSplit::kRow : TpSplit::kNone;
+    case Role::kLmHead:
+      return lm_head_split ? TpSplit::kColGather : TpSplit::kNone;
+    case Role::kOther:
+    case Role::kEmbed:
+      break;
+  }
+  return TpSplit::kNone;
+}
+
 }  // namespace tessera::models

@@ -23,6 +23,33 @@ struct RopeConfig {
   double partial_rotary_factor = 1.0;
 };
 
+// What a module is in its block. Every linear layer the graph builder adds carries one
+// (GraphBuilder::Linear), and the tensor-parallel plan is resolved per role (distributed::resolve_tp_plan
+// maps the plan's module patterns to the roles of the modules they match) and applied per role
+// (TpLayout::split).
+enum class Role : uint8_t {
+  kOther,  // not a linear layer (norm weights, ...): always replicated
+  kEmbed,  // the token embedding table: replicated
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnO,
+  kMlpGate,
+  kMlpUp,
+  kMlpGateUp,  // a fused gate/up projection (gate rows first)
+  kMlpDown,
+  kLmHead,
+};
+bool is_linear(Role r);  // every role but kOther and kEmbed
+
+// How one linear layer is split over the tensor-parallel ranks.
+enum class TpSplit : uint8_t {
+  kNone,       // every rank holds the whole weight
+  kCol,        // rows of W (output features) split; the output stays split
+  kRow,        // columns of W (input features) split; partial outputs summed by an all-reduce
+  kColGather,  // kCol, then the outputs all-gathered (vocab-parallel LM head)
+};
+
 // How one rank's share of the model is laid out (tensor parallelism); the default is one rank, nothing split.
 // Resolved from the architecture's plan and the user's rules by distributed::resolve_tp_plan.
 struct TpLayout {
@@ -34,6 +61,8 @@ struct TpLayout {
   bool mlp_split_at(int64_t layer) const {
     return layer < static_cast<int64_t>(mlp_split.size()) && mlp_split[static_cast<size_t>(layer)] != 0;
   }
+  // The split of the linear layer with `role` in `layer` (-1 outside the layers) on size > 1 ranks.
+  TpSplit split(Role role, int64_t layer) const;
 };
 
 // The MLP's gate activation (config.json `hidden_act` / `hidden_activation`). kGeluTanh is both
@@ -50,7 +79,6 @@ struct DecoderConfig {
   RopeConfig rope;
   bool tie_word_embeddings = false;
   bool attention_bias = false, mlp_bias = false;
-  bool qk_norm = false;  // Qwen3: RMSNorm on q and k per head
   Activation hidden_act = Activation::kSilu;
   // Sliding-window attention: a query at position p sees keys at positions > p - sliding_window
   // (Transformers' convention) in the layers marked in layer_sliding. 0 / empty: every layer attends to the

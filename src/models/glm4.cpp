@@ -1,9 +1,9 @@
-// Glm4ForCausalLM (GLM-4-0414): the Llama-family decoder with an RMSNorm on each sublayer's output before its
-// residual add (post_self_attn_layernorm, post_mlp_layernorm), a fused mlp.gate_up_proj (gate rows first),
-// q/k/v biases but none on o_proj, and rotary embedding on the first half of each head
+// Glm4ForCausalLM (GLM-4-0414): a Llama-like decoder layer with an RMSNorm on each sublayer's output before
+// its residual add (post_self_attn_layernorm, post_mlp_layernorm), a fused mlp.gate_up_proj (gate rows
+// first), q/k/v biases but none on o_proj, and rotary embedding on the first half of each head
 // (partial_rotary_factor, default 0.5) in the interleaved-pair convention. The interleaving is undone when
-// the q/k rows are loaded (graph::WeightView), so the shared Rope op applies. No sliding window:
-// Glm4Config and modeling_glm4 never read sliding_window / layer_types.
+// the q/k rows are loaded (graph::WeightView, RopePairs::kInterleaved), so the shared Rope op applies. No
+// sliding window: Glm4Config and modeling_glm4 never read sliding_window / layer_types.
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
@@ -28,8 +28,36 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-const LayerStyle kStyle{
-    .sandwich_norms = true, .fused_gate_up = true, .rope_interleaved = true, .o_proj_bias = false};
+// input_layernorm -> self-attention (interleaved rotary pairs, no o_proj bias) -> post_self_attn_layernorm ->
+// residual -> post_attention_layernorm -> gated MLP (fused gate_up_proj, down_proj) -> post_mlp_layernorm ->
+// residual.
+int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
+  const DecoderConfig& c = b.config();
+  const LayerNames n = layer_names(l);
+  const int64_t H = c.hidden_size;
+  int h = b.norm(x, n.module + "input_layernorm", H, n.node + "attn_norm");
+  int attn = self_attention(b, in, n, h,
+                            {.qkv_bias = c.attention_bias, .o_bias = false, .rope = RopePairs::kInterleaved});
+  attn = b.norm(attn, n.module + "post_self_attn_layernorm", H, n.node + "attn_post_norm");
+  x = b.add(x, attn, n.node + "attn_residual");
+  h = b.norm(x, n.module + "post_attention_layernorm", H, n.node + "mlp_norm");
+  int mlp =
+      gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .bias = c.mlp_bias, .fused_gate_up = true});
+  mlp = b.norm(mlp, n.module + "post_mlp_layernorm", H, n.node + "mlp_post_norm");
+  return b.add(x, mlp, n.node + "mlp_residual");
+}
+
+// GLM-4's base_model_tp_plan, plus the vocab-parallel LM head. We run gate_up_proj as its gate and up halves
+// each split column-wise and down_proj row-wise: the same numbers with one all-reduce and no gather.
+const TpPlan kTpPlan = {
+    {"layers.*.self_attn.q_proj", "colwise"},
+    {"layers.*.self_attn.k_proj", "colwise"},
+    {"layers.*.self_attn.v_proj", "colwise"},
+    {"layers.*.self_attn.o_proj", "rowwise"},
+    {"layers.*.mlp.gate_up_proj", "colwise_gather_output"},
+    {"layers.*.mlp.down_proj", "rowwise_split_input"},
+    {"lm_head", "colwise_gather_output"},
+};
 
 DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   static const std::vector<ConfigKey> table = keys();
@@ -57,6 +85,9 @@ DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
 
 }  // namespace
 
-Architecture architecture() { return llama_family_with("Glm4ForCausalLM", kStyle, parse, keys()); }
+Architecture architecture() {
+  return causal_lm_architecture(
+      {.name = "Glm4ForCausalLM", .layer = layer, .parse = parse, .config_keys = keys(), .tp_plan = kTpPlan});
+}
 
 }  // namespace tessera::models::glm4

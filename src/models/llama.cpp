@@ -30,6 +30,27 @@ std::vector<ConfigKey> keys() {
   };
 }
 
+// input_layernorm -> self-attention -> residual -> post_attention_layernorm -> gated MLP (gate_proj, up_proj,
+// down_proj) -> residual.
+int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
+  const DecoderConfig& c = b.config();
+  const LayerNames n = layer_names(l);
+  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
+  const int attn = self_attention(b, in, n, h, {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias});
+  x = b.add(x, attn, n.node + "attn_residual");
+  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
+  const int mlp = gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .bias = c.mlp_bias});
+  return b.add(x, mlp, n.node + "mlp_residual");
+}
+
+// Llama's base_model_tp_plan, plus the vocab-parallel LM head.
+const TpPlan kTpPlan = {
+    {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
+    {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
+    {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
+    {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
+};
+
 DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   static const std::vector<ConfigKey> table = keys();
   const ConfigReader r = checked_config_reader(j, origin, table);
@@ -53,6 +74,12 @@ DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
 
 }  // namespace
 
-Architecture architecture() { return llama_family_with("LlamaForCausalLM", LayerStyle{}, parse, keys()); }
+Architecture architecture() {
+  return causal_lm_architecture({.name = "LlamaForCausalLM",
+                                 .layer = layer,
+                                 .parse = parse,
+                                 .config_keys = keys(),
+                                 .tp_plan = kTpPlan});
+}
 
 }  // namespace tessera::models::llama

@@ -1,4 +1,4 @@
-// Qwen3ForCausalLM: the Llama-family decoder plus RMSNorm over each head of q
+// Qwen3ForCausalLM: the Llama decoder layer plus RMSNorm over each head of q
 // and k before RoPE; head_dim is read from the config (Qwen3 sets it apart
 // from hidden / heads); tied or untied embeddings; q/k/v/o biases with
 // attention_bias; no MLP biases; sliding-window attention in the layers
@@ -31,7 +31,36 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-const LayerStyle kStyle{.qk_norm = true};
+// input_layernorm -> self-attention with q_norm / k_norm (sliding in the layers the config marks) -> residual
+// -> post_attention_layernorm -> gated MLP (gate_proj, up_proj, down_proj) -> residual.
+int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
+  const DecoderConfig& c = b.config();
+  const LayerNames n = layer_names(l);
+  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
+  const int attn = self_attention(b, in, n, h,
+                                  {.qkv_bias = c.attention_bias,
+                                   .o_bias = c.attention_bias,
+                                   .qk_norm = true,
+                                   .window = c.layer_is_sliding(l) ? c.sliding_window : 0});
+  x = b.add(x, attn, n.node + "attn_residual");
+  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
+  const int mlp = gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .bias = c.mlp_bias});
+  return b.add(x, mlp, n.node + "mlp_residual");
+}
+
+// Qwen3's base_model_tp_plan, plus the vocab-parallel LM head.
+const TpPlan kTpPlan = {
+    {"layers.*.self_attn.q_proj", "colwise"},
+    {"layers.*.self_attn.k_proj", "colwise"},
+    {"layers.*.self_attn.v_proj", "colwise"},
+    {"layers.*.self_attn.o_proj", "rowwise"},
+    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
+    {"layers.*.mlp.gate_proj", "colwise"},
+    {"layers.*.mlp.up_proj", "colwise"},
+    {"layers.*.mlp.down_proj", "rowwise"},
+    {"lm_head", "colwise_gather_output"},
+};
 
 DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   static const std::vector<ConfigKey> table = keys();
@@ -47,13 +76,18 @@ DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   parse_decoder_config(r, d, c);
   parse_qwen3_sliding(r, c);
   c.mlp_bias = false;
-  c.qk_norm = true;
   validate(c, origin);
   return c;
 }
 
 }  // namespace
 
-Architecture architecture() { return llama_family_with("Qwen3ForCausalLM", kStyle, parse, keys()); }
+Architecture architecture() {
+  return causal_lm_architecture({.name = "Qwen3ForCausalLM",
+                                 .layer = layer,
+                                 .parse = parse,
+                                 .config_keys = keys(),
+                                 .tp_plan = kTpPlan});
+}
 
 }  // namespace tessera::models::qwen3

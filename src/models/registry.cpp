@@ -3,11 +3,12 @@
 #include <unordered_set>
 
 #include "models/architecture.h"
-#include "models/blocks.h"
 #include "tessera/error.h"
 
 namespace tessera::models {
 
+// Each architecture's file (qwen3.cpp, ...) defines its architecture(); adding one is its file, its
+// declaration here and its row in the table.
 namespace qwen3 {
 Architecture architecture();
 }
@@ -20,8 +21,11 @@ Architecture architecture();
 
 namespace {
 const std::vector<Architecture>& table() {
-  static const std::vector<Architecture> t = {qwen3::architecture(), llama::architecture(),
-                                              glm4::architecture()};
+  static const std::vector<Architecture> t = {
+      qwen3::architecture(),
+      llama::architecture(),
+      glm4::architecture(),
+  };
   return t;
 }
 }  // namespace
@@ -34,16 +38,6 @@ std::vector<WeightSpec> weight_specs_of(const graph::Graph& g) {
     out.push_back(WeightSpec{n.name, n.view.stored, n.view.stored.size() == 1});
   }
   return out;
-}
-
-Architecture llama_family_with(const char* name, const LayerStyle& style,
-                               std::function<DecoderConfig(const nlohmann::json&, const std::string&)> parse,
-                               std::vector<ConfigKey> keys) {
-  Architecture a = llama_family_architecture(name, style);
-  a.parse_config = std::move(parse);  // the weights stay causal_lm_weights (blocks.cpp)
-  a.config_keys = decoder_config_keys();
-  a.config_keys.insert(a.config_keys.end(), keys.begin(), keys.end());
-  return a;
 }
 
 std::vector<std::string> supported_architectures() {
