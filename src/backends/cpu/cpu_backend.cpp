@@ -4,9 +4,11 @@
 // A run then walks the plan with no allocation.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <span>
 
 #include "backends/backend.h"
 #include "backends/communicator.h"
@@ -23,11 +25,24 @@ using graph::InputKind;
 using graph::Node;
 using graph::Op;
 
+// Everything a step writes besides its outputs: the KV cache, the sampler state and the scratch the step runs in.
+// Executables keep nothing per run, so any number of threads may run one executable, each with its own cache.
 class CpuCache : public DeviceCache {
  public:
   // k[l], v[l]: [batch, kv_heads, cache_len, head_dim], float32 or bfloat16 (CpuBackendOptions)
   std::vector<Tensor> k, v;
   std::vector<float> seen;  // sampler state [batch, vocab] (1 = id seen in the row); empty until first used
+  // Scratch of the steps run with this cache, grown to the largest plan run with it and then reused (a warm
+  // step allocates nothing): the activation arena, the AllGather staging buffer, one row of logits for Sample.
+  Tensor arena;
+  std::vector<float> gather, sample_row;
+};
+
+// One run: its inputs, its cache and the cache's arena (an executable's plan is fixed; this is all that varies).
+struct Run {
+  const StepInputs& in;
+  CpuCache& cache;
+  float* arena;
 };
 
 // Where a node's output lives at run time.
@@ -55,8 +70,9 @@ cpu::GateAct gate_act(graph::Activation a) {
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm, cpu::Bf16Dot bf16_dot)
-      : g_(g), comm_(comm), bf16_dot_(bf16_dot) {
+  CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm, std::atomic<bool>* comm_busy,
+                cpu::Bf16Dot bf16_dot)
+      : g_(g), comm_(comm), comm_busy_(comm_busy), bf16_dot_(bf16_dot) {
     if (g.key.tp_size > 1 && (!comm_ || comm_->size() != g.key.tp_size || comm_->rank() != g.key.tp_rank))
       fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size,
            " ranks (got ", comm_ ? comm_->size() : 1, ")");
@@ -67,32 +83,62 @@ class CpuExecutable : public Executable {
     const Node& out = g_.at(g_.outputs[0]);
     if (out.op == Op::Sample)
       fail("cpu step ", g_.key.str(), ": this step samples in the graph; use run_tokens()");
-    auto& cache = static_cast<CpuCache&>(cache_base);
+    CpuCache& cache = cpu_cache(cache_base);
     validate(in, cache);
-    in_ = &in;
-    cache_ = &cache;
-    for (size_t i = 0; i < g_.nodes.size(); ++i) exec(static_cast<int>(i));
+    const CommTurn turn(*this);
+    const Run r = begin(in, cache);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) exec(r, static_cast<int>(i));
     logits.resize(static_cast<size_t>(out.shape[0] * out.shape[1]));
-    std::memcpy(logits.data(), f32(g_.outputs[0]), logits.size() * sizeof(float));
+    std::memcpy(logits.data(), f32(r, g_.outputs[0]), logits.size() * sizeof(float));
   }
 
   void run_tokens(const StepInputs& in, DeviceCache& cache_base, std::vector<int32_t>& tokens) const override {
     const Node& out = g_.at(g_.outputs[0]);
     if (out.op != Op::Sample)
       fail("cpu step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
-    auto& cache = static_cast<CpuCache&>(cache_base);
+    CpuCache& cache = cpu_cache(cache_base);
     validate(in, cache);
     const size_t state = static_cast<size_t>(cache.batch) * static_cast<size_t>(vocab_);
     if (cache.seen.size() != state) cache.seen.assign(state, 0.0f);
-    in_ = &in;
-    cache_ = &cache;
-    for (size_t i = 0; i < g_.nodes.size(); ++i) exec(static_cast<int>(i));
+    if (cache.sample_row.size() < static_cast<size_t>(vocab_)) cache.sample_row.resize(static_cast<size_t>(vocab_));
+    const CommTurn turn(*this);
+    const Run r = begin(in, cache);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) exec(r, static_cast<int>(i));
     tokens.resize(static_cast<size_t>(out.shape[0]));
-    std::memcpy(tokens.data(), f32(g_.outputs[0]),
+    std::memcpy(tokens.data(), f32(r, g_.outputs[0]),
                 tokens.size() * sizeof(int32_t));  // int32 bits in the arena
   }
 
  private:
+  CpuCache& cpu_cache(DeviceCache& c) const {
+    auto* cache = dynamic_cast<CpuCache*>(&c);
+    if (!cache) fail("cpu step ", g_.key.str(), ": the cache was not made by the cpu backend");
+    return *cache;
+  }
+  // The run's context; the cache's arena grows (once) to this plan's size.
+  Run begin(const StepInputs& in, CpuCache& cache) const {
+    if (cache.arena.numel() < static_cast<int64_t>(arena_floats_))
+      cache.arena = Tensor::empty(DType::F32, {static_cast<int64_t>(arena_floats_)});
+    return Run{in, cache, cache.arena.ptr<float>()};
+  }
+  // Tensor-parallel steps exchange activations with the other ranks in program order, so a rank runs one at a
+  // time (several threads of one rank would interleave their collectives); a second concurrent one is refused.
+  struct CommTurn {
+    std::atomic<bool>* busy = nullptr;
+    explicit CommTurn(const CpuExecutable& e) {
+      if (e.g_.key.tp_size <= 1 || !e.comm_busy_) return;
+      if (e.comm_busy_->exchange(true, std::memory_order_acquire))
+        fail("cpu step ", e.g_.key.str(), ": another tensor-parallel step is running on this rank; tensor-parallel "
+             "steps run one at a time per rank (from one thread)");
+      busy = e.comm_busy_;
+    }
+    ~CommTurn() {
+      if (busy) busy->store(false, std::memory_order_release);
+    }
+    CommTurn(const CommTurn&) = delete;
+    CommTurn& operator=(const CommTurn&) = delete;
+  };
+
   // Refuses step inputs and caches that do not fit this step (sizes and values), before anything is read or
   // written: every index a kernel uses comes from here.
   void validate(const StepInputs& in, const CpuCache& cache) const {
@@ -178,13 +224,13 @@ class CpuExecutable : public Executable {
     }
     return -1;
   }
-  const int32_t* cache_rows(const Node& n, size_t from) const {
-    const int r = input_of(n, InputKind::CacheRows, from);
-    return r >= 0 ? ints(r) : nullptr;
+  const int32_t* cache_rows(const Run& r, const Node& n, size_t from) const {
+    const int id = input_of(n, InputKind::CacheRows, from);
+    return id >= 0 ? ints(r, id) : nullptr;
   }
   // Row b's slots: its own (StepInputs::slots of batch * seq values) or the shared [seq] ones.
-  const int32_t* row_slots(const int32_t* slots, int64_t b) const {
-    return static_cast<int64_t>(in_->slots.size()) == g_.key.batch * g_.key.seq ? slots + b * g_.key.seq : slots;
+  const int32_t* row_slots(const Run& r, const int32_t* slots, int64_t b) const {
+    return static_cast<int64_t>(r.in.slots.size()) == g_.key.batch * g_.key.seq ? slots + b * g_.key.seq : slots;
   }
 
   void plan(const WeightMap& weights) {
@@ -334,32 +380,32 @@ class CpuExecutable : public Executable {
       for (int b : frees[i])
         release(buffer_offset[static_cast<size_t>(b)], buffer_size[static_cast<size_t>(b)]);
     }
-    arena_ = Tensor::empty(DType::F32, {static_cast<int64_t>(std::max<size_t>(arena, 16))});
+    arena_floats_ = std::max<size_t>(arena, 16);
   }
 
-  float* f32(int id) const {
+  float* f32(const Run& r, int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Arena, g_.at(id).name);
-    return arena_.ptr<float>() + s.offset;
+    return r.arena + s.offset;
   }
-  const int32_t* ints(int id) const {
+  const int32_t* ints(const Run& r, int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Input, g_.at(id).name);
     switch (s.input) {
       case InputKind::TokenIds:
-        return in_->ids.data();
+        return r.in.ids.data();
       case InputKind::Positions:
-        return in_->positions.data();
+        return r.in.positions.data();
       case InputKind::Slots:
-        return in_->slots.data();
+        return r.in.slots.data();
       case InputKind::KvBegin:
-        return in_->kv_begin.data();
+        return r.in.kv_begin.data();
       case InputKind::SeenFrom:
-        return in_->seen_from.data();
+        return r.in.seen_from.data();
       case InputKind::SampleParams:
-        return in_->sample_params.data();
+        return r.in.sample_params.data();
       case InputKind::CacheRows:
-        return in_->cache_rows.data();
+        return r.in.cache_rows.data();
     }
     return nullptr;
   }
@@ -368,13 +414,13 @@ class CpuExecutable : public Executable {
     TS_ASSERT(s.kind == Slot::Weight, g_.at(id).name);
     return s.weight;
   }
-  Tensor& cache(int id) const {
+  Tensor& cache(const Run& r, int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Cache, g_.at(id).name);
-    return s.which == 0 ? cache_->k[static_cast<size_t>(s.layer)] : cache_->v[static_cast<size_t>(s.layer)];
+    return s.which == 0 ? r.cache.k[static_cast<size_t>(s.layer)] : r.cache.v[static_cast<size_t>(s.layer)];
   }
 
-  void exec(int id) const {
+  void exec(const Run& r, int id) const {
     const Node& n = g_.at(id);
     const auto& in = n.inputs;
     const int64_t rows = n.shape.empty() ? 0 : n.shape[0];
@@ -386,43 +432,43 @@ class CpuExecutable : public Executable {
         return;
       case Op::Embedding: {
         const Node& t = g_.at(in[0]);
-        cpu::embedding(ints(in[1]), rows, weight(in[0]), t.dtype, t.shape[0], t.shape[1], f32(id));
+        cpu::embedding(ints(r, in[1]), rows, weight(in[0]), t.dtype, t.shape[0], t.shape[1], f32(r, id));
         return;
       }
       case Op::RmsNorm:
-        cpu::rms_norm(f32(in[0]), static_cast<const float*>(weight(in[1])), rows * cols / n.dim, n.dim, n.eps,
-                      f32(id));
+        cpu::rms_norm(f32(r, in[0]), static_cast<const float*>(weight(in[1])), rows * cols / n.dim, n.dim, n.eps,
+                      f32(r, id));
         return;
       case Op::MatMul: {
         if (fused_away_[static_cast<size_t>(id)]) return;  // computed with its first sibling
         if (!siblings_[static_cast<size_t>(id)].empty()) {
-          run_siblings(id, rows);
+          run_siblings(r, id, rows);
           return;
         }
         const Node& w = g_.at(in[1]);
         const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
-        cpu::matmul(f32(in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(id),
+        cpu::matmul(f32(r, in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(r, id),
                     bf16_dot_);
         return;
       }
       case Op::Rope: {
-        float* y = f32(id);
-        const float* x = f32(in[0]);
+        float* y = f32(r, id);
+        const float* x = f32(r, in[0]);
         if (y != x) std::memcpy(y, x, static_cast<size_t>(rows * cols) * sizeof(float));
-        cpu::rope(y, rows, n.heads, n.head_dim, n.rot_dim, ints(in[1]),
+        cpu::rope(y, rows, n.heads, n.head_dim, n.rot_dim, ints(r, in[1]),
                   g_.rope_tables[static_cast<size_t>(n.rope_table)].data());
         return;
       }
       case Op::CacheUpdate: {
         // new rows [batch * seq, kv_heads * head_dim] -> cache[rows[b], h, slots[b, s], :] (rounded when bf16)
-        Tensor& c = cache(in[0]);
-        const float* x = f32(in[1]);
-        const int32_t* slots = ints(in[2]);
-        const int32_t* map = cache_rows(n, 3);
+        Tensor& c = cache(r, in[0]);
+        const float* x = f32(r, in[1]);
+        const int32_t* slots = ints(r, in[2]);
+        const int32_t* map = cache_rows(r, n, 3);
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = c.shape[2], hd = n.head_dim;
         for (int64_t b = 0; b < batch; ++b) {
           const int64_t cb = map ? map[b] : b;
-          const int32_t* sl = row_slots(slots, b);
+          const int32_t* sl = row_slots(r, slots, b);
           for (int64_t s = 0; s < seq; ++s)
             for (int64_t h = 0; h < n.kv_heads; ++h) {
               const int64_t dst = ((cb * n.kv_heads + h) * len + sl[s]) * hd;
@@ -437,46 +483,46 @@ class CpuExecutable : public Executable {
         return;
       }
       case Op::Attention: {
-        Tensor& kc = cache(in[1]);
-        Tensor& vc = cache(in[2]);
+        Tensor& kc = cache(r, in[1]);
+        Tensor& vc = cache(r, in[2]);
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = kc.shape[2];
         const size_t per_row = static_cast<size_t>(n.kv_heads * len * n.head_dim) * dtype_size(kc.dtype);
-        const int32_t* kv_begin = ints(in[4]);
-        const int32_t* slots = ints(in[3]);
-        const int32_t* map = cache_rows(n, 5);
+        const int32_t* kv_begin = ints(r, in[4]);
+        const int32_t* slots = ints(r, in[3]);
+        const int32_t* map = cache_rows(r, n, 5);
         for (int64_t b = 0; b < batch; ++b) {
           const size_t cb = static_cast<size_t>(map ? map[b] : b);
-          cpu::attention(f32(in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
+          cpu::attention(f32(r, in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
                          kc.ptr<uint8_t>() + cb * per_row, vc.ptr<uint8_t>() + cb * per_row, kc.dtype,
-                         n.kv_heads, len, row_slots(slots, b), kv_begin[b], n.scale, f32(id) + b * seq * cols,
+                         n.kv_heads, len, row_slots(r, slots, b), kv_begin[b], n.scale, f32(r, id) + b * seq * cols,
                          n.window);
         }
         return;
       }
       case Op::GatedAct:
-        cpu::gated_act(gate_act(n.act), f32(in[0]), f32(in[1]), rows * cols, f32(id));
+        cpu::gated_act(gate_act(n.act), f32(r, in[0]), f32(r, in[1]), rows * cols, f32(r, id));
         return;
       case Op::Add:
-        cpu::add(f32(in[0]), f32(in[1]), rows * cols, f32(id));
+        cpu::add(f32(r, in[0]), f32(r, in[1]), rows * cols, f32(r, id));
         return;
       case Op::LastRow: {
         const int64_t seq = g_.key.seq;
         for (int64_t b = 0; b < rows; ++b)
-          std::memcpy(f32(id) + b * cols, f32(in[0]) + (b * seq + seq - 1) * cols,
+          std::memcpy(f32(r, id) + b * cols, f32(r, in[0]) + (b * seq + seq - 1) * cols,
                       static_cast<size_t>(cols) * 4);
         return;
       }
       case Op::SamplerState:
         return;
       case Op::MarkSeen:
-        mark_seen(n);
+        mark_seen(r, n);
         return;
       case Op::Sample:
-        sample(n, id);
+        sample(r, n, id);
         return;
       case Op::AllReduce: {
-        float* y = f32(id);
-        const float* x = f32(in[0]);
+        float* y = f32(r, id);
+        const float* x = f32(r, in[0]);
         if (y != x) std::memcpy(y, x, static_cast<size_t>(rows * cols) * sizeof(float));
         comm_->all_reduce_sum(y, static_cast<size_t>(rows * cols));
         return;
@@ -484,12 +530,13 @@ class CpuExecutable : public Executable {
       case Op::AllGather: {
         // Gathered rank-major ([tp][rows][c]), then interleaved into [rows][tp * c].
         const int64_t c = g_.at(in[0]).shape[1], tp = g_.key.tp_size;
-        gather_.resize(static_cast<size_t>(rows * cols));
-        comm_->all_gather(f32(in[0]), static_cast<size_t>(rows * c), gather_.data());
-        float* y = f32(id);
-        for (int64_t r = 0; r < tp; ++r)
+        std::vector<float>& gather = r.cache.gather;  // grows once
+        if (gather.size() < static_cast<size_t>(rows * cols)) gather.resize(static_cast<size_t>(rows * cols));
+        comm_->all_gather(f32(r, in[0]), static_cast<size_t>(rows * c), gather.data());
+        float* y = f32(r, id);
+        for (int64_t t = 0; t < tp; ++t)
           for (int64_t i = 0; i < rows; ++i)
-            std::memcpy(y + i * cols + r * c, gather_.data() + (r * rows + i) * c,
+            std::memcpy(y + i * cols + t * c, gather.data() + (t * rows + i) * c,
                         static_cast<size_t>(c) * 4);
         return;
       }
@@ -500,7 +547,7 @@ class CpuExecutable : public Executable {
   }
 
   // The sibling matmuls planned at `id` (decode steps), in one kernel call.
-  void run_siblings(int id, int64_t rows) const {
+  void run_siblings(const Run& r, int id, int64_t rows) const {
     const auto& group = siblings_[static_cast<size_t>(id)];
     cpu::MatmulOut outs[8];
     const Node& w0 = g_.at(g_.at(id).inputs[1]);
@@ -509,22 +556,22 @@ class CpuExecutable : public Executable {
       const Node& w = g_.at(m.inputs[1]);
       outs[i] = {weight(m.inputs[1]), w.shape[0],
                  m.inputs.size() > 2 ? static_cast<const float*>(weight(m.inputs[2])) : nullptr,
-                 f32(group[i])};
+                 f32(r, group[i])};
     }
-    cpu::matmul_multi(f32(g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs,
+    cpu::matmul_multi(f32(r, g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs,
                       static_cast<int>(group.size()), bf16_dot_);
   }
 
   // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the seen mask [cache rows, vocab] of the row's cache
   // row; a prefill (seen_from present) starts the row's sequence, so its mask is cleared first.
-  void mark_seen(const Node& n) const {
+  void mark_seen(const Run& r, const Node& n) const {
     const int64_t batch = g_.key.batch, seq = g_.key.seq;
-    const int32_t* ids = ints(n.inputs[1]);
+    const int32_t* ids = ints(r, n.inputs[1]);
     const int f = input_of(n, InputKind::SeenFrom, 2);
-    const int32_t* from = f >= 0 ? ints(f) : nullptr;
-    const int32_t* map = cache_rows(n, 2);
+    const int32_t* from = f >= 0 ? ints(r, f) : nullptr;
+    const int32_t* map = cache_rows(r, n, 2);
     for (int64_t b = 0; b < batch; ++b) {
-      float* seen = cache_->seen.data() + (map ? map[b] : b) * vocab_;
+      float* seen = r.cache.seen.data() + (map ? map[b] : b) * vocab_;
       if (from) std::fill(seen, seen + vocab_, 0.0f);
       for (int64_t s = from ? from[b] : 0; s < seq; ++s) {
         const int32_t id = ids[b * seq + s];
@@ -536,12 +583,12 @@ class CpuExecutable : public Executable {
   // The host sampler (src/generation/sampler.cpp) on each row: penalty, then argmax or warpers + draw. The
   // row's seen mask and its draw counter are those of its cache row (the step row in unmapped steps), so a
   // sequence draws the same numbers whichever step rows it shares a step with.
-  void sample(const Node& n, int id) const {
-    const float* logits = f32(n.inputs[0]);
-    const int32_t* params = ints(n.inputs[2]);
-    const int32_t* map = cache_rows(n, 3);
-    int32_t* out = reinterpret_cast<int32_t*>(f32(id));   // [batch] int32 stored in the float arena
-    std::vector<float> row(static_cast<size_t>(vocab_));  // [vocab] scratch
+  void sample(const Run& r, const Node& n, int id) const {
+    const float* logits = f32(r, n.inputs[0]);
+    const int32_t* params = ints(r, n.inputs[2]);
+    const int32_t* map = cache_rows(r, n, 3);
+    int32_t* out = reinterpret_cast<int32_t*>(f32(r, id));  // [batch] int32 stored in the float arena
+    const std::span<float> row(r.cache.sample_row.data(), static_cast<size_t>(vocab_));  // [vocab] scratch
     for (int64_t b = 0; b < g_.key.batch; ++b) {
       const int64_t cb = map ? map[b] : b;
       const int32_t* p = params + b * graph::kSampleParams;
@@ -557,7 +604,7 @@ class CpuExecutable : public Executable {
         out[b] = -1;
         continue;
       }
-      generation::apply_repetition_penalty_mask(row.data(), vocab_, cache_->seen.data() + cb * vocab_,
+      generation::apply_repetition_penalty_mask(row.data(), vocab_, r.cache.seen.data() + cb * vocab_,
                                                 as_float(p[graph::kRepetitionPenalty]));
       if (g_.key.sampling == graph::Sampling::Greedy || p[graph::kDoSample] == 0) {
         out[b] = generation::argmax(row.data(), vocab_);
@@ -572,14 +619,17 @@ class CpuExecutable : public Executable {
       const uint64_t seed =
           static_cast<uint32_t>(p[graph::kSeedLo]) | uint64_t{static_cast<uint32_t>(p[graph::kSeedHi])} << 32;
       out[b] = generation::sample_from_logits(
-          row.data(), vocab_, generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep]), static_cast<uint64_t>(cb)));
+          row.data(), vocab_,
+          generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep]), static_cast<uint64_t>(cb)));
     }
   }
 
+  // The plan: fixed once compiled (no member changes after the constructor).
   Graph g_;
-  Communicator* comm_ = nullptr;  // tensor-parallel group (tp_size > 1), owned by the backend
-  cpu::Bf16Dot bf16_dot_;         // what matmuls with bf16 weights may do with their inputs
-  mutable std::vector<float> gather_;     // AllGather scratch, sized on first use
+  Communicator* comm_ = nullptr;             // tensor-parallel group (tp_size > 1), owned by the backend
+  std::atomic<bool>* comm_busy_ = nullptr;   // set while a tensor-parallel step of this rank runs (backend's)
+  cpu::Bf16Dot bf16_dot_;                    // what matmuls with bf16 weights may do with their inputs
+  size_t arena_floats_ = 0;                  // activation arena a run needs (CpuCache::arena)
   int64_t vocab_ = 0;             // sampler state width (graphs with in-step sampling)
   int64_t embed_vocab_ = -1;      // rows of the embedding table (token ids are checked against it)
   int layers_ = 0;                // KV cache layers the step reads
@@ -588,9 +638,6 @@ class CpuExecutable : public Executable {
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
-  mutable Tensor arena_;
-  mutable const StepInputs* in_ = nullptr;
-  mutable CpuCache* cache_ = nullptr;
 };
 
 // Copies the weights that are not already on 2 MiB pages into one arena (Tensor::empty: 2 MiB pages where
@@ -682,7 +729,7 @@ class CpuBackend : public Backend {
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
   void bind_weights(WeightMap weights) override { weights_ = pack_weights(std::move(weights)); }
   std::unique_ptr<Executable> compile(const Graph& g) override {
-    return std::make_unique<CpuExecutable>(g, weights_, comm_.get(), bf16_dot_);
+    return std::make_unique<CpuExecutable>(g, weights_, comm_.get(), &comm_busy_, bf16_dot_);
   }
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
                                             int64_t cache_len, int64_t head_dim) override {
@@ -718,6 +765,7 @@ class CpuBackend : public Backend {
  private:
   WeightMap weights_;
   std::shared_ptr<Communicator> comm_;
+  std::atomic<bool> comm_busy_{false};  // a tensor-parallel step is running (CpuExecutable::CommTurn)
   cpu::Bf16Dot bf16_dot_;
   DType kv_dtype_;
 };
