@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tessera/error.h"
+#include "tessera/log.h"
 
 namespace tessera::graph {
 
@@ -108,9 +109,33 @@ std::string content_hash(const std::string& bytes) {
 CompileCache::CompileCache(backends::Backend& backend, CompileCacheOptions options)
     : backend_(backend), options_(std::move(options)) {}
 
-void CompileCache::note_miss(const ShapeKey& key, const std::string& why) {
-  stats_.misses.push_back(key.str() + ": " + why);
-  if (options_.verbose) std::fprintf(stderr, "tessera: compile cache miss %s: %s\n", key.str().c_str(), why.c_str());
+void CompileCache::say_miss(const ShapeKey& key, const std::string& why) const {
+  if (options_.verbose) log_info("compile cache miss ", key.str(), ": ", why);
+}
+
+bool CompileCache::contains(const ShapeKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_.count(key) != 0;
+}
+
+CompileStats CompileCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CompileCache::arm_guard() {
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = true;
+}
+
+bool CompileCache::guard_armed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return armed_;
+}
+
+int CompileCache::unexpected_compiles() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unexpected_;
 }
 
 void CompileCache::check_guard(const ShapeKey& key) {
@@ -129,12 +154,51 @@ void CompileCache::check_guard(const ShapeKey& key) {
 }
 
 backends::Executable& CompileCache::get(const ShapeKey& key, const std::function<Graph(const ShapeKey&)>& build) {
-  auto it = cache_.find(key);
-  if (it != cache_.end()) {
-    ++stats_.hits;
-    return *it->second;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      ++stats_.hits;
+      return *it->second;
+    }
+    if (compiling_.count(key) == 0) break;
+    compiled_.wait(lock);  // another thread is compiling this key: wait for it (or for its failure)
   }
   check_guard(key);
+  compiling_.insert(key);
+  lock.unlock();
+  Miss m;
+  std::unique_ptr<backends::Executable> exe;
+  try {
+    exe = miss(key, build, m);
+  } catch (...) {
+    lock.lock();
+    compiling_.erase(key);
+    lock.unlock();
+    compiled_.notify_all();  // a waiter retries (and meets the same error itself)
+    throw;
+  }
+  lock.lock();
+  stats_.misses.push_back(key.str() + ": " + m.why);
+  stats_.keys.push_back(key.str());
+  if (m.loaded) {
+    stats_.load_seconds += m.seconds;
+    ++stats_.disk_hits;
+  } else {
+    if (stats_.compiles == 0) stats_.first_compile_seconds = m.seconds;
+    stats_.compile_seconds += m.seconds;
+    ++stats_.compiles;
+  }
+  if (m.written) ++stats_.disk_writes;
+  backends::Executable& ref = *cache_.emplace(key, std::move(exe)).first->second;
+  compiling_.erase(key);
+  lock.unlock();
+  compiled_.notify_all();
+  return ref;
+}
+
+std::unique_ptr<backends::Executable> CompileCache::miss(const ShapeKey& key,
+                                                         const std::function<Graph(const ShapeKey&)>& build, Miss& m) {
   auto t0 = clock_type::now();
   Graph g = build(key);
 
@@ -148,25 +212,22 @@ backends::Executable& CompileCache::get(const ShapeKey& key, const std::function
       path = (fs::path(options_.disk_dir) / (program_hash + "-" + compiler_hash + ".tsx")).string();
       auto t1 = clock_type::now();
       if (auto exe = from_disk(g, path, program_hash, why)) {
-        stats_.load_seconds += seconds_since(t1);
-        ++stats_.disk_hits;
-        stats_.keys.push_back(key.str());
-        note_miss(key, "loaded from disk (" + path + ")");
-        return *cache_.emplace(key, std::move(exe)).first->second;
+        m.loaded = true;
+        m.seconds = seconds_since(t1);
+        m.why = "loaded from disk (" + path + ")";
+        say_miss(key, m.why);
+        return exe;
       }
     } else {
       why = "new key (the " + backend_.name() + " backend keeps no on-disk cache)";
     }
   }
-  note_miss(key, why);
+  m.why = why;
+  say_miss(key, why);
   auto exe = backend_.compile(g);
-  const double s = seconds_since(t0);
-  if (stats_.compiles == 0) stats_.first_compile_seconds = s;
-  stats_.compile_seconds += s;
-  ++stats_.compiles;
-  stats_.keys.push_back(key.str());
-  if (!path.empty()) to_disk(g, *exe, path, program_hash);
-  return *cache_.emplace(key, std::move(exe)).first->second;
+  m.seconds = seconds_since(t0);
+  if (!path.empty()) m.written = to_disk(g, *exe, path, program_hash);
+  return exe;
 }
 
 std::unique_ptr<backends::Executable> CompileCache::from_disk(const Graph& g, const std::string& path,
@@ -187,8 +248,7 @@ std::unique_ptr<backends::Executable> CompileCache::from_disk(const Graph& g, co
   }
   auto corrupt = [&](const std::string& what) -> std::unique_ptr<backends::Executable> {
     why = "entry corrupt (" + what + ")";
-    std::fprintf(stderr, "tessera: warning: compile cache: ignoring %s: %s; recompiling\n", path.c_str(),
-                 what.c_str());
+    log_warning("compile cache: ignoring ", path, ": ", what, "; recompiling");
     return nullptr;
   };
   // Header: five lines, then the payload.
@@ -217,7 +277,7 @@ std::unique_ptr<backends::Executable> CompileCache::from_disk(const Graph& g, co
   }
 }
 
-void CompileCache::to_disk(const Graph& g, const backends::Executable& exe, const std::string& path,
+bool CompileCache::to_disk(const Graph& g, const backends::Executable& exe, const std::string& path,
                            const std::string& program_hash) {
   static std::atomic<int> counter{0};
   try {
@@ -244,10 +304,11 @@ void CompileCache::to_disk(const Graph& g, const backends::Executable& exe, cons
       std::remove(tmp.c_str());
       fail("cannot rename ", tmp, " to ", path, ": ", ec.message());
     }
-    ++stats_.disk_writes;
+    return true;
   } catch (const Error& e) {
     // A read-only or full cache directory must not stop generation.
-    std::fprintf(stderr, "tessera: warning: compile cache: not saved: %s\n", e.what());
+    log_warning("compile cache: not saved: ", e.what());
+    return false;
   }
 }
 

@@ -7,11 +7,18 @@
 // compiler_identity). A file holds a short text header (magic, compiler, key, program hash, payload size
 // and checksum) and the plugin's serialized executable. Files are written to a temporary name and renamed,
 // so a reader never sees half an entry. Anything wrong with an entry is a warning and a recompile.
+//
+// Thread-safe: any number of threads may call get() (and the other members) at once. A key is compiled once:
+// a thread asking for a key that another thread is compiling waits for it; different keys compile in parallel
+// (the lock is not held while a graph is built, compiled or read from disk).
 #pragma once
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backends/backend.h"
@@ -42,27 +49,41 @@ class CompileCache {
  public:
   explicit CompileCache(backends::Backend& backend, CompileCacheOptions options = {});
   // Returns the executable for `key`, loading it from disk or building and compiling the graph on a miss.
+  // The reference stays valid as long as the CompileCache (entries are never replaced or dropped). `build` runs
+  // on the calling thread, without the cache's lock held.
   backends::Executable& get(const ShapeKey& key, const std::function<Graph(const ShapeKey&)>& build);
-  bool contains(const ShapeKey& key) const { return cache_.count(key) != 0; }
-  const CompileStats& stats() const { return stats_; }
+  bool contains(const ShapeKey& key) const;  // compiled (or loaded) and ready
+  CompileStats stats() const;                // a snapshot
   const CompileCacheOptions& options() const { return options_; }
 
   // From now on every new key counts against max_recompiles (called after warm-up or the first generate).
-  void arm_guard() { armed_ = true; }
-  bool guard_armed() const { return armed_; }
-  int unexpected_compiles() const { return unexpected_; }
+  void arm_guard();
+  bool guard_armed() const;
+  int unexpected_compiles() const;
 
  private:
-  void check_guard(const ShapeKey& key);
+  // What one miss did, folded into stats_ under the lock when it is done.
+  struct Miss {
+    bool loaded = false;  // from the disk cache (else compiled)
+    bool written = false;  // a disk entry was written
+    double seconds = 0;    // compile: build + compile; load: reading the entry
+    std::string why;
+  };
+  void check_guard(const ShapeKey& key);  // mu_ held
+  std::unique_ptr<backends::Executable> miss(const ShapeKey& key, const std::function<Graph(const ShapeKey&)>& build,
+                                             Miss& m);
   std::unique_ptr<backends::Executable> from_disk(const Graph& g, const std::string& path,
                                                   const std::string& program_hash, std::string& why);
-  void to_disk(const Graph& g, const backends::Executable& exe, const std::string& path,
+  bool to_disk(const Graph& g, const backends::Executable& exe, const std::string& path,
                const std::string& program_hash);
-  void note_miss(const ShapeKey& key, const std::string& why);
+  void say_miss(const ShapeKey& key, const std::string& why) const;
 
   backends::Backend& backend_;
-  CompileCacheOptions options_;
+  const CompileCacheOptions options_;
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable compiled_;  // a key left compiling_
   std::unordered_map<ShapeKey, std::unique_ptr<backends::Executable>, ShapeKeyHash> cache_;
+  std::unordered_set<ShapeKey, ShapeKeyHash> compiling_;  // keys some thread is compiling or loading now
   CompileStats stats_;
   bool armed_ = false;
   int unexpected_ = 0;
