@@ -18,6 +18,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "bench_command.h"
+#include "cli_env.h"
 #include "distributed/tp_plan.h"
 #include "io/io_util.h"
 #include "io/json_util.h"
@@ -44,7 +45,7 @@ struct ModelFlags {
   std::string tp_plan;                // FILE.json or "auto"
   std::vector<std::string> tp_rules;  // PATTERN=STYLE
   bool exact_bf16_matmul = false;
-  double collective_timeout_s = -1;  // -1: $TESSERA_COLLECTIVE_TIMEOUT, else 60 s
+  double collective_timeout_s = -1;  // -1: $TESSERA_COLLECTIVE_TIMEOUT, else 60 s (cli_env.cpp)
 };
 
 // A value that must not be the empty string ("--tp-plan ''" is a mistake, not "no plan").
@@ -137,6 +138,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   opt.distributed = distributed_config(f);
   opt.exact_bf16_matmul = f.exact_bf16_matmul;
   opt.collective_timeout_s = f.collective_timeout_s;
+  cli::apply_environment(opt);  // what the flags left unset, from TESSERA_* and the launcher's variables
   if (!f.quiet && isatty(STDERR_FILENO)) {
     opt.progress = [](size_t done, size_t total) {
       const int width = 30;
@@ -214,6 +216,38 @@ struct GenerateFlags {
   std::string buckets = "auto", compile_cache_dir;
   int max_recompiles = -1;
   bool warmup = false;
+  std::vector<std::string> stop;  // --stop STRING (repeatable)
+};
+
+// --stop: ends a reply once its text (special tokens included) contains one of the strings. The token that
+// completes a stop string is kept, as Transformers' stop_strings keeps it.
+class StopStrings {
+ public:
+  StopStrings(const Tokenizer* tok, const std::vector<std::string>& stops) : stops_(stops) {
+    if (stops_.empty()) return;
+    if (!tok) fail("--stop needs the model's tokenizer (to read the text), and this model has none");
+    for (const auto& s : stops_) {
+      if (s.empty()) fail("--stop: a stop string must not be empty");
+      longest_ = std::max(longest_, s.size());
+    }
+    decoder_.emplace(*tok, false);
+  }
+  // Feeds the next token; false once the text holds a stop string.
+  bool push(int32_t id) {
+    if (!decoder_) return true;
+    const size_t from = text_.size() > longest_ ? text_.size() - longest_ : 0;  // a match ends in the new text
+    text_ += decoder_->push(id);
+    for (const auto& s : stops_)
+      if (text_.find(s, from) != std::string::npos) return false;
+    if (text_.size() > 2 * longest_ + 64) text_.erase(0, text_.size() - longest_);
+    return true;
+  }
+
+ private:
+  std::vector<std::string> stops_;
+  size_t longest_ = 0;
+  std::optional<StreamDecoder> decoder_;
+  std::string text_;  // the tail of the text so far (enough to hold any stop string)
 };
 
 void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
@@ -273,6 +307,10 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
   cmd->add_option(
       "--compile-cache-dir", f.compile_cache_dir,
       "Keep compiled programs in DIR across runs (PJRT devices; default: $TESSERA_COMPILE_CACHE, else off)");
+  cmd->add_option("--stop", f.stop,
+                  "Stop the reply once its text contains STRING (repeatable; needs a tokenizer). The token that "
+                  "completes it is kept")
+      ->allow_extra_args(false);
 }
 
 // Applies the compile flags of generate/chat to the load options.
@@ -304,18 +342,12 @@ GenerationOverrides flag_overrides(const GenerateFlags& f) {
   return o;
 }
 
-// The model's defaults (generation_config.json over Transformers' global defaults) with the flags given.
-// load_model with the compile flags; the library's "buckets: ..." errors name the flag here.
+// load_model with the compile flags (the library's "buckets: ..." errors name the flag: cli::cli_words).
 CausalLM load_with_compile_flags(const ModelFlags& mf, const GenerateFlags& f) {
-  try {
-    return load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    if (msg.rfind("buckets: ", 0) == 0) fail("--buckets: ", msg.substr(9));
-    throw;
-  }
+  return load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
 }
 
+// The model's defaults (generation_config.json over Transformers' global defaults) with the flags given.
 GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f) {
   GenerationConfig g = GenerationConfig::merged(model.generation_config(), flag_overrides(f));
   if (auto bad = g.invalid_field()) {  // name where the bad value came from: a flag, or the model's file
@@ -418,11 +450,14 @@ int run_generate(GenerateFlags& f) {
   std::optional<StreamDecoder> stream;
   const bool streaming = tok && !f.json && !f.no_stream;
   if (streaming) stream.emplace(*tok, true);
+  StopStrings stops(tok ? &*tok : nullptr, f.stop);
   auto on_token = [&](int, int32_t id) {
-    if (!streaming) return;
-    std::string piece = stream->push(id);
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
+    if (streaming) {
+      std::string piece = stream->push(id);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return stops.push(id);
   };
   GenerateOutput out = model.generate({ids}, {}, g, on_token);
   std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<long>(ids.size()),
@@ -517,12 +552,14 @@ int run_chat(GenerateFlags& f) {
     msgs.push_back({{"role", "user"}, {"content", repaired(line)}});
     std::vector<int32_t> ids = tok.encode(apply_chat_template(tok, msgs, true), false);
     StreamDecoder stream(tok, true);
+    StopStrings stops(&tok, f.stop);
     std::string reply;
     auto on_token = [&](int, int32_t id) {
       std::string piece = stream.push(id);
       reply += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
+      return stops.push(id);
     };
     GenerateOutput out = model.generate({ids}, {}, g, on_token);
     std::string rest = stream.flush();
@@ -764,7 +801,7 @@ int main(int argc, char** argv) {
     if (d->parsed()) return run_detokenize(tok_path, skip_special);
     if (dv->parsed()) return run_devices(dev_json);
   } catch (const Error& e) {
-    std::fprintf(stderr, "tessera: error: %s\n", e.what());
+    std::fprintf(stderr, "tessera: error: %s\n", cli::cli_words(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "tessera: error: out of memory\n");

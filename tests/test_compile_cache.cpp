@@ -9,6 +9,7 @@
 #include <set>
 
 #include "backends/pjrt/pjrt_info.h"
+#include "cli_util.h"
 #include "golden_util.h"
 #include "pjrt_test_util.h"
 #include "graph/compile_cache.h"
@@ -117,14 +118,25 @@ TEST(RecompileGuard, WarmupCompilesEveryBucketThenNothingIsNew) {
   EXPECT_THROW(m.generate({prompt(5)}, {}, greedy(9)), Error) << "max_new_tokens changes the cache length";
 }
 
+// The library takes LoadOptions::max_recompiles and reads no environment; the tessera command fills it from
+// --max-recompiles, else $TESSERA_MAX_RECOMPILES. After --warmup (buckets 16 and 32, a static cache of 3 new
+// tokens) a dynamic-cache generation needs new shapes: allowed without a limit, an error with the limit 0.
 TEST(RecompileGuard, EnvironmentVariableSetsTheLimit) {
-  ::setenv("TESSERA_MAX_RECOMPILES", "0", 1);
-  CausalLM m = load("cpu", "16,32");
+  const std::string gen = "generate " + golden::model_path("qwen3_tied") +
+                          " --dtype float32 --buckets 16,32 --warmup --max-new-tokens 3 --cache-implementation "
+                          "dynamic --input-ids 5,6,7 -q";
   ::unsetenv("TESSERA_MAX_RECOMPILES");
-  m.generate({prompt(5)}, {}, greedy(3));
-  EXPECT_THROW(m.generate({prompt(20)}, {}, greedy(3)), Error);
+  auto r = tessera::testing::run_cli(gen);
+  EXPECT_EQ(r.code, 0) << r.err;
+  ::setenv("TESSERA_MAX_RECOMPILES", "0", 1);
+  r = tessera::testing::run_cli(gen);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("max-recompiles"), std::string::npos) << r.err;
+  EXPECT_EQ(tessera::testing::run_cli(gen + " --max-recompiles 5").code, 0) << "the flag wins over the variable";
   ::setenv("TESSERA_MAX_RECOMPILES", "many", 1);
-  EXPECT_THROW(load("cpu"), Error);
+  r = tessera::testing::run_cli(gen);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("TESSERA_MAX_RECOMPILES='many'"), std::string::npos) << r.err;
   ::unsetenv("TESSERA_MAX_RECOMPILES");
 }
 

@@ -432,18 +432,23 @@ std::vector<Tagged> tagged_processes(const std::string& tag) {
   return out;
 }
 
+// The library takes LoadOptions::collective_timeout_s (< 0: the default) and reads no environment; the tessera
+// command fills it from --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT, else 60 s, and refuses a
+// malformed value naming the variable.
 TEST(TpDeadline, TimeoutSettingAndItsErrors) {
-  EXPECT_EQ(distributed::collective_timeout_setting(5), 5);
-  EXPECT_EQ(distributed::collective_timeout_setting(0), 0);
+  const std::string fwd = "forward " + golden::model_path("qwen3_tied") + " --input-ids 1,2 -q";
   ::unsetenv("TESSERA_COLLECTIVE_TIMEOUT");
-  EXPECT_EQ(distributed::collective_timeout_setting(-1), distributed::kDefaultCollectiveTimeoutS);
+  EXPECT_EQ(tessera::testing::run_cli(fwd).code, 0);
   ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "2.5", 1);
-  EXPECT_EQ(distributed::collective_timeout_setting(-1), 2.5);
+  EXPECT_EQ(tessera::testing::run_cli(fwd).code, 0);
   ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "-3", 1);
-  EXPECT_EQ(error_of([] { distributed::collective_timeout_setting(-1); }),
-            "TESSERA_COLLECTIVE_TIMEOUT='-3' is not a number of seconds >= 0 (0 = no deadline)");
+  EXPECT_EQ(tessera::testing::run_cli(fwd).err,
+            "tessera: error: TESSERA_COLLECTIVE_TIMEOUT='-3' is not a number of seconds >= 0 (0 = no deadline)\n");
   ::setenv("TESSERA_COLLECTIVE_TIMEOUT", "5s", 1);
-  EXPECT_NE(error_of([] { distributed::collective_timeout_setting(-1); }), "(no error)");
+  auto r = tessera::testing::run_cli(fwd);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("TESSERA_COLLECTIVE_TIMEOUT='5s'"), std::string::npos) << r.err;
+  EXPECT_EQ(tessera::testing::run_cli(fwd + " --collective-timeout 5").code, 0) << "the flag wins over the variable";
   ::unsetenv("TESSERA_COLLECTIVE_TIMEOUT");
 }
 

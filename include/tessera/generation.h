@@ -1,8 +1,12 @@
 // Generation settings and results with Hugging Face Transformers semantics.
 #pragma once
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -67,6 +71,57 @@ struct GenerationOverrides {
   static GenerationOverrides from_json(const std::string& json_text, const std::string& origin);
 };
 
+namespace detail {
+template <typename T>
+struct is_std_function : std::false_type {};
+template <typename R, typename... A>
+struct is_std_function<std::function<R(A...)>> : std::true_type {};
+}  // namespace detail
+
+// A streaming callback, called as each new token of a row is chosen: `on_token(row, token)` (generate(): the
+// batch row; SlotBatch: the slot). It may return nothing, or a bool: false stops that row after this token
+// (the token is kept; the row then ends as at an eos, and generate() pads it), so a server can cancel a
+// request and a command line can stop on a stop string. Any callable of (int, int32_t) converts to it, as does
+// nullptr (no callback) and an empty std::function.
+class TokenCallback {
+ public:
+  TokenCallback() = default;
+  TokenCallback(std::nullptr_t) {}  // NOLINT(google-explicit-constructor): nullptr means no callback
+  template <typename F>
+    requires(std::invocable<F&, int, int32_t> && !std::same_as<std::decay_t<F>, TokenCallback> &&
+             !std::same_as<std::decay_t<F>, std::nullptr_t>)
+  TokenCallback(F f) {  // NOLINT(google-explicit-constructor): a lambda is passed where a callback is taken
+    if constexpr (detail::is_std_function<F>::value || std::is_pointer_v<F>)
+      if (!f) return;  // an empty std::function or a null function pointer: no callback
+    using R = std::invoke_result_t<F&, int, int32_t>;
+    if constexpr (std::is_void_v<R>) {
+      fn_ = [f = std::move(f)](int row, int32_t token) mutable {
+        f(row, token);
+        return true;
+      };
+    } else {
+      static_assert(std::is_convertible_v<R, bool>, "a token callback returns void or bool (false: stop the row)");
+      fn_ = [f = std::move(f)](int row, int32_t token) mutable { return static_cast<bool>(f(row, token)); };
+    }
+  }
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+  // Calls the callback; true: the row goes on (also when there is no callback).
+  bool operator()(int row, int32_t token) const { return !fn_ || fn_(row, token); }
+
+ private:
+  std::function<bool(int, int32_t)> fn_;
+};
+
+// Why a sequence ended.
+enum class FinishReason : uint8_t {
+  None,     // still running
+  Eos,      // it produced one of GenerationConfig::eos_token_id
+  Length,   // it reached its new-token budget (max_new_tokens / max_length)
+  Stopped,  // the caller stopped it (a TokenCallback returned false)
+  Error,    // the model produced a non-finite logit for it (SlotBatch::step threw naming the slot)
+};
+const char* finish_reason_name(FinishReason r);  // "running", "eos", "length", "stopped", "error"
+
 struct CompileReport {
   int compiles = 0;   // shapes compiled by the backend
   int hits = 0;       // in-memory cache hits
@@ -90,6 +145,7 @@ struct GenerateOutput {
   // Bytes between host and device during the decode steps (PJRT devices; 0 on the native cpu backend).
   uint64_t decode_h2d_bytes = 0, decode_d2h_bytes = 0;
   int decode_steps = 0;  // decode steps run (new_tokens - 1 unless stopped early)
+  std::vector<FinishReason> finish_reasons;  // per row: why it ended (Length when the budget ran out)
 };
 
 }  // namespace tessera

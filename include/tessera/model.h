@@ -27,6 +27,12 @@ struct DistributedConfig {
   int tp_size = 1;
   std::vector<TpPlanRule> tp_plan;  // over the architecture's default plan; later rules win
   bool tp_plan_auto = false;        // replicate what tp_size cannot split (e.g. 2 KV heads on 4 ranks) and say so
+  // The job this process is one rank of, as its launcher describes it (the library reads no environment: the
+  // tessera command fills these from what `tessera launch` and mpirun set, WORLD_SIZE, RANK and
+  // OMPI_COMM_WORLD_SIZE / _RANK; a program embedding the library sets them itself).
+  int world_size = 1;  // processes in the job
+  int rank = 0;        // this process's rank in it
+  bool mpi = false;    // the processes are MPI ranks (mpirun started them): the cpu backend's collectives
 };
 
 struct LoadOptions {
@@ -38,12 +44,15 @@ struct LoadOptions {
   // max_position_embeddings; "exact" = the prompt's own length; or a list such as "16,32,64,128". A prompt
   // longer than the largest listed bucket runs at its exact length, with a warning on stderr.
   std::string buckets = "auto";
-  // On-disk compile cache directory (PJRT devices). Empty: $TESSERA_COMPILE_CACHE when set, else off.
+  // On-disk compile cache directory (backends whose programs serialise: PJRT devices). Empty: off. (The
+  // tessera command: --compile-cache-dir, else $TESSERA_COMPILE_CACHE.)
   std::string compile_cache_dir;
   // More than this many newly compiled shapes after warmup() (or after the first generate()) is an Error
-  // naming the key that changed. -1: $TESSERA_MAX_RECOMPILES when set, else no limit.
+  // naming the key that changed. -1: no limit. (The tessera command: --max-recompiles, else
+  // $TESSERA_MAX_RECOMPILES.)
   int max_recompiles = -1;
-  bool verbose_compiles = false;  // say every compile-cache miss and why on stderr (also $TESSERA_VERBOSE=1)
+  // Say every compile-cache miss and why (a note through the log callback; the tessera command: $TESSERA_VERBOSE=1).
+  bool verbose_compiles = false;
   DistributedConfig distributed;
   // Native cpu backend, bfloat16 weights, CPUs with AVX512-BF16: matmuls round their float32 inputs to bfloat16
   // and multiply with vdpbf16ps (products exact, sums in float32), as llama.cpp does and as Transformers' bf16
@@ -52,8 +61,8 @@ struct LoadOptions {
   // CPUs, dtypes or devices.
   bool exact_bf16_matmul = false;
   // Tensor parallelism over MPI: seconds a rank waits in one collective for the others before it stops the job
-  // with an error naming the ranks that did not answer. 0: no deadline; < 0: $TESSERA_COLLECTIVE_TIMEOUT when
-  // set, else 60.
+  // with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The tessera
+  // command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)
   double collective_timeout_s = -1;
   // Called after each tensor is loaded: (tensors done, tensors total).
   std::function<void(size_t, size_t)> progress;
@@ -67,6 +76,12 @@ struct ModelInfo {
   int tp_rank = 0, tp_size = 1;
 };
 
+class SlotBatch;
+
+// A loaded model. Every method is safe to call from several threads at once on one CausalLM: compiled programs
+// are shared and immutable, and each generate(), forward() or SlotBatch owns its own KV cache and scratch.
+// (A tensor-parallel model over MPI runs one call at a time: its ranks must step together.) Moving or
+// destroying the model while another thread uses it, or while a SlotBatch made from it lives, is not allowed.
 class CausalLM {
  public:
   CausalLM(CausalLM&&) noexcept;
@@ -77,10 +92,11 @@ class CausalLM {
   // all ones. Returns prompt + new tokens per row.
   GenerateOutput generate(const std::vector<std::vector<int32_t>>& input_ids,
                           const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& config);
-  // Streaming variant: `on_token(row, token)` is called as each new token is chosen.
+  // Streaming variant: `on_token(row, token)` is called as each new token is chosen; a callback that returns
+  // bool stops the row by returning false (see TokenCallback; a callback returning void never stops one).
   GenerateOutput generate(const std::vector<std::vector<int32_t>>& input_ids,
                           const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& config,
-                          const std::function<void(int, int32_t)>& on_token);
+                          const TokenCallback& on_token);
   // Logits for every position of one sequence: [ids.size(), vocab] row-major.
   std::vector<float> forward(const std::vector<int32_t>& ids);
 
@@ -101,6 +117,7 @@ class CausalLM {
   explicit CausalLM(std::unique_ptr<Impl> impl);
 
  private:
+  friend class SlotBatch;
   std::unique_ptr<Impl> impl_;
 };
 

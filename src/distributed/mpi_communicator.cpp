@@ -24,22 +24,6 @@
 
 namespace tessera::distributed {
 
-bool launched_under_mpi() {
-  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return n && std::atoi(n) > 1;
-}
-
-double collective_timeout_setting(double seconds) {
-  if (seconds >= 0) return seconds;
-  const char* v = std::getenv("TESSERA_COLLECTIVE_TIMEOUT");
-  if (!v) return kDefaultCollectiveTimeoutS;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !std::isfinite(s) || s < 0 || s > 1e9)
-    fail("TESSERA_COLLECTIVE_TIMEOUT='", v, "' is not a number of seconds >= 0 (0 = no deadline)");
-  return s;
-}
-
 #ifdef TESSERA_HAVE_MPI
 namespace {
 
@@ -221,7 +205,7 @@ class MpiCommunicator : public backends::Communicator {
     const std::string head = std::string("tensor-parallel ") + what + " (collective #" +
                              std::to_string(seq_) + ") timed out after " + seconds_text(limit) +
                              " s on rank " + std::to_string(rank_) + ": ";
-    const std::string tail = "; giving up (TESSERA_COLLECTIVE_TIMEOUT=SECONDS sets the deadline, 0 = none)";
+    const std::string tail = "; giving up (collective_timeout_s sets the deadline, 0 = none)";
     if (!silent.empty())
       fail(head, silent.size() == 1 ? "rank " : "ranks ", rank_list(silent),
            " did not answer (stopped, hung, far behind or its host unreachable)",
@@ -254,11 +238,12 @@ void finalize() {
 
 }  // namespace
 
-std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double collective_timeout_s) {
-  if (!launched_under_mpi())
-    fail("--tp-size ", tp_size,
-         " on the cpu device runs one process per rank; start them with: tessera launch "
-         "--nproc-per-node ",
+std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double collective_timeout_s,
+                                                  bool launched_under_mpi, int rank) {
+  if (!launched_under_mpi)
+    fail("tp_size ", tp_size,
+         " on the cpu device runs one process per rank, and this process is not one of an MPI job "
+         "(DistributedConfig::mpi); start them with: tessera launch --nproc-per-node ",
          tp_size, " -- tessera ...");
   // Never destroyed: finalize() (atexit) still needs it after static destructors have run.
   static const std::shared_ptr<MpiCommunicator>& world = *new std::shared_ptr<MpiCommunicator>([&] {
@@ -274,11 +259,11 @@ std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double collective
       };
       auto watch = std::make_shared<Watch>();
       if (collective_timeout_s > 0) {
-        const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
         const std::string msg = "tessera: error: MPI start-up did not complete within " +
-                                seconds_text(collective_timeout_s) + " s on rank " + (r ? r : "?") +
+                                seconds_text(collective_timeout_s) + " s on rank " +
+                                (rank >= 0 ? std::to_string(rank) : std::string("?")) +
                                 ": some rank did not join (stopped, hung or its host unreachable); giving up "
-                                "(TESSERA_COLLECTIVE_TIMEOUT=SECONDS sets the deadline, 0 = none)\n";
+                                "(collective_timeout_s sets the deadline, 0 = none)\n";
         std::thread([watch, msg, limit = collective_timeout_s] {
           std::unique_lock<std::mutex> lock(watch->mu);
           if (watch->cv.wait_for(lock, std::chrono::duration<double>(limit), [&] { return watch->done; }))
@@ -304,13 +289,13 @@ std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double collective
     return w;
   }());
   if (world->size() != tp_size)
-    fail("--tp-size ", tp_size, " but this job has ", world->size(),
+    fail("tp_size ", tp_size, " but this job has ", world->size(),
          " MPI ranks (tessera launch --nproc-per-node ", tp_size, ")");
   return world;
 }
 #else
-std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double) {
-  fail("--tp-size ", tp_size,
+std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double, bool, int) {
+  fail("tp_size ", tp_size,
        " on the cpu device needs MPI, and this build has none (apt-get install "
        "libopenmpi-dev openmpi-bin, then rebuild)");
 }

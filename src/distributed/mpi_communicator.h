@@ -21,16 +21,12 @@ namespace tessera::distributed {
 constexpr double kDefaultCollectiveTimeoutS = 60;
 constexpr double kFirstCollectiveTimeoutS = 600;
 
-// True when this process was started as one of several MPI ranks (OpenMPI's mpirun sets
-// OMPI_COMM_WORLD_SIZE).
-bool launched_under_mpi();
-// MPI_COMM_WORLD; its size must equal `tp_size` (throws Error with the command to use otherwise).
-// `collective_timeout_s`: each collective's deadline (0: none). Set by the first call.
-std::shared_ptr<backends::Communicator> mpi_world(int tp_size,
-                                                  double collective_timeout_s = kDefaultCollectiveTimeoutS);
-
-// The deadline a setting asks for: `seconds` when >= 0, else $TESSERA_COLLECTIVE_TIMEOUT when set, else the
-// default. Throws Error naming the variable for a value that is not a number of seconds >= 0.
-double collective_timeout_setting(double seconds);
+// MPI_COMM_WORLD; its size must equal `tp_size` (throws Error saying how to start the ranks otherwise).
+// `launched_under_mpi`: this process is one of several MPI ranks (DistributedConfig::mpi; the tessera command
+// sets it when mpirun's OMPI_COMM_WORLD_SIZE > 1). `collective_timeout_s`: each collective's deadline (0: none).
+// `rank`: this process's rank as the launcher numbered it, for the start-up watchdog's message (-1: unknown).
+// Set by the first call. The library reads no environment variable: the caller passes what it knows.
+std::shared_ptr<backends::Communicator> mpi_world(int tp_size, double collective_timeout_s,
+                                                  bool launched_under_mpi, int rank = -1);
 
 }  // namespace tessera::distributed

@@ -64,6 +64,16 @@ int32_t argmax(const float* logits, int64_t vocab) {
 }
 
 void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg) {
+  apply_warpers(logits, vocab, SamplingParams::from_config(cfg, 0));
+}
+
+int32_t choose_token(float* logits, int64_t vocab, const SamplingParams& p, uint32_t step, uint32_t row) {
+  if (!p.do_sample) return argmax(logits, vocab);
+  apply_warpers(logits, vocab, p);
+  return sample_from_logits(logits, vocab, counter_uniform(p.seed, step, row));
+}
+
+void apply_warpers(float* logits, int64_t vocab, const SamplingParams& cfg) {
   if (cfg.temperature != 1.0f)
     for (int64_t i = 0; i < vocab; ++i) logits[i] /= cfg.temperature;
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "generation/sampling_params.h"
 #include "tessera/generation.h"
 
 namespace tessera::generation {
@@ -22,7 +23,13 @@ int64_t first_non_finite(const float* logits, int64_t n);
 int32_t argmax(const float* logits, int64_t vocab);
 
 // Temperature, top-k, top-p and min-p warpers in place (filtered entries become -inf).
+void apply_warpers(float* logits, int64_t vocab, const SamplingParams& p);
 void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg);
+
+// The token of one row whose logits already carry the repetition penalty (the caller applies it, from a list
+// of ids or a seen mask): argmax when !p.do_sample, else the warpers (in place) and a draw keyed by
+// (p.seed, step, row). Every host path and the cpu backend's Op::Sample choose tokens through this.
+int32_t choose_token(float* logits, int64_t vocab, const SamplingParams& p, uint32_t step, uint32_t row);
 
 // The counter-based RNG: a 32-bit hash of (seed, step, row) built from 32-bit integer ops only, so the
 // compiled sampling step (PJRT) draws exactly the same numbers.

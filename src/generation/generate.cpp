@@ -1,0 +1,216 @@
+// The generate loop. The host owns input ids, the growing output, the attention mask and the stopping state
+// (one generation::RowState per row); each step hands the backend only (ids, positions, slots, kv_begin, and
+// where the step samples, the sampling parameters) and gets back logits (the host samples) or only the
+// chosen token ids (in-step sampling). Prompts are left-padded to their bucket.
+#include "generation/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "generation/rows.h"
+#include "generation/sampling_params.h"
+#include "tessera/error.h"
+#include "tessera/log.h"
+
+namespace tessera::generation {
+
+namespace {
+
+using backends::StepInputs;
+using graph::Phase;
+using graph::ShapeKey;
+
+// Per-row count of leading padding; the mask must be 0s then 1s (left padding).
+std::vector<int32_t> left_padding(const std::vector<std::vector<int32_t>>& mask, size_t len) {
+  std::vector<int32_t> pads;
+  for (size_t b = 0; b < mask.size(); ++b) {
+    const auto& m = mask[b];
+    if (m.size() != len) fail("attention_mask row ", b, " has length ", m.size(), ", input_ids rows have ", len);
+    size_t p = 0;
+    while (p < m.size() && m[p] == 0) ++p;
+    for (size_t i = p; i < m.size(); ++i)
+      if (m[i] != 1) fail("attention_mask row ", b, ": only left padding (0s then 1s) is supported");
+    if (p == m.size()) fail("attention_mask row ", b, " masks every token (empty prompt)");
+    pads.push_back(static_cast<int32_t>(p));
+  }
+  return pads;
+}
+
+}  // namespace
+
+GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int32_t>>& input_ids,
+                        const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& cfg,
+                        const TokenCallback& on_token) {
+  using clock = std::chrono::steady_clock;
+  cfg.validate();
+  if (input_ids.empty() || input_ids[0].empty()) fail("generate: empty prompt");
+  const size_t len = input_ids[0].size();
+  for (size_t b = 0; b < input_ids.size(); ++b) {
+    if (input_ids[b].size() != len)
+      fail("generate: input_ids row ", b, " has length ", input_ids[b].size(), ", row 0 has ", len,
+           " (pad rows on the left to one length)");
+    m.check_ids(input_ids[b]);
+  }
+  std::vector<std::vector<int32_t>> mask = attention_mask;
+  if (mask.empty()) mask.assign(input_ids.size(), std::vector<int32_t>(len, 1));
+  if (mask.size() != input_ids.size())
+    fail("generate: attention_mask has ", mask.size(), " rows, input_ids has ", input_ids.size());
+  const std::vector<int32_t> pads = left_padding(mask, len);
+
+  const int batch = static_cast<int>(input_ids.size());
+  const int seq = static_cast<int>(len);
+  const int64_t vocab = m.config.vocab_size;
+  int max_real = 0;
+  for (int b = 0; b < batch; ++b) max_real = std::max(max_real, seq - pads[static_cast<size_t>(b)]);
+  // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding included).
+  const int max_new = cfg.new_token_budget(seq, m.config.max_position_embeddings);
+  if (max_real + max_new > m.config.max_position_embeddings)
+    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", max_new,
+         ") exceeds max_position_embeddings (", m.config.max_position_embeddings, ")");
+
+  auto lock = m.step_lock();
+  const bool dynamic = cfg.cache_implementation == "dynamic";
+  // Bucketed prefill: `extra` more left padding up to the bucket; slots stay contiguous from 0.
+  const int prefill_len = m.bucket_for(seq, true);
+  const int extra = prefill_len - seq;
+  auto cache_len_for = [&](int needed) {
+    return dynamic ? (needed + kDynamicChunk - 1) / kDynamicChunk * kDynamicChunk : prefill_len + max_new;
+  };
+  int cache_len = cache_len_for(prefill_len + 1);
+  auto cache = m.make_cache(batch, cache_len);
+
+  const int32_t pad_id = cfg.effective_pad_token_id().value_or(0);
+  const uint64_t seed = cfg.seed ? *cfg.seed : fresh_seed();
+  const graph::CompileStats before = m.compile_stats();
+  // The step samples where the backend does (only token ids come back), except when the cache grows (the
+  // sampler state is not carried over) or ops run one by one.
+  const bool on_device = m.device_sampling && !dynamic && !cfg.disable_compile;
+  const graph::Sampling sampling = m.sampling_for(on_device, cfg.do_sample);
+
+  GenerateOutput out;
+  out.sequences = input_ids;
+  out.prompt_tokens = seq;
+  out.prefill_len = prefill_len;
+  out.device_sampling = on_device;
+  std::vector<RowState> rows(static_cast<size_t>(batch));
+  for (int b = 0; b < batch; ++b)
+    rows[static_cast<size_t>(b)].start(cfg, seed, input_ids[static_cast<size_t>(b)],
+                                       static_cast<size_t>(pads[static_cast<size_t>(b)]), max_new);
+
+  // Prefill: the whole prompt left-padded to the bucket; slots 0..prefill_len-1.
+  const int32_t filler = pad_id >= 0 && pad_id < m.config.vocab_size ? pad_id : 0;  // masked; any valid id
+  std::vector<int32_t> kv_begin(static_cast<size_t>(batch));                          // [batch]
+  for (int b = 0; b < batch; ++b) kv_begin[static_cast<size_t>(b)] = pads[static_cast<size_t>(b)] + extra;
+  StepInputs in;
+  in.ids.reserve(static_cast<size_t>(batch * prefill_len));
+  for (int b = 0; b < batch; ++b) {
+    for (int s = 0; s < prefill_len; ++s) {
+      in.ids.push_back(s < extra ? filler : input_ids[static_cast<size_t>(b)][static_cast<size_t>(s - extra)]);
+      int pos = s - kv_begin[static_cast<size_t>(b)];
+      in.positions.push_back(pos < 0 ? 1 : pos);  // padding positions are masked; 1 as in Transformers
+    }
+  }
+  for (int s = 0; s < prefill_len; ++s) in.slots.push_back(s);
+  in.kv_begin = kv_begin;
+  // The repetition penalty skips every row's left padding (the caller's and the bucket's), as Transformers 5
+  // does (RepetitionPenaltyLogitsProcessor's prompt_ignore_length = the padding length).
+  if (on_device) in.seen_from = kv_begin;
+
+  std::vector<float> logits;
+  std::vector<int32_t> device_tokens;
+  std::unique_ptr<backends::Executable> scratch;
+  auto run_step = [&](const ShapeKey& key, int step) {
+    const backends::Executable& exe = m.executable(key, cfg.disable_compile, scratch);
+    if (on_device) {
+      in.sample_params.clear();
+      for (const RowState& r : rows) r.params.append_encoded(step, in.sample_params);
+      exe.run_tokens(in, *cache, device_tokens);
+    } else {
+      exe.run(in, *cache, logits);
+    }
+  };
+  ShapeKey prefill_key{.phase = Phase::Prefill, .batch = batch, .seq = prefill_len, .cache_len = cache_len,
+                       .dtype = m.info.dtype, .sampling = sampling};
+  auto t0 = clock::now();
+  run_step(prefill_key, 0);
+  in.seen_from.clear();
+  auto t1 = clock::now();
+  out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+
+  const backends::TransferStats transfers_before = m.backend->transfer_stats();
+  std::optional<ShapeKey> last_decode;
+  int decode_runs = 0;
+  std::vector<int32_t> next(static_cast<size_t>(batch)), keep(static_cast<size_t>(batch));
+  for (int step = 0; step < max_new; ++step) {
+    // The next token of every row: chosen by the step itself, or here from `logits` [batch, vocab].
+    for (int b = 0; b < batch; ++b) {
+      RowState& r = rows[static_cast<size_t>(b)];
+      int32_t tok = pad_id;  // a finished row gets padding
+      if (r.running()) {
+        std::string why;
+        tok = on_device ? device_tokens[static_cast<size_t>(b)]
+                        : host_token(r, logits.data() + static_cast<int64_t>(b) * vocab, vocab,
+                                     static_cast<uint32_t>(b), why);
+        // A NaN or infinite logit is an error naming where it appeared, never a token.
+        if ((on_device && !device_token_ok(tok, vocab, why)) || (!on_device && tok < 0))
+          fail("generate: step ", step, ", row ", b, ": the model produced a non-finite logit (", why, ")");
+      }
+      next[static_cast<size_t>(b)] = tok;
+    }
+    if (m.comm) m.comm->broadcast(next.data(), next.size() * sizeof(int32_t), 0);
+    // The callback sees each running row's token (and may stop the row); rank 0 decides for every rank.
+    for (int b = 0; b < batch; ++b)
+      keep[static_cast<size_t>(b)] =
+          rows[static_cast<size_t>(b)].running() ? on_token(b, next[static_cast<size_t>(b)]) : 1;
+    if (m.comm && on_token) m.comm->broadcast(keep.data(), keep.size() * sizeof(int32_t), 0);
+    bool all_done = true;
+    for (int b = 0; b < batch; ++b) {
+      RowState& r = rows[static_cast<size_t>(b)];
+      out.sequences[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);
+      if (r.running()) accept(r, next[static_cast<size_t>(b)], keep[static_cast<size_t>(b)] != 0);
+      all_done = all_done && !r.running();
+    }
+    out.new_tokens = step + 1;
+    if (all_done || step + 1 == max_new) break;
+
+    // Decode: one token per row at slot prefill_len + step.
+    const int slot = prefill_len + step;
+    if (slot >= cache_len) {  // dynamic cache: grow by a chunk (the decode shape changes: expected)
+      int grown = cache_len_for(slot + 1);
+      auto bigger = m.make_cache(batch, grown);
+      m.backend->copy_cache(*cache, *bigger);
+      cache = std::move(bigger);
+      cache_len = grown;
+    }
+    ShapeKey key{.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m.info.dtype,
+                 .sampling = sampling};
+    if (!cfg.disable_compile && !dynamic && last_decode && !(*last_decode == key) && !m.cache->contains(key))
+      log_warning("recompiling during decode at step ", step, ": ", key.str(), " (changed: ",
+                  last_decode->diff(key), ")");
+    last_decode = key;
+    in.ids = next;
+    in.positions.clear();
+    for (int b = 0; b < batch; ++b) in.positions.push_back(seq - pads[static_cast<size_t>(b)] + step);
+    in.slots = {slot};  // every row writes the same slot (the [seq] form of StepInputs::slots)
+    run_step(key, step + 1);
+    ++decode_runs;
+  }
+  auto t2 = clock::now();
+  out.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  out.decode_steps = decode_runs;
+  if (m.caps.counts_transfers) {
+    const backends::TransferStats now = m.backend->transfer_stats();
+    out.decode_h2d_bytes = now.h2d_bytes - transfers_before.h2d_bytes;
+    out.decode_d2h_bytes = now.d2h_bytes - transfers_before.d2h_bytes;
+  }
+  for (const RowState& r : rows) out.finish_reasons.push_back(r.finish);
+  if (out.prefill_seconds > 0) out.prefill_tokens_per_s = batch * seq / out.prefill_seconds;
+  if (decode_runs > 0 && out.decode_seconds > 0) out.decode_tokens_per_s = batch * decode_runs / out.decode_seconds;
+  out.compiles = runtime::compile_report(before, m.compile_stats());
+  if (cfg.disable_compile) out.compiles.compiles = 1 + decode_runs;  // every step planned afresh
+  m.generation_done();
+  return out;
+}
+
+}  // namespace tessera::generation

@@ -1,0 +1,66 @@
+#include "generation/rows.h"
+
+#include <algorithm>
+#include <span>
+
+#include "generation/sampler.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None:
+      return "running";
+    case FinishReason::Eos:
+      return "eos";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Stopped:
+      return "stopped";
+    case FinishReason::Error:
+      return "error";
+  }
+  return "?";
+}
+
+namespace generation {
+
+void RowState::start(const GenerationConfig& cfg, uint64_t seed, const std::vector<int32_t>& prompt,
+                     size_t padding, int new_token_budget) {
+  params = SamplingParams::from_config(cfg, seed);
+  seen.assign(prompt.begin() + static_cast<long>(std::min(padding, prompt.size())), prompt.end());
+  eos = cfg.eos_token_id;
+  budget = new_token_budget;
+  produced = 0;
+  finish = budget > 0 ? FinishReason::None : FinishReason::Length;
+}
+
+int32_t host_token(const RowState& row, float* logits, int64_t vocab, uint32_t rng_row, std::string& why) {
+  if (const int64_t v = first_non_finite(logits, vocab); v >= 0) {
+    why = detail::concat(logits[v], " at vocabulary index ", v);
+    return -1;
+  }
+  apply_repetition_penalty(logits, vocab, std::span<const int32_t>(row.seen), row.params.repetition_penalty);
+  return choose_token(logits, vocab, row.params, static_cast<uint32_t>(row.produced), rng_row);
+}
+
+bool device_token_ok(int32_t token, int64_t vocab, std::string& why) {
+  if (token >= 0 && token < vocab) return true;
+  why = detail::concat("the compiled sampling step returned token id ", token);
+  return false;
+}
+
+void accept(RowState& row, int32_t token, bool keep_going) {
+  row.seen.push_back(token);
+  ++row.produced;
+  if (std::find(row.eos.begin(), row.eos.end(), token) != row.eos.end())
+    row.finish = FinishReason::Eos;
+  else if (!keep_going)
+    row.finish = FinishReason::Stopped;
+  else if (row.produced >= row.budget)
+    row.finish = FinishReason::Length;
+}
+
+}  // namespace generation
+}  // namespace tessera

@@ -1,0 +1,38 @@
+// The per-row part of decoding that generate() and SlotBatch share: one sequence's sampling settings,
+// the ids its repetition penalty counts, its stop conditions, and how a new token is chosen on the host and
+// accepted (counted, checked against eos, the budget and the caller's callback).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "generation/sampling_params.h"
+#include "tessera/generation.h"
+
+namespace tessera::generation {
+
+struct RowState {
+  SamplingParams params;
+  std::vector<int32_t> seen;  // ids the repetition penalty counts: the prompt without its padding, then output
+  std::vector<int32_t> eos;   // GenerationConfig::eos_token_id
+  int budget = 0;             // new tokens at most
+  int produced = 0;           // new tokens so far (the generation step of the next one)
+  FinishReason finish = FinishReason::None;
+
+  bool running() const { return finish == FinishReason::None; }
+  // Starts a sequence: `prompt` minus its first `padding` ids counts for the penalty.
+  void start(const GenerationConfig& cfg, uint64_t seed, const std::vector<int32_t>& prompt, size_t padding,
+             int new_token_budget);
+};
+
+// The row's next token from its logits ([vocab], changed in place): the repetition penalty over row.seen,
+// then argmax or the warpers and a draw keyed by (seed, row.produced, rng_row). A NaN or infinite logit
+// gives no token: -1, with `why` saying which value and where.
+int32_t host_token(const RowState& row, float* logits, int64_t vocab, uint32_t rng_row, std::string& why);
+// Whether a token the compiled sampling step chose is one (the step answers -1 for non-finite logits).
+bool device_token_ok(int32_t token, int64_t vocab, std::string& why);
+// Accepts the row's new token: counts it, then ends the row at an eos id, at its budget, or when `keep_going`
+// (the caller's callback) is false.
+void accept(RowState& row, int32_t token, bool keep_going);
+
+}  // namespace tessera::generation

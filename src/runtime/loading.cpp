@@ -1,0 +1,225 @@
+// AutoModelForCausalLM::from_pretrained: the checkpoint opened and matched against its config, the
+// architecture found, tensor parallelism resolved, a backend chosen, the weights loaded and bound.
+// Everything comes from the path and the LoadOptions; the library reads no environment variable.
+#include <malloc.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backends/backend.h"
+#include "backends/pjrt/pjrt_backend.h"
+#include "backends/pjrt/pjrt_info.h"
+#include "distributed/mpi_communicator.h"
+#include "distributed/tp_plan.h"
+#include "io/weight_source.h"
+#include "models/architecture.h"
+#include "runtime/model_core.h"
+#include "runtime/weight_loader.h"
+#include "tessera/error.h"
+#include "tessera/log.h"
+#include "tessera/model.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr int kMinPow2Bucket = 16;
+
+// "auto" | "pow2" | "exact" | "16,32,64" -> ascending bucket list (empty = exact). `prefers_buckets`: the
+// backend's compiles are costly (Capabilities::prefers_buckets), so "auto" is "pow2".
+std::vector<int> parse_buckets(const std::string& spec, bool prefers_buckets, int max_positions) {
+  std::string s = spec.empty() ? "auto" : spec;
+  if (s == "auto") s = prefers_buckets ? "pow2" : "exact";
+  std::vector<int> out;
+  if (s == "exact") return out;
+  if (s == "pow2") {
+    for (int64_t b = kMinPow2Bucket; b < max_positions; b *= 2) out.push_back(static_cast<int>(b));
+    out.push_back(max_positions);  // the last bucket is the model's limit
+    return out;
+  }
+  std::string item;
+  std::istringstream is(s);
+  while (std::getline(is, item, ',')) {
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v <= 0 || v > max_positions)
+      fail("buckets: '", item, "' is not a prompt length in 1..", max_positions,
+           " (expected auto, pow2, exact or a list like 16,32,64)");
+    if (!out.empty() && v <= out.back()) fail("buckets: '", s, "' must be strictly increasing");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) fail("buckets: empty list (expected auto, pow2, exact or a list like 16,32,64)");
+  return out;
+}
+
+[[noreturn]] void tp_device_error(int tp_size, const std::string& device) {
+  fail("tp_size ", tp_size, " with device_map '", device,
+       "': tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
+}
+
+// The backend for a device name. "auto" picks TPU, then GPU, then the native CPU, and says (a note) what it
+// found and what it chose (never a silent CPU fallback).
+// Tensor parallelism: `comm` (one process per rank: native cpu, or a PJRT device per process running its
+// graphs in segments around host collectives), or `replicas` > 1 (one process driving that many PJRT
+// devices).
+std::unique_ptr<backends::Backend> make_backend(const std::string& device,
+                                                std::shared_ptr<backends::Communicator> comm, int replicas,
+                                                const backends::CpuBackendOptions& cpu_options) {
+  if (device == "cpu") return backends::make_cpu_backend(std::move(comm), cpu_options);
+  if ((comm || replicas > 1) && !backends::is_pjrt_device(device))
+    tp_device_error(comm ? comm->size() : replicas, device);
+  if (backends::is_pjrt_device(device)) {
+    try {
+      backends::PjrtOptions po;
+      po.device_count = std::max(1, replicas);
+      po.replicas = std::max(1, replicas);
+      po.comm = std::move(comm);
+      return backends::make_pjrt_backend(device, po);
+    } catch (const Error& e) {
+      std::string found = "cpu";
+      for (const char* d : {"xla-cpu", "tpu", "cuda"}) {
+        std::vector<std::string> looked;
+        if (pjrt::locate_plugin(d, looked) && (std::string(d) != "tpu" || pjrt::find_tpu_chips().count > 0))
+          found += std::string(", ") + d;
+      }
+      fail(e.what(), " (devices with a backend here: ", found, ")");
+    }
+  }
+  if (device != "auto")
+    fail("unknown device '", device, "' (expected cpu, xla-cpu, tpu, cuda, pjrt:/path/to/plugin.so or auto)");
+  std::string found;
+  for (const char* accel : {"tpu", "cuda"}) {
+    std::vector<std::string> looked;
+    if (!pjrt::locate_plugin(accel, looked)) {
+      found += std::string(found.empty() ? "" : "; ") + accel + ": no plugin";
+      continue;
+    }
+    if (std::string(accel) == "tpu" && pjrt::find_tpu_chips().count == 0) {  // libtpu is never started then
+      found += std::string(found.empty() ? "" : "; ") + "tpu: plugin found, no TPU chip";
+      continue;
+    }
+    try {
+      auto b = backends::make_pjrt_backend(accel);
+      log_info("device auto: found ", accel, " (", b->platform().platform_name, "); using ", accel);
+      return b;
+    } catch (const Error& e) {
+      found += std::string(found.empty() ? "" : "; ") + accel + ": " + e.what();
+    }
+  }
+  log_info("device auto: ", found, "; using cpu (native backend)");
+  return backends::make_cpu_backend(comm, cpu_options);
+}
+
+}  // namespace
+
+CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const LoadOptions& opt) {
+  auto src = io::open_checkpoint(path);
+  const std::string origin = src->origin();
+  auto impl = std::make_unique<CausalLM::Impl>();
+  // The file for a checkpoint directory; a GGUF's config is derived from its metadata.
+  const std::string cfg_origin = src->gguf() ? src->origin() + " (config)" : src->origin() + "/config.json";
+  const nlohmann::json cj = models::parse_config_json(src->config_json(), cfg_origin);  // depth-bounded
+  impl->arch = &models::find_architecture(models::architecture_name(cj, cfg_origin), cfg_origin);
+  impl->config = impl->arch->parse_config(cj, cfg_origin);
+  // Before anything sized by the config (weight list, graphs, tables): does the checkpoint match it?
+  runtime::check_checkpoint_matches_config(*src, impl->config);
+  const bool is_gguf = src->gguf() != nullptr;  // by format (magic), not by file name
+  DType dtype = opt.dtype.value_or(is_gguf ? DType::BF16 : impl->config.torch_dtype.value_or(DType::F32));
+
+  // As Transformers: generation_config.json over the global defaults; without one, the generation fields of
+  // config.json (GenerationConfig.from_model_config). Nothing else from config.json is merged in.
+  impl->gen_defaults = src->generation_config_json().empty()
+                           ? GenerationConfig::from_json(src->config_json(), cfg_origin)
+                           : GenerationConfig::from_json(src->generation_config_json(),
+                                                         src->origin() + " (generation config)");
+
+  // Tensor parallelism: the plan is checked (with rank 0's view) before MPI starts or any weight is read.
+  // Native cpu: one process per rank (MPI). A PJRT device: one process driving tp_size devices (one program
+  // with cross-device collectives), unless this process is one of several MPI ranks (one device each).
+  const DistributedConfig& dist_cfg = opt.distributed;
+  std::vector<std::string> notes;
+  impl->config.tp = distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, 0, src->origin(), &notes);
+  std::shared_ptr<backends::Communicator> comm;
+  int replicas = 1;
+  if (dist_cfg.tp_size > 1) {
+    const bool pjrt_device = backends::is_pjrt_device(opt.device_map);
+    if (opt.device_map != "cpu" && !pjrt_device) tp_device_error(dist_cfg.tp_size, opt.device_map);
+    if (pjrt_device && !dist_cfg.mpi && dist_cfg.world_size > 1)
+      fail("tp_size ", dist_cfg.tp_size, " with device_map '", opt.device_map, "': this process is one of ",
+           dist_cfg.world_size, " ranks started without MPI (tessera launch --no-mpi), so each would run the whole ",
+           dist_cfg.tp_size,
+           "-device job; drop --no-mpi (one device per rank) or run one process without tessera launch");
+    if (pjrt_device && !dist_cfg.mpi) {
+      replicas = dist_cfg.tp_size;
+      for (const auto& n : notes) log_note(n);
+    } else {
+      const double timeout =
+          opt.collective_timeout_s >= 0 ? opt.collective_timeout_s : distributed::kDefaultCollectiveTimeoutS;
+      comm = distributed::mpi_world(dist_cfg.tp_size, timeout, dist_cfg.mpi, dist_cfg.rank);
+      impl->config.tp =
+          distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
+      if (comm->rank() == 0)
+        for (const auto& n : notes) log_note(n);
+    }
+  }
+  // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
+  // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
+  backends::CpuBackendOptions cpu_options;
+  cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
+  cpu_options.bf16_kv_cache = dtype == DType::BF16 && !opt.exact_bf16_matmul;
+  impl->backend = make_backend(opt.device_map, comm, replicas, cpu_options);
+  impl->caps = impl->backend->capabilities();
+  impl->comm = comm;
+  graph::CompileCacheOptions cache_opt;
+  cache_opt.disk_dir = opt.compile_cache_dir;
+  cache_opt.max_recompiles = opt.max_recompiles;  // < 0: no limit
+  cache_opt.verbose = opt.verbose_compiles;
+  impl->cache = std::make_unique<graph::CompileCache>(*impl->backend, cache_opt);
+  impl->buckets =
+      parse_buckets(opt.buckets, impl->caps.prefers_buckets, static_cast<int>(impl->config.max_position_embeddings));
+  // The step samples by default where the backend can and logits would otherwise cross to the host every step.
+  impl->device_sampling = impl->caps.in_step_sampling && impl->caps.prefers_buckets;
+  size_t bytes = 0;
+  if (replicas > 1) {
+    // One process, tp_size devices: each rank's share loaded (its own layout) and uploaded to its device in
+    // turn, so the host holds one rank's copies at a time. The graphs are rank 0's: the same program on every
+    // device.
+    TS_ASSERT(impl->caps.replicas >= replicas, "the backend drives ", impl->caps.replicas, " devices, not ",
+              replicas);
+    for (int r = replicas - 1; r >= 0; --r) {
+      models::DecoderConfig rank_config = impl->config;
+      rank_config.tp = distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, r, src->origin(), nullptr);
+      size_t rank_bytes = 0;
+      impl->backend->bind_replica_weights(
+          r, runtime::load_weights(*src, *impl->arch, rank_config, dtype, opt.progress, rank_bytes));
+      if (r == 0) bytes = rank_bytes;
+    }
+  } else {
+    backends::WeightMap weights = runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes);
+    // The checkpoint is closed before binding: a GGUF's weights are all owned copies, so its mapping can go
+    // before the cpu backend packs them into its arena (peak memory: two copies at most, not three).
+    src.reset();
+    impl->backend->bind_weights(std::move(weights));
+  }
+  malloc_trim(0);  // give back the heap that converted / dequantised full tensors used before being sliced
+  impl->info = ModelInfo{impl->arch->name,
+                         origin,
+                         impl->backend->name(),
+                         dtype,
+                         impl->config.num_layers,
+                         impl->config.hidden_size,
+                         impl->config.vocab_size,
+                         impl->config.max_position_embeddings,
+                         bytes,
+                         impl->config.tp.rank,
+                         impl->config.tp.size};
+  return CausalLM(std::move(impl));
+}
+
+}  // namespace tessera
