@@ -4,12 +4,14 @@
 #include "backends/pjrt/pjrt_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <unordered_map>
 
 #include "backends/pjrt/pjrt_api.h"
@@ -46,6 +48,20 @@ PJRT_Buffer_Type buffer_type(DType dt) {
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
+
+// TransferStats as counters that concurrent runs (of any executables, with their own caches) add to.
+struct TransferCounters {
+  std::atomic<uint64_t> h2d_bytes{0}, d2h_bytes{0}, runs{0}, setup_h2d_bytes{0}, cache_copy_bytes{0},
+      collective_bytes{0};
+  TransferStats load() const {
+    return {h2d_bytes.load(), d2h_bytes.load(),        runs.load(),
+            setup_h2d_bytes.load(), cache_copy_bytes.load(), collective_bytes.load()};
+  }
+  void reset() {
+    for (auto* c : {&h2d_bytes, &d2h_bytes, &runs, &setup_h2d_bytes, &cache_copy_bytes, &collective_bytes})
+      c->store(0);
+  }
+};
 
 class PjrtCache : public DeviceCache {
  public:
@@ -221,9 +237,12 @@ class PjrtBackendImpl : public PjrtBackend {
   }
   bool supports_op(graph::Op op) const override { return op != graph::Op::kCount; }
   const pjrt::PlatformInfo& platform() const override { return info_; }
-  TransferStats transfer_stats() const override { return stats_; }
-  void reset_transfer_stats() override { stats_ = {}; }
-  CompileTiming compile_timing() const override { return timing_; }
+  TransferStats transfer_stats() const override { return stats_.load(); }
+  void reset_transfer_stats() override { stats_.reset(); }
+  CompileTiming compile_timing() const override {
+    std::lock_guard<std::mutex> lock(timing_mu_);
+    return timing_;
+  }
   int replicas() const override { return replicas_; }
 
   void bind_weights(WeightMap weights) override { bind_replica_weights(0, std::move(weights)); }
@@ -417,15 +436,31 @@ class PjrtBackendImpl : public PjrtBackend {
 
   const Plugin& plugin() const { return plugin_; }
   const Client& client() const { return client_; }
-  TransferStats& stats() { return stats_; }
-  CompileTiming& timing() { return timing_; }
+  TransferCounters& stats() { return stats_; }
+  // Compile timing, from any thread that compiles.
+  void note_emit(double s) {
+    std::lock_guard<std::mutex> lock(timing_mu_);
+    timing_.emit_seconds += s;
+  }
+  void note_compile(double s, bool last = true) {
+    std::lock_guard<std::mutex> lock(timing_mu_);
+    timing_.compile_seconds += s;
+    if (last) timing_.last_compile_seconds = s;
+  }
+  void note_compiled() {
+    std::lock_guard<std::mutex> lock(timing_mu_);
+    ++timing_.compiles;
+  }
   Communicator& comm() const {
     TS_ASSERT(comm_, "no communicator");
     return *comm_;
   }
 
   std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) override;
-  int op_compiles() const override { return static_cast<int>(op_cache_.size()); }
+  int op_compiles() const override {
+    std::lock_guard<std::mutex> lock(op_mu_);
+    return static_cast<int>(op_cache_.size());
+  }
   const WeightBuffer& weight(const std::string& name, int replica = 0) const {
     const auto& map = weights_.at(static_cast<size_t>(replica));
     auto it = map.find(name);
@@ -434,15 +469,21 @@ class PjrtBackendImpl : public PjrtBackend {
            replica > 0 ? " for replica " + std::to_string(replica) : "", " (bind_weights first)");
     return it->second;
   }
-  // The compiled single-op program with this text (compiled on first use).
+  // The compiled single-op program with this text (compiled on first use; the backend keeps it, so the
+  // pointer stays valid as long as the backend).
   PJRT_LoadedExecutable* op_executable(const std::string& text) {
+    std::lock_guard<std::mutex> lock(op_mu_);
     auto it = op_cache_.find(text);
     if (it != op_cache_.end()) return it->second.get();
     auto t0 = clock_type::now();
     auto exe = client_.compile(text, pjrt::compile_options_proto(1, 1));
-    timing_.compile_seconds += seconds_since(t0);
+    note_compile(seconds_since(t0), /*last=*/false);
     return op_cache_.emplace(text, std::move(exe)).first->second.get();
   }
+  // Segmented steps exchange activations through the communicator: one step at a time in this process, so
+  // two threads' collectives never interleave (the order across ranks is the caller's: every rank must run
+  // the same steps in the same order).
+  std::mutex& collective_mutex() { return collective_mu_; }
 
   // The compiled program must return exactly its outputs + one buffer per state (aliasing needs the order).
   void check_outputs(const pjrt::LoadedExecutableHandle& exe, int expected, const graph::Graph& g) const {
@@ -476,9 +517,12 @@ class PjrtBackendImpl : public PjrtBackend {
   std::shared_ptr<Communicator> comm_;
   pjrt::PlatformInfo info_;
   std::vector<std::unordered_map<std::string, WeightBuffer>> weights_;  // per replica
-  TransferStats stats_;
+  TransferCounters stats_;
+  mutable std::mutex timing_mu_;  // guards timing_
   CompileTiming timing_;
+  mutable std::mutex op_mu_;  // guards op_cache_
   std::unordered_map<std::string, pjrt::LoadedExecutableHandle> op_cache_;  // single-op program text -> exe
+  std::mutex collective_mu_;
 };
 
 // Runs a graph one op at a time (disable_compile). Per op: a one-node graph whose operands are placeholders
@@ -494,6 +538,7 @@ class PjrtOpByOpExecutable : public Executable {
           n.op == graph::Op::SamplerState)
         continue;
       steps_.push_back(lower_node(static_cast<int>(i)));
+      steps_.back().exe = be_.op_executable(steps_.back().prog.text);  // compiled now: runs only read
     }
   }
 
@@ -522,6 +567,7 @@ class PjrtOpByOpExecutable : public Executable {
   struct Step {
     int node = -1;
     StablehloProgram prog;
+    PJRT_LoadedExecutable* exe = nullptr;  // owned by the backend's op cache
     std::unordered_map<std::string, Source> sources;  // placeholder weight name -> source
   };
 
@@ -606,7 +652,7 @@ class PjrtOpByOpExecutable : public Executable {
                                          g_.at(st.node).name);
         }
       }
-      BufferHandle out = std::move(execute_loaded(be_.plugin(), be_.op_executable(st.prog.text), {args},
+      BufferHandle out = std::move(execute_loaded(be_.plugin(), st.exe, {args},
                                                   {donated}, st.prog.num_outputs, st.prog.num_results)[0]);
       if (st.node == g_.outputs[0]) last = std::move(out);
       else values[static_cast<size_t>(st.node)] = std::move(out);
@@ -713,8 +759,7 @@ class PjrtSegmentedExecutable : public Executable {
     for (const std::string& text : texts_) {
       auto t0 = clock_type::now();
       auto exe = be_.client().compile(text, pjrt::compile_options_proto(1, 1));
-      be_.timing().compile_seconds += seconds_since(t0);
-      be_.timing().last_compile_seconds = seconds_since(t0);
+      be_.note_compile(seconds_since(t0));
       programs_.push_back(std::move(exe));
     }
     link();
@@ -891,7 +936,8 @@ class PjrtSegmentedExecutable : public Executable {
     PjrtCache& cache = be_.own(cache_base);
     const StepView in(in_base, g_.key, "PJRT step");
     check_cache(cache, g_.key, "PJRT step");
-    TransferStats& st = be_.stats();
+    std::lock_guard<std::mutex> one_step(be_.collective_mutex());
+    TransferCounters& st = be_.stats();
     const Plugin& p = be_.plugin();
     std::vector<BufferHandle> values(g_.nodes.size());  // per node: its value on the device
     std::unordered_map<int, BufferHandle> uploaded;     // per input kind: this step's upload
@@ -1016,22 +1062,21 @@ std::unique_ptr<Executable> PjrtBackendImpl::compile(const graph::Graph& g) {
   if (segmented(g)) {
     auto t0 = clock_type::now();
     auto exe = std::make_unique<PjrtSegmentedExecutable>(*this, g);
-    timing_.emit_seconds += seconds_since(t0);
+    note_emit(seconds_since(t0));
     exe->compile_all();
-    ++timing_.compiles;
+    note_compiled();
     return exe;
   }
   const int replicas = program_replicas(g);
   auto t0 = clock_type::now();
   StablehloProgram prog = pjrt::lower_to_stablehlo(g);
-  timing_.emit_seconds += seconds_since(t0);
+  note_emit(seconds_since(t0));
   dump(g, prog);
   auto weight_args = bind_weight_args(prog, g, replicas);
   auto t1 = clock_type::now();
   auto exe = client_.compile(prog.text, options_for(replicas));
-  timing_.last_compile_seconds = seconds_since(t1);
-  timing_.compile_seconds += timing_.last_compile_seconds;
-  ++timing_.compiles;
+  note_compile(seconds_since(t1));
+  note_compiled();
   check_outputs(exe, prog.num_results, g);
   return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe),
                                           std::move(weight_args));

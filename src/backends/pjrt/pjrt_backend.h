@@ -21,6 +21,11 @@ struct CompileTiming {
   double last_compile_seconds = 0;
 };
 
+// Threads: executables are immutable; any number of threads may run them at once (the same executable or
+// different ones), each run with its own DeviceCache, while others compile, load or create caches. Counters
+// (transfer_stats, compile_timing) are updated atomically. bind_weights / bind_replica_weights replace what
+// compiled executables read, so they must not overlap anything else. Segmented (host-collective) steps run
+// one at a time per backend.
 class PjrtBackend : public Backend {
  public:
   virtual const pjrt::PlatformInfo& platform() const = 0;
@@ -35,8 +40,9 @@ class PjrtBackend : public Backend {
   // compiling (PJRT_Executable_DeserializeAndLoad). The bytes are opaque and tied to the plugin build: a
   // caller must key them by plugin path/version and program hash. Foreign or corrupt bytes throw Error.
   // disable_compile (debugging): an executable that runs `g` one op at a time. Each op is lowered on its own
-  // (operands become arguments) and compiled once per distinct single-op program (op kind, attributes,
-  // shapes) into a cache kept by the backend, so repeated layers and steps reuse it. Intermediate values stay
+  // (operands become arguments) and compiled, when the executable is made, once per distinct single-op
+  // program (op kind, attributes, shapes) into a cache kept by the backend, so repeated layers and steps
+  // reuse it. Intermediate values stay
   // on the device; the KV cache is donated to the ops that write it.
   std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) override = 0;
   virtual int op_compiles() const = 0;  // distinct single-op programs compiled so far
