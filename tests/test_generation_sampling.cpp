@@ -104,6 +104,7 @@ TEST(CpuSampleOp, EqualsHostSamplerOnTheSameLogits) {
       p[graph::kTopK] = cfg.top_k;
       p[graph::kSeedLo] = seed;
       p[graph::kStep] = 0;
+      p[graph::kDoSample] = 1;  // a Sample program samples the rows that ask for it (a Greedy one ignores it)
     }
     std::vector<int32_t> tokens;
     be->compile(g)->run_tokens(

@@ -218,6 +218,7 @@ void check_non_finite_row_gives_minus_one(backends::Backend& be) {
       std::memcpy(&p[graph::kMinP], &zero, 4);
       std::memcpy(&p[graph::kRepetitionPenalty], &one, 4);
       p[graph::kSeedLo] = 3;
+      p[graph::kDoSample] = 1;  // a Sample program samples the rows that ask for it (a Greedy one ignores it)
     }
     std::vector<int32_t> tokens;
     be.compile(g)->run_tokens(
