@@ -504,6 +504,10 @@ TEST(CpuRowsInputs, BadStepInputsAreRefusedWithAMessage) {
   bad.sample_params.pop_back();
   refused_tokens(bad, "StepInputs::sample_params has " + std::to_string(graph::kSampleParams - 1) + " values");
   expect_refused([&] { sampled.run(s, *cache, logits); }, "use run_tokens()");
+  // Caches: sizes, and copies between caches that do not match.
+  expect_refused([&] { m.cache(0, len); }, "rows 0");
+  expect_refused([&] { m.be->copy_cache(*cache, *small); }, "cpu copy_cache: from 2 layers x 4 rows x 16 slots into 2 layers x 2 rows");
+  expect_refused([&] { m.be->copy_cache(*cache, *short_cache); }, "at least as many slots");
   expect_refused([&] { prefill.run_tokens(good, *cache, tokens); }, "run_tokens() needs a graph with in-step sampling");
 }
 

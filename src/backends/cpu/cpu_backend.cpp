@@ -733,6 +733,9 @@ class CpuBackend : public Backend {
   }
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
                                             int64_t cache_len, int64_t head_dim) override {
+    if (layers < 1 || batch < 1 || kv_heads < 1 || cache_len < 1 || head_dim < 1)
+      fail("cpu create_cache: layers ", layers, ", rows ", batch, ", kv heads ", kv_heads, ", slots ", cache_len,
+           ", head_dim ", head_dim, ": each must be at least 1");
     auto c = std::make_unique<CpuCache>();
     c->batch = batch;
     c->cache_len = cache_len;
@@ -743,9 +746,18 @@ class CpuBackend : public Backend {
     return c;
   }
   void copy_cache(const DeviceCache& from_base, DeviceCache& to_base) override {
-    const auto& from = static_cast<const CpuCache&>(from_base);
-    auto& to = static_cast<CpuCache&>(to_base);
-    TS_ASSERT(from.k.size() == to.k.size() && to.cache_len >= from.cache_len);
+    const auto* fp = dynamic_cast<const CpuCache*>(&from_base);
+    auto* tp = dynamic_cast<CpuCache*>(&to_base);
+    if (!fp || !tp) fail("cpu copy_cache: a cache that the cpu backend did not make");
+    const CpuCache& from = *fp;
+    CpuCache& to = *tp;
+    const bool fits = from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len &&
+                      (from.k.empty() || (from.k[0].shape[1] == to.k[0].shape[1] &&
+                                          from.k[0].shape[3] == to.k[0].shape[3]));
+    if (!fits)
+      fail("cpu copy_cache: from ", from.k.size(), " layers x ", from.batch, " rows x ", from.cache_len,
+           " slots into ", to.k.size(), " layers x ", to.batch, " rows x ", to.cache_len,
+           " slots (layers, rows and heads must match; the target needs at least as many slots)");
     auto copy = [&](const Tensor& a, Tensor& b) {
       TS_ASSERT(a.dtype == b.dtype);
       const int64_t rows = a.shape[0] * a.shape[1], hd = a.shape[3];

@@ -2,6 +2,11 @@
 // caller publishes the job by bumping an atomic generation counter; workers spin briefly on it before
 // sleeping on a condition variable, so back-to-back kernels (per-token decode) cost a few hundred
 // nanoseconds of synchronisation instead of a futex wake-up each.
+//
+// Any number of threads may submit work at once (several models or sequences stepping in parallel): their
+// parallel regions take turns on the one pool (a mutex per region, so regions of different callers
+// interleave), each region using every worker. The alternative, a pool per calling thread, would put
+// callers x workers spinning threads on the same cores. Only set_num_threads must not race with any job.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -25,7 +30,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
-  // Rebuilds the pool with n threads (n <= 0: hardware concurrency). Not called while a job runs.
+  // Rebuilds the pool with n threads (n <= 0: hardware concurrency). Not called while a job runs or while
+  // another thread may submit one (set it before models run).
   void set_num_threads(int n);
 
   // Runs fn(tid, nthreads) once on each of the nthreads threads (the caller is thread 0) and returns when
