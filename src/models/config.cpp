@@ -470,13 +470,13 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
   return rope;
 }
 
-void parse_qwen3_sliding(const ConfigReader& r, DecoderConfig& c) {
-  // Qwen3Config: sliding_window = sliding_window if use_sliding_window else None; layer_types, when not
-  // given, slides layers i >= max_window_layers when the window is set. Qwen3Attention then uses the window
-  // in the layers whose type is "sliding_attention"; the sliding mask needs the window set (ValueError
-  // otherwise).
+void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c) {
+  // Qwen2Config and Qwen3Config (the same code): sliding_window = sliding_window if use_sliding_window else
+  // None; layer_types, when not given, slides layers i >= max_window_layers when the window is set.
+  // Qwen2Attention / Qwen3Attention then use the window in the layers whose type is "sliding_attention"; the
+  // sliding mask needs the window set (ValueError otherwise).
   const bool use = r.bool_or("use_sliding_window", false);
-  // 4096: Qwen3Config's default, used when the key is absent (null means no window).
+  // 4096: the config classes' default, used when the key is absent (null means no window).
   const int64_t window_value = r.json().contains("sliding_window")
                                    ? r.int_or("sliding_window", 0, use ? 1 : ConfigReader::kIntMin, kInt32Max)
                                    : 4096;
@@ -498,8 +498,8 @@ void parse_qwen3_sliding(const ConfigReader& r, DecoderConfig& c) {
         sliding[i] = 1;
       } else if (t != "full_attention" && t != "attention") {  // "attention": Transformers' legacy name
         r.fail_field("layer_types", "has " + ConfigReader::show(nlohmann::json(t)) + " at index " +
-                                        std::to_string(i) +
-                                        ", which Qwen3 does not support (full_attention, sliding_attention)");
+                                        std::to_string(i) + ", which " + c.architecture +
+                                        " does not support (full_attention, sliding_attention)");
       }
     }
   } else if (has_window) {

@@ -205,9 +205,9 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
                       int64_t max_position_embeddings);
 // `hidden_act`: silu/swish, gelu, gelu_pytorch_tanh, gelu_new, relu; anything else refused by name.
 Activation parse_activation(const ConfigReader& r, const char* key);
-// Sliding-window layers exactly as Transformers' Qwen3Config decides them: `use_sliding_window`,
-// `sliding_window`, `max_window_layers`, `layer_types`.
-void parse_qwen3_sliding(const ConfigReader& r, DecoderConfig& c);
+// Sliding-window layers exactly as Transformers' Qwen2Config and Qwen3Config decide them (the same code):
+// `use_sliding_window`, `sliding_window`, `max_window_layers`, `layer_types`.
+void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c);
 
 // config.json text -> a JSON object (nesting depth bounded by io::parse_json); errors name `origin`.
 nlohmann::json parse_config_json(std::string_view text, const std::string& origin);

@@ -74,7 +74,7 @@ DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   d.max_position_embeddings = 32768;
   d.rms_norm_eps = 1e-6;
   parse_decoder_config(r, d, c);
-  parse_qwen3_sliding(r, c);
+  parse_qwen_sliding(r, c);
   c.mlp_bias = false;
   validate(c, origin);
   return c;
