@@ -28,7 +28,11 @@ namespace {
 
 // A config.json of each architecture as Transformers 5 saved it (a fixture).
 const std::map<std::string, std::string> kFixtureOf = {
-    {"Qwen3ForCausalLM", "qwen3_tied"}, {"LlamaForCausalLM", "llama_gqa"}, {"Glm4ForCausalLM", "glm4"}};
+    {"Qwen3ForCausalLM", "qwen3_tied"},
+    {"LlamaForCausalLM", "llama_gqa"},
+    {"Glm4ForCausalLM", "glm4"},
+    {"Qwen2ForCausalLM", "qwen2"},
+};
 
 json fixture_config(const std::string& fixture) {
   return golden::load_json(golden::model_path(fixture + "/config.json"));

@@ -35,6 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
+from transformers import Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -252,6 +253,19 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         **common,
     )
+    # Qwen2 / Qwen2.5 (Qwen2ForCausalLM): q/k/v biases (always, no o_proj bias), tied like the small Qwen2.5
+    # checkpoints, head_dim = hidden / heads; Qwen2Config's sliding-window defaults (off).
+    qwen2 = Qwen2Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -262,6 +276,7 @@ def spec_list():
         ("llama_tp4", llama_tp4, torch.float32, 1, 1007),
         ("llama3_v4", llama3_v4, torch.float32, 1, 1008),
         ("glm4_v4", glm4_v4, torch.float32, 1, 1009),
+        ("qwen2", qwen2, torch.float32, 1, 1010),
     ]
 
 
@@ -573,7 +588,8 @@ def tiny_golden(name, config, saved_dtype, seed, d):
 def _tiny(arch, **kw):
     """A small config.json dict of `arch` (hidden 32, 4 heads, 3 layers, vocab 128), `kw` on top; a value of
     None removes the key (so Transformers' class default applies)."""
-    model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4"}[arch]
+    model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4",
+                  "Qwen2ForCausalLM": "qwen2"}[arch]
     cfg = {
         "architectures": [arch],
         "model_type": model_type,
@@ -615,6 +631,7 @@ def resolution_cases():
     else (why, [strings our error must contain]) with why "transformers_fails" (Transformers raises: the script
     checks it does) or "ambiguous" / "unsupported" (Transformers picks silently or runs a rope we lack)."""
     L, Q, G = "LlamaForCausalLM", "Qwen3ForCausalLM", "Glm4ForCausalLM"
+    Q2 = "Qwen2ForCausalLM"
     v4 = dict(rope_parameters=None, rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE))
     cases = [
         ("llama_v5_default", _tiny(L), None),
@@ -755,6 +772,39 @@ def resolution_cases():
         ("llama_gelu_fast", _tiny(L, hidden_act="gelu_fast"), ("unsupported", ["hidden_act", "gelu_fast"])),
         ("llama_quantization_config", _tiny(L, quantization_config={"quant_method": "fp8"}),
          ("unsupported", ["quantization_config"])),
+        # Qwen2 (issue 16): biases on q/k/v whatever attention_bias says, head_dim read when given, Qwen3's
+        # sliding-window rules.
+        ("qwen2_v5_as_saved",
+         _tiny(Q2, head_dim=None, use_sliding_window=False, max_window_layers=28,
+               layer_types=["full_attention"] * 3) | {"sliding_window": None}, None),
+        ("qwen2_head_dim_given", _tiny(Q2, head_dim=16), None),
+        ("qwen2_head_dim_null", _tiny(Q2) | {"head_dim": None}, ("transformers_fails", ["head_dim", "null"])),
+        ("qwen2_attention_bias_false_still_biased", _tiny(Q2, head_dim=None, attention_bias=False), None),
+        ("qwen2_sliding_max_window_layers",
+         _tiny(Q2, head_dim=None, use_sliding_window=True, sliding_window=4, max_window_layers=1), None),
+        ("qwen2_sliding_default_window", _tiny(Q2, head_dim=None, use_sliding_window=True, max_window_layers=2), None),
+        ("qwen2_sliding_window_without_use",
+         _tiny(Q2, head_dim=None, use_sliding_window=False, sliding_window=4, max_window_layers=0), None),
+        ("qwen2_sliding_layer_types",
+         _tiny(Q2, head_dim=None, use_sliding_window=True, sliding_window=4,
+               layer_types=["full_attention", "sliding_attention", "sliding_attention"]), None),
+        ("qwen2_class_defaults",
+         _tiny(Q2, head_dim=None, num_key_value_heads=None, hidden_size=256, num_attention_heads=32,
+               max_position_embeddings=None, rms_norm_eps=None, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None, tie_word_embeddings=None, rope_parameters=None, hidden_act=None), None),
+        ("qwen2_v4_linear", _tiny(Q2, head_dim=None, rope_parameters=None, rope_theta=1000000.0,
+                                  rope_scaling={"type": "linear", "factor": 2.0}), None),
+        ("qwen2_partial_rotary_ignored_by_default_rope", _tiny(Q2, head_dim=None, partial_rotary_factor=0.5), None),
+        ("qwen2_layer_types_unknown_entry",
+         _tiny(Q2, head_dim=None, layer_types=["full_attention", "chunked_attention", "full_attention"]),
+         ("transformers_fails", ["layer_types", "chunked_attention"])),
+        ("qwen2_sliding_layer_without_window",
+         _tiny(Q2, head_dim=None, layer_types=["sliding_attention", "full_attention", "full_attention"]),
+         ("transformers_fails", ["layer_types", "sliding_attention", "use_sliding_window"])),
+        ("qwen2_yarn", _tiny(Q2, head_dim=None, rope_parameters={"rope_type": "yarn", "factor": 4.0,
+                                                                 "rope_theta": 1000000.0,
+                                                                 "original_max_position_embeddings": 64}),
+         ("unsupported", ["yarn", "not supported"])),
     ]
     return cases
 

@@ -14,6 +14,8 @@ Each checkpoint is written exactly as save_pretrained writes it (transformers 5 
   qwen3_sliding_long  the same with sliding_window 300 and a 400-token prompt: decode attends over 300 keys,
                     enough for the native backend to split them into chunks (last-position logits and
                     greedy tokens only, to keep the golden small)
+  qwen2_sliding     Qwen2ForCausalLM (q/k/v biases, untied), use_sliding_window, sliding_window 8,
+                    max_window_layers 1, prompts up to 24 tokens, a left-padded batch
 
 Seeded and offline: a re-run gives byte-identical files for the versions pinned in tools/requirements.txt.
 Schema: tests/fixtures/variants/README.md. Helpers (JSON writer, weight randomiser, generate wrappers) are
@@ -33,6 +35,7 @@ import make_model_goldens as mg  # noqa: E402  (sets HF offline mode before tran
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen3Config  # noqa: E402
+from transformers import Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = mg.BOS, mg.EOS, mg.PAD
 VOCAB = 256
@@ -80,6 +83,9 @@ def spec_list():
         ("qwen3_sliding_long", Qwen3Config,
          common(hidden_act="silu", use_sliding_window=True, sliding_window=300, max_window_layers=1), 2006,
          {"full_attention": {"use_sliding_window": False}}),
+        ("qwen2_sliding", Qwen2Config, common(hidden_act="silu", tie_word_embeddings=False, **sliding), 2007,
+         {"full_attention": {"use_sliding_window": False},
+          "all_layers_sliding": {"max_window_layers": 0}}),
     ]
 
 

@@ -18,6 +18,9 @@ Architecture architecture();
 namespace glm4 {
 Architecture architecture();
 }
+namespace qwen2 {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
@@ -25,6 +28,7 @@ const std::vector<Architecture>& table() {
       qwen3::architecture(),
       llama::architecture(),
       glm4::architecture(),
+      qwen2::architecture(),
   };
   return t;
 }

@@ -1,0 +1,203 @@
+// The architectures of issue 16 (Qwen2, Mistral, ...), each against Transformers on the native cpu backend
+// and through the StableHLO lowering (xla-cpu, skipped when the plugin is absent), and under tensor
+// parallelism equal to one process. Fixtures: tests/fixtures/models/<family> (tools/make_model_goldens.py);
+// their sliding-window variants are in tests/fixtures/variants (tests/test_model_variants.cpp).
+// Tolerances as tests/test_model_golden.cpp: float32 logits within 1e-4 of Transformers' float32 at every
+// position; greedy tokens identical; bfloat16 no further from the float32 golden than 1.25x Transformers' own
+// bf16 run is.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+
+#include "cli_util.h"
+#include "golden_util.h"
+#include "pjrt_test_util.h"
+#include "tessera/model.h"
+
+using namespace tessera;
+namespace golden = tessera::golden;
+
+namespace {
+
+// One fixture per family (tools/make_model_goldens.py).
+const char* kFamilies[] = {"qwen2"};
+
+constexpr double kTol = 1e-4;
+
+std::vector<int32_t> to32(const nlohmann::json& j) {
+  auto v = golden::ids(j);
+  return {v.begin(), v.end()};
+}
+std::vector<std::vector<int32_t>> rows32(const nlohmann::json& j) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& r : j) out.push_back(to32(r));
+  return out;
+}
+
+GenerationConfig greedy(int n, const nlohmann::json& eos = nullptr) {
+  GenerationConfig g;
+  g.max_new_tokens = n;
+  g.pad_token_id = 0;
+  if (!eos.is_null()) g.eos_token_id = {eos.get<int32_t>()};
+  return g;
+}
+
+using Param = std::tuple<const char*, const char*>;  // (fixture, device)
+
+class Families : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    if (xla()) REQUIRE_XLA_CPU();
+  }
+  const char* fixture() const { return std::get<0>(GetParam()); }
+  const char* device() const { return std::get<1>(GetParam()); }
+  bool xla() const { return std::string(device()) == "xla-cpu"; }
+  // One CausalLM per (fixture, device, dtype) for the whole binary, so compiled steps are reused.
+  CausalLM& load(DType dt = DType::F32) const {
+    static std::map<std::string, std::unique_ptr<CausalLM>> loaded;
+    auto& m = loaded[std::string(fixture()) + "@" + device() + "@" + dtype_name(dt)];
+    if (!m) {
+      LoadOptions opt;
+      opt.dtype = dt;
+      opt.device_map = device();
+      m = std::make_unique<CausalLM>(
+          AutoModelForCausalLM::from_pretrained(golden::model_path(fixture()), opt));
+    }
+    return *m;
+  }
+  std::string where() const { return std::string(fixture()) + " on " + device(); }
+};
+
+TEST_P(Families, Float32LogitsMatchTransformersAtEveryPosition) {
+  auto j = golden::load_model_golden(fixture());
+  CausalLM& m = load();
+  for (const auto& c : j["forward"]) {
+    auto expect = golden::matrix(c["logits"]);
+    auto d = golden::max_abs_diff(m.forward(to32(c["input_ids"])), expect.data);
+    EXPECT_LE(d.max_abs, kTol) << where() << " len " << expect.rows << " worst index " << d.index
+                               << " (position " << d.index / expect.cols << ")";
+  }
+}
+
+TEST_P(Families, Bfloat16WithinTransformersOwnBf16Error) {
+  auto j = golden::load_model_golden(fixture());
+  const double hf_own = j["forward_bf16_vs_fp32_max_abs"].get<double>();
+  CausalLM& m = load(DType::BF16);
+  for (size_t i = 0; i < j["forward"].size(); ++i) {
+    auto fp32 = golden::matrix(j["forward"][i]["logits"]);
+    auto hf_bf16 = golden::matrix(j["forward_bf16"][i]["logits"]);
+    std::vector<float> got = m.forward(to32(j["forward"][i]["input_ids"]));
+    EXPECT_LE(golden::max_abs_diff(got, fp32.data).max_abs, 1.25 * hf_own) << where() << " case " << i;
+    EXPECT_LE(golden::max_abs_diff(got, hf_bf16.data).max_abs, 2 * hf_own) << where() << " case " << i;
+  }
+}
+
+TEST_P(Families, GreedyTokensIdenticalFor32Steps) {
+  auto j = golden::load_model_golden(fixture());
+  CausalLM& m = load();
+  for (const auto& c : j["greedy"]) {
+    auto out = m.generate({to32(c["input_ids"])}, {}, greedy(c["max_new_tokens"].get<int>()));
+    EXPECT_EQ(out.sequences[0], to32(c["output_ids"])) << where();
+  }
+}
+
+TEST_P(Families, LeftPaddedBatchEqualsTransformers) {
+  auto b = golden::load_model_golden(fixture())["batched"];
+  CausalLM& m = load();
+  auto out = m.generate(rows32(b["input_ids"]), rows32(b["attention_mask"]),
+                        greedy(b["max_new_tokens"].get<int>(), b["eos_token_id"]));
+  EXPECT_EQ(out.sequences, rows32(b["output_ids"])) << where();
+}
+
+TEST_P(Families, StopsAtEosAndPadsFinishedRows) {
+  auto e = golden::load_model_golden(fixture())["eos"];
+  CausalLM& m = load();
+  GenerationConfig g = greedy(e["max_new_tokens"].get<int>(), e["eos_token_id"]);
+  g.pad_token_id = e["pad_token_id"].get<int32_t>();
+  auto one = m.generate({to32(e["single"]["input_ids"])}, {}, g);
+  EXPECT_EQ(one.sequences[0], to32(e["single"]["output_ids"])) << where();
+  auto batch = m.generate(rows32(e["batched"]["input_ids"]), rows32(e["batched"]["attention_mask"]), g);
+  EXPECT_EQ(batch.sequences, rows32(e["batched"]["output_ids"])) << where();
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  std::string dev = std::get<1>(info.param);
+  for (char& ch : dev)
+    if (ch == '-') ch = '_';
+  return std::string(std::get<0>(info.param)) + "_" + dev;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, Families,
+                         ::testing::Combine(::testing::ValuesIn(kFamilies),
+                                            ::testing::Values("cpu", "xla-cpu")),
+                         param_name);
+
+// ---- Tensor parallelism: ranks started by `tessera launch` (mpirun), compared with one process ----
+
+std::string launch(int n) {
+  return "launch --nproc-per-node " + std::to_string(n) + " -- " + TESSERA_CLI_PATH + " ";
+}
+
+struct TpCase {
+  std::string model;  // a checkpoint directory
+  int tp;
+  std::string flags;   // plan flags (e.g. --tp-plan auto)
+  std::string prompt;  // --input-ids
+  std::string device = "cpu";
+};
+
+// Every position's logits (native backend) and 16 greedy tokens of one prompt: one process vs `tp` ranks.
+void expect_same_as_one_process(const TpCase& c) {
+  SCOPED_TRACE(c.model + " tp=" + std::to_string(c.tp) + " " + c.flags + " on " + c.device);
+  const std::string common =
+      c.model + " --dtype float32 --json --device " + c.device + " --input-ids " + c.prompt;
+  const std::string tp = " --tp-size " + std::to_string(c.tp) + " " + c.flags;
+  if (c.device == "cpu") {
+    const std::string fwd = "forward " + common;
+    auto one = tessera::testing::run_cli(fwd), many = tessera::testing::run_cli(launch(c.tp) + fwd + tp);
+    ASSERT_EQ(one.code, 0) << one.err;
+    ASSERT_EQ(many.code, 0) << many.err;
+    auto a = nlohmann::json::parse(one.out)["logits"].get<std::vector<std::vector<double>>>();
+    auto b = nlohmann::json::parse(many.out)["logits"].get<std::vector<std::vector<double>>>();
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].size(), b[i].size());
+      for (size_t k = 0; k < a[i].size(); ++k) worst = std::max(worst, std::abs(a[i][k] - b[i][k]));
+    }
+    EXPECT_LE(worst, kTol);
+  }
+  const std::string gen = "generate " + common + " --max-new-tokens 16";
+  auto one = tessera::testing::run_cli(gen), many = tessera::testing::run_cli(launch(c.tp) + gen + tp);
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(many.code, 0) << many.err;
+  auto ja = nlohmann::json::parse(one.out), jb = nlohmann::json::parse(many.out);
+  EXPECT_EQ(ja["ids"], jb["ids"]);
+  EXPECT_EQ(jb["tp_size"], c.tp);
+  EXPECT_LT(jb["weight_bytes"].get<double>(), ja["weight_bytes"].get<double>());  // a share, not the whole
+}
+
+const char* kPrompt = "1,17,33,250,7,99,512,3";  // vocab 1024 fixtures
+// 24 ids < 256 (the variants' vocab): longer than their sliding window of 8.
+const char* kLongPrompt = "5,17,33,250,7,99,201,3,44,18,90,120,6,77,230,11,150,60,9,31,140,222,13,88";
+
+std::string variant(const std::string& name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/variants/" + name;
+}
+
+TEST(FamiliesTp, Qwen2TwoRanksAndAutoPlanOnFour) {
+  expect_same_as_one_process({golden::model_path("qwen2"), 2, "", kPrompt});
+  expect_same_as_one_process({golden::model_path("qwen2"), 4, "--tp-plan auto", kPrompt});  // 2 KV heads
+  expect_same_as_one_process({variant("qwen2_sliding"), 2, "", kLongPrompt});  // untied, past the window
+}
+
+TEST(FamiliesTp, XlaCpuTwoRanksGreedyEqualsOneDevice) {
+  REQUIRE_XLA_CPU();
+  expect_same_as_one_process({variant("qwen2_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+}
+
+}  // namespace
