@@ -1,0 +1,103 @@
+// The step API for a scheduler (JetStream's prefill / insert / generate): a fixed set of decode slots over one
+// multi-sequence KV cache, which requests join and leave between steps with no recompile.
+//
+//   tessera::SlotBatch batch(model, /*slots=*/8, /*cache_len=*/1024);
+//   int32_t first = batch.prefill(batch.free_slot(), prompt_ids, config);  // a request joins
+//   for (const auto& t : batch.step()) ...  // one token for every running slot
+//   batch.release(slot);                    // when its sequence is done (or to cancel it)
+//
+// A slot is one sequence's row of the cache (not a cache position). prefill() runs the prompt of one
+// sequence alone, padded on the left to its prompt bucket where the backend wants buckets, into the chosen
+// slot (one program per bucket: batch 1, seq bucket, cache rows = slots); step() runs one decode program
+// for all slots at once (batch = slots, cache_len), each row at its own position; free and finished slots
+// get harmless inputs and their outputs are ignored. So a workload of any prompt lengths and arrival times
+// compiles the buckets it uses plus one decode program. Where the backend samples inside the step
+// (Capabilities::in_step_sampling on a device that prefers buckets, as generate() decides) only token ids
+// come back; otherwise the logits do and each row is sampled on the host. Greedy tokens of a request equal
+// what generate() gives for it alone; seeded draws are keyed by (seed, step, slot).
+//
+// A SlotBatch is used by one thread at a time; several SlotBatches (and generate() calls) may share one
+// CausalLM from different threads. The model must outlive the batch.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tessera/generation.h"
+#include "tessera/model.h"
+
+namespace tessera {
+
+struct SlotBatchOptions {
+  // Sample every row on the host from the logits even where the backend could sample in the step (tests,
+  // or a caller that wants last_logits()).
+  bool host_sampling = false;
+  // Keep each running slot's logits of its last token (host sampling only): last_logits().
+  bool keep_logits = false;
+};
+
+// The token one running slot got from a step.
+struct SlotToken {
+  int slot = 0;
+  int32_t token = 0;
+  FinishReason finish = FinishReason::None;  // None: the slot goes on; else it ended with this token
+};
+
+// What a slot holds.
+struct SlotState {
+  bool busy = false;     // holds a sequence (running or finished) until release()
+  bool running = false;  // step() produces its next token
+  FinishReason finish = FinishReason::None;
+  int prompt_tokens = 0;  // the prompt's length
+  int prefill_len = 0;    // the bucket its prefill ran at (>= prompt_tokens)
+  int new_tokens = 0;     // tokens produced so far (the prefill's first one included)
+  int budget = 0;         // new tokens at most (max_new_tokens / max_length for this prompt)
+  int next_slot = 0;      // cache position its next token is written to
+};
+
+class SlotBatch {
+ public:
+  // `slots` sequences of at most `cache_len` cache positions each (prompt bucket + new tokens - 1).
+  SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchOptions& options = {});
+  SlotBatch(SlotBatch&&) noexcept;
+  SlotBatch& operator=(SlotBatch&&) noexcept;
+  ~SlotBatch();
+
+  int slots() const;
+  int cache_len() const;
+  // Whether tokens are chosen inside the compiled step (only ids cross back).
+  bool device_sampling() const;
+
+  // Starts a sequence in free slot `slot`: runs its prompt and returns its first new token (which may already
+  // end it: eos, a budget of 1, or `on_token` returning false). `config` gives the sampling settings, the
+  // eos ids and the new-token budget (new_token_budget of the prompt); its seed, when unset, is drawn fresh.
+  // `on_token(slot, token)` is called with every token of this sequence, this first one included.
+  // Errors: slot out of range or busy, an empty prompt, ids outside the vocabulary, a prompt whose bucket and
+  // budget do not fit cache_len, disable_compile.
+  int32_t prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                  const TokenCallback& on_token = {});
+  // One decode step over every running slot; returns their new tokens in slot order (empty, running nothing,
+  // when no slot runs). A non-finite logit in a slot ends that slot (FinishReason::Error) after the other
+  // slots' tokens are taken, and then throws Error naming the slot and the step.
+  std::vector<SlotToken> step();
+  // Frees a busy slot (finished, or still running: that cancels it). Error when the slot is not busy.
+  void release(int slot);
+
+  bool busy(int slot) const;
+  bool running(int slot) const;
+  int free_slot() const;      // the lowest free slot, or -1
+  int running_count() const;  // slots step() will advance
+  SlotState state(int slot) const;
+  // The slot's new tokens so far (its sequence after the prompt), until release().
+  const std::vector<int32_t>& tokens(int slot) const;
+  // SlotBatchOptions::keep_logits: the logits [vocab] its last token was chosen from (before any processor).
+  const std::vector<float>& last_logits(int slot) const;
+  // Decode steps run so far.
+  int steps() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera

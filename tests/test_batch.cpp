@@ -1,0 +1,366 @@
+// The step API (include/tessera/batch.h): rows that join a running SlotBatch at different times give, each,
+// what the request gives alone through generate() (greedy ids) and the same float32 logits as the request
+// alone in a batch of one slot; a staggered workload of mixed prompt lengths compiles its prompt buckets and
+// one decode program; callbacks stop rows (generate() and SlotBatch); bad step-API inputs are clear errors.
+#include "tessera/batch.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "golden_util.h"
+#include "pjrt_test_util.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+
+using namespace tessera;
+namespace golden = tessera::golden;
+namespace fs = std::filesystem;
+
+namespace {
+
+CausalLM load(const std::string& name, const std::string& device, const std::string& buckets = "auto") {
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  opt.device_map = device;
+  opt.buckets = buckets;
+  return AutoModelForCausalLM::from_pretrained(golden::model_path(name), opt);
+}
+
+std::vector<int32_t> prompt(int len, int salt) {
+  std::vector<int32_t> ids(static_cast<size_t>(len));
+  for (int i = 0; i < len; ++i) ids[static_cast<size_t>(i)] = 3 + (i * 37 + salt * 101) % 1000;
+  return ids;
+}
+
+GenerationConfig greedy(int n) {
+  GenerationConfig g;
+  g.max_new_tokens = n;
+  return g;  // no eos: every request runs its whole budget
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+struct Request {
+  int arrival;  // the batch step before which it joins (when a slot is free)
+  int len, new_tokens, salt;
+};
+
+struct Served {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;  // per token (keep_logits)
+  int slot = -1;
+};
+
+// Runs `requests` through `batch`: each joins at its arrival step (or as soon as a slot frees), finished slots
+// are released at once. Returns what each request got.
+std::vector<Served> serve(SlotBatch& batch, const std::vector<Request>& requests, bool logits) {
+  std::vector<Served> out(requests.size());
+  std::vector<int> owner(static_cast<size_t>(batch.slots()), -1);  // request in each slot
+  size_t next = 0;
+  for (int step = 0; next < requests.size() || batch.running_count() > 0; ++step) {
+    while (next < requests.size() && requests[next].arrival <= step && batch.free_slot() >= 0) {
+      const Request& r = requests[next];
+      const int slot = batch.free_slot();
+      batch.prefill(slot, prompt(r.len, r.salt), greedy(r.new_tokens));
+      owner[static_cast<size_t>(slot)] = static_cast<int>(next);
+      out[next].slot = slot;
+      if (logits) out[next].logits.push_back(batch.last_logits(slot));
+      ++next;
+    }
+    for (const SlotToken& t : batch.step())
+      if (logits) out[static_cast<size_t>(owner[static_cast<size_t>(t.slot)])].logits.push_back(batch.last_logits(t.slot));
+    for (int s = 0; s < batch.slots(); ++s) {
+      if (!batch.busy(s) || batch.running(s)) continue;
+      out[static_cast<size_t>(owner[static_cast<size_t>(s)])].tokens = batch.tokens(s);
+      batch.release(s);
+      owner[static_cast<size_t>(s)] = -1;
+    }
+  }
+  return out;
+}
+
+// Five requests of different lengths (within the first pow2 bucket) and budgets, joining a 3-slot batch at
+// different steps (some wait for a slot to free). `one_budget` (xla-cpu, where each compile takes seconds):
+// every request has the same budget, so generate() alone compiles one prefill and one decode for them all.
+std::vector<Request> staggered(bool one_budget) {
+  std::vector<Request> r = {{0, 5, 12, 1}, {0, 9, 6, 2}, {3, 3, 10, 3}, {4, 14, 8, 4}, {5, 7, 9, 5}};
+  if (one_budget)
+    for (Request& q : r) q.new_tokens = 9;
+  return r;
+}
+
+void expect_each_equals_alone(CausalLM& m, const std::string& device, bool host_sampling) {
+  const std::vector<Request> reqs = staggered(device != "cpu");
+  SlotBatch batch(m, 3, 40, {.host_sampling = host_sampling, .keep_logits = host_sampling});
+  EXPECT_EQ(batch.device_sampling(), !host_sampling && device != "cpu");
+  const std::vector<Served> got = serve(batch, reqs, host_sampling);
+  EXPECT_GE(batch.steps(), 14);
+  std::set<int> slots_used;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Request& r = reqs[i];
+    slots_used.insert(got[i].slot);
+    const auto alone = m.generate({prompt(r.len, r.salt)}, {}, greedy(r.new_tokens)).sequences[0];
+    const std::vector<int32_t> want(alone.begin() + r.len, alone.end());
+    EXPECT_EQ(got[i].tokens, want) << device << " request " << i << " in slot " << got[i].slot;
+    if (!host_sampling) continue;
+    // The same request alone in a batch of one slot: the same float32 logits for every token.
+    SlotBatch one(m, 1, 40, {.host_sampling = true, .keep_logits = true});
+    const std::vector<Served> solo = serve(one, {{0, r.len, r.new_tokens, r.salt}}, true);
+    ASSERT_EQ(solo[0].tokens, want) << device << " request " << i;
+    ASSERT_EQ(got[i].logits.size(), solo[0].logits.size());
+    float worst = 0;
+    for (size_t t = 0; t < solo[0].logits.size(); ++t) {
+      ASSERT_EQ(got[i].logits[t].size(), solo[0].logits[t].size());
+      for (size_t v = 0; v < solo[0].logits[t].size(); ++v)
+        worst = std::max(worst, std::fabs(got[i].logits[t][v] - solo[0].logits[t][v]));
+    }
+    EXPECT_LE(worst, 1e-5f) << device << " request " << i;
+  }
+  EXPECT_EQ(slots_used.size(), 3u) << "every slot served a request";
+}
+
+TEST(SlotBatchJoin, RowsJoiningAtDifferentTimesEachEqualTheRequestAloneOnCpu) {
+  CausalLM m = load("llama_gqa", "cpu");
+  expect_each_equals_alone(m, "cpu", true);
+}
+
+TEST(SlotBatchJoin, RowsJoiningAtDifferentTimesEachEqualTheRequestAloneOnXlaCpu) {
+  REQUIRE_XLA_CPU();
+  CausalLM m = load("llama_gqa", "xla-cpu");
+  expect_each_equals_alone(m, "xla-cpu", false);  // sampled in the step: ids only cross back
+  expect_each_equals_alone(m, "xla-cpu", true);   // logits back, sampled on the host
+}
+
+// 20 requests of mixed prompt lengths arriving over time: one prefill program per prompt bucket used and one
+// decode program, whatever the arrival order.
+void expect_buckets_plus_one_decode(const std::string& device, const std::string& buckets) {
+  CausalLM m = load("qwen3_tied", device, buckets);
+  const std::vector<int> lengths = {3, 60, 17, 5, 31, 64, 33, 9, 12, 47, 16, 2, 40, 20, 63, 8, 29, 50, 1, 36};
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < lengths.size(); ++i)
+    reqs.push_back({static_cast<int>(i) * 2, lengths[i], 3 + static_cast<int>(i % 5), static_cast<int>(i)});
+  std::set<int> used;
+  for (int len : lengths) used.insert(m.prompt_bucket(len));
+  const CompileReport before = m.compile_stats();
+  SlotBatch batch(m, 4, 72);
+  const std::vector<Served> got = serve(batch, reqs, false);
+  const CompileReport after = m.compile_stats();
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i].tokens.size(), static_cast<size_t>(reqs[i].new_tokens)) << i;
+  const int compiled = after.compiles + after.disk_hits - before.compiles - before.disk_hits;
+  EXPECT_EQ(compiled, static_cast<int>(used.size()) + 1) << device;
+  int prefills = 0, decodes = 0;
+  for (size_t k = before.keys.size(); k < after.keys.size(); ++k) {
+    prefills += after.keys[k].find("prefill") != std::string::npos;
+    decodes += after.keys[k].find("decode") != std::string::npos;
+    std::printf("[ compiles ] %s %s\n", device.c_str(), after.keys[k].c_str());
+  }
+  EXPECT_EQ(prefills, static_cast<int>(used.size()));
+  EXPECT_EQ(decodes, 1);
+  std::printf("[ compiles ] %s: %zu requests, %d steps, %zu buckets used + 1 decode = %d compiles (%.2f s)\n",
+              device.c_str(), reqs.size(), batch.steps(), used.size(), compiled,
+              after.compile_seconds - before.compile_seconds);
+}
+
+TEST(SlotBatchCompiles, StaggeredMixedWorkloadCompilesBucketsPlusOneDecodeOnCpu) {
+  expect_buckets_plus_one_decode("cpu", "16,32,64");
+}
+
+TEST(SlotBatchCompiles, StaggeredMixedWorkloadCompilesBucketsPlusOneDecodeOnXlaCpu) {
+  REQUIRE_XLA_CPU();
+  expect_buckets_plus_one_decode("xla-cpu", "auto");
+}
+
+// A callback returning false stops its row after that token; the other rows go on. Callbacks returning void
+// (a lambda, a std::function, nullptr) still compile and never stop a row.
+TEST(StopCallback, GenerateStopsOneRowAndKeepsTheOthers) {
+  CausalLM m = load("llama_gqa", "cpu");
+  const std::vector<std::vector<int32_t>> ids = {prompt(6, 1), prompt(6, 2)};
+  const GenerateOutput full = m.generate(ids, {}, greedy(10));
+  int seen0 = 0;
+  const GenerateOutput out = m.generate(ids, {}, greedy(10), [&](int row, int32_t) { return row != 0 || ++seen0 < 3; });
+  EXPECT_EQ(seen0, 3) << "row 0 is not called after it stopped";
+  const int32_t pad = *m.generation_config().effective_pad_token_id();
+  for (size_t i = 0; i < 16; ++i) {
+    const bool kept = i < 6 + 3;
+    EXPECT_EQ(out.sequences[0][i], kept ? full.sequences[0][i] : pad) << i;
+  }
+  EXPECT_EQ(out.sequences[1], full.sequences[1]);
+  ASSERT_EQ(out.finish_reasons.size(), 2u);
+  EXPECT_EQ(out.finish_reasons[0], FinishReason::Stopped);
+  EXPECT_EQ(out.finish_reasons[1], FinishReason::Length);
+  EXPECT_EQ(out.new_tokens, 10);
+
+  // Every row stopped: generation ends at once.
+  const GenerateOutput none = m.generate(ids, {}, greedy(10), [](int, int32_t) { return false; });
+  EXPECT_EQ(none.new_tokens, 1);
+  EXPECT_EQ(none.decode_steps, 0);
+
+  // The void forms: no stop.
+  int calls = 0;
+  std::function<void(int, int32_t)> counter = [&](int, int32_t) { ++calls; };
+  EXPECT_EQ(m.generate(ids, {}, greedy(10), counter).sequences, full.sequences);
+  EXPECT_EQ(calls, 20);
+  EXPECT_EQ(m.generate(ids, {}, greedy(10), [&](int, int32_t) { ++calls; }).sequences, full.sequences);
+  EXPECT_EQ(calls, 40);
+  EXPECT_EQ(m.generate(ids, {}, greedy(10), nullptr).sequences, full.sequences);
+  EXPECT_EQ(m.generate(ids, {}, greedy(10), std::function<void(int, int32_t)>()).sequences, full.sequences);
+}
+
+TEST(StopCallback, SlotBatchCallbackStopsItsSlot) {
+  CausalLM m = load("llama_gqa", "cpu");
+  SlotBatch batch(m, 2, 32);
+  std::vector<int32_t> streamed;
+  batch.prefill(0, prompt(5, 1), greedy(12), [&](int slot, int32_t tok) {
+    EXPECT_EQ(slot, 0);
+    streamed.push_back(tok);
+    return streamed.size() < 4;
+  });
+  batch.prefill(1, prompt(5, 2), greedy(6));
+  while (batch.running_count() > 0) batch.step();
+  EXPECT_EQ(batch.state(0).finish, FinishReason::Stopped);
+  EXPECT_EQ(batch.tokens(0), streamed);
+  ASSERT_EQ(batch.tokens(0).size(), 4u);
+  const auto alone = m.generate({prompt(5, 1)}, {}, greedy(4)).sequences[0];
+  EXPECT_EQ(batch.tokens(0), std::vector<int32_t>(alone.begin() + 5, alone.end()));
+  EXPECT_EQ(batch.state(1).finish, FinishReason::Length);
+  EXPECT_EQ(batch.tokens(1).size(), 6u);
+}
+
+TEST(SlotBatchEos, AnEosEndsTheSlot) {
+  CausalLM m = load("llama_gqa", "cpu");
+  const std::vector<int32_t> p = prompt(7, 3);
+  const auto alone = m.generate({p}, {}, greedy(8)).sequences[0];
+  GenerationConfig g = greedy(8);
+  g.eos_token_id = {alone[7 + 2]};  // the third new token
+  SlotBatch batch(m, 1, 32);
+  batch.prefill(0, p, g);
+  int steps = 0;
+  while (batch.running(0)) steps += !batch.step().empty();
+  EXPECT_EQ(batch.state(0).finish, FinishReason::Eos);
+  EXPECT_EQ(batch.tokens(0), std::vector<int32_t>(alone.begin() + 7, alone.begin() + 10));
+  EXPECT_EQ(steps, 2);
+  EXPECT_TRUE(batch.step().empty()) << "nothing runs";
+}
+
+TEST(SlotBatchErrors, BadInputsGiveClearErrors) {
+  CausalLM m = load("qwen3_tied", "cpu", "16,32");
+  EXPECT_NE(error_of([&] { SlotBatch(m, 0, 32); }).find("slots must be in 1..4096, got 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { SlotBatch(m, 2, 0); }).find("cache_len must be in 1..256"), std::string::npos);
+  EXPECT_NE(error_of([&] { SlotBatch(m, 2, 300); }).find("got 300"), std::string::npos);
+  SlotBatch b(m, 2, 40);
+  EXPECT_EQ(error_of([&] { b.prefill(2, prompt(3, 1), greedy(4)); }),
+            "SlotBatch::prefill: slot 2 is out of range (the batch has 2 slots: 0..1)");
+  EXPECT_NE(error_of([&] { b.prefill(-1, prompt(3, 1), greedy(4)); }).find("slot -1 is out of range"),
+            std::string::npos);
+  b.prefill(0, prompt(3, 1), greedy(4));
+  EXPECT_EQ(error_of([&] { b.prefill(0, prompt(3, 1), greedy(4)); }),
+            "SlotBatch::prefill: slot 0 is busy (running; release(0) frees it)");
+  // Bucket 32 + 12 new tokens need 43 cache positions.
+  EXPECT_EQ(error_of([&] { b.prefill(1, prompt(20, 1), greedy(12)); }),
+            "SlotBatch::prefill: slot 1: a prompt of 20 tokens (prefill bucket 32) and 12 new tokens need 43 cache "
+            "positions; the batch has cache_len 40");
+  EXPECT_NE(error_of([&] { b.prefill(1, prompt(200, 1), greedy(12)); }).find("need 211 cache positions"),
+            std::string::npos) << "longer than the largest bucket: its exact length";
+  EXPECT_EQ(error_of([&] { b.prefill(1, {}, greedy(4)); }), "SlotBatch::prefill: slot 1: empty prompt");
+  EXPECT_EQ(error_of([&] { b.prefill(1, {5, 1024}, greedy(4)); }),
+            "SlotBatch::prefill: slot 1: prompt id 1024 (index 1) is out of range for vocab size 1024");
+  GenerationConfig bad = greedy(4);
+  bad.top_p = 0;
+  EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), bad); }).find("top_p"), std::string::npos);
+  bad = greedy(4);
+  bad.disable_compile = true;
+  EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), bad); }).find("disable_compile"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), greedy(300)); }).find("exceeds max_position_embeddings"),
+            std::string::npos);
+  EXPECT_FALSE(b.busy(1)) << "a refused prefill leaves the slot free";
+  EXPECT_EQ(error_of([&] { b.release(1); }), "SlotBatch::release: slot 1 is not busy (it is free already)");
+  b.release(0);  // cancels the running sequence
+  EXPECT_EQ(error_of([&] { b.release(0); }), "SlotBatch::release: slot 0 is not busy (it is free already)");
+  EXPECT_EQ(error_of([&] { b.release(7); }),
+            "SlotBatch::release: slot 7 is out of range (the batch has 2 slots: 0..1)");
+  EXPECT_NE(error_of([&] { b.state(5); }).find("slot 5 is out of range"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.last_logits(0); }).find("keep_logits"), std::string::npos);
+  EXPECT_EQ(b.free_slot(), 0);
+  EXPECT_TRUE(b.step().empty());
+}
+
+// A copy of a fixture model with the embedding row of one token id set to NaN (llama_gqa: float16, untied),
+// so any sequence that feeds that token gets non-finite logits from then on.
+class PoisonedModel {
+ public:
+  PoisonedModel(const std::string& fixture, int32_t token) {
+    dir_ = fs::temp_directory_path() / ("tessera_batch_nan_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::copy(golden::model_path(fixture), dir_, fs::copy_options::recursive);
+    std::fstream f(dir_ / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_len = 0;
+    f.read(reinterpret_cast<char*>(&header_len), 8);
+    std::string header(header_len, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_len));
+    const auto e = nlohmann::json::parse(header)["model.embed_tokens.weight"];
+    EXPECT_EQ(e["dtype"], "F16");
+    const uint64_t cols = e["shape"][1], begin = e["data_offsets"][0];
+    const uint16_t nan = 0x7e00;
+    f.seekp(static_cast<std::streamoff>(8 + header_len + begin + static_cast<uint64_t>(token) * cols * 2));
+    for (uint64_t i = 0; i < cols; ++i) f.write(reinterpret_cast<const char*>(&nan), 2);
+  }
+  ~PoisonedModel() { fs::remove_all(dir_); }
+  std::string path() const { return dir_.string(); }
+
+ private:
+  fs::path dir_;
+};
+
+TEST(SlotBatchErrors, NonFiniteLogitsEndTheSlotAndNameIt) {
+  const std::vector<int32_t> p = prompt(4, 7), q = prompt(5, 8);
+  std::vector<int32_t> q_alone, p_first;
+  {
+    CausalLM clean = load("llama_gqa", "cpu");
+    p_first = clean.generate({p}, {}, greedy(1)).sequences[0];
+    q_alone = clean.generate({q}, {}, greedy(4)).sequences[0];
+  }
+  const int32_t t = p_first[4];  // p's first new token: poisoned, so the step that feeds it fails
+  auto has = [t](const std::vector<int32_t>& v) { return std::find(v.begin(), v.end(), t) != v.end(); };
+  ASSERT_FALSE(has(p) || has(q_alone)) << "pick other prompts: " << t;
+  PoisonedModel poisoned("llama_gqa", t);
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM m = AutoModelForCausalLM::from_pretrained(poisoned.path(), opt);
+  SlotBatch b(m, 2, 32);
+  b.prefill(0, q, greedy(4));
+  EXPECT_EQ(b.prefill(1, p, greedy(4)), t);
+  const std::string e = error_of([&] { b.step(); });
+  EXPECT_NE(e.find("SlotBatch::step: step 0, slot 1 (its token 1): the model produced a non-finite logit (nan at "
+                   "vocabulary index 0)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(b.state(1).finish, FinishReason::Error);
+  EXPECT_FALSE(b.running(1));
+  ASSERT_EQ(b.tokens(0).size(), 2u) << "the other slot's token of that step is taken";
+  while (b.running(0)) b.step();
+  EXPECT_EQ(b.tokens(0), std::vector<int32_t>(q_alone.begin() + 5, q_alone.end()));
+  b.release(1);
+  const std::string pe = error_of([&] { b.prefill(1, {5, t, 6}, greedy(4)); });
+  EXPECT_NE(pe.find("SlotBatch::prefill: slot 1, step 0: the model produced a non-finite logit"), std::string::npos)
+      << pe;
+  EXPECT_FALSE(b.busy(1));
+}
+
+}  // namespace
