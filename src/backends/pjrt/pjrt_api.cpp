@@ -14,6 +14,7 @@
 
 #include "backends/pjrt/pjrt_info.h"
 #include "tessera/error.h"
+#include "tessera/log.h"
 
 #if TESSERA_HAVE_PJRT
 namespace tessera::pjrt {
@@ -92,14 +93,15 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
-PJRT_Error* Plugin::bounded(const char* what, std::function<PJRT_Error*()> call) const {
+PJRT_Error* Plugin::bounded(const char* what, std::function<PJRT_Error*()> call, double limit) const {
   struct Pending {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
     PJRT_Error* err = nullptr;
   };
-  const double limit = plugin_start_timeout_s();
+  if (!(limit > 0) || limit > 1e6)
+    fail("PJRT settings: start_timeout_s = ", limit, " is not a number of seconds > 0 (at most 1e6)");
   auto pending = std::make_shared<Pending>();
   std::thread([pending, call = std::move(call)] {
     PJRT_Error* err = call();
@@ -113,7 +115,7 @@ PJRT_Error* Plugin::bounded(const char* what, std::function<PJRT_Error*()> call)
     return pending->err;
   const std::string msg =
       "PJRT plugin " + path_ + ": " + what + " did not return within " + seconds_text(limit) +
-      " s (plugin start-up timeout, $TESSERA_PJRT_START_TIMEOUT); the plugin is stuck and "
+      " s (the plugin start-up timeout, start_timeout_s); the plugin is stuck and "
       "cannot be used in this process";
   {
     std::lock_guard<std::mutex> g(stuck_mutex());
@@ -123,7 +125,7 @@ PJRT_Error* Plugin::bounded(const char* what, std::function<PJRT_Error*()> call)
   fail(msg);
 }
 
-Plugin& Plugin::load(const std::string& path) {
+Plugin& Plugin::load(const std::string& path, const PjrtSettings& settings) {
   {
     std::lock_guard<std::mutex> g(stuck_mutex());
     auto stuck = stuck_plugins().find(path);
@@ -136,14 +138,15 @@ Plugin& Plugin::load(const std::string& path) {
   std::lock_guard<std::mutex> lock(*mu);
   auto it = loaded->find(path);
   if (it != loaded->end()) return *it->second;
-  std::unique_ptr<Plugin> p(new Plugin(path));
+  std::unique_ptr<Plugin> p(new Plugin(path, settings));
   return *loaded->emplace(path, std::move(p)).first->second;
 }
 
-Plugin::Plugin(std::string path) : path_(std::move(path)) {
+Plugin::Plugin(std::string path, const PjrtSettings& settings) : path_(std::move(path)) {
   // XLA plugins log INFO lines (e.g. "cpu_device_count set via create_options") to stderr; keep the CLI's
-  // stderr for our own messages unless the user asked for plugin logs or set the level themselves.
-  if (!std::getenv("TESSERA_PJRT_LOG")) ::setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
+  // stderr for our own messages unless the caller asked for plugin logs or the level is set already (XLA
+  // reads TF_CPP_MIN_LOG_LEVEL; it is set, never read, here).
+  if (!settings.plugin_log) ::setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
   handle_ = ::dlopen(path_.c_str(), RTLD_LOCAL | RTLD_NOW);
   if (!handle_) fail("cannot load PJRT plugin ", path_, ": ", ::dlerror());
   using GetApi = const PJRT_Api* (*)();
@@ -162,14 +165,15 @@ Plugin::Plugin(std::string path) : path_(std::move(path)) {
          PJRT_API_MAJOR, " (", PJRT_API_MAJOR, ".", PJRT_API_MINOR, "); they are incompatible");
   // Minor skew is accepted both ways: an older plugin lacks newer functions (fn() checks each one against
   // struct_size) and reads only the args fields it knows; a newer plugin accepts our smaller struct_size.
-  if (minor_ != PJRT_API_MINOR && std::getenv("TESSERA_PJRT_LOG"))
-    std::fprintf(stderr, "tessera: PJRT plugin %s is API %s, header is %d.%d (minor skew accepted)\n",
-                 path_.c_str(), api_version().c_str(), PJRT_API_MAJOR, PJRT_API_MINOR);
+  if (minor_ != PJRT_API_MINOR && settings.plugin_log)
+    log_note("PJRT plugin ", path_, " is API ", api_version(), ", header is ", PJRT_API_MAJOR, ".", PJRT_API_MINOR,
+             " (minor skew accepted)");
 
   if (PJRT_HAS(*this, Plugin_Initialize)) {
     auto init = std::make_shared<PJRT_Plugin_Initialize_Args>(make_args<PJRT_Plugin_Initialize_Args>());
     auto* fn = api_->PJRT_Plugin_Initialize;
-    check(bounded("PJRT_Plugin_Initialize", [init, fn] { return fn(init.get()); }), "PJRT_Plugin_Initialize");
+    check(bounded("PJRT_Plugin_Initialize", [init, fn] { return fn(init.get()); }, settings.start_timeout_s),
+          "PJRT_Plugin_Initialize");
   }
   if (PJRT_HAS(*this, Plugin_Attributes)) {
     auto attrs = make_args<PJRT_Plugin_Attributes_Args>();
@@ -179,9 +183,10 @@ Plugin::Plugin(std::string path) : path_(std::move(path)) {
       attributes_.emplace_back(std::string(v.name, v.name_size), named_value_text(v));
     }
   }
-  if (std::getenv("TESSERA_PJRT_LOG")) {
-    std::fprintf(stderr, "tessera: loaded PJRT plugin %s (API %s)\n", path_.c_str(), api_version().c_str());
-    for (const auto& [k, v] : attributes_) std::fprintf(stderr, "tessera:   %s = %s\n", k.c_str(), v.c_str());
+  if (settings.plugin_log) {
+    std::string attrs;
+    for (const auto& [k, v] : attributes_) attrs += (attrs.empty() ? "" : ", ") + k + " = " + v;
+    log_note("loaded PJRT plugin ", path_, " (API ", api_version(), ")", attrs.empty() ? "" : ": ", attrs);
   }
 }
 
@@ -215,7 +220,7 @@ void Plugin::check(PJRT_Error* err, const char* what) const {
   fail(what, " failed (", code, "): ", message);
 }
 
-// Destroyers run from destructors: an error is reported on stderr, never thrown.
+// Destroyers run from destructors: an error is logged as a warning, never thrown.
 #define TESSERA_PJRT_DESTROYER(func, Type, name, field)         \
   void func(const Plugin& p, Type* h) {                         \
     try {                                                       \
@@ -223,7 +228,7 @@ void Plugin::check(PJRT_Error* err, const char* what) const {
       a.field = h;                                              \
       PJRT_CALL(p, name, a);                                    \
     } catch (const Error& e) {                                  \
-      std::fprintf(stderr, "tessera: warning: %s\n", e.what()); \
+      log_warning(e.what());                                    \
     }                                                           \
   }
 TESSERA_PJRT_DESTROYER(destroy_client, PJRT_Client, Client_Destroy, client)
@@ -244,7 +249,7 @@ void await(const Plugin& p, EventHandle e, const char* what) {
   }
 }
 
-Client::Client(const Plugin& p, int device_count) : p_(&p) {
+Client::Client(const Plugin& p, int device_count, double start_timeout_s) : p_(&p) {
   // Owned with the thread that makes the call: it may outlive this constructor (see Plugin::bounded).
   struct Create {
     PJRT_Client_Create_Args a = make_args<PJRT_Client_Create_Args>();
@@ -257,7 +262,8 @@ Client::Client(const Plugin& p, int device_count) : p_(&p) {
     c->a.num_options = 1;
   }
   auto* create = p.fn<PJRT_Client_Create>(offsetof(PJRT_Api, PJRT_Client_Create), "PJRT_Client_Create");
-  p.check(p.bounded("PJRT_Client_Create", [c, create] { return create(&c->a); }), "PJRT_Client_Create");
+  p.check(p.bounded("PJRT_Client_Create", [c, create] { return create(&c->a); }, start_timeout_s),
+          "PJRT_Client_Create");
   client_ = ClientHandle(&p, c->a.client);
   auto d = make_args<PJRT_Client_AddressableDevices_Args>();
   d.client = c->a.client;
@@ -437,11 +443,11 @@ std::vector<std::vector<BufferHandle>> execute(const Plugin& p, PJRT_LoadedExecu
   return results;
 }
 
-PlatformInfo describe_platform(const std::string& device, int device_count) {
-  const std::string path = find_plugin(device);
-  Plugin& plugin = Plugin::load(path);
+PlatformInfo describe_platform(const std::string& device, int device_count, const PjrtSettings& settings) {
+  const std::string path = find_plugin(device, settings);
+  Plugin& plugin = Plugin::load(path, settings);
   // Only XLA's CPU plugin understands "cpu_device_count"; other plugins may reject unknown options.
-  Client client(plugin, device == "xla-cpu" ? device_count : 0);
+  Client client(plugin, device == "xla-cpu" ? device_count : 0, settings.start_timeout_s);
   PlatformInfo info;
   info.device = device;
   info.plugin_path = path;
@@ -459,7 +465,7 @@ PlatformInfo describe_platform(const std::string& device, int device_count) {
 #else  // !TESSERA_HAVE_PJRT
 
 namespace tessera::pjrt {
-PlatformInfo describe_platform(const std::string& device, int) {
+PlatformInfo describe_platform(const std::string& device, int, const PjrtSettings&) {
   fail("device '", device,
        "': this build has no PJRT support: run scripts/setup.sh (installs xla-cpu-pjrt) and rebuild");
 }

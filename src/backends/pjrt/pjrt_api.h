@@ -94,8 +94,9 @@ inline PJRT_NamedValue make_int64_option(const char* name, int64_t value) {
 // A loaded plugin: the library handle and its function table. Process-wide and never unloaded.
 class Plugin {
  public:
-  // Loads (once per path) and initialises the plugin; throws Error naming the path on failure.
-  static Plugin& load(const std::string& path);
+  // Loads (once per path) and initialises the plugin (within settings.start_timeout_s; settings.plugin_log:
+  // the plugin's own logs and a note naming it and its attributes); throws Error naming the path on failure.
+  static Plugin& load(const std::string& path, const PjrtSettings& settings);
 
   const std::string& path() const { return path_; }
   int api_major() const { return major_; }
@@ -121,18 +122,18 @@ class Plugin {
   }
 
   // Runs a start-up call (`what`, e.g. PJRT_Client_Create) on a thread of its own and waits at most
-  // plugin_start_timeout_s() for it. Past that it throws Error naming the plugin, the call and the timeout;
+  // `limit_s` seconds (PjrtSettings::start_timeout_s) for it. Past that it throws Error naming the plugin, the call and the timeout;
   // the thread stays inside the plugin, which is then unusable in this process (every later load of it fails
   // at once), and the process's exit skips the exit handlers registered before (the plugin's could wait for
   // that thread). Returns what the call returned.
-  PJRT_Error* bounded(const char* what, std::function<PJRT_Error*()> call) const;
+  PJRT_Error* bounded(const char* what, std::function<PJRT_Error*()> call, double limit_s) const;
 
   // Turns a non-null error into tessera::Error("<what>: <message> (<code>)") after destroying it.
   void check(PJRT_Error* err, const char* what) const;
   void destroy_error(PJRT_Error* err) const;
 
  private:
-  explicit Plugin(std::string path);
+  Plugin(std::string path, const PjrtSettings& settings);
   std::string path_;
   void* handle_ = nullptr;
   const PJRT_Api* api_ = nullptr;
@@ -195,8 +196,9 @@ void await(const Plugin& p, EventHandle e, const char* what);
 // A client with its addressable devices.
 class Client {
  public:
-  // device_count > 0 asks the plugin for that many devices ("cpu_device_count"; XLA CPU only).
-  Client(const Plugin& p, int device_count);
+  // device_count > 0 asks the plugin for that many devices ("cpu_device_count"; XLA CPU only). Creating the
+  // client may take at most start_timeout_s (Plugin::bounded).
+  Client(const Plugin& p, int device_count, double start_timeout_s);
 
   const Plugin& plugin() const { return *p_; }
   PJRT_Client* get() const { return client_.get(); }

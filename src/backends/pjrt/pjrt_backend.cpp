@@ -17,6 +17,7 @@
 #include "backends/pjrt/pjrt_api.h"
 #include "backends/pjrt/stablehlo_emitter.h"
 #include "tessera/error.h"
+#include "tessera/log.h"
 
 namespace tessera::backends {
 
@@ -206,8 +207,10 @@ class PjrtSegmentedExecutable;
 class PjrtBackendImpl : public PjrtBackend {
  public:
   PjrtBackendImpl(const std::string& device, const PjrtOptions& opt)
-      : plugin_(Plugin::load(pjrt::find_plugin(device))),
-        client_(plugin_, device == "xla-cpu" ? std::max(opt.device_count, opt.replicas) : 0),
+      : settings_(opt.settings ? *opt.settings : pjrt::default_pjrt_settings()),
+        plugin_(Plugin::load(pjrt::find_plugin(device, settings_), settings_)),
+        client_(plugin_, device == "xla-cpu" ? std::max(opt.device_count, opt.replicas) : 0,
+                settings_.start_timeout_s),
         replicas_(std::max(1, opt.replicas)),
         comm_(opt.comm) {
     info_.device = device;
@@ -500,17 +503,20 @@ class PjrtBackendImpl : public PjrtBackend {
            " (logits + one per cache)");
   }
 
-  // TESSERA_PJRT_DUMP=<dir>: writes each emitted module to <dir>/<key><suffix>.mlir for debugging.
+  // PjrtSettings::dump_dir: writes each emitted module to <dir>/<key><suffix>.mlir for debugging.
   void dump(const graph::Graph& g, const StablehloProgram& prog, const std::string& suffix = "") const {
-    const char* dir = std::getenv("TESSERA_PJRT_DUMP");
-    if (!dir || !*dir) return;
+    if (settings_.dump_dir.empty()) return;
     std::string name = g.key.str() + suffix;
     for (char& ch : name)
       if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    std::ofstream(std::string(dir) + "/" + name + ".mlir") << prog.text;
+    const std::string path = settings_.dump_dir + "/" + name + ".mlir";
+    std::ofstream out(path);
+    out << prog.text;
+    if (!out) log_warning("PJRT dump_dir: cannot write ", path);
   }
 
  private:
+  pjrt::PjrtSettings settings_;
   Plugin& plugin_;
   Client client_;
   int replicas_ = 1;

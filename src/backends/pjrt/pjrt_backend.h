@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,8 @@ struct PjrtOptions {
   // segments the collective's input is read to the host, reduced or gathered through `comm`, and written
   // back.
   std::shared_ptr<Communicator> comm;
+  // Plugin search, start-up timeout, debugging dumps (pjrt_info.h). Unset: pjrt::default_pjrt_settings().
+  std::optional<pjrt::PjrtSettings> settings;
 };
 
 // device: "xla-cpu", "tpu", "cuda" or "pjrt:/path/to/plugin.so". Throws Error when the plugin is missing

@@ -4,16 +4,15 @@
 #include <glob.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "tessera/error.h"
-
-#ifndef TESSERA_SOURCE_DIR
-#define TESSERA_SOURCE_DIR "."
-#endif
 
 namespace tessera::pjrt {
 namespace {
@@ -30,12 +29,9 @@ std::string env(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
-// Python site-packages roots to search, most specific first: the repo's .venv (scripts/setup.sh), the
-// active virtualenv, the user's site and the system dist-packages.
-std::vector<std::string> site_package_patterns() {
-  std::vector<std::string> roots = {std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages"};
-  if (!env("VIRTUAL_ENV").empty()) roots.push_back(env("VIRTUAL_ENV") + "/lib/python3*/site-packages");
-  if (!env("HOME").empty()) roots.push_back(env("HOME") + "/.local/lib/python3*/site-packages");
+// Python site-packages roots to search, most specific first: the caller's, then the system's.
+std::vector<std::string> site_package_patterns(const PjrtSettings& s) {
+  std::vector<std::string> roots = s.site_packages;
   roots.push_back("/usr/local/lib/python3*/dist-packages");
   roots.push_back("/usr/lib/python3/dist-packages");
   return roots;
@@ -53,19 +49,16 @@ std::string first_match(const std::string& pattern) {
   return found;
 }
 
-// Tries an environment variable, then each site-packages root joined with each relative pattern.
-std::optional<std::string> search(const char* env_var, const std::vector<std::string>& rel_patterns,
-                                  std::vector<std::string>& looked) {
-  if (env_var) {
-    const std::string v = env(env_var);
-    if (!v.empty()) {
-      if (is_file(v)) return v;
-      looked.push_back(std::string("$") + env_var + "=" + v + " (not a file)");
-    } else {
-      looked.push_back(std::string("$") + env_var + " (unset)");
-    }
+// Tries the caller's path for the device (`field` names it in messages when it has no origin), then each
+// site-packages root joined with each relative pattern.
+std::optional<std::string> search(const PluginPath& given, const char* field, const PjrtSettings& s,
+                                  const std::vector<std::string>& rel_patterns, std::vector<std::string>& looked) {
+  if (!given.path.empty()) {
+    if (is_file(given.path)) return given.path;
+    looked.push_back((given.origin.empty() ? std::string(field) : given.origin) + "=" + given.path +
+                     " (not a file)");
   }
-  for (const auto& root : site_package_patterns()) {
+  for (const auto& root : site_package_patterns(s)) {
     for (const auto& rel : rel_patterns) {
       const std::string pattern = root + "/" + rel;
       std::string hit = first_match(pattern);
@@ -76,17 +69,15 @@ std::optional<std::string> search(const char* env_var, const std::vector<std::st
   return std::nullopt;
 }
 
-std::string sysroot() { return env("TESSERA_LAUNCH_SYSROOT"); }
-
 bool all_digits(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
 }
 
-// Entries of `dir` (under the sysroot) named `prefix` followed by digits.
-int count_numbered(const std::string& dir, const std::string& prefix) {
+// Entries of `dir` (under `sysroot`) named `prefix` followed by digits.
+int count_numbered(const std::string& sysroot, const std::string& dir, const std::string& prefix) {
   std::error_code ec;
   int n = 0;
-  for (fs::directory_iterator it(sysroot() + dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(sysroot + dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.rfind(prefix, 0) == 0 && all_digits(name.substr(prefix.size()))) ++n;
   }
@@ -94,9 +85,9 @@ int count_numbered(const std::string& dir, const std::string& prefix) {
 }
 
 // Some /sys/bus/pci/devices/*/vendor reads 0x1ae0 (Google).
-bool google_pci_device() {
+bool google_pci_device(const std::string& sysroot) {
   std::error_code ec;
-  for (fs::directory_iterator it(sysroot() + "/sys/bus/pci/devices", ec), end; !ec && it != end;
+  for (fs::directory_iterator it(sysroot + "/sys/bus/pci/devices", ec), end; !ec && it != end;
        it.increment(ec)) {
     std::ifstream f(it->path() / "vendor");
     std::string vendor;
@@ -113,13 +104,14 @@ std::string tpu_absent(const std::string& plugin) {
 
 }  // namespace
 
-TpuChips find_tpu_chips() {
-  if (int n = count_numbered("/dev", "accel")) return {n, "/dev/accel*"};
-  if (int n = count_numbered("/dev/vfio", "")) {
-    if (google_pci_device()) return {n, "/dev/vfio/[0-9]*"};
+TpuChips find_tpu_chips(const std::string& sysroot) {
+  if (int n = count_numbered(sysroot, "/dev", "accel")) return {n, "/dev/accel*"};
+  if (int n = count_numbered(sysroot, "/dev/vfio", "")) {
+    if (google_pci_device(sysroot)) return {n, "/dev/vfio/[0-9]*"};
   }
   return {0, kTpuLooked};
 }
+TpuChips find_tpu_chips() { return find_tpu_chips(default_pjrt_settings().sysroot); }
 
 double plugin_start_timeout_s() {
   const std::string v = env("TESSERA_PJRT_START_TIMEOUT");
@@ -131,7 +123,62 @@ double plugin_start_timeout_s() {
   return s;
 }
 
-std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked) {
+std::vector<std::string> venv_site_packages_near(const std::string& program) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::path dir = fs::path(program).parent_path();
+  for (int up = 0; up <= 2 && !dir.empty(); ++up) {
+    if (fs::is_directory(dir / ".venv" / "lib", ec)) out.push_back((dir / ".venv/lib/python3*/site-packages").string());
+    if (dir == dir.parent_path()) break;
+    dir = dir.parent_path();
+  }
+  return out;
+}
+
+PjrtSettings pjrt_settings_from_env() {
+  PjrtSettings s;
+  auto plugin = [](const char* var) { return PluginPath{env(var), std::string("$") + var}; };
+  s.xla_cpu_plugin = plugin("TESSERA_XLA_CPU_PLUGIN");
+  s.tpu_plugin = plugin("TPU_LIBRARY_PATH");
+  s.cuda_plugin = plugin("TESSERA_XLA_CUDA_PLUGIN");
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) s.site_packages = venv_site_packages_near(self.string());
+  if (!env("VIRTUAL_ENV").empty()) s.site_packages.push_back(env("VIRTUAL_ENV") + "/lib/python3*/site-packages");
+  if (!env("HOME").empty()) s.site_packages.push_back(env("HOME") + "/.local/lib/python3*/site-packages");
+  s.dump_dir = env("TESSERA_PJRT_DUMP");
+  s.start_timeout_s = plugin_start_timeout_s();
+  s.plugin_log = std::getenv("TESSERA_PJRT_LOG") != nullptr;
+  s.sysroot = env("TESSERA_LAUNCH_SYSROOT");
+  return s;
+}
+
+namespace {
+std::mutex& defaults_mutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::optional<PjrtSettings>& defaults() {
+  static auto* d = new std::optional<PjrtSettings>;
+  return *d;
+}
+}  // namespace
+
+void set_default_pjrt_settings(std::optional<PjrtSettings> settings) {
+  std::lock_guard<std::mutex> lock(defaults_mutex());
+  defaults() = std::move(settings);
+}
+
+PjrtSettings default_pjrt_settings() {
+  {
+    std::lock_guard<std::mutex> lock(defaults_mutex());
+    if (defaults()) return *defaults();
+  }
+  return pjrt_settings_from_env();  // transitional (see pjrt_info.h)
+}
+
+std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked,
+                                         const PjrtSettings& s) {
   if (device.rfind("pjrt:", 0) == 0) {
     const std::string path = device.substr(5);
     if (is_file(path)) return path;
@@ -139,21 +186,23 @@ std::optional<std::string> locate_plugin(const std::string& device, std::vector<
     return std::nullopt;
   }
   if (device == "xla-cpu")
-    return search("TESSERA_XLA_CPU_PLUGIN", {"xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"}, looked);
-  if (device == "tpu")  // libtpu's convention: TPU_LIBRARY_PATH, else the libtpu wheel
-    return search("TPU_LIBRARY_PATH", {"libtpu/libtpu.so"}, looked);
+    return search(s.xla_cpu_plugin, "xla_cpu_plugin", s, {"xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"}, looked);
+  if (device == "tpu") return search(s.tpu_plugin, "tpu_plugin", s, {"libtpu/libtpu.so"}, looked);
   if (device == "cuda")
-    return search("TESSERA_XLA_CUDA_PLUGIN",
+    return search(s.cuda_plugin, "cuda_plugin", s,
                   {"jax_plugins/xla_cuda13/xla_cuda_plugin.so", "jax_plugins/xla_cuda12/xla_cuda_plugin.so",
                    "xla_plugins/*cuda*/*.so"},
                   looked);
   fail("unknown PJRT device '", device, "' (expected xla-cpu, tpu, cuda or pjrt:/path/to/plugin.so)");
 }
+std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked) {
+  return locate_plugin(device, looked, default_pjrt_settings());
+}
 
-std::string find_plugin(const std::string& device) {
+std::string find_plugin(const std::string& device, const PjrtSettings& settings) {
   std::vector<std::string> looked;
-  if (auto p = locate_plugin(device, looked)) {
-    if (device == "tpu" && find_tpu_chips().count == 0)
+  if (auto p = locate_plugin(device, looked, settings)) {
+    if (device == "tpu" && find_tpu_chips(settings.sysroot).count == 0)
       fail("--device tpu: libtpu ", tpu_absent(*p),
            " (libtpu without a chip waits minutes for a cloud metadata server); to try it anyway: --device "
            "pjrt:",
@@ -168,22 +217,23 @@ std::string find_plugin(const std::string& device) {
                                          : "";
   fail("no PJRT plugin for device '", device, "'", hint, "; looked in: ", os.str());
 }
+std::string find_plugin(const std::string& device) { return find_plugin(device, default_pjrt_settings()); }
 
 bool built_with_pjrt() { return TESSERA_HAVE_PJRT != 0; }
 
-std::vector<Probe> probe_platforms() {
+std::vector<Probe> probe_platforms(const PjrtSettings& settings) {
   std::vector<Probe> out;
   for (const char* dev : {"tpu", "cuda", "xla-cpu"}) {
     Probe p{dev, std::nullopt, ""};
     std::vector<std::string> looked;
-    const std::optional<std::string> path = locate_plugin(dev, looked);
+    const std::optional<std::string> path = locate_plugin(dev, looked, settings);
     if (!path) {
       p.error = "plugin not installed";
-    } else if (p.device == "tpu" && find_tpu_chips().count == 0) {
+    } else if (p.device == "tpu" && find_tpu_chips(settings.sysroot).count == 0) {
       p.error = tpu_absent(*path);
     } else {
       try {
-        p.info = describe_platform(dev);
+        p.info = describe_platform(dev, 0, settings);
       } catch (const Error& e) {
         p.error = e.what();
       }
@@ -191,6 +241,11 @@ std::vector<Probe> probe_platforms() {
     out.push_back(std::move(p));
   }
   return out;
+}
+std::vector<Probe> probe_platforms() { return probe_platforms(default_pjrt_settings()); }
+
+PlatformInfo describe_platform(const std::string& device, int device_count) {
+  return describe_platform(device, device_count, default_pjrt_settings());
 }
 
 }  // namespace tessera::pjrt

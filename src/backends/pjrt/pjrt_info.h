@@ -25,28 +25,67 @@ struct PlatformInfo {
   std::vector<DeviceInfo> devices;                              // addressable devices
 };
 
+// A plugin library named by the caller for one device, tried before the search.
+struct PluginPath {
+  std::string path;    // "" = none
+  std::string origin;  // where it came from, for messages (e.g. "$TPU_LIBRARY_PATH"); "" = "<device>_plugin"
+};
+
+// Everything the PJRT code would otherwise take from the environment: the program fills it (the CLI and the
+// tests with pjrt_settings_from_env()); the library reads no environment variable and bakes no path.
+struct PjrtSettings {
+  PluginPath xla_cpu_plugin, tpu_plugin, cuda_plugin;
+  // Python site-packages directories (glob patterns allowed, e.g. "/venv/lib/python3*/site-packages") searched
+  // in order for pip-installed plugins, before the system's /usr/local/lib/python3*/dist-packages and
+  // /usr/lib/python3/dist-packages.
+  std::vector<std::string> site_packages;
+  std::string dump_dir;          // each compiled StableHLO module is written to <dir>/<key>.mlir; "" = off
+  double start_timeout_s = 120;  // a plugin's initialisation and client creation (see Plugin::bounded)
+  bool plugin_log = false;       // the plugins' own INFO logs on stderr, and a note per plugin loaded
+  std::string sysroot;           // test-only: a directory standing in for / when TPU chips are counted
+};
+
+// For programs (the CLI, tests): $TESSERA_XLA_CPU_PLUGIN, $TPU_LIBRARY_PATH (libtpu's convention) and
+// $TESSERA_XLA_CUDA_PLUGIN as plugin paths; site-packages of the .venv beside the running program (its
+// directory or up to two above: build/tessera finds the source tree's .venv), of $VIRTUAL_ENV and of
+// ~/.local; $TESSERA_PJRT_DUMP, $TESSERA_PJRT_START_TIMEOUT (plugin_start_timeout_s), $TESSERA_PJRT_LOG,
+// $TESSERA_LAUNCH_SYSROOT. Throws Error naming the variable for a bad value.
+PjrtSettings pjrt_settings_from_env();
+// "<dir>/.venv/lib/python3*/site-packages" for `program`'s directory and up to two directories above it,
+// where such a .venv exists.
+std::vector<std::string> venv_site_packages_near(const std::string& program);
+
+// The settings used where a caller passes none (PjrtOptions::settings, BackendRequest::pjrt and the
+// functions below). Process-wide; thread-safe. Until a program sets them (or after it sets nullopt) they
+// are pjrt_settings_from_env() as of each use (transitional: so a program that does not pass settings yet
+// finds its plugins as before).
+void set_default_pjrt_settings(std::optional<PjrtSettings> settings);
+PjrtSettings default_pjrt_settings();
+
 // The plugin library for a device name: "xla-cpu", "tpu", "cuda" or "pjrt:/path/to/plugin.so".
 // Throws Error listing every place it looked when none is found, or naming the unknown device. "tpu" on a
 // machine with no TPU chip (find_tpu_chips) is an Error too, so libtpu is never started there; naming the
 // library as pjrt:/path/libtpu.so is the way to try it anyway.
-std::string find_plugin(const std::string& device);
+std::string find_plugin(const std::string& device, const PjrtSettings& settings);
+std::string find_plugin(const std::string& device);  // with default_pjrt_settings()
 // Same lookup without throwing: the path, or nullopt with `looked` filled with the places tried.
+std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked,
+                                         const PjrtSettings& settings);
 std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked);
 
 // TPU chips on this machine, counted without starting libtpu (which, with no chip, spends minutes retrying a
 // cloud metadata server): /dev/accel<N> (v2-v4), else /dev/vfio/<N> when some PCI device has Google's vendor
 // id 0x1ae0 (v5e, v5p, v6e; /dev/vfio alone also serves other passed-through hardware). Looked up under
-// $TESSERA_LAUNCH_SYSROOT when set (test-only: a directory standing in for /). `tessera launch` uses the
-// same.
+// `sysroot` when it is not empty (test-only: a directory standing in for /). `tessera launch` uses the same.
 struct TpuChips {
   int count = 0;
   std::string where;  // where they were found ("/dev/accel*"), or everything looked at when none
 };
-TpuChips find_tpu_chips();
+TpuChips find_tpu_chips(const std::string& sysroot);
+TpuChips find_tpu_chips();  // under default_pjrt_settings().sysroot
 
-// Seconds a plugin may take to initialise and create its client before that is an Error (the plugin is then
-// unusable in this process, whose exit no longer waits for it). $TESSERA_PJRT_START_TIMEOUT when set, else
-// 120 (libtpu on a real TPU takes seconds to tens of seconds). Throws Error for a bad value.
+// $TESSERA_PJRT_START_TIMEOUT when set, else 120: seconds a plugin may take to initialise and create its
+// client (for pjrt_settings_from_env). Throws Error naming the variable for a bad value.
 double plugin_start_timeout_s();
 
 // True when this build was compiled with pjrt_c_api.h (TESSERA_HAVE_PJRT=1).
@@ -54,6 +93,7 @@ bool built_with_pjrt();
 
 // Loads the plugin for `device`, creates a client (with `device_count` devices where the plugin takes
 // that option; 0 = the plugin's default) and describes it. Throws Error on any failure.
+PlatformInfo describe_platform(const std::string& device, int device_count, const PjrtSettings& settings);
 PlatformInfo describe_platform(const std::string& device, int device_count = 0);
 
 // For `tessera devices`: each of "xla-cpu", "cuda", "tpu" whose plugin is installed, described, or the
@@ -65,6 +105,7 @@ struct Probe {
   std::optional<PlatformInfo> info;
   std::string error;
 };
+std::vector<Probe> probe_platforms(const PjrtSettings& settings);
 std::vector<Probe> probe_platforms();
 
 }  // namespace tessera::pjrt
