@@ -28,10 +28,8 @@ namespace {
 
 // A config.json of each architecture as Transformers 5 saved it (a fixture).
 const std::map<std::string, std::string> kFixtureOf = {
-    {"Qwen3ForCausalLM", "qwen3_tied"},
-    {"LlamaForCausalLM", "llama_gqa"},
-    {"Glm4ForCausalLM", "glm4"},
-    {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3_tied"}, {"LlamaForCausalLM", "llama_gqa"}, {"Glm4ForCausalLM", "glm4"},
+    {"Qwen2ForCausalLM", "qwen2"},      {"MistralForCausalLM", "mistral"},
 };
 
 json fixture_config(const std::string& fixture) {

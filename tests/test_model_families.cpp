@@ -24,7 +24,7 @@ namespace golden = tessera::golden;
 namespace {
 
 // One fixture per family (tools/make_model_goldens.py).
-const char* kFamilies[] = {"qwen2"};
+const char* kFamilies[] = {"qwen2", "mistral"};
 
 constexpr double kTol = 1e-4;
 
@@ -195,9 +195,16 @@ TEST(FamiliesTp, Qwen2TwoRanksAndAutoPlanOnFour) {
   expect_same_as_one_process({variant("qwen2_sliding"), 2, "", kLongPrompt});  // untied, past the window
 }
 
+TEST(FamiliesTp, MistralTwoRanksAndAutoPlanOnFour) {
+  expect_same_as_one_process({golden::model_path("mistral"), 2, "", kPrompt});
+  expect_same_as_one_process({golden::model_path("mistral"), 4, "--tp-plan auto", kPrompt});  // 2 KV heads
+  expect_same_as_one_process({variant("mistral_sliding"), 2, "", kLongPrompt});  // every layer slides
+}
+
 TEST(FamiliesTp, XlaCpuTwoRanksGreedyEqualsOneDevice) {
   REQUIRE_XLA_CPU();
   expect_same_as_one_process({variant("qwen2_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+  expect_same_as_one_process({variant("mistral_sliding"), 2, "", kLongPrompt, "xla-cpu"});
 }
 
 }  // namespace

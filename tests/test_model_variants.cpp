@@ -1,11 +1,11 @@
 // Checkpoints whose config changes the math (tools/make_variant_goldens.py, tests/fixtures/variants): the MLP
-// activations (gelu, gelu_pytorch_tanh, gelu_new, relu) and the sliding-window attention of Qwen3 and Qwen2,
-// on the native cpu backend and on xla-cpu (skipped when the plugin is absent), against Transformers.
-// Tolerance: float32 logits within 1e-4 absolute of Transformers' float32 at every position (same math,
-// different summation order); greedy tokens identical. Each golden also records how far the same weights'
-// logits move under the nearest wrong reading of the config (silu for a gelu model, full attention for a
-// sliding one, ...): at least 1e-2 (1e-3 between the erf and tanh GELUs), so a backend that ignored the field
-// could not pass.
+// activations (gelu, gelu_pytorch_tanh, gelu_new, relu) and the sliding-window attention of Qwen3, Qwen2 and
+// Mistral, on the native cpu backend and on xla-cpu (skipped when the plugin is absent), against
+// Transformers. Tolerance: float32 logits within 1e-4 absolute of Transformers' float32 at every position
+// (same math, different summation order); greedy tokens identical. Each golden also records how far the same
+// weights' logits move under the nearest wrong reading of the config (silu for a gelu model, full attention
+// for a sliding one, ...): at least 1e-2 (1e-3 between the erf and tanh GELUs), so a backend that ignored the
+// field could not pass.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,9 +143,9 @@ TEST_P(SlidingVariants, LeftPaddedBatchEqualsTransformers) {
 }
 
 const char* kModels[] = {"llama_gelu",    "llama_gelu_tanh",    "qwen3_gelu_new", "llama_relu",
-                         "qwen3_sliding", "qwen3_sliding_long", "qwen2_sliding"};
+                         "qwen3_sliding", "qwen3_sliding_long", "qwen2_sliding",  "mistral_sliding"};
 // The sliding-window checkpoints with a left-padded batch golden.
-const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding"};
+const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding", "mistral_sliding"};
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::string dev = std::get<1>(info.param);

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import Qwen2Config  # noqa: E402
+from transformers import MistralConfig, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -266,6 +266,20 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         **common,
     )
+    # Mistral (MistralForCausalLM): GQA, no biases, untied, head_dim given; MistralConfig's default
+    # sliding_window 4096 (longer than any prompt here: tests/fixtures/variants/mistral_sliding exercises it).
+    mistral = MistralConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -277,6 +291,7 @@ def spec_list():
         ("llama3_v4", llama3_v4, torch.float32, 1, 1008),
         ("glm4_v4", glm4_v4, torch.float32, 1, 1009),
         ("qwen2", qwen2, torch.float32, 1, 1010),
+        ("mistral", mistral, torch.bfloat16, 1, 1011),
     ]
 
 
@@ -589,7 +604,7 @@ def _tiny(arch, **kw):
     """A small config.json dict of `arch` (hidden 32, 4 heads, 3 layers, vocab 128), `kw` on top; a value of
     None removes the key (so Transformers' class default applies)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4",
-                  "Qwen2ForCausalLM": "qwen2"}[arch]
+                  "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}[arch]
     cfg = {
         "architectures": [arch],
         "model_type": model_type,
@@ -631,7 +646,7 @@ def resolution_cases():
     else (why, [strings our error must contain]) with why "transformers_fails" (Transformers raises: the script
     checks it does) or "ambiguous" / "unsupported" (Transformers picks silently or runs a rope we lack)."""
     L, Q, G = "LlamaForCausalLM", "Qwen3ForCausalLM", "Glm4ForCausalLM"
-    Q2 = "Qwen2ForCausalLM"
+    Q2, M = "Qwen2ForCausalLM", "MistralForCausalLM"
     v4 = dict(rope_parameters=None, rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE))
     cases = [
         ("llama_v5_default", _tiny(L), None),
@@ -805,6 +820,45 @@ def resolution_cases():
                                                                  "rope_theta": 1000000.0,
                                                                  "original_max_position_embeddings": 64}),
          ("unsupported", ["yarn", "not supported"])),
+        # Mistral (issue 16): every layer slides when sliding_window is set (absent: 4096), GQA defaults.
+        ("mistral_v5_as_saved", _tiny(M, sliding_window=4096), None),
+        ("mistral_sliding_window_4", _tiny(M, sliding_window=4), None),
+        ("mistral_sliding_window_null", _tiny(M) | {"sliding_window": None}, None),
+        ("mistral_class_defaults",
+         _tiny(M, head_dim=None, num_key_value_heads=None, hidden_size=64, num_attention_heads=8,
+               max_position_embeddings=None, rms_norm_eps=None, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None, tie_word_embeddings=None, rope_parameters=None, hidden_act=None), None),
+        ("mistral_kv_heads_null", _tiny(M) | {"num_key_value_heads": None},
+         ("transformers_fails", ["num_key_value_heads", "null"])),
+        ("mistral_head_dim_null", _tiny(M, hidden_size=64) | {"head_dim": None}, None),
+        ("mistral_head_dim_apart", _tiny(M, head_dim=16), None),
+        ("mistral_bias_keys_ignored", _tiny(M, attention_bias=True, mlp_bias=True), None),
+        ("mistral_use_sliding_window_ignored", _tiny(M, sliding_window=4, use_sliding_window=False), None),
+        # A layer_types key (even null) makes AutoConfig load a mistral config.json as Ministral: per-layer
+        # windows, head_dim and sliding_window required.
+        ("mistral_layer_types_as_ministral",
+         _tiny(M, sliding_window=4, layer_types=["full_attention", "sliding_attention", "full_attention"]), None),
+        ("mistral_layer_types_legacy_name",
+         _tiny(M, sliding_window=4, layer_types=["attention", "sliding_attention", "attention"]), None),
+        ("mistral_layer_types_null_all_slide", _tiny(M, sliding_window=4) | {"layer_types": None}, None),
+        ("mistral_layer_types_without_head_dim",
+         _tiny(M, head_dim=None, sliding_window=4, layer_types=["full_attention", "sliding_attention", "full_attention"]),
+         ("transformers_fails", ["head_dim", "layer_types", "Ministral"])),
+        ("mistral_layer_types_window_null",
+         _tiny(M, layer_types=["full_attention"] * 3) | {"sliding_window": None},
+         ("transformers_fails", ["sliding_window", "layer_types", "Ministral"])),
+        ("mistral_layer_types_chunked",
+         _tiny(M, sliding_window=4, layer_types=["full_attention", "chunked_attention", "full_attention"]),
+         ("transformers_fails", ["layer_types", "chunked_attention"])),
+        ("mistral_layer_types_unknown_entry",
+         _tiny(M, layer_types=["full_attention", "bogus", "full_attention"]),
+         ("transformers_fails", ["layer_types", "bogus"])),
+        ("mistral_layer_types_wrong_length", _tiny(M, layer_types=["full_attention"] * 2),
+         ("transformers_fails", ["layer_types", "2"])),
+        ("mistral_partial_rotary_with_scaled_rope",
+         _tiny(M, rope_parameters={"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}),
+         ("transformers_fails", ["partial_rotary_factor", "0.5"])),
+        ("mistral_sliding_window_zero", _tiny(M, sliding_window=0), ("transformers_fails", ["sliding_window", "0"])),
     ]
     return cases
 
@@ -817,6 +871,15 @@ ACTIVATION_NAMES = {
     "NewGELUActivation": "gelu_tanh",
     "ReLU": "relu",
 }
+
+
+def layer_window(config, layer):
+    """The sliding window a decoder layer's attention uses (None: full attention)."""
+    if config.model_type == "mistral":
+        # MistralAttention keeps no window of its own: it passes config.sliding_window in every layer. (A
+        # mistral config.json with layer_types is loaded as "ministral", whose layers keep their own.)
+        return config.sliding_window
+    return getattr(layer.self_attn, "sliding_window", None)
 
 
 @torch.no_grad()
@@ -850,7 +913,7 @@ def hf_resolve(cfg_dict, tmp):
         "bos_token_id": config.bos_token_id,
         "eos_token_id": list(eos) if isinstance(eos, (list, tuple)) else eos,
         "pad_token_id": config.pad_token_id,
-        "layer_sliding_window": [getattr(layer.self_attn, "sliding_window", None) for layer in inner.layers],
+        "layer_sliding_window": [layer_window(config, layer) for layer in inner.layers],
         "rope_parameters": dict(config.rope_parameters),
         "inv_freq": inner.rotary_emb.inv_freq.float().tolist(),
     }

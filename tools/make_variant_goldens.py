@@ -16,6 +16,8 @@ Each checkpoint is written exactly as save_pretrained writes it (transformers 5 
                     greedy tokens only, to keep the golden small)
   qwen2_sliding     Qwen2ForCausalLM (q/k/v biases, untied), use_sliding_window, sliding_window 8,
                     max_window_layers 1, prompts up to 24 tokens, a left-padded batch
+  mistral_sliding   MistralForCausalLM (untied), sliding_window 8 in every layer, prompts up to 24 tokens, a
+                    left-padded batch
 
 Seeded and offline: a re-run gives byte-identical files for the versions pinned in tools/requirements.txt.
 Schema: tests/fixtures/variants/README.md. Helpers (JSON writer, weight randomiser, generate wrappers) are
@@ -35,7 +37,7 @@ import make_model_goldens as mg  # noqa: E402  (sets HF offline mode before tran
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import Qwen2Config  # noqa: E402
+from transformers import MistralConfig, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = mg.BOS, mg.EOS, mg.PAD
 VOCAB = 256
@@ -86,6 +88,9 @@ def spec_list():
         ("qwen2_sliding", Qwen2Config, common(hidden_act="silu", tie_word_embeddings=False, **sliding), 2007,
          {"full_attention": {"use_sliding_window": False},
           "all_layers_sliding": {"max_window_layers": 0}}),
+        ("mistral_sliding", MistralConfig,
+         common(hidden_act="silu", tie_word_embeddings=False, sliding_window=8, num_hidden_layers=3), 2008,
+         {"full_attention": {"sliding_window": None}}),
     ]
 
 
@@ -134,12 +139,20 @@ def distinct_from(d, cls, kwargs, alternatives, inputs, reference):
     return out
 
 
+def sliding_window_of(cfg):
+    """The window the model applies (None: none): Qwen2/Qwen3 only with use_sliding_window (their config then
+    marks the sliding layers); Mistral in every layer whenever sliding_window is set."""
+    if cfg.model_type == "mistral":
+        return cfg.sliding_window
+    return cfg.sliding_window if getattr(cfg, "use_sliding_window", False) else None
+
+
 def variant_golden(name, cls, kwargs, seed, alternatives, d):
     m = mg.load(d, torch.float32)
     cfg = m.config
     gen = torch.Generator().manual_seed(seed + 7)
     long = name == "qwen3_sliding_long"
-    window = cfg.sliding_window if getattr(cfg, "use_sliding_window", False) else None
+    window = sliding_window_of(cfg)
     golden = {
         "model": name,
         "architecture": cfg.architectures[0],

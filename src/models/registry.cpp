@@ -21,14 +21,15 @@ Architecture architecture();
 namespace qwen2 {
 Architecture architecture();
 }
+namespace mistral {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
-      qwen3::architecture(),
-      llama::architecture(),
-      glm4::architecture(),
-      qwen2::architecture(),
+      qwen3::architecture(), llama::architecture(),   glm4::architecture(),
+      qwen2::architecture(), mistral::architecture(),
   };
   return t;
 }
