@@ -29,7 +29,7 @@ namespace {
 // A config.json of each architecture as Transformers 5 saved it (a fixture).
 const std::map<std::string, std::string> kFixtureOf = {
     {"Qwen3ForCausalLM", "qwen3_tied"}, {"LlamaForCausalLM", "llama_gqa"}, {"Glm4ForCausalLM", "glm4"},
-    {"Qwen2ForCausalLM", "qwen2"},      {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},      {"MistralForCausalLM", "mistral"}, {"Phi3ForCausalLM", "phi3"},
 };
 
 json fixture_config(const std::string& fixture) {

@@ -14,8 +14,11 @@
 #include <tuple>
 
 #include "cli_util.h"
+#include "distributed/tp_plan.h"
 #include "golden_util.h"
+#include "models/architecture.h"
 #include "pjrt_test_util.h"
+#include "tessera/error.h"
 #include "tessera/model.h"
 
 using namespace tessera;
@@ -24,7 +27,7 @@ namespace golden = tessera::golden;
 namespace {
 
 // One fixture per family (tools/make_model_goldens.py).
-const char* kFamilies[] = {"qwen2", "mistral"};
+const char* kFamilies[] = {"qwen2", "mistral", "phi3"};
 
 constexpr double kTol = 1e-4;
 
@@ -201,10 +204,48 @@ TEST(FamiliesTp, MistralTwoRanksAndAutoPlanOnFour) {
   expect_same_as_one_process({variant("mistral_sliding"), 2, "", kLongPrompt});  // every layer slides
 }
 
+// Phi-3's fused qkv_proj and gate_up_proj: each block of rows split by heads / columns on its own.
+TEST(FamiliesTp, Phi3FusedProjectionsTwoRanksAndAutoPlanOnFour) {
+  expect_same_as_one_process({golden::model_path("phi3"), 2, "", kPrompt});
+  expect_same_as_one_process({golden::model_path("phi3"), 4, "--tp-plan auto", kPrompt});  // 2 KV heads
+  expect_same_as_one_process({variant("phi3_sliding"), 2, "", kLongPrompt});
+}
+
+// Phi-3's plan names the fused qkv_proj: split with o_proj row-wise, or both replicated, nothing in between.
+TEST(FamiliesTp, Phi3PlanSplitsTheFusedQkvByHeadsOrNamesIt) {
+  const nlohmann::json j = golden::load_json(golden::model_path("phi3/config.json"));
+  const auto& arch = models::find_architecture("Phi3ForCausalLM", "phi3");
+  const models::DecoderConfig c = arch.parse_config(j, "phi3");
+  auto resolve = [&](std::vector<TpPlanRule> rules) {
+    return distributed::resolve_tp_plan(arch, c, {.tp_size = 2, .tp_plan = std::move(rules)}, 0, "phi3",
+                                        nullptr);
+  };
+  const models::TpLayout t = resolve({});
+  EXPECT_TRUE(t.attn_split);
+  EXPECT_TRUE(t.mlp_split_at(0) && t.mlp_split_at(1));
+  EXPECT_TRUE(t.lm_head_split);
+  EXPECT_EQ(t.split(models::Role::kAttnQkv, 0), models::TpSplit::kCol);
+  const models::TpLayout rep = resolve({{"layers.*.self_attn.qkv_proj", "replicated", "test"},
+                                        {"layers.*.self_attn.o_proj", "replicated", "test"}});
+  EXPECT_FALSE(rep.attn_split);
+  try {
+    resolve({{"layers.*.self_attn.o_proj", "replicated", "test"}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("qkv_proj=colwise_gather_output, o_proj=replicated"), std::string::npos) << msg;
+  }
+  // The weights read are the fused tensors, once each; the graph reads three blocks of qkv_proj.
+  int qkv = 0;
+  for (const auto& w : arch.weights(c)) qkv += w.name == "model.layers.0.self_attn.qkv_proj.weight";
+  EXPECT_EQ(qkv, 1);
+}
+
 TEST(FamiliesTp, XlaCpuTwoRanksGreedyEqualsOneDevice) {
   REQUIRE_XLA_CPU();
   expect_same_as_one_process({variant("qwen2_sliding"), 2, "", kLongPrompt, "xla-cpu"});
   expect_same_as_one_process({variant("mistral_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+  expect_same_as_one_process({variant("phi3_sliding"), 2, "", kLongPrompt, "xla-cpu"});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Checkpoints whose config changes the math (tools/make_variant_goldens.py, tests/fixtures/variants): the MLP
-// activations (gelu, gelu_pytorch_tanh, gelu_new, relu) and the sliding-window attention of Qwen3, Qwen2 and
-// Mistral, on the native cpu backend and on xla-cpu (skipped when the plugin is absent), against
+// activations (gelu, gelu_pytorch_tanh, gelu_new, relu) and the sliding-window attention of Qwen3, Qwen2,
+// Mistral and Phi-3, on the native cpu backend and on xla-cpu (skipped when the plugin is absent), against
 // Transformers. Tolerance: float32 logits within 1e-4 absolute of Transformers' float32 at every position
 // (same math, different summation order); greedy tokens identical. Each golden also records how far the same
 // weights' logits move under the nearest wrong reading of the config (silu for a gelu model, full attention
@@ -142,10 +142,11 @@ TEST_P(SlidingVariants, LeftPaddedBatchEqualsTransformers) {
   EXPECT_EQ(out.sequences, rows32(b["output_ids"])) << model() << " on " << device();
 }
 
-const char* kModels[] = {"llama_gelu",    "llama_gelu_tanh",    "qwen3_gelu_new", "llama_relu",
-                         "qwen3_sliding", "qwen3_sliding_long", "qwen2_sliding",  "mistral_sliding"};
+const char* kModels[] = {"llama_gelu",    "llama_gelu_tanh", "qwen3_gelu_new",
+                         "llama_relu",    "qwen3_sliding",   "qwen3_sliding_long",
+                         "qwen2_sliding", "mistral_sliding", "phi3_sliding"};
 // The sliding-window checkpoints with a left-padded batch golden.
-const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding", "mistral_sliding"};
+const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding", "mistral_sliding", "phi3_sliding"};
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::string dev = std::get<1>(info.param);

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import MistralConfig, Qwen2Config  # noqa: E402
+from transformers import MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -280,6 +280,19 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         **common,
     )
+    # Phi-3 (Phi3ForCausalLM): fused qkv_proj and gate_up_proj, rotary on 3/4 of each head (Phi-4-mini's
+    # partial_rotary_factor 0.75: 12 of 16 dims), no biases, untied, default rope.
+    phi3 = Phi3Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75},
+        **common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -292,6 +305,7 @@ def spec_list():
         ("glm4_v4", glm4_v4, torch.float32, 1, 1009),
         ("qwen2", qwen2, torch.float32, 1, 1010),
         ("mistral", mistral, torch.bfloat16, 1, 1011),
+        ("phi3", phi3, torch.float32, 1, 1012),
     ]
 
 
@@ -604,7 +618,7 @@ def _tiny(arch, **kw):
     """A small config.json dict of `arch` (hidden 32, 4 heads, 3 layers, vocab 128), `kw` on top; a value of
     None removes the key (so Transformers' class default applies)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4",
-                  "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}[arch]
+                  "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3"}[arch]
     cfg = {
         "architectures": [arch],
         "model_type": model_type,
@@ -646,7 +660,7 @@ def resolution_cases():
     else (why, [strings our error must contain]) with why "transformers_fails" (Transformers raises: the script
     checks it does) or "ambiguous" / "unsupported" (Transformers picks silently or runs a rope we lack)."""
     L, Q, G = "LlamaForCausalLM", "Qwen3ForCausalLM", "Glm4ForCausalLM"
-    Q2, M = "Qwen2ForCausalLM", "MistralForCausalLM"
+    Q2, M, P = "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"
     v4 = dict(rope_parameters=None, rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE))
     cases = [
         ("llama_v5_default", _tiny(L), None),
@@ -859,6 +873,46 @@ def resolution_cases():
          _tiny(M, rope_parameters={"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}),
          ("transformers_fails", ["partial_rotary_factor", "0.5"])),
         ("mistral_sliding_window_zero", _tiny(M, sliding_window=0), ("transformers_fails", ["sliding_window", "0"])),
+        # Phi-3 (issue 16): fused projections, partial rotary, default rope only (longrope / su refused by name),
+        # sliding_window in every layer when set.
+        ("phi3_v5_as_saved",
+         _tiny(P, head_dim=None, original_max_position_embeddings=4096,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75})
+         | {"sliding_window": None}, None),
+        ("phi3_v4_like_mini_4k",
+         _tiny(P, head_dim=None, rope_parameters=None, rope_theta=10000.0, sliding_window=4,
+               original_max_position_embeddings=256, embd_pdrop=0.0, resid_pdrop=0.0, attention_bias=False)
+         | {"rope_scaling": None}, None),
+        ("phi3_partial_top_level", _tiny(P, head_dim=None, partial_rotary_factor=0.5,
+                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), None),
+        ("phi3_head_dim_given", _tiny(P, head_dim=16), None),
+        ("phi3_head_dim_null", _tiny(P) | {"head_dim": None}, ("transformers_fails", ["head_dim", "null"])),
+        ("phi3_kv_heads_null", _tiny(P, head_dim=None) | {"num_key_value_heads": None}, None),
+        ("phi3_class_defaults",
+         _tiny(P, head_dim=None, num_key_value_heads=None, max_position_embeddings=None, rms_norm_eps=None,
+               bos_token_id=None, eos_token_id=None, tie_word_embeddings=None, rope_parameters=None,
+               hidden_act=None), None),
+        ("phi3_pad_beyond_vocab_by_default", _tiny(P, head_dim=None, pad_token_id=None),
+         ("transformers_fails", ["pad_token_id", "32000"])),
+        ("phi3_sliding_window_zero", _tiny(P, head_dim=None, sliding_window=0),
+         ("transformers_fails", ["sliding_window", "0"])),
+        ("phi3_linear_rope", _tiny(P, head_dim=None, rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                      "rope_theta": 10000.0}),
+         ("transformers_fails", ["rope_type", "linear"])),
+        ("phi3_longrope",
+         _tiny(P, head_dim=None, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                  "short_factor": [1.0] * 4, "long_factor": [2.0] * 4},
+               original_max_position_embeddings=64),
+         ("unsupported", ["longrope", "not supported"])),
+        ("phi3_longrope_hub_layout",  # Phi-3-mini-128k-instruct's layout
+         _tiny(P, head_dim=None, rope_parameters=None, rope_theta=10000.0, original_max_position_embeddings=64,
+               rope_scaling={"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}),
+         ("unsupported", ["longrope", "not supported"])),
+        ("phi3_su_legacy",
+         _tiny(P, head_dim=None, rope_parameters=None, rope_theta=10000.0,
+               rope_scaling={"type": "su", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+                             "original_max_position_embeddings": 64}),
+         ("unsupported", ["su", "longrope", "not supported"])),
     ]
     return cases
 
@@ -875,9 +929,10 @@ ACTIVATION_NAMES = {
 
 def layer_window(config, layer):
     """The sliding window a decoder layer's attention uses (None: full attention)."""
-    if config.model_type == "mistral":
-        # MistralAttention keeps no window of its own: it passes config.sliding_window in every layer. (A
-        # mistral config.json with layer_types is loaded as "ministral", whose layers keep their own.)
+    if config.model_type in ("mistral", "phi3"):
+        # MistralAttention / Phi3Attention keep no window of their own: they pass config.sliding_window in
+        # every layer. (A mistral config.json with layer_types is loaded as "ministral", whose layers keep
+        # their own.)
         return config.sliding_window
     return getattr(layer.self_attn, "sliding_window", None)
 
@@ -897,16 +952,22 @@ def hf_resolve(cfg_dict, tmp):
     model(torch.tensor([[3, 4, 5, 6, 7, 8]]))
     inner = model.model
     attn = inner.layers[0].self_attn
+    # Phi-3 fuses q/k/v into one qkv_proj (q rows, then k, then v).
+    q_proj = attn.qkv_proj if hasattr(attn, "qkv_proj") else attn.q_proj
+    if hasattr(attn, "qkv_proj"):
+        kv_rows = (attn.qkv_proj.out_features - config.num_attention_heads * attn.head_dim) // 2
+    else:
+        kv_rows = attn.k_proj.out_features
     mlp = inner.layers[0].mlp
     first = mlp.gate_up_proj if hasattr(mlp, "gate_up_proj") else mlp.gate_proj
     act = mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn
     eos = config.eos_token_id
     return {
         "head_dim": attn.head_dim,
-        "num_key_value_heads": attn.k_proj.out_features // attn.head_dim,
+        "num_key_value_heads": kv_rows // attn.head_dim,
         "max_position_embeddings": config.max_position_embeddings,
         "rms_norm_eps": inner.layers[0].input_layernorm.variance_epsilon,
-        "attention_bias": attn.q_proj.bias is not None,
+        "attention_bias": q_proj.bias is not None,
         "mlp_bias": first.bias is not None,
         "tie_word_embeddings": model.lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr(),
         "activation": ACTIVATION_NAMES.get(type(act).__name__, type(act).__name__),

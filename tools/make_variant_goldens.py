@@ -18,6 +18,8 @@ Each checkpoint is written exactly as save_pretrained writes it (transformers 5 
                     max_window_layers 1, prompts up to 24 tokens, a left-padded batch
   mistral_sliding   MistralForCausalLM (untied), sliding_window 8 in every layer, prompts up to 24 tokens, a
                     left-padded batch
+  phi3_sliding      Phi3ForCausalLM (fused qkv_proj / gate_up_proj, untied), sliding_window 8 in every layer,
+                    prompts up to 24 tokens, a left-padded batch
 
 Seeded and offline: a re-run gives byte-identical files for the versions pinned in tools/requirements.txt.
 Schema: tests/fixtures/variants/README.md. Helpers (JSON writer, weight randomiser, generate wrappers) are
@@ -37,7 +39,7 @@ import make_model_goldens as mg  # noqa: E402  (sets HF offline mode before tran
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import MistralConfig, Qwen2Config  # noqa: E402
+from transformers import MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = mg.BOS, mg.EOS, mg.PAD
 VOCAB = 256
@@ -91,6 +93,9 @@ def spec_list():
         ("mistral_sliding", MistralConfig,
          common(hidden_act="silu", tie_word_embeddings=False, sliding_window=8, num_hidden_layers=3), 2008,
          {"full_attention": {"sliding_window": None}}),
+        ("phi3_sliding", Phi3Config,
+         common(hidden_act="silu", tie_word_embeddings=False, sliding_window=8, num_hidden_layers=3), 2009,
+         {"full_attention": {"sliding_window": None}}),
     ]
 
 
@@ -141,8 +146,8 @@ def distinct_from(d, cls, kwargs, alternatives, inputs, reference):
 
 def sliding_window_of(cfg):
     """The window the model applies (None: none): Qwen2/Qwen3 only with use_sliding_window (their config then
-    marks the sliding layers); Mistral in every layer whenever sliding_window is set."""
-    if cfg.model_type == "mistral":
+    marks the sliding layers); Mistral and Phi-3 in every layer whenever sliding_window is set."""
+    if cfg.model_type in ("mistral", "phi3"):
         return cfg.sliding_window
     return cfg.sliding_window if getattr(cfg, "use_sliding_window", False) else None
 

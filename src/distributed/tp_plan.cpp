@@ -213,21 +213,38 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
   t.mlp_split.assign(static_cast<size_t>(c.num_layers), 0);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";
-    const Part q = part(l, Role::kAttnQ, "q_proj", a), k = part(l, Role::kAttnK, "k_proj", a),
-               v = part(l, Role::kAttnV, "v_proj", a), o = part(l, Role::kAttnO, "o_proj", a);
+    const Part o = part(l, Role::kAttnO, "o_proj", a);
     bool split;
-    if (q.style == TpStyle::Colwise && k.style == TpStyle::Colwise && v.style == TpStyle::Colwise &&
-        row(o.style))
-      split = true;
-    else if (replicated(q.style) && replicated(k.style) && replicated(v.style) && replicated(o.style))
-      split = false;
-    else
-      fail(model, ": ", q.block, " has ", q.name, "=", style_name(q.style), ", ", k.name, "=",
-           style_name(k.style), ", ", v.name, "=", style_name(v.style), ", ", o.name, "=",
-           style_name(o.style),
-           "; attention is split by heads only with q/k/v colwise and o_proj rowwise, otherwise all four "
-           "must be "
-           "replicated");
+    if (by_role.count({l, Role::kAttnQkv})) {
+      // A fused qkv_proj (Phi-3): Transformers' plan has it colwise_gather_output with o_proj
+      // rowwise_split_input (it slices q/k/v after a gather); we split its q, k and v blocks by heads and
+      // keep them split into o_proj: the same numbers with one all-reduce and no gather.
+      const Part qkv = part(l, Role::kAttnQkv, "qkv_proj", a);
+      if (column(qkv.style) && row(o.style))
+        split = true;
+      else if (replicated(qkv.style) && replicated(o.style))
+        split = false;
+      else
+        fail(model, ": ", qkv.block, " has ", qkv.name, "=", style_name(qkv.style), ", ", o.name, "=",
+             style_name(o.style),
+             "; attention is split by heads only with qkv_proj colwise and o_proj rowwise, otherwise "
+             "both must be replicated");
+    } else {
+      const Part q = part(l, Role::kAttnQ, "q_proj", a), k = part(l, Role::kAttnK, "k_proj", a),
+                 v = part(l, Role::kAttnV, "v_proj", a);
+      if (q.style == TpStyle::Colwise && k.style == TpStyle::Colwise && v.style == TpStyle::Colwise &&
+          row(o.style))
+        split = true;
+      else if (replicated(q.style) && replicated(k.style) && replicated(v.style) && replicated(o.style))
+        split = false;
+      else
+        fail(model, ": ", q.block, " has ", q.name, "=", style_name(q.style), ", ", k.name, "=",
+             style_name(k.style), ", ", v.name, "=", style_name(v.style), ", ", o.name, "=",
+             style_name(o.style),
+             "; attention is split by heads only with q/k/v colwise and o_proj rowwise, otherwise all four "
+             "must be "
+             "replicated");
+    }
     if (attn && *attn != split)
       fail(model, ": attention is split in some layers and replicated in others (layer ", l,
            "); the KV cache needs one layout, so use the same rules for every layer (layers.*.self_attn...)");
@@ -269,7 +286,7 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     if (!d.tp_plan_auto) {
       // The rules that replicate the attention projections, named as this model names them.
       std::string replicate;
-      for (Role r : {Role::kAttnQ, Role::kAttnK, Role::kAttnV, Role::kAttnO})
+      for (Role r : {Role::kAttnQ, Role::kAttnK, Role::kAttnV, Role::kAttnQkv, Role::kAttnO})
         if (auto it = by_role.find({0, r}); it != by_role.end())
           replicate += std::string(replicate.empty() ? "" : " ") + "--tp-rule " +
                        wildcard_layers(it->second.module->name) + "=replicated_with_grad_allreduce";

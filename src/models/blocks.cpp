@@ -215,11 +215,23 @@ int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, in
   const int64_t rope_head = pairs ? c.head_dim : 0, rope_rot = pairs ? c.rot_dim() : 0;
   const int l = n.layer;
   // q, k, v, attn: [rows, local heads * head_dim] (split by heads when the plan says so)
-  int q = b.linear(h, {m + "q_proj", Role::kAttnQ, l, q_dim, H, a.qkv_bias, 0, 0, rope_head, rope_rot},
-                   n.node + "q");
-  int k = b.linear(h, {m + "k_proj", Role::kAttnK, l, kv_dim, H, a.qkv_bias, 0, 0, rope_head, rope_rot},
-                   n.node + "k");
-  int v = b.linear(h, {m + "v_proj", Role::kAttnV, l, kv_dim, H, a.qkv_bias}, n.node + "v");
+  int q, k, v;
+  if (a.fused_qkv) {
+    // Three blocks of rows of one tensor, each split by heads on its own (graph::WeightView).
+    const std::string qkv = m + "qkv_proj";
+    const int64_t all = q_dim + 2 * kv_dim;
+    q = b.linear(h, {qkv, Role::kAttnQkv, l, q_dim, H, a.qkv_bias, 0, all, rope_head, rope_rot},
+                 n.node + "q");
+    k = b.linear(h, {qkv, Role::kAttnQkv, l, kv_dim, H, a.qkv_bias, q_dim, all, rope_head, rope_rot},
+                 n.node + "k");
+    v = b.linear(h, {qkv, Role::kAttnQkv, l, kv_dim, H, a.qkv_bias, q_dim + kv_dim, all}, n.node + "v");
+  } else {
+    q = b.linear(h, {m + "q_proj", Role::kAttnQ, l, q_dim, H, a.qkv_bias, 0, 0, rope_head, rope_rot},
+                 n.node + "q");
+    k = b.linear(h, {m + "k_proj", Role::kAttnK, l, kv_dim, H, a.qkv_bias, 0, 0, rope_head, rope_rot},
+                 n.node + "k");
+    v = b.linear(h, {m + "v_proj", Role::kAttnV, l, kv_dim, H, a.qkv_bias}, n.node + "v");
+  }
   if (a.qk_norm) {
     q = b.norm(q, m + "q_norm", c.head_dim, n.node + "q_norm");
     k = b.norm(k, m + "k_norm", c.head_dim, n.node + "k_norm");

@@ -102,9 +102,11 @@ struct SelfAttention {
   bool o_bias = false;    // a bias on o_proj
   bool qk_norm = false;   // q_norm / k_norm: RMSNorm over each head of q and k before RoPE
   RopePairs rope = RopePairs::kHalves;
-  int64_t window = 0;  // > 0: sliding-window attention over the last `window` positions
+  int64_t window = 0;      // > 0: sliding-window attention over the last `window` positions
+  bool fused_qkv = false;  // one self_attn.qkv_proj [(heads + 2 * kv_heads) * head_dim, hidden] (q rows, then
+                           // k, then v) instead of q_proj, k_proj and v_proj
 };
-// `self_attn.{q,k,v,o}_proj` of layer n on the normed input h [rows, hidden]: GQA over the static KV cache
+// `self_attn.{q,k,v,o}_proj` (or qkv_proj and o_proj) of layer n on the normed input h [rows, hidden]: GQA over the static KV cache
 // (cache update, then attention) with RoPE on the first config().rot_dim() dims of each head, split by heads
 // when the plan says so. Returns o_proj's output [rows, hidden] (before any residual).
 int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, int h, const SelfAttention& a);

@@ -665,6 +665,7 @@ TpSplit TpLayout::split(Role role, int64_t layer) const {
     case Role::kAttnQ:
     case Role::kAttnK:
     case Role::kAttnV:
+    case Role::kAttnQkv:  // each of its q, k and v blocks split alike, so every rank keeps whole heads
       return attn_split ? TpSplit::kCol : TpSplit::kNone;  // by heads
     case Role::kAttnO:
       return attn_split ? TpSplit::kRow : TpSplit::kNone;

@@ -39,6 +39,7 @@ enum class Role : uint8_t {
   kMlpGateUp,  // a fused gate/up projection (gate rows first)
   kMlpDown,
   kLmHead,
+  kAttnQkv,  // a fused q/k/v projection (q rows, then k, then v): split by heads like q/k/v
 };
 bool is_linear(Role r);  // every role but kOther and kEmbed
 

@@ -24,12 +24,15 @@ Architecture architecture();
 namespace mistral {
 Architecture architecture();
 }
+namespace phi3 {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
       qwen3::architecture(), llama::architecture(),   glm4::architecture(),
-      qwen2::architecture(), mistral::architecture(),
+      qwen2::architecture(), mistral::architecture(), phi3::architecture(),
   };
   return t;
 }
