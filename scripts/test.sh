@@ -2,7 +2,8 @@
 # Builds and runs the whole test suite, as CI does:
 #  1. release build with warnings as errors, all CTest tests (unit, golden, CLI end-to-end);
 #  2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
-#  3. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30).
+#  3. the concurrency tests under ThreadSanitizer;
+#  4. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30).
 # QUICK=1 runs step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,15 @@ ninja -C build-asan -j"$JOBS" tessera_tests
 # are exercised by stage 1 and would only be slow here.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j"$JOBS" --timeout 900 -E 'Cli\.|SmolLM2|Pjrt|Bench')
+
+echo "== concurrency tests under ThreadSanitizer =="
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON -DTESSERA_TSAN=ON >/dev/null
+ninja -C build-tsan -j"$JOBS" tessera_tests
+# The suites that run threads against one model, backend, its executables, the thread pool and the compile
+# cache (the rest are single-threaded callers, run under ASan above); not the xla-cpu ones: the plugin is not
+# instrumented, so TSan cannot see its own synchronisation.
+TESSERA_SOURCE_DIR="$PWD" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  build-tsan/tessera_tests --gtest_filter='*Concurren*:*CpuRows*:CpuThreadPool.*-*XlaCpu*:*Pjrt*'
 
 echo "== fuzzers (${FUZZ_SECONDS:-30}s each) =="
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
