@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "backends/pjrt/pjrt_info.h"
 #include "distributed/mpi_communicator.h"
 #include "tessera/error.h"
 
@@ -64,6 +65,13 @@ void apply_environment(LoadOptions& opt) {
     d.rank = std::atoi(r);
 }
 
+void use_environment_plugin_settings() {
+  static bool done = false;
+  if (done) return;
+  pjrt::set_default_pjrt_settings(pjrt::pjrt_settings_from_env());
+  done = true;
+}
+
 std::string cli_words(const std::string& library_message) {
   std::string s = library_message;
   if (s.rfind("tp_size ", 0) == 0) s = "--tp-size " + s.substr(8);
@@ -74,6 +82,7 @@ std::string cli_words(const std::string& library_message) {
     if (end == std::string::npos) break;
     s.replace(at, end + 1 - at, "--device " + s.substr(at + 12, end - at - 12));
   }
+  replace_all(s, " (DistributedConfig::mpi)", "");
   replace_all(s, "(collective_timeout_s sets the deadline, 0 = none)",
               "(--collective-timeout SECONDS or TESSERA_COLLECTIVE_TIMEOUT sets the deadline, 0 = none)");
   return s;

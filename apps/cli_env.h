@@ -16,6 +16,11 @@ namespace tessera::cli {
 // Throws Error naming the variable for a malformed value.
 void apply_environment(LoadOptions& opt);
 
+// PJRT plugin search and start-up from the environment (pjrt::pjrt_settings_from_env: plugin paths, the .venv
+// beside this program, dump dir, start-up timeout, plugin log), set as the process-wide default the library
+// uses when LoadOptions::plugins is unset. Once per process; throws Error naming a malformed variable.
+void use_environment_plugin_settings();
+
 // The collective deadline a setting asks for: `seconds` when >= 0, else $TESSERA_COLLECTIVE_TIMEOUT when set,
 // else the default (60 s). Throws Error naming the variable for a value that is not a number of seconds >= 0.
 double collective_timeout_setting(double seconds);

@@ -139,6 +139,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   opt.exact_bf16_matmul = f.exact_bf16_matmul;
   opt.collective_timeout_s = f.collective_timeout_s;
   cli::apply_environment(opt);  // what the flags left unset, from TESSERA_* and the launcher's variables
+  if (f.device != "cpu") cli::use_environment_plugin_settings();  // PJRT plugin paths, .venv, timeouts
   if (!f.quiet && isatty(STDERR_FILENO)) {
     opt.progress = [](size_t done, size_t total) {
       const int width = 30;
@@ -643,7 +644,10 @@ int run_devices(bool json) {
   const int threads = cpu::ThreadPool::instance().num_threads();
   const char* isa = cpu::isa_name(cpu::active_isa());
   std::vector<pjrt::Probe> probes;
-  if (pjrt::built_with_pjrt()) probes = pjrt::probe_platforms();
+  if (pjrt::built_with_pjrt()) {
+    cli::use_environment_plugin_settings();
+    probes = pjrt::probe_platforms();
+  }
   if (json) {
     ordered_json devs = ordered_json::array({{{"device", "cpu"},
                                               {"backend", "native"},

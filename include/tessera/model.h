@@ -35,6 +35,21 @@ struct DistributedConfig {
   bool mpi = false;    // the processes are MPI ranks (mpirun started them): the cpu backend's collectives
 };
 
+// Where PJRT plugins are found and how they start (LoadOptions::plugins). The tessera command sets the
+// process-wide equivalent from its environment ($TESSERA_XLA_CPU_PLUGIN, $TPU_LIBRARY_PATH,
+// $TESSERA_XLA_CUDA_PLUGIN, the .venv beside the program, $TESSERA_PJRT_DUMP, $TESSERA_PJRT_START_TIMEOUT,
+// $TESSERA_PJRT_LOG); the library reads none of them and bakes in no path.
+struct PluginSettings {
+  // A plugin library per device, tried before the search ("" = search only).
+  std::string xla_cpu_plugin, tpu_plugin, cuda_plugin;
+  // Python site-packages directories (glob patterns allowed) searched in order for pip-installed plugins,
+  // before the system's dist-packages.
+  std::vector<std::string> site_packages;
+  std::string dump_dir;          // each compiled StableHLO module is written to <dir>/<key>.mlir; "" = off
+  double start_timeout_s = 120;  // seconds a plugin may take to initialise and create its client
+  bool plugin_log = false;       // the plugins' own INFO logs on stderr
+};
+
 struct LoadOptions {
   std::optional<DType> dtype;        // unset: the checkpoint's torch_dtype (GGUF: bfloat16)
   std::string device_map = "cpu";    // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
@@ -64,6 +79,9 @@ struct LoadOptions {
   // with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The tessera
   // command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)
   double collective_timeout_s = -1;
+  // PJRT plugin search and start-up. Unset: the process-wide settings (pjrt::set_default_pjrt_settings; the
+  // tessera command sets them from its environment).
+  std::optional<PluginSettings> plugins;
   // Called after each tensor is loaded: (tensors done, tensors total).
   std::function<void(size_t, size_t)> progress;
 };

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "backends/backend.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_info.h"
+#include "backends/registry.h"
 #include "distributed/mpi_communicator.h"
 #include "distributed/tp_plan.h"
 #include "io/weight_source.h"
@@ -58,62 +60,25 @@ std::vector<int> parse_buckets(const std::string& spec, bool prefers_buckets, in
   return out;
 }
 
-[[noreturn]] void tp_device_error(int tp_size, const std::string& device) {
-  fail("tp_size ", tp_size, " with device_map '", device,
-       "': tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
-}
+// Tensor parallelism in one process (one program over tp_size devices) is what PJRT devices do; the native
+// cpu backend runs one process per rank.
+bool tp_in_one_process(const std::string& device) { return backends::is_pjrt_device(device); }
 
-// The backend for a device name. "auto" picks TPU, then GPU, then the native CPU, and says (a note) what it
-// found and what it chose (never a silent CPU fallback).
-// Tensor parallelism: `comm` (one process per rank: native cpu, or a PJRT device per process running its
-// graphs in segments around host collectives), or `replicas` > 1 (one process driving that many PJRT
-// devices).
-std::unique_ptr<backends::Backend> make_backend(const std::string& device,
-                                                std::shared_ptr<backends::Communicator> comm, int replicas,
-                                                const backends::CpuBackendOptions& cpu_options) {
-  if (device == "cpu") return backends::make_cpu_backend(std::move(comm), cpu_options);
-  if ((comm || replicas > 1) && !backends::is_pjrt_device(device))
-    tp_device_error(comm ? comm->size() : replicas, device);
-  if (backends::is_pjrt_device(device)) {
-    try {
-      backends::PjrtOptions po;
-      po.device_count = std::max(1, replicas);
-      po.replicas = std::max(1, replicas);
-      po.comm = std::move(comm);
-      return backends::make_pjrt_backend(device, po);
-    } catch (const Error& e) {
-      std::string found = "cpu";
-      for (const char* d : {"xla-cpu", "tpu", "cuda"}) {
-        std::vector<std::string> looked;
-        if (pjrt::locate_plugin(d, looked) && (std::string(d) != "tpu" || pjrt::find_tpu_chips().count > 0))
-          found += std::string(", ") + d;
-      }
-      fail(e.what(), " (devices with a backend here: ", found, ")");
-    }
-  }
-  if (device != "auto")
-    fail("unknown device '", device, "' (expected cpu, xla-cpu, tpu, cuda, pjrt:/path/to/plugin.so or auto)");
-  std::string found;
-  for (const char* accel : {"tpu", "cuda"}) {
-    std::vector<std::string> looked;
-    if (!pjrt::locate_plugin(accel, looked)) {
-      found += std::string(found.empty() ? "" : "; ") + accel + ": no plugin";
-      continue;
-    }
-    if (std::string(accel) == "tpu" && pjrt::find_tpu_chips().count == 0) {  // libtpu is never started then
-      found += std::string(found.empty() ? "" : "; ") + "tpu: plugin found, no TPU chip";
-      continue;
-    }
-    try {
-      auto b = backends::make_pjrt_backend(accel);
-      log_info("device auto: found ", accel, " (", b->platform().platform_name, "); using ", accel);
-      return b;
-    } catch (const Error& e) {
-      found += std::string(found.empty() ? "" : "; ") + accel + ": " + e.what();
-    }
-  }
-  log_info("device auto: ", found, "; using cpu (native backend)");
-  return backends::make_cpu_backend(comm, cpu_options);
+// LoadOptions::plugins as the PJRT code takes them; unset: the process default (what the program set with
+// pjrt::set_default_pjrt_settings; the tessera command sets it from its environment).
+std::optional<pjrt::PjrtSettings> pjrt_settings(const std::optional<PluginSettings>& p) {
+  if (!p) return std::nullopt;
+  pjrt::PjrtSettings s;
+  s.xla_cpu_plugin = {p->xla_cpu_plugin, "LoadOptions::plugins.xla_cpu_plugin"};
+  s.tpu_plugin = {p->tpu_plugin, "LoadOptions::plugins.tpu_plugin"};
+  s.cuda_plugin = {p->cuda_plugin, "LoadOptions::plugins.cuda_plugin"};
+  s.site_packages = p->site_packages;
+  s.dump_dir = p->dump_dir;
+  if (!(p->start_timeout_s > 0))
+    fail("plugins.start_timeout_s: ", p->start_timeout_s, " is not a number of seconds > 0");
+  s.start_timeout_s = p->start_timeout_s;
+  s.plugin_log = p->plugin_log;
+  return s;
 }
 
 }  // namespace
@@ -148,17 +113,13 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   std::shared_ptr<backends::Communicator> comm;
   int replicas = 1;
   if (dist_cfg.tp_size > 1) {
-    const bool pjrt_device = backends::is_pjrt_device(opt.device_map);
-    if (opt.device_map != "cpu" && !pjrt_device) tp_device_error(dist_cfg.tp_size, opt.device_map);
-    if (pjrt_device && !dist_cfg.mpi && dist_cfg.world_size > 1)
-      fail("tp_size ", dist_cfg.tp_size, " with device_map '", opt.device_map, "': this process is one of ",
-           dist_cfg.world_size, " ranks started without MPI (tessera launch --no-mpi), so each would run the whole ",
-           dist_cfg.tp_size,
-           "-device job; drop --no-mpi (one device per rank) or run one process without tessera launch");
-    if (pjrt_device && !dist_cfg.mpi) {
-      replicas = dist_cfg.tp_size;
-      for (const auto& n : notes) log_note(n);
-    } else {
+    const bool one_process = tp_in_one_process(opt.device_map);
+    if (!backends::is_known_device(opt.device_map) || opt.device_map == "auto")
+      fail("tp_size ", dist_cfg.tp_size, " with device_map '", opt.device_map,
+           "': tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
+    if (dist_cfg.mpi || !one_process) {
+      // One process per rank (the native cpu backend always; a PJRT device per rank under MPI). Not under MPI:
+      // mpi_world says how to start the ranks.
       const double timeout =
           opt.collective_timeout_s >= 0 ? opt.collective_timeout_s : distributed::kDefaultCollectiveTimeoutS;
       comm = distributed::mpi_world(dist_cfg.tp_size, timeout, dist_cfg.mpi, dist_cfg.rank);
@@ -166,6 +127,15 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
           distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
       if (comm->rank() == 0)
         for (const auto& n : notes) log_note(n);
+    } else {
+      if (dist_cfg.world_size > 1)
+        fail("tp_size ", dist_cfg.tp_size, " with device_map '", opt.device_map, "': this process is one of ",
+             dist_cfg.world_size,
+             " ranks started without MPI (tessera launch --no-mpi), so each would run the whole ",
+             dist_cfg.tp_size,
+             "-device job; drop --no-mpi (one device per rank) or run one process without tessera launch");
+      replicas = dist_cfg.tp_size;  // one process driving tp_size devices
+      for (const auto& n : notes) log_note(n);
     }
   }
   // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
@@ -173,7 +143,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   backends::CpuBackendOptions cpu_options;
   cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
   cpu_options.bf16_kv_cache = dtype == DType::BF16 && !opt.exact_bf16_matmul;
-  impl->backend = make_backend(opt.device_map, comm, replicas, cpu_options);
+  impl->backend = backends::make_backend({.device = opt.device_map,
+                                          .comm = comm,
+                                          .replicas = replicas,
+                                          .cpu = cpu_options,
+                                          .pjrt = pjrt_settings(opt.plugins)});
   impl->caps = impl->backend->capabilities();
   impl->comm = comm;
   graph::CompileCacheOptions cache_opt;
