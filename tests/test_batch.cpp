@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "golden_util.h"
 #include "pjrt_test_util.h"
@@ -299,6 +300,79 @@ TEST(SlotBatchErrors, BadInputsGiveClearErrors) {
   EXPECT_NE(error_of([&] { b.last_logits(0); }).find("keep_logits"), std::string::npos);
   EXPECT_EQ(b.free_slot(), 0);
   EXPECT_TRUE(b.step().empty());
+}
+
+// A long prompt prefilled in chunks (one chunk per step) while another slot decodes: the decoding slot gets a
+// token every step, the chunked one its first token in the step of its last chunk, and both equal their
+// requests alone. Every chunked prompt, whatever its length, runs the one chunk program.
+void expect_chunked_equals_alone(const std::string& device) {
+  CausalLM m = load("llama_gqa", device);
+  const bool host = device == "cpu";
+  SlotBatch batch(m, 3, 80, {.keep_logits = host});
+  const std::vector<int32_t> a = prompt(6, 1), c = prompt(45, 2), d = prompt(20, 3);
+  batch.prefill(0, a, greedy(20));
+  const CompileReport before = m.compile_stats();
+  batch.prefill_chunked(1, c, greedy(8), 16);  // 45 tokens: 3 chunks (padded to 48)
+  EXPECT_TRUE(batch.state(1).prefilling);
+  EXPECT_TRUE(batch.running(1));
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<SlotToken> t = batch.step();
+    ASSERT_FALSE(t.empty());
+    EXPECT_EQ(t[0].slot, 0) << "the decoding slot is not stalled by the chunks (step " << i << ")";
+    EXPECT_EQ(t.size(), i < 2 ? 1u : 2u) << i;
+  }
+  EXPECT_FALSE(batch.state(1).prefilling);
+  EXPECT_EQ(batch.state(1).prefill_len, 48);
+  std::vector<float> chunked_first;
+  if (host) chunked_first = batch.last_logits(1);
+  while (batch.running(1)) batch.step();
+  const CompileReport mid = m.compile_stats();
+  batch.prefill_chunked(2, d, greedy(5), 16);  // 20 tokens: 2 chunks of the same program
+  while (batch.running_count() > 0) batch.step();
+  const CompileReport after = m.compile_stats();
+  EXPECT_EQ(after.compiles + after.disk_hits, mid.compiles + mid.disk_hits) << "no new program for another length";
+  // The chunk program (batch 1, seq 16) and the decode; on a device that pads prompts to pow2 buckets the first
+  // prompt's prefill (bucket 16) was that program already.
+  EXPECT_EQ(mid.compiles + mid.disk_hits - before.compiles - before.disk_hits, m.prompt_bucket(6) == 16 ? 1 : 2)
+      << "the chunk program + decode";
+  for (const auto& [slot, p, n] : {std::tuple{0, a, 20}, std::tuple{1, c, 8}, std::tuple{2, d, 5}}) {
+    const auto alone = m.generate({p}, {}, greedy(n)).sequences[0];
+    EXPECT_EQ(batch.tokens(slot), std::vector<int32_t>(alone.begin() + static_cast<long>(p.size()), alone.end()))
+        << device << " slot " << slot;
+  }
+  if (!host) return;
+  SlotBatch one(m, 1, 80, {.keep_logits = true});
+  one.prefill(0, c, greedy(8));
+  float worst = 0;
+  for (size_t v = 0; v < chunked_first.size(); ++v)
+    worst = std::max(worst, std::fabs(chunked_first[v] - one.last_logits(0)[v]));
+  EXPECT_LE(worst, 1e-5f) << "the first token's logits: chunked against one prefill";
+}
+
+TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnCpu) { expect_chunked_equals_alone("cpu"); }
+
+TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnXlaCpu) {
+  REQUIRE_XLA_CPU();
+  expect_chunked_equals_alone("xla-cpu");
+  CausalLM m = load("llama_gqa", "xla-cpu");
+  SlotBatch b(m, 2, 64);
+  GenerationConfig g = greedy(4);
+  g.repetition_penalty = 1.3f;
+  EXPECT_NE(error_of([&] { b.prefill_chunked(0, prompt(20, 1), g, 16); }).find("cannot carry the repetition penalty"),
+            std::string::npos);
+}
+
+TEST(SlotBatchChunked, BadChunksAreErrors) {
+  CausalLM m = load("llama_gqa", "cpu");
+  SlotBatch b(m, 2, 40);
+  EXPECT_EQ(error_of([&] { b.prefill_chunked(0, prompt(20, 1), greedy(4), 0); }),
+            "SlotBatch::prefill_chunked: chunk must be in 1..40 (cache_len), got 0");
+  EXPECT_NE(error_of([&] { b.prefill_chunked(0, prompt(20, 1), greedy(4), 41); }).find("got 41"), std::string::npos);
+  EXPECT_EQ(error_of([&] { b.prefill_chunked(0, prompt(30, 1), greedy(10), 16); }),
+            "SlotBatch::prefill_chunked: slot 0: a prompt of 30 tokens (in chunks of 16, padded to 32) and 10 new "
+            "tokens need 41 cache positions; the batch has cache_len 40");
+  b.prefill_chunked(1, prompt(3, 1), greedy(2), 16);
+  EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), greedy(2)); }).find("slot 1 is busy"), std::string::npos);
 }
 
 // A copy of a fixture model with the embedding row of one token id set to NaN (llama_gqa: float16, untied),

@@ -5,6 +5,7 @@
 //   int32_t first = batch.prefill(batch.free_slot(), prompt_ids, config);  // a request joins
 //   for (const auto& t : batch.step()) ...  // one token for every running slot
 //   batch.release(slot);                    // when its sequence is done (or to cancel it)
+//   batch.prefill_chunked(slot, long_prompt, config, 256);  // joins one chunk per step()
 //
 // A slot is one sequence's row of the cache (not a cache position). prefill() runs the prompt of one
 // sequence alone, padded on the left to its prompt bucket where the backend wants buckets, into the chosen
@@ -46,7 +47,8 @@ struct SlotToken {
 // What a slot holds.
 struct SlotState {
   bool busy = false;     // holds a sequence (running or finished) until release()
-  bool running = false;  // step() produces its next token
+  bool running = false;  // step() produces its next token (or, prefilling, runs its next prompt chunk)
+  bool prefilling = false;  // prefill_chunked: chunks of its prompt are still to run
   FinishReason finish = FinishReason::None;
   int prompt_tokens = 0;  // the prompt's length
   int prefill_len = 0;    // the bucket its prefill ran at (>= prompt_tokens)
@@ -76,9 +78,17 @@ class SlotBatch {
   // budget do not fit cache_len, disable_compile.
   int32_t prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config,
                   const TokenCallback& on_token = {});
-  // One decode step over every running slot; returns their new tokens in slot order (empty, running nothing,
-  // when no slot runs). A non-finite logit in a slot ends that slot (FinishReason::Error) after the other
-  // slots' tokens are taken, and then throws Error naming the slot and the step.
+  // Chunked prefill: starts a sequence in free slot `slot` whose prompt runs `chunk` tokens at a time, one
+  // chunk per step(), so a long prompt does not stall the running slots. The prompt is padded on the left to
+  // whole chunks (one prefill program of `chunk` tokens serves every chunk of every prompt); the step that
+  // runs the last chunk returns the slot's first token. Same checks as prefill(); with in-step sampling the
+  // repetition penalty must be 1 (the step's seen mask restarts at every prefill program).
+  void prefill_chunked(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config, int chunk,
+                       const TokenCallback& on_token = {});
+  // One step: the next chunk of every chunked prompt, then one decode step over every other running slot;
+  // returns the new tokens in slot order (empty, running nothing, when no slot runs). A non-finite logit in a
+  // slot ends that slot (FinishReason::Error) after the other slots' tokens are taken, and then throws Error
+  // naming the slot and the step.
   std::vector<SlotToken> step();
   // Frees a busy slot (finished, or still running: that cancels it). Error when the slot is not busy.
   void release(int slot);
@@ -92,7 +102,7 @@ class SlotBatch {
   const std::vector<int32_t>& tokens(int slot) const;
   // SlotBatchOptions::keep_logits: the logits [vocab] its last token was chosen from (before any processor).
   const std::vector<float>& last_logits(int slot) const;
-  // Decode steps run so far.
+  // Decode programs run so far (steps that ran only prompt chunks do not count).
   int steps() const;
 
  private:

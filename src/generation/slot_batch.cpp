@@ -31,6 +31,10 @@ struct Slot {
   int kv_begin = 0;     // first cache position the row attends to (its bucket padding before it)
   int32_t last = 0;     // the last token (the next step's input)
   std::vector<float> logits;  // keep_logits: those of the last token
+  std::vector<int32_t> padded;  // the prompt padded on the left, until its prefill is done
+  int chunk = 0;                // prefill_chunked: chunk length (0: one prefill)
+  int chunks_done = 0;
+  bool prefilling() const { return !padded.empty(); }
   // The next step writes `last` at cache position prefill_len + produced - 1, position prompt + produced - 1.
   int next_slot() const { return prefill_len + row.produced - 1; }
   int next_position() const { return prompt_tokens + row.produced - 1; }
@@ -71,6 +75,14 @@ struct SlotBatch::Impl {
     return generation::host_token(s.row, row, vocab, static_cast<uint32_t>(slot), why);
   }
 
+  // A new sequence for `slot` checked and set up (not yet run); chunk 0: one prefill at the prompt's bucket.
+  Slot start(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
+             const TokenCallback& on_token, int chunk, const char* what);
+  // Runs positions [from, from + count) of the slot's padded prompt (one row-mapped prefill program).
+  void run_prompt(const Slot& s, int slot, int from, int count);
+  // The first token, from the last prompt run: chosen, checked, broadcast, streamed and accepted.
+  int32_t first_token(Slot& s, int slot, const char* what);
+
   void run(const ShapeKey& key) {
     std::unique_ptr<backends::Executable> scratch;
     const backends::Executable& exe = m->executable(key, false, scratch);
@@ -108,80 +120,109 @@ int SlotBatch::cache_len() const { return impl_->cache_len; }
 bool SlotBatch::device_sampling() const { return impl_->on_device; }
 int SlotBatch::steps() const { return impl_->steps; }
 
-int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
-                           const TokenCallback& on_token) {
-  Impl& b = *impl_;
-  runtime::ModelCore& m = *b.m;
-  Slot& s = b.at(slot, "prefill");
+Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
+                            const TokenCallback& on_token, int chunk, const char* what) {
+  const Slot& s = at(slot, what);
   if (s.busy)
-    fail("SlotBatch::prefill: slot ", slot, " is busy (", s.row.running() ? "running" : "finished",
-         "; release(", slot, ") frees it)");
+    fail("SlotBatch::", what, ": slot ", slot, " is busy (", s.row.running() ? "running" : "finished", "; release(",
+         slot, ") frees it)");
   cfg.validate();
   if (cfg.disable_compile)
-    fail("SlotBatch::prefill: disable_compile is not supported (the batch runs compiled programs only)");
-  if (prompt.empty()) fail("SlotBatch::prefill: slot ", slot, ": empty prompt");
+    fail("SlotBatch::", what, ": disable_compile is not supported (the batch runs compiled programs only)");
+  if (prompt.empty()) fail("SlotBatch::", what, ": slot ", slot, ": empty prompt");
   for (size_t i = 0; i < prompt.size(); ++i)
-    if (prompt[i] < 0 || prompt[i] >= m.config.vocab_size)
-      fail("SlotBatch::prefill: slot ", slot, ": prompt id ", prompt[i], " (index ", i,
-           ") is out of range for vocab size ", m.config.vocab_size);
+    if (prompt[i] < 0 || prompt[i] >= m->config.vocab_size)
+      fail("SlotBatch::", what, ": slot ", slot, ": prompt id ", prompt[i], " (index ", i,
+           ") is out of range for vocab size ", m->config.vocab_size);
   const int len = static_cast<int>(prompt.size());
-  const int64_t max_pos = m.config.max_position_embeddings;
+  const int64_t max_pos = m->config.max_position_embeddings;
   if (len > max_pos)
-    fail("SlotBatch::prefill: slot ", slot, ": prompt of ", len, " tokens exceeds max_position_embeddings (",
+    fail("SlotBatch::", what, ": slot ", slot, ": prompt of ", len, " tokens exceeds max_position_embeddings (",
          max_pos, ")");
   const int budget = cfg.new_token_budget(len, max_pos);
   if (len + budget > max_pos)
-    fail("SlotBatch::prefill: slot ", slot, ": prompt (", len, " tokens) + max_new_tokens (", budget,
+    fail("SlotBatch::", what, ": slot ", slot, ": prompt (", len, " tokens) + max_new_tokens (", budget,
          ") exceeds max_position_embeddings (", max_pos, ")");
-  const int bucket = m.bucket_for(len, true);
-  if (static_cast<int64_t>(bucket) + budget - 1 > b.cache_len)
-    fail("SlotBatch::prefill: slot ", slot, ": a prompt of ", len, " tokens (prefill bucket ", bucket, ") and ",
-         budget, " new tokens need ", static_cast<int64_t>(bucket) + budget - 1,
-         " cache positions; the batch has cache_len ", b.cache_len);
-  const int extra = bucket - len;
-
-  auto lock = m.step_lock();
+  // The prompt is padded on the left to its bucket (one prefill) or to whole chunks.
+  const int64_t padded = chunk > 0 ? (static_cast<int64_t>(len) + chunk - 1) / chunk * chunk : m->bucket_for(len, true);
+  if (padded + budget - 1 > cache_len)
+    fail("SlotBatch::", what, ": slot ", slot, ": a prompt of ", len, " tokens (",
+         chunk > 0 ? "in chunks of " : "prefill bucket ", chunk > 0 ? chunk : padded,
+         chunk > 0 ? detail::concat(", padded to ", padded) : std::string(), ") and ", budget, " new tokens need ",
+         padded + budget - 1, " cache positions; the batch has cache_len ", cache_len);
+  if (chunk > 0 && on_device && cfg.repetition_penalty != 1.0f)
+    fail("SlotBatch::", what, ": slot ", slot, ": with in-step sampling a chunked prompt cannot carry the "
+         "repetition penalty (", cfg.repetition_penalty, "): the step's seen mask starts at each prefill; use "
+         "prefill(), or SlotBatchOptions::host_sampling");
   Slot fresh;
   fresh.row.start(cfg, cfg.seed ? *cfg.seed : generation::fresh_seed(), prompt, 0, budget);
   fresh.on_token = on_token;
   fresh.prompt_tokens = len;
-  fresh.prefill_len = bucket;
-  fresh.kv_begin = extra;
+  fresh.prefill_len = static_cast<int>(padded);
+  fresh.kv_begin = static_cast<int>(padded) - len;
+  fresh.chunk = chunk;
+  const int32_t pad = cfg.effective_pad_token_id().value_or(0);
+  const int32_t filler = pad >= 0 && pad < m->config.vocab_size ? pad : 0;  // masked; any valid id
+  fresh.padded.assign(static_cast<size_t>(fresh.kv_begin), filler);
+  fresh.padded.insert(fresh.padded.end(), prompt.begin(), prompt.end());
+  return fresh;
+}
 
-  // The prompt alone, left-padded to its bucket, into cache row `slot` (positions 0..bucket-1).
-  const int32_t filler = cfg.effective_pad_token_id().value_or(0);
-  StepInputs& in = b.in;
+void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
+  // Positions from..from+count-1 of the padded prompt into cache row `slot`.
   in = StepInputs{};
-  for (int i = 0; i < bucket; ++i) {
-    in.ids.push_back(i < extra ? (filler >= 0 && filler < m.config.vocab_size ? filler : 0)
-                               : prompt[static_cast<size_t>(i - extra)]);
-    in.positions.push_back(i < extra ? 1 : i - extra);  // padding: masked, position 1 as in Transformers
+  for (int i = from; i < from + count; ++i) {
+    in.ids.push_back(s.padded[static_cast<size_t>(i)]);
+    in.positions.push_back(i < s.kv_begin ? 1 : i - s.kv_begin);  // padding: masked, position 1 as Transformers
     in.slots.push_back(i);
   }
-  in.kv_begin = {extra};
-  if (b.on_device) {
-    in.seen_from = {extra};
-    fresh.row.params.append_encoded(0, in.sample_params);
+  in.kv_begin = {s.kv_begin};
+  if (on_device) {
+    in.seen_from = {std::max(0, s.kv_begin - from)};  // a prefill starts the row's seen mask
+    s.row.params.append_encoded(0, in.sample_params);
   }
-  const bool mapped = b.n > 1;
+  const bool mapped = n > 1;
   if (mapped) in.cache_rows = {slot};
-  const ShapeKey key{.phase = Phase::Prefill, .batch = 1, .seq = bucket, .cache_len = b.cache_len,
-                     .dtype = m.info.dtype, .sampling = b.sampling, .cache_rows = mapped ? b.n : 0};
-  b.run(key);
+  run({.phase = Phase::Prefill, .batch = 1, .seq = count, .cache_len = cache_len, .dtype = m->info.dtype,
+       .sampling = sampling, .cache_rows = mapped ? n : 0});
+}
 
+int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
   std::string why;
-  int32_t tok = b.choose(fresh, 0, slot, why);
+  int32_t tok = choose(s, 0, slot, why);
   if (tok < 0)
-    fail("SlotBatch::prefill: slot ", slot, ", step 0: the model produced a non-finite logit (", why, ")");
-  if (m.comm) m.comm->broadcast(&tok, sizeof tok, 0);
-  int32_t keep = fresh.on_token(slot, tok);
-  if (m.comm && fresh.on_token) m.comm->broadcast(&keep, sizeof keep, 0);
-  generation::accept(fresh.row, tok, keep != 0);
-  fresh.out.push_back(tok);
-  fresh.last = tok;
-  fresh.busy = true;
-  s = std::move(fresh);
+    fail("SlotBatch::", what, ": slot ", slot, ", step 0: the model produced a non-finite logit (", why, ")");
+  if (m->comm) m->comm->broadcast(&tok, sizeof tok, 0);
+  int32_t keep = s.on_token(slot, tok);
+  if (m->comm && s.on_token) m->comm->broadcast(&keep, sizeof keep, 0);
+  generation::accept(s.row, tok, keep != 0);
+  s.out.push_back(tok);
+  s.last = tok;
+  s.padded.clear();
+  s.padded.shrink_to_fit();
   return tok;
+}
+
+int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
+                           const TokenCallback& on_token) {
+  Impl& b = *impl_;
+  Slot fresh = b.start(slot, prompt, cfg, on_token, 0, "prefill");
+  auto lock = b.m->step_lock();
+  b.run_prompt(fresh, slot, 0, fresh.prefill_len);  // the whole prompt at its bucket
+  const int32_t tok = b.first_token(fresh, slot, "prefill");
+  fresh.busy = true;
+  b.slots[static_cast<size_t>(slot)] = std::move(fresh);
+  return tok;
+}
+
+void SlotBatch::prefill_chunked(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
+                                int chunk, const TokenCallback& on_token) {
+  Impl& b = *impl_;
+  if (chunk < 1 || chunk > b.cache_len)
+    fail("SlotBatch::prefill_chunked: chunk must be in 1..", b.cache_len, " (cache_len), got ", chunk);
+  Slot fresh = b.start(slot, prompt, cfg, on_token, chunk, "prefill_chunked");
+  fresh.busy = true;
+  b.slots[static_cast<size_t>(slot)] = std::move(fresh);
 }
 
 std::vector<SlotToken> SlotBatch::step() {
@@ -190,66 +231,92 @@ std::vector<SlotToken> SlotBatch::step() {
   std::vector<SlotToken> out;
   if (running_count() == 0) return out;
   auto lock = m.step_lock();
-  // Every row of the cache: running slots at their own positions; the others harmless (token 0 at position 0
-  // into their own row's first position, default sampling) and ignored.
-  StepInputs& in = b.in;
-  in = StepInputs{};
-  const generation::SamplingParams idle;
-  for (int r = 0; r < b.n; ++r) {
-    const Slot& s = b.slots[static_cast<size_t>(r)];
-    const bool run = s.busy && s.row.running();
-    in.ids.push_back(run ? s.last : 0);
-    in.positions.push_back(run ? s.next_position() : 0);
-    in.slots.push_back(run ? s.next_slot() : 0);
-    in.kv_begin.push_back(run ? s.kv_begin : 0);
-    if (b.on_device) (run ? s.row.params : idle).append_encoded(run ? s.row.produced : 0, in.sample_params);
-  }
-  const ShapeKey key{.phase = Phase::Decode, .batch = b.n, .seq = 1, .cache_len = b.cache_len,
-                     .dtype = m.info.dtype, .sampling = b.sampling};
-  b.run(key);
-  const int step = b.steps++;
-
-  std::vector<int32_t> next(static_cast<size_t>(b.n), 0), keep(static_cast<size_t>(b.n), 1);
-  int bad_slot = -1, bad_count = 0, bad_token = 0;
+  int bad_slot = -1, bad_count = 0;
   std::string bad_why;
+  auto bad = [&](int slot, const std::string& why) {
+    if (bad_count++ > 0) return;
+    bad_slot = slot;
+    bad_why = why;
+  };
+  // Chunked prompts first: one chunk each; a slot whose last chunk ran gets its first token now and decodes
+  // from the next step on.
+  std::vector<bool> decode(static_cast<size_t>(b.n), false);
   for (int r = 0; r < b.n; ++r) {
     Slot& s = b.slots[static_cast<size_t>(r)];
     if (!s.busy || !s.row.running()) continue;
-    std::string why;
-    const int32_t tok = b.choose(s, r, r, why);
-    if (tok < 0 && bad_count++ == 0) {
-      bad_slot = r;
-      bad_token = s.row.produced;
-      bad_why = why;
-    }
-    next[static_cast<size_t>(r)] = tok;
-  }
-  if (m.comm) m.comm->broadcast(next.data(), next.size() * sizeof(int32_t), 0);
-  bool callbacks = false;
-  for (int r = 0; r < b.n; ++r) {
-    Slot& s = b.slots[static_cast<size_t>(r)];
-    if (!s.busy || !s.row.running() || next[static_cast<size_t>(r)] < 0) continue;
-    callbacks = callbacks || static_cast<bool>(s.on_token);
-    keep[static_cast<size_t>(r)] = s.on_token(r, next[static_cast<size_t>(r)]);
-  }
-  if (m.comm && callbacks) m.comm->broadcast(keep.data(), keep.size() * sizeof(int32_t), 0);
-  for (int r = 0; r < b.n; ++r) {
-    Slot& s = b.slots[static_cast<size_t>(r)];
-    if (!s.busy || !s.row.running()) continue;
-    const int32_t tok = next[static_cast<size_t>(r)];
-    if (tok < 0) {  // no token: the slot ends here
-      s.row.finish = FinishReason::Error;
+    if (!s.prefilling()) {
+      decode[static_cast<size_t>(r)] = true;
       continue;
     }
-    generation::accept(s.row, tok, keep[static_cast<size_t>(r)] != 0);
-    s.out.push_back(tok);
-    s.last = tok;
-    out.push_back({r, tok, s.row.finish});
+    const int from = s.chunks_done++ * s.chunk;
+    b.run_prompt(s, r, from, s.chunk);
+    if (from + s.chunk < s.prefill_len) continue;
+    try {
+      const int32_t tok = b.first_token(s, r, "step");
+      out.push_back({r, tok, s.row.finish});
+    } catch (const Error& e) {
+      s.row.finish = FinishReason::Error;
+      bad(r, e.what());
+    }
   }
+  const bool any = std::find(decode.begin(), decode.end(), true) != decode.end();
+  const int step = b.steps;
+  if (any) {
+    // Every row of the cache: decoding slots at their own positions; the others harmless (token 0 at position
+    // 0 into their own row's first position, default sampling) and ignored.
+    StepInputs& in = b.in;
+    in = StepInputs{};
+    const generation::SamplingParams idle;
+    for (int r = 0; r < b.n; ++r) {
+      const Slot& s = b.slots[static_cast<size_t>(r)];
+      const bool run = decode[static_cast<size_t>(r)];
+      in.ids.push_back(run ? s.last : 0);
+      in.positions.push_back(run ? s.next_position() : 0);
+      in.slots.push_back(run ? s.next_slot() : 0);
+      in.kv_begin.push_back(run ? s.kv_begin : 0);
+      if (b.on_device) (run ? s.row.params : idle).append_encoded(run ? s.row.produced : 0, in.sample_params);
+    }
+    b.run({.phase = Phase::Decode, .batch = b.n, .seq = 1, .cache_len = b.cache_len, .dtype = m.info.dtype,
+           .sampling = b.sampling});
+    ++b.steps;
+
+    std::vector<int32_t> next(static_cast<size_t>(b.n), 0), keep(static_cast<size_t>(b.n), 1);
+    for (int r = 0; r < b.n; ++r) {
+      if (!decode[static_cast<size_t>(r)]) continue;
+      Slot& s = b.slots[static_cast<size_t>(r)];
+      std::string why;
+      const int32_t tok = b.choose(s, r, r, why);
+      if (tok < 0)
+        bad(r, detail::concat("SlotBatch::step: step ", step, ", slot ", r, " (its token ", s.row.produced,
+                           "): the model produced a non-finite logit (", why, ")"));
+      next[static_cast<size_t>(r)] = tok;
+    }
+    if (m.comm) m.comm->broadcast(next.data(), next.size() * sizeof(int32_t), 0);
+    bool callbacks = false;
+    for (int r = 0; r < b.n; ++r) {
+      Slot& s = b.slots[static_cast<size_t>(r)];
+      if (!decode[static_cast<size_t>(r)] || next[static_cast<size_t>(r)] < 0) continue;
+      callbacks = callbacks || static_cast<bool>(s.on_token);
+      keep[static_cast<size_t>(r)] = s.on_token(r, next[static_cast<size_t>(r)]);
+    }
+    if (m.comm && callbacks) m.comm->broadcast(keep.data(), keep.size() * sizeof(int32_t), 0);
+    for (int r = 0; r < b.n; ++r) {
+      if (!decode[static_cast<size_t>(r)]) continue;
+      Slot& s = b.slots[static_cast<size_t>(r)];
+      const int32_t tok = next[static_cast<size_t>(r)];
+      if (tok < 0) {  // no token: the slot ends here
+        s.row.finish = FinishReason::Error;
+        continue;
+      }
+      generation::accept(s.row, tok, keep[static_cast<size_t>(r)] != 0);
+      s.out.push_back(tok);
+      s.last = tok;
+      out.push_back({r, tok, s.row.finish});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const SlotToken& a, const SlotToken& c) { return a.slot < c.slot; });
   if (bad_slot >= 0)
-    fail("SlotBatch::step: step ", step, ", slot ", bad_slot, " (its token ", bad_token,
-         "): the model produced a non-finite logit (", bad_why, ")",
-         bad_count > 1 ? detail::concat("; ", bad_count - 1, " more slot(s) likewise") : std::string(),
+    fail(bad_why, bad_count > 1 ? detail::concat("; ", bad_count - 1, " more slot(s) likewise") : std::string(),
          "; the slot has ended (FinishReason::Error), the other slots' tokens are taken");
   m.generation_done();  // the recompile guard counts from here (a prefill and the decode program are compiled)
   return out;
@@ -289,9 +356,10 @@ SlotState SlotBatch::state(int slot) const {
   st.finish = s.row.finish;
   st.prompt_tokens = s.prompt_tokens;
   st.prefill_len = s.prefill_len;
+  st.prefilling = s.prefilling();
   st.new_tokens = s.row.produced;
   st.budget = s.row.budget;
-  st.next_slot = s.next_slot();
+  st.next_slot = s.prefilling() ? s.chunks_done * s.chunk : s.next_slot();
   return st;
 }
 
