@@ -83,6 +83,7 @@ std::string cli_words(const std::string& library_message) {
     s.replace(at, end + 1 - at, "--device " + s.substr(at + 12, end - at - 12));
   }
   replace_all(s, " (DistributedConfig::mpi)", "");
+  replace_all(s, "; give token ids instead of text", "; pass token ids with --input-ids instead");
   replace_all(s, "(collective_timeout_s sets the deadline, 0 = none)",
               "(--collective-timeout SECONDS or TESSERA_COLLECTIVE_TIMEOUT sets the deadline, 0 = none)");
   return s;

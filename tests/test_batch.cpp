@@ -183,6 +183,26 @@ TEST(SlotBatchCompiles, StaggeredMixedWorkloadCompilesBucketsPlusOneDecodeOnCpu)
   expect_buckets_plus_one_decode("cpu", "16,32,64");
 }
 
+// warmup() makes every bucket's prefill and the decode ahead; the staggered workload then compiles nothing, and
+// the armed guard (max_recompiles 0) stays quiet.
+TEST(SlotBatchCompiles, WarmupMakesEveryProgramAhead) {
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  opt.buckets = "16,32,64";
+  opt.max_recompiles = 0;
+  CausalLM m = AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt);
+  SlotBatch batch(m, 4, 72);
+  EXPECT_EQ(batch.warmup(), 4) << "3 buckets + decode";
+  EXPECT_EQ(batch.warmup(), 0);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back({i, 3 + 8 * i, 4, i});
+  const CompileReport before = m.compile_stats();
+  EXPECT_NO_THROW(serve(batch, reqs, false));
+  EXPECT_EQ(m.compile_stats().compiles, before.compiles);
+  SlotBatch other(m, 2, 72);
+  EXPECT_THROW(other.prefill(0, prompt(5, 1), greedy(3)), Error) << "a new shape after warmup: the guard";
+}
+
 TEST(SlotBatchCompiles, StaggeredMixedWorkloadCompilesBucketsPlusOneDecodeOnXlaCpu) {
   REQUIRE_XLA_CPU();
   expect_buckets_plus_one_decode("xla-cpu", "auto");

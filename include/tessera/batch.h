@@ -102,6 +102,11 @@ class SlotBatch {
   const std::vector<int32_t>& tokens(int slot) const;
   // SlotBatchOptions::keep_logits: the logits [vocab] its last token was chosen from (before any processor).
   const std::vector<float>& last_logits(int slot) const;
+  // Compiles (or loads from the disk cache) the prefill program of every prompt bucket up to `max_prompt`
+  // (0: every bucket that fits cache_len) and the decode program, then arms the model's recompile guard.
+  // Returns the programs compiled or loaded. With exact prompt lengths (the native cpu backend's default)
+  // only the decode program is made ahead.
+  int warmup(int max_prompt = 0);
   // Decode programs run so far (steps that ran only prompt chunks do not count).
   int steps() const;
 

@@ -322,6 +322,27 @@ std::vector<SlotToken> SlotBatch::step() {
   return out;
 }
 
+int SlotBatch::warmup(int max_prompt) {
+  Impl& b = *impl_;
+  runtime::ModelCore& m = *b.m;
+  if (max_prompt < 0) fail("SlotBatch::warmup: max_prompt must be >= 0, got ", max_prompt);
+  const graph::CompileStats before = m.compile_stats();
+  auto build = [&m](const ShapeKey& k) { return m.build(k); };
+  const bool mapped = b.n > 1;
+  for (int bucket : m.buckets) {
+    if (bucket > b.cache_len || (max_prompt > 0 && bucket > m.bucket_for(max_prompt, false))) break;
+    m.cache->get({.phase = Phase::Prefill, .batch = 1, .seq = bucket, .cache_len = b.cache_len,
+                  .dtype = m.info.dtype, .sampling = b.sampling, .cache_rows = mapped ? b.n : 0},
+                 build);
+  }
+  m.cache->get({.phase = Phase::Decode, .batch = b.n, .seq = 1, .cache_len = b.cache_len, .dtype = m.info.dtype,
+                .sampling = b.sampling},
+               build);
+  m.cache->arm_guard();
+  const graph::CompileStats after = m.compile_stats();
+  return after.compiles + after.disk_hits - before.compiles - before.disk_hits;
+}
+
 void SlotBatch::release(int slot) {
   Slot& s = impl_->at(slot, "release");
   if (!s.busy) fail("SlotBatch::release: slot ", slot, " is not busy (it is free already)");

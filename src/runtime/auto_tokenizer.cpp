@@ -28,7 +28,7 @@ Tokenizer AutoTokenizer::from_pretrained(const std::string& path) {
     std::sort(ggufs.begin(), ggufs.end());
     if (ggufs.size() == 1) return from_pretrained(ggufs[0]);
     if (ggufs.size() > 1) fail(p, ": holds several GGUF files; pass one of them as the model");
-    fail(p, ": no tokenizer.json (or .gguf) in this directory; pass token ids with --input-ids instead");
+    fail(p, ": no tokenizer.json (or .gguf) in this directory; give token ids instead of text");
   }
   // The format is decided by the content: a GGUF file whatever its name, else a tokenizer.json
   // (read_regular_file refuses FIFOs and devices, and a .gguf name without the magic gets a clear error).
