@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <span>
 
 #include "backends/backend.h"
@@ -25,6 +26,43 @@ using graph::InputKind;
 using graph::Node;
 using graph::Op;
 
+// Arenas of caches that are gone, kept for the next caches: generate() makes a cache per call, and a fresh arena
+// would be allocated, zeroed and faulted in by its prefill (megabytes for a long prompt) where the executable's
+// own arena used to be warm. Shared by a backend's caches; the lock is taken only when a cache gets or drops
+// an arena, never per step.
+class ArenaPool {
+ public:
+  // A spare arena of at least `floats` (the smallest that fits), or an empty tensor.
+  Tensor take(size_t floats) {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t best = spare_.size();
+    for (size_t i = 0; i < spare_.size(); ++i)
+      if (static_cast<size_t>(spare_[i].numel()) >= floats &&
+          (best == spare_.size() || spare_[i].numel() < spare_[best].numel()))
+        best = i;
+    if (best == spare_.size()) return {};
+    Tensor t = std::move(spare_[best]);
+    spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(best));
+    return t;
+  }
+  // Keeps the kSpare largest arenas given back.
+  void give(Tensor t) {
+    if (t.data == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_.push_back(std::move(t));
+    if (spare_.size() > kSpare) {
+      auto smallest = std::min_element(spare_.begin(), spare_.end(),
+                                       [](const Tensor& a, const Tensor& b) { return a.numel() < b.numel(); });
+      spare_.erase(smallest);
+    }
+  }
+
+ private:
+  static constexpr size_t kSpare = 4;
+  std::mutex mu_;
+  std::vector<Tensor> spare_;
+};
+
 // Everything a step writes besides its outputs: the KV cache, the sampler state and the scratch the step runs in.
 // Executables keep nothing per run, so any number of threads may run one executable, each with its own cache.
 class CpuCache : public DeviceCache {
@@ -36,6 +74,14 @@ class CpuCache : public DeviceCache {
   // step allocates nothing): the activation arena, the AllGather staging buffer, one row of logits for Sample.
   Tensor arena;
   std::vector<float> gather, sample_row;
+  std::shared_ptr<ArenaPool> pool;  // where the arena goes when the cache does (and where it came from)
+
+  CpuCache() = default;
+  CpuCache(const CpuCache&) = delete;
+  CpuCache& operator=(const CpuCache&) = delete;
+  ~CpuCache() override {
+    if (pool) pool->give(std::move(arena));
+  }
 };
 
 // One run: its inputs, its cache and the cache's arena (an executable's plan is fixed; this is all that varies).
@@ -117,8 +163,12 @@ class CpuExecutable : public Executable {
   }
   // The run's context; the cache's arena grows (once) to this plan's size.
   Run begin(const StepInputs& in, CpuCache& cache) const {
-    if (cache.arena.numel() < static_cast<int64_t>(arena_floats_))
-      cache.arena = Tensor::empty(DType::F32, {static_cast<int64_t>(arena_floats_)});
+    if (cache.arena.data == nullptr || cache.arena.numel() < static_cast<int64_t>(arena_floats_)) {
+      Tensor bigger = cache.pool ? cache.pool->take(arena_floats_) : Tensor{};
+      if (bigger.data == nullptr) bigger = Tensor::empty(DType::F32, {static_cast<int64_t>(arena_floats_)});
+      if (cache.pool) cache.pool->give(std::move(cache.arena));
+      cache.arena = std::move(bigger);
+    }
     return Run{in, cache, cache.arena.ptr<float>()};
   }
   // Tensor-parallel steps exchange activations with the other ranks in program order, so a rank runs one at a
@@ -737,6 +787,7 @@ class CpuBackend : public Backend {
       fail("cpu create_cache: layers ", layers, ", rows ", batch, ", kv heads ", kv_heads, ", slots ", cache_len,
            ", head_dim ", head_dim, ": each must be at least 1");
     auto c = std::make_unique<CpuCache>();
+    c->pool = arenas_;
     c->batch = batch;
     c->cache_len = cache_len;
     for (int64_t l = 0; l < layers; ++l) {
@@ -776,6 +827,7 @@ class CpuBackend : public Backend {
 
  private:
   WeightMap weights_;
+  std::shared_ptr<ArenaPool> arenas_ = std::make_shared<ArenaPool>();  // scratch of caches that are gone
   std::shared_ptr<Communicator> comm_;
   std::atomic<bool> comm_busy_{false};  // a tensor-parallel step is running (CpuExecutable::CommTurn)
   cpu::Bf16Dot bf16_dot_;
