@@ -9,13 +9,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SKIP_BUILD=1 scripts/setup.sh
 JOBS=$(nproc)
+# Each stage line starts with the seconds since the start (CI's whole run must stay well under its 90-minute limit).
+stage() { echo "== [${SECONDS}s] $* =="; }
 
+stage "release build and every CTest test"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
 ninja -C build -j"$JOBS"
 (cd build && ctest --output-on-failure -j"$JOBS" --timeout 600)
 [[ "${QUICK:-0}" == 1 ]] && exit 0
 
-echo "== unit tests under ASan + UBSan =="
+stage "unit tests under ASan + UBSan"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=ON >/dev/null
 ninja -C build-asan -j"$JOBS" tessera_tests
 # Unit tests only: end-to-end CLI runs, the 135M-parameter model and the (uninstrumented, 260 MB) XLA plugin
@@ -23,7 +26,7 @@ ninja -C build-asan -j"$JOBS" tessera_tests
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j"$JOBS" --timeout 900 -E 'Cli\.|SmolLM2|Pjrt|Bench')
 
-echo "== concurrency tests under ThreadSanitizer =="
+stage "concurrency tests under ThreadSanitizer"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON -DTESSERA_TSAN=ON >/dev/null
 ninja -C build-tsan -j"$JOBS" tessera_tests
 # The suites that run threads against one model, backend, its executables, the thread pool and the compile
@@ -32,7 +35,7 @@ ninja -C build-tsan -j"$JOBS" tessera_tests
 TESSERA_SOURCE_DIR="$PWD" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   build-tsan/tessera_tests --gtest_filter='*Concurren*:*CpuRows*:CpuThreadPool.*-*XlaCpu*:*Pjrt*'
 
-echo "== fuzzers (${FUZZ_SECONDS:-30}s each) =="
+stage "fuzzers (${FUZZ_SECONDS:-30}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
   -DTESSERA_TESTS=OFF >/dev/null
 ninja -C build-fuzz -j"$JOBS" fuzzers
@@ -45,3 +48,4 @@ for f in build-fuzz/fuzz_*; do
     || { tail -40 build-fuzz/$(basename "$f").log; exit 1; }
 done
 echo "fuzz: all targets ran clean"
+stage "all stages passed"
