@@ -8,6 +8,8 @@
 #include <new>
 
 #include "bench/bench_model.h"
+#include "cli_env.h"
+#include "default_model.h"
 #include "tessera/error.h"
 
 namespace {
@@ -31,6 +33,8 @@ void apply_quick(BenchFlags& f, const CLI::App& cmd) {
 int run(BenchFlags& f, const CLI::App& cmd) {
   apply_quick(f, cmd);
   if (!f.dtype.empty()) f.o.dtype = tessera::parse_dtype(f.dtype);
+  tessera::cli::apply_cpu_environment(f.o.threads);  // --threads, else $TESSERA_NUM_THREADS; $TESSERA_ISA
+  if (f.o.model.empty()) f.o.model = tessera::cli::find_default_model();
   const tessera::bench::BenchReport r = tessera::bench::run_bench(f.o);
   if (f.json)
     std::cout << tessera::bench::to_json(r).dump() << "\n";

@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 
+#include "cli_env.h"
 #include "distributed/launch.h"
 #include "tessera/error.h"
 
@@ -46,6 +47,7 @@ tessera::launch::Options to_options(const LaunchFlags& f, const CLI::App& cmd) {
   o.all_output = f.all_output;
   o.status_file = f.status_file;
   o.command = f.command;
+  tessera::cli::apply_launch_environment(o);  // $TESSERA_LAUNCH_SYSROOT, $CUDA_VISIBLE_DEVICES
   return o;
 }
 

@@ -19,10 +19,10 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "bench_command.h"
 #include "cli_env.h"
+#include "default_model.h"
 #include "distributed/tp_plan.h"
 #include "io/io_util.h"
 #include "io/json_util.h"
-#include "io/model_files.h"
 #include "launch_command.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/error.h"
@@ -119,12 +119,10 @@ double proc_status_mb(const char* field) {
   return -1;
 }
 
-std::string model_path(const ModelFlags& f) { return f.model.empty() ? io::find_default_model() : f.model; }
+std::string model_path(const ModelFlags& f) { return f.model.empty() ? cli::find_default_model() : f.model; }
 
 CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>& more = {}) {
-  if (f.threads > 0) {
-    cpu::ThreadPool::instance().set_num_threads(f.threads);
-  } else if (!std::getenv("TESSERA_NUM_THREADS")) {
+  if (!cli::apply_cpu_environment(f.threads)) {  // neither --threads nor $TESSERA_NUM_THREADS
     // Ranks started by `tessera launch` on one node share its cores instead of each taking all of them.
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     const int ranks = local ? std::atoi(local) : 1;
@@ -641,6 +639,7 @@ int run_detokenize(const std::string& path, bool skip_special) {
 }
 
 int run_devices(bool json) {
+  cli::apply_cpu_environment(0);  // $TESSERA_NUM_THREADS, $TESSERA_ISA: what the other commands would use
   const int threads = cpu::ThreadPool::instance().num_threads();
   const char* isa = cpu::isa_name(cpu::active_isa());
   std::vector<pjrt::Probe> probes;
@@ -716,6 +715,7 @@ std::vector<std::string> boolean_values_attached(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cli::use_environment_hub_dirs();  // where a repo id argument is looked up: $HF_HUB_CACHE, $HF_HOME, ~/.cache
   CLI::App app{
       "tessera: run Hugging Face causal language models natively: the CPU backend, or TPU/GPU/XLA-CPU "
       "through PJRT"};

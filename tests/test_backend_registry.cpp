@@ -16,6 +16,7 @@
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
+#include "test_env_util.h"
 
 using namespace tessera;
 using backends::BackendRequest;
@@ -64,27 +65,7 @@ PjrtSettings isolated(const std::string& sysroot) {
   return s;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = ::testing::TempDir() + "tessera_registry_XXXXXX";
-    if (::mkdtemp(templ.data())) path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string touch(const std::string& rel) const {
-    const fs::path p = fs::path(path_) / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << "not a shared library";
-    return p.string();
-  }
-
- private:
-  std::string path_;
-};
+using tessera::testing::TempDir;
 
 TEST(BackendRegistry, KnownDeviceNames) {
   for (const char* d : {"cpu", "xla-cpu", "tpu", "cuda", "pjrt:/some/plugin.so", "auto"})
@@ -118,7 +99,8 @@ TEST(BackendRegistry, ExplicitDeviceThatCannotStartListsWhatIsHere) {
   EXPECT_TRUE(contains(e, "$TESSERA_XLA_CPU_PLUGIN=/nonexistent/xla_cpu_pjrt.so (not a file)")) << e;
   EXPECT_TRUE(contains(e, "(devices with a backend here: cpu)")) << e;
   // A pjrt:PATH that is not a plugin.
-  const std::string p = error_of({.device = "pjrt:" + t.touch("fake.so"), .pjrt = s});
+  const std::string fake = t.touch("fake.so", "not a shared library");
+  const std::string p = error_of({.device = "pjrt:" + fake, .pjrt = s});
   EXPECT_TRUE(contains(p, "cannot load PJRT plugin")) << p;
 }
 
@@ -129,7 +111,7 @@ TEST(BackendRegistry, AvailableDevicesFollowTheSettings) {
   for (const char* d : {"xla-cpu", "tpu", "cuda"})
     if (pjrt::locate_plugin(d, looked, s)) GTEST_SKIP() << "a system-wide " << d << " plugin is installed";
   EXPECT_EQ(backends::available_devices(s), std::vector<std::string>{"cpu"});
-  s.tpu_plugin = {t.touch("libtpu.so"), ""};
+  s.tpu_plugin = {t.touch("libtpu.so", "not a shared library"), ""};
   EXPECT_EQ(backends::available_devices(s), std::vector<std::string>{"cpu"}) << "a tpu plugin without a chip";
   if (!pjrt::built_with_pjrt()) return;
   t.touch("dev/accel0");
@@ -152,7 +134,7 @@ TEST(BackendRegistry, AutoWalksTpuCudaCpuAndSaysWhatItFound) {
   }
   if (!pjrt::built_with_pjrt()) return;
   // A tpu plugin without a chip is not started.
-  s.tpu_plugin = {t.touch("libtpu.so"), ""};
+  s.tpu_plugin = {t.touch("libtpu.so", "not a shared library"), ""};
   {
     LogCapture log;
     EXPECT_EQ(backends::make_backend({.device = "auto", .pjrt = s})->name(), "cpu");

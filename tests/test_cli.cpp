@@ -12,7 +12,7 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "cli_util.h"
 #include "golden_util.h"
-#include "io/model_files.h"
+#include "default_model.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
 
@@ -34,7 +34,7 @@ std::string ids_arg(const nlohmann::json& ids) {
 
 std::string smollm2() {
   try {
-    return tessera::io::find_default_model();
+    return tessera::cli::find_default_model();
   } catch (const tessera::Error&) {
     return "";
   }

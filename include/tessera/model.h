@@ -37,8 +37,8 @@ struct DistributedConfig {
 
 // Where PJRT plugins are found and how they start (LoadOptions::plugins). The tessera command sets the
 // process-wide equivalent from its environment ($TESSERA_XLA_CPU_PLUGIN, $TPU_LIBRARY_PATH,
-// $TESSERA_XLA_CUDA_PLUGIN, the .venv beside the program, $TESSERA_PJRT_DUMP, $TESSERA_PJRT_START_TIMEOUT,
-// $TESSERA_PJRT_LOG); the library reads none of them and bakes in no path.
+// $TESSERA_XLA_CUDA_PLUGIN, the .venv beside the program, $VIRTUAL_ENV, ~/.local, $TESSERA_PJRT_DUMP,
+// $TESSERA_PJRT_START_TIMEOUT, $TESSERA_PJRT_LOG); the library reads none of them and bakes in no path.
 struct PluginSettings {
   // A plugin library per device, tried before the search ("" = search only).
   std::string xla_cpu_plugin, tpu_plugin, cuda_plugin;
@@ -80,11 +80,18 @@ struct LoadOptions {
   // command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)
   double collective_timeout_s = -1;
   // PJRT plugin search and start-up. Unset: the process-wide settings (pjrt::set_default_pjrt_settings; the
-  // tessera command sets them from its environment).
+  // tessera command sets them from its environment). A program that sets neither gets PluginSettings{} plus
+  // the site-packages of a .venv beside the running program (its directory or up to two above).
   std::optional<PluginSettings> plugins;
   // Called after each tensor is loaded: (tensors done, tensors total).
   std::function<void(size_t, size_t)> progress;
 };
+
+// The Hugging Face hub directories (<hub>/models--org--name/snapshots/...) in which from_pretrained and
+// AutoTokenizer::from_pretrained look up a repo id "org/name", offline, in order. Process-wide and thread-safe;
+// none until a program sets them, and with none only local paths resolve. (The library reads no environment;
+// the tessera command sets $HF_HUB_CACHE, $HF_HOME/hub and ~/.cache/huggingface/hub, each where set.)
+void set_hf_hub_dirs(std::vector<std::string> dirs);
 
 struct ModelInfo {
   std::string architecture, origin, device;
@@ -140,7 +147,8 @@ class CausalLM {
 };
 
 struct AutoModelForCausalLM {
-  // `path`: a model directory, a .gguf file, or a repo id resolved offline in the Hugging Face cache.
+  // `path`: a model directory, a .gguf file, or a repo id resolved offline in the Hugging Face cache
+  // (set_hf_hub_dirs).
   static CausalLM from_pretrained(const std::string& path, const LoadOptions& options = {});
 };
 

@@ -11,7 +11,6 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "io/json_util.h"
-#include "io/model_files.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "bench/bench_machine.h"
@@ -119,6 +118,7 @@ void check_options(const BenchOptions& o) {
   if (o.new_tokens < 2)
     fail("bench: --new-tokens must be >= 2 so at least one decode step runs (got ", o.new_tokens, ")");
   if (o.repeats < 1) fail("bench: --repeats must be >= 1 (got ", o.repeats, ")");
+  if (o.model.empty()) fail("bench: no model given (BenchOptions::model is empty)");
 }
 
 }  // namespace
@@ -144,7 +144,7 @@ BenchReport run_bench(const BenchOptions& o) {
   if (o.threads > 0) cpu::ThreadPool::instance().set_num_threads(o.threads);
   BenchReport r;
   r.options = o;
-  r.model_path = o.model.empty() ? io::find_default_model() : o.model;
+  r.model_path = o.model;
   r.counts = count_params(r.model_path);
   for (int i = 0; i < o.repeats; ++i) {
     ModelInfo info;

@@ -12,7 +12,7 @@
 namespace tessera::bench {
 
 struct BenchOptions {
-  std::string model;             // directory, .gguf or repo id; empty: the default model
+  std::string model;             // directory, .gguf or repo id (the tessera command fills in its default)
   std::optional<DType> dtype;    // unset: the checkpoint's
   int prompt_tokens = 512;       // prefill length (token ids, no tokenizer involved)
   int new_tokens = 128;          // greedy decode steps, eos disabled

@@ -37,25 +37,26 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// The one part of the library that reads the environment, being the supervisor that hands it on
+// (ARCHITECTURE.md, "Options, not the environment"): `environ` goes to every rank, PATH finds the command,
+// TMPDIR holds the status file, an OMPI_MCA_mpi_yield_when_idle already set is left to mpirun, and the rank
+// shim reads mpirun's OMPI_COMM_WORLD_*. Devices (sysroot, CUDA_VISIBLE_DEVICES) come in Options.
+
 // libtpu's per-process ports start here (torch_xla's configure_topology default base_port).
 constexpr int kTpuBasePort = 8476;
 // After SIGTERM (a failed rank, or a forwarded signal), the ranks get this long before SIGKILL.
 constexpr auto kStopGrace = std::chrono::seconds(2);
 
-std::string sysroot() {
-  const char* s = std::getenv("TESSERA_LAUNCH_SYSROOT");
-  return s ? s : "";
-}
-
 bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Entries of `dir` (under the sysroot) named `prefix` followed by digits, or anything when `any_name`.
-int count_entries(const std::string& dir, const std::string& prefix, bool any_name = false) {
+// Entries of `dir` (under `sysroot`) named `prefix` followed by digits, or anything when `any_name`.
+int count_entries(const std::string& sysroot, const std::string& dir, const std::string& prefix,
+                  bool any_name = false) {
   std::error_code ec;
   int n = 0;
-  for (fs::directory_iterator it(sysroot() + dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(sysroot + dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (any_name || (name.rfind(prefix, 0) == 0 && all_digits(std::string_view(name).substr(prefix.size()))))
       ++n;
@@ -69,15 +70,16 @@ struct Found {
 };
 
 // TPU chips: the same detection as `--device auto` and `tessera devices` (backends/pjrt/pjrt_info.h).
-Found count_tpu_chips() {
-  const pjrt::TpuChips chips = pjrt::find_tpu_chips();
+Found count_tpu_chips(const std::string& sysroot) {
+  const pjrt::TpuChips chips = pjrt::find_tpu_chips(sysroot);
   return {chips.count, chips.where};
 }
 
 // NVIDIA GPUs: one directory per GPU under /proc/driver/nvidia/gpus, else the /dev/nvidia<N> nodes.
-Found count_gpus() {
-  if (int n = count_entries("/proc/driver/nvidia/gpus", "", true)) return {n, "/proc/driver/nvidia/gpus/*"};
-  if (int n = count_entries("/dev", "nvidia")) return {n, "/dev/nvidia[0-9]*"};
+Found count_gpus(const std::string& sysroot) {
+  if (int n = count_entries(sysroot, "/proc/driver/nvidia/gpus", "", true))
+    return {n, "/proc/driver/nvidia/gpus/*"};
+  if (int n = count_entries(sysroot, "/dev", "nvidia")) return {n, "/dev/nvidia[0-9]*"};
   return {0, "/proc/driver/nvidia/gpus/*, /dev/nvidia[0-9]*"};
 }
 
@@ -794,8 +796,8 @@ DevicePlan plan_devices(const Options& o) {
   plan.device = command_device(o.command);
   const int n = o.nproc_per_node;
   std::string kind = plan.device;
-  const Found tpu = (kind == "tpu" || kind == "auto") ? count_tpu_chips() : Found{};
-  const Found gpu = (kind == "cuda" || kind == "auto") ? count_gpus() : Found{};
+  const Found tpu = (kind == "tpu" || kind == "auto") ? count_tpu_chips(o.sysroot) : Found{};
+  const Found gpu = (kind == "cuda" || kind == "auto") ? count_gpus(o.sysroot) : Found{};
   if (kind == "auto") kind = tpu.count > 0 ? "tpu" : gpu.count > 0 ? "cuda" : "cpu";
   if (kind == "tpu") {
     if (tpu.count == 0) fail("launch: --device ", plan.device, " but no TPU chip found (", tpu.where, ")");
@@ -821,10 +823,11 @@ DevicePlan plan_devices(const Options& o) {
     if (n > gpu.count)
       fail("launch: --nproc-per-node ", n, " but only ", plural(gpu.count, "GPU"), " found (", gpu.where,
            ")");
-    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-      plan.cuda_ids = split_list(visible);
+    if (o.cuda_visible_devices) {
+      plan.cuda_ids = split_list(*o.cuda_visible_devices);
       if (static_cast<int>(plan.cuda_ids.size()) < n)
-        fail("launch: --nproc-per-node ", n, " but CUDA_VISIBLE_DEVICES='", visible, "' lists only ",
+        fail("launch: --nproc-per-node ", n, " but CUDA_VISIBLE_DEVICES='", *o.cuda_visible_devices,
+             "' lists only ",
              plural(static_cast<int>(plan.cuda_ids.size()), "GPU"));
       plan.cuda_ids.resize(static_cast<size_t>(n));
     } else {

@@ -23,6 +23,12 @@ struct Options {
   // launcher can name the rank, host and status (mpirun's own exit code says none of it). Empty: not used.
   std::string status_file;
   std::vector<std::string> command;
+  // Test-only: a directory standing in for / when TPU chips and GPUs are counted ("" = /). The tessera
+  // command fills it from $TESSERA_LAUNCH_SYSROOT.
+  std::string sysroot;
+  // The GPUs the ranks may use, as CUDA_VISIBLE_DEVICES lists them (the tessera command passes its own
+  // $CUDA_VISIBLE_DEVICES); unset: all that are found, 0..N-1.
+  std::optional<std::string> cuda_visible_devices;
 };
 
 // Checks the flags (counts, node rank, port, a command, the multi-node requirements). Throws tessera::Error
@@ -47,7 +53,7 @@ struct DevicePlan {
 // Counts the devices the command's --device asks for on this machine and checks nproc_per_node against
 // them; throws tessera::Error (one line, "launch: ...") when they do not fit. cpu, xla-cpu, pjrt:... accept
 // any count; auto means tpu if TPU chips are present, else cuda if GPUs are, else cpu. Device files are
-// looked up under $TESSERA_LAUNCH_SYSROOT when it is set (test-only: fakes /dev and /proc).
+// looked up under Options::sysroot when it is set (test-only: fakes /dev and /proc).
 DevicePlan plan_devices(const Options& o);
 
 struct RankInfo {

@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 #include "io/io_util.h"
 #include "io/json_util.h"
 #include "tessera/error.h"
+#include "tessera/model.h"
 
 namespace tessera::io {
 
@@ -17,9 +18,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* env_nonempty(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
+std::mutex& hub_dirs_mutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::vector<std::string>& hub_dirs() {
+  static auto* d = new std::vector<std::string>;
+  return *d;
 }
 
 bool valid_repo_part(const std::string& s) {
@@ -70,12 +75,14 @@ bool looks_like_repo_id(const std::string& arg) {
   return valid_repo_part(arg.substr(0, slash)) && valid_repo_part(arg.substr(slash + 1));
 }
 
+void set_hf_hub_dirs(std::vector<std::string> dirs) {
+  std::lock_guard<std::mutex> lock(hub_dirs_mutex());
+  hub_dirs() = std::move(dirs);
+}
+
 std::vector<std::string> hf_hub_dirs() {
-  std::vector<std::string> dirs;
-  if (const char* v = env_nonempty("HF_HUB_CACHE")) dirs.push_back(v);
-  if (const char* v = env_nonempty("HF_HOME")) dirs.push_back(path_join(v, "hub"));
-  if (const char* v = env_nonempty("HOME")) dirs.push_back(path_join(v, ".cache/huggingface/hub"));
-  return dirs;
+  std::lock_guard<std::mutex> lock(hub_dirs_mutex());
+  return hub_dirs();
 }
 
 std::string resolve_model(const std::string& arg) {
@@ -84,19 +91,27 @@ std::string resolve_model(const std::string& arg) {
   if (::stat(arg.c_str(), &st) == 0) return arg;
   if (!looks_like_repo_id(arg))
     fail("model '", printable(arg), "': no such file or directory (and not a Hugging Face repo id org/name)");
+  const std::vector<std::string> hubs = hf_hub_dirs();
+  if (hubs.empty())
+    fail("model '", arg,
+         "' is not a local path, and no Hugging Face cache directory is configured to look for it in "
+         "(set_hf_hub_dirs); pass a directory");
   const size_t slash = arg.find('/');
   const std::string folder = "models--" + arg.substr(0, slash) + "--" + arg.substr(slash + 1);
   std::string looked;
-  for (const std::string& hub : hf_hub_dirs()) {
+  for (const std::string& hub : hubs) {
     const std::string repo_dir = path_join(hub, folder);
     looked += (looked.empty() ? "" : ", ") + repo_dir;
     if (!is_directory(repo_dir)) continue;
     const std::string snap = pick_snapshot(repo_dir);
     if (!snap.empty()) return snap;
   }
-  if (looked.empty()) looked = "(none: HF_HUB_CACHE, HF_HOME and HOME are all unset)";
   fail("model '", arg, "' is not a local path and is not in the Hugging Face cache; looked in: ", looked,
        " (download it with `huggingface-cli download ", arg, "` or pass a directory)");
 }
 
 }  // namespace tessera::io
+
+namespace tessera {
+void set_hf_hub_dirs(std::vector<std::string> dirs) { io::set_hf_hub_dirs(std::move(dirs)); }
+}  // namespace tessera

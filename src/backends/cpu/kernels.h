@@ -1,8 +1,8 @@
 // CPU kernels of the native backend. Activations are float32; weights may be F32, BF16 or F16 in the
 // Hugging Face [out, in] row-major layout. Every kernel exists for three instruction sets (portable scalar,
-// AVX2+FMA, AVX-512) chosen once at start-up from the CPU (or TESSERA_ISA=scalar|avx2|avx512|avx512bf16) and
-// switchable with set_isa() so tests can run each target against a scalar reference. "avx512bf16" is AVX-512
-// plus vdpbf16ps dot products for the decode matmul of bf16 weights (see matmul).
+// AVX2+FMA, AVX-512), the best this CPU has until set_isa() picks another (the tessera command does for
+// TESSERA_ISA=scalar|avx2|avx512|avx512bf16; tests run each target against a scalar reference).
+// "avx512bf16" is AVX-512 plus vdpbf16ps dot products for the decode matmul of bf16 weights (see matmul).
 // Kernels are threaded through ThreadPool::instance() and do not allocate in the steady state (per-thread
 // scratch grows once).
 #pragma once

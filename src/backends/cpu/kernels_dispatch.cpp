@@ -63,24 +63,8 @@ bool cpu_has_avx512() { return false; }
 bool cpu_has_avx512bf16() { return false; }
 #endif
 
-Isa initial_isa() {
-  Isa isa = best_isa();
-  if (const char* env = std::getenv("TESSERA_ISA"); env && *env) {
-    Isa want = Isa::Scalar;
-    try {
-      want = parse_isa(env);
-    } catch (const Error& e) {
-      fail("TESSERA_ISA: ", e.what());
-    }
-    if (!isa_supported(want))
-      fail("TESSERA_ISA=", env, " is not supported by this CPU (best: ", isa_name(isa), ")");
-    isa = want;
-  }
-  return isa;
-}
-
 Isa& current_isa() {
-  static Isa isa = initial_isa();
+  static Isa isa = best_isa();  // until set_isa (the tessera command: $TESSERA_ISA)
   return isa;
 }
 

@@ -26,15 +26,9 @@ inline void cpu_relax() {
 #endif
 }
 
+// The library's default; the tessera command sizes the pool from --threads or $TESSERA_NUM_THREADS
+// (apps/cli_env.h) with set_num_threads.
 int default_threads() {
-  if (const char* env = std::getenv("TESSERA_NUM_THREADS"); env && *env) {
-    char* end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    if (*end != '\0' || n < 1 || n > 1024) {
-      fail("TESSERA_NUM_THREADS='", env, "' is not a thread count in [1, 1024]");
-    }
-    return static_cast<int>(n);
-  }
   unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }

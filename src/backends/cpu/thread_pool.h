@@ -21,7 +21,8 @@ namespace tessera::cpu {
 
 class ThreadPool {
  public:
-  // Persistent workers; size from env TESSERA_NUM_THREADS or std::thread::hardware_concurrency().
+  // Persistent workers, std::thread::hardware_concurrency() of them until set_num_threads (the tessera
+  // command calls it for --threads or $TESSERA_NUM_THREADS; the library reads no environment).
   static ThreadPool& instance();
 
   explicit ThreadPool(int num_threads);

@@ -6,7 +6,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -22,11 +21,6 @@ namespace fs = std::filesystem;
 bool is_file(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
 }
 
 // Python site-packages roots to search, most specific first: the caller's, then the system's.
@@ -113,16 +107,6 @@ TpuChips find_tpu_chips(const std::string& sysroot) {
 }
 TpuChips find_tpu_chips() { return find_tpu_chips(default_pjrt_settings().sysroot); }
 
-double plugin_start_timeout_s() {
-  const std::string v = env("TESSERA_PJRT_START_TIMEOUT");
-  if (v.empty()) return 120;
-  char* end = nullptr;
-  const double s = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !(s > 0) || s > 1e6)
-    fail("TESSERA_PJRT_START_TIMEOUT='", v, "' is not a number of seconds > 0");
-  return s;
-}
-
 std::vector<std::string> venv_site_packages_near(const std::string& program) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -135,21 +119,11 @@ std::vector<std::string> venv_site_packages_near(const std::string& program) {
   return out;
 }
 
-PjrtSettings pjrt_settings_from_env() {
+PjrtSettings program_pjrt_settings() {
   PjrtSettings s;
-  auto plugin = [](const char* var) { return PluginPath{env(var), std::string("$") + var}; };
-  s.xla_cpu_plugin = plugin("TESSERA_XLA_CPU_PLUGIN");
-  s.tpu_plugin = plugin("TPU_LIBRARY_PATH");
-  s.cuda_plugin = plugin("TESSERA_XLA_CUDA_PLUGIN");
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) s.site_packages = venv_site_packages_near(self.string());
-  if (!env("VIRTUAL_ENV").empty()) s.site_packages.push_back(env("VIRTUAL_ENV") + "/lib/python3*/site-packages");
-  if (!env("HOME").empty()) s.site_packages.push_back(env("HOME") + "/.local/lib/python3*/site-packages");
-  s.dump_dir = env("TESSERA_PJRT_DUMP");
-  s.start_timeout_s = plugin_start_timeout_s();
-  s.plugin_log = std::getenv("TESSERA_PJRT_LOG") != nullptr;
-  s.sysroot = env("TESSERA_LAUNCH_SYSROOT");
   return s;
 }
 
@@ -174,7 +148,7 @@ PjrtSettings default_pjrt_settings() {
     std::lock_guard<std::mutex> lock(defaults_mutex());
     if (defaults()) return *defaults();
   }
-  return pjrt_settings_from_env();  // transitional (see pjrt_info.h)
+  return program_pjrt_settings();
 }
 
 std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked,

@@ -31,8 +31,9 @@ struct PluginPath {
   std::string origin;  // where it came from, for messages (e.g. "$TPU_LIBRARY_PATH"); "" = "<device>_plugin"
 };
 
-// Everything the PJRT code would otherwise take from the environment: the program fills it (the CLI and the
-// tests with pjrt_settings_from_env()); the library reads no environment variable and bakes no path.
+// Everything the PJRT code would otherwise take from the environment: the program fills it (the tessera
+// command from its environment, apps/cli_env.h cli::pjrt_settings_from_env()); the library reads no
+// environment variable and bakes no path.
 struct PjrtSettings {
   PluginPath xla_cpu_plugin, tpu_plugin, cuda_plugin;
   // Python site-packages directories (glob patterns allowed, e.g. "/venv/lib/python3*/site-packages") searched
@@ -45,20 +46,20 @@ struct PjrtSettings {
   std::string sysroot;           // test-only: a directory standing in for / when TPU chips are counted
 };
 
-// For programs (the CLI, tests): $TESSERA_XLA_CPU_PLUGIN, $TPU_LIBRARY_PATH (libtpu's convention) and
-// $TESSERA_XLA_CUDA_PLUGIN as plugin paths; site-packages of the .venv beside the running program (its
-// directory or up to two above: build/tessera finds the source tree's .venv), of $VIRTUAL_ENV and of
-// ~/.local; $TESSERA_PJRT_DUMP, $TESSERA_PJRT_START_TIMEOUT (plugin_start_timeout_s), $TESSERA_PJRT_LOG,
-// $TESSERA_LAUNCH_SYSROOT. Throws Error naming the variable for a bad value.
-PjrtSettings pjrt_settings_from_env();
 // "<dir>/.venv/lib/python3*/site-packages" for `program`'s directory and up to two directories above it,
 // where such a .venv exists.
 std::vector<std::string> venv_site_packages_near(const std::string& program);
 
+// What a program that sets nothing gets: PjrtSettings{} plus the site-packages of a .venv beside the running
+// program (venv_site_packages_near of /proc/self/exe), so that a program built in the source tree
+// (build/tessera_tests, build/bench_*) finds the plugins scripts/setup.sh installs there. Reads no environment
+// variable; no path is compiled in.
+PjrtSettings program_pjrt_settings();
+
 // The settings used where a caller passes none (PjrtOptions::settings, BackendRequest::pjrt and the
 // functions below). Process-wide; thread-safe. Until a program sets them (or after it sets nullopt) they
-// are pjrt_settings_from_env() as of each use (transitional: so a program that does not pass settings yet
-// finds its plugins as before).
+// are program_pjrt_settings(). The tessera command sets them from its environment
+// (cli::use_environment_plugin_settings).
 void set_default_pjrt_settings(std::optional<PjrtSettings> settings);
 PjrtSettings default_pjrt_settings();
 
@@ -83,10 +84,6 @@ struct TpuChips {
 };
 TpuChips find_tpu_chips(const std::string& sysroot);
 TpuChips find_tpu_chips();  // under default_pjrt_settings().sysroot
-
-// $TESSERA_PJRT_START_TIMEOUT when set, else 120: seconds a plugin may take to initialise and create its
-// client (for pjrt_settings_from_env). Throws Error naming the variable for a bad value.
-double plugin_start_timeout_s();
 
 // True when this build was compiled with pjrt_c_api.h (TESSERA_HAVE_PJRT=1).
 bool built_with_pjrt();

