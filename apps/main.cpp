@@ -19,6 +19,7 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "bench_command.h"
 #include "cli_env.h"
+#include "serve_command.h"
 #include "default_model.h"
 #include "distributed/tp_plan.h"
 #include "io/io_util.h"
@@ -573,6 +574,22 @@ int run_chat(GenerateFlags& f) {
   return 0;
 }
 
+// ---- serve ----
+int run_serve_command(const ModelFlags& mf, const cli::ServeSettings& settings) {
+  ModelFlags m = mf;
+  m.quiet = true;  // no progress bar: the server's log is its stderr
+  return cli::run_serve(settings, [&]() {
+    const std::string path = model_path(m);
+    Tokenizer tok = AutoTokenizer::from_pretrained(path);
+    CausalLM model = load_model(m, [&](LoadOptions& o) {
+      o.buckets = settings.buckets;
+      o.compile_cache_dir = settings.compile_cache_dir;
+      o.max_recompiles = settings.max_recompiles;
+    });
+    return std::make_unique<cli::ServedLoad>(cli::ServedLoad{std::move(model), std::move(tok), path});
+  });
+}
+
 // ---- forward ----
 int run_forward(const ModelFlags& mf, const std::string& ids_text, bool json) {
   std::vector<int32_t> ids = parse_ids(ids_text, "--input-ids");
@@ -742,6 +759,13 @@ int main(int argc, char** argv) {
   c->add_option("--system", chat.system, "System message");
   add_sampling_flags(c, chat);
 
+  ModelFlags srv_m;
+  cli::ServeSettings srv;
+  auto* sv = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server with continuous batching (/v1/chat/completions, /v1/completions)");
+  add_model_flags(sv, srv_m, true);
+  cli::add_serve_flags(sv, srv);
+
   ModelFlags fwd;
   std::string fwd_ids;
   bool fwd_json = false;
@@ -801,6 +825,7 @@ int main(int argc, char** argv) {
     if (g->parsed()) return run_generate(gen);
     if (c->parsed()) return run_chat(chat);
     if (f->parsed()) return run_forward(fwd, fwd_ids, fwd_json);
+    if (sv->parsed()) return run_serve_command(srv_m, srv);
     if (t->parsed()) return run_tokenize(tok_path, jsonl, add_special);
     if (d->parsed()) return run_detokenize(tok_path, skip_special);
     if (dv->parsed()) return run_devices(dev_json);

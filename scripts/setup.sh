@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-venv
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libcpp-httplib-dev
   clang libclang-rt-14-dev)
 
 if [[ "${SKIP_APT:-0}" != 1 ]]; then

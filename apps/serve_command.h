@@ -1,0 +1,44 @@
+// `tessera serve`: OpenAI-compatible HTTP server over the continuous-batching engine (src/serve).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "serve/engine.h"
+#include "tessera/model.h"
+#include "tessera/tokenizer.h"
+
+namespace tessera::cli {
+
+struct ServeSettings {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (the one chosen is printed)
+  std::string served_model_name;
+  std::string api_key;  // "" = no authentication
+  bool warmup = false;
+  bool quiet = false;
+  serve::EngineOptions engine;  // max_model_len 0: min(max_position_embeddings, 4096)
+  size_t max_body_bytes = 4u << 20;
+  int read_timeout_s = 30;
+  double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long to finish, then are cancelled
+  // Load options of the compiled programs (as generate's flags).
+  std::string buckets = "auto", compile_cache_dir;
+  int max_recompiles = -1;
+};
+
+// The serve flags (not the model flags, which the command shares with generate).
+void add_serve_flags(CLI::App* cmd, ServeSettings& s);
+
+// What the loader hands over: the model, its tokenizer and the name it answers to.
+struct ServedLoad {
+  CausalLM model;
+  Tokenizer tokenizer;
+  std::string name;
+};
+
+// Listens first (so /health answers 503 while the model loads), then loads, warms up when asked, and serves
+// until SIGTERM or SIGINT; then drains and returns 0. Errors before listening or while loading: Error.
+int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr<ServedLoad>()>& load);
+
+}  // namespace tessera::cli

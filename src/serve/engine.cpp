@@ -1,0 +1,339 @@
+#include "serve/engine.h"
+
+#include <algorithm>
+
+#include "tessera/error.h"
+
+namespace tessera::serve {
+
+// ---- Stream ----
+
+StreamUpdate Stream::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || (done_ && !taken_done_); });
+  StreamUpdate u;
+  u.text = std::move(pending_);
+  pending_.clear();
+  u.prompt_tokens = prompt_tokens_;
+  u.completion_tokens = completion_tokens_;
+  if (done_ && !taken_done_) {
+    u.done = true;
+    u.finish_reason = finish_reason_;
+    u.error = error_;
+    taken_done_ = true;
+  }
+  return u;
+}
+
+void Stream::cancel() { cancelled_.store(true); }
+
+void Stream::push(const std::string& text, int completion_tokens) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_ += text;
+    completion_tokens_ = completion_tokens;
+  }
+  cv_.notify_all();
+}
+
+void Stream::finish(const std::string& reason, const std::string& error, int completion_tokens) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_ = true;
+    finish_reason_ = reason;
+    error_ = error;
+    completion_tokens_ = completion_tokens;
+  }
+  cv_.notify_all();
+}
+
+// ---- StopMatcher ----
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
+}
+
+std::string StopMatcher::push(const std::string& text) {
+  if (stopped_) return {};
+  held_ += text;
+  size_t first = std::string::npos;
+  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  if (first != std::string::npos) {
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    stopped_ = true;
+    return out;
+  }
+  // Keep the longest tail that some stop string starts with; everything before it can never be part of one.
+  size_t keep = 0;
+  for (const auto& s : stops_)
+    for (size_t k = std::min(s.size() - 1, held_.size()); k > keep; --k)
+      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string StopMatcher::flush() {
+  std::string out = stopped_ ? std::string() : std::move(held_);
+  held_.clear();
+  return out;
+}
+
+// ---- Engine ----
+
+struct Engine::Active {
+  Active(const Tokenizer& tok, const EngineRequest& r, std::shared_ptr<Stream> s, Clock::time_point arrived)
+      : stream(std::move(s)), decoder(tok, r.skip_special_tokens), stops(r.stop), arrived(arrived) {}
+  std::shared_ptr<Stream> stream;
+  StreamDecoder decoder;
+  StopMatcher stops;
+  size_t delivered = 0;  // tokens of the slot already turned into text
+  uint64_t counted = 0;  // of those, counted in EngineStats::generation_tokens
+  Clock::time_point arrived, admitted, last;
+  RequestTimes times;
+};
+
+Engine::Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions& options)
+    : model_(model),
+      tok_(tokenizer),
+      options_(options),
+      batch_(model, options.max_num_seqs, options.max_model_len) {
+  if (options.max_queue < 0) fail("serve: max_queue must be >= 0, got ", options.max_queue);
+  if (options.prefill_chunk < 0 || options.prefill_chunk > options.max_model_len)
+    fail("serve: prefill_chunk must be in 0..", options.max_model_len, " (max_model_len), got ",
+         options.prefill_chunk);
+  active_.resize(static_cast<size_t>(options.max_num_seqs));
+  stats_.slots = options.max_num_seqs;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    accepting_ = false;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int Engine::warmup() {
+  if (thread_.joinable()) fail("serve: warmup() must run before start()");
+  return batch_.warmup(0);
+}
+
+void Engine::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+}
+
+int Engine::padded_prompt(int len) const {
+  const int chunk = options_.prefill_chunk;
+  return chunk > 0 ? (len + chunk - 1) / chunk * chunk : model_.prompt_bucket(len);
+}
+
+int Engine::max_new_tokens_that_fit(int prompt_len) const {
+  return options_.max_model_len - padded_prompt(prompt_len) + 1;
+}
+
+std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
+  const int len = static_cast<int>(request.prompt.size());
+  if (len == 0) fail("the prompt is empty");
+  const int budget = request.config.new_token_budget(len, model_.info().max_position_embeddings);
+  const int padded = padded_prompt(len);
+  if (padded + budget - 1 > options_.max_model_len)
+    fail("the prompt (", len, " tokens", padded != len ? detail::concat(", ", padded, " as prefilled") : "",
+         ") and ", budget, " new tokens need ", padded + budget - 1,
+         " positions; this server's context is max_model_len ", options_.max_model_len);
+  auto stream = std::make_shared<Stream>();
+  stream->prompt_tokens_ = len;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!accepting_) fail("the server is shutting down");
+    // Room: the free slots (a request waits here until the scheduler admits it) plus max_queue.
+    const int room = options_.max_queue + options_.max_num_seqs - stats_.running;
+    if (static_cast<int>(waiting_.size()) >= room)
+      throw QueueFull(detail::concat("the server is at capacity (", stats_.running, " running, ", waiting_.size(),
+                                     " waiting; max_num_seqs ", options_.max_num_seqs, ", max_queue ",
+                                     options_.max_queue, ")"));
+    waiting_.push_back({std::move(request), stream, Clock::now()});
+    stats_.waiting = static_cast<int>(waiting_.size());
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+void Engine::drain(std::chrono::milliseconds deadline) {
+  const auto until = Clock::now() + deadline;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    accepting_ = false;
+    cv_.wait_until(lk, until, [&] { return waiting_.empty() && stats_.running == 0; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+std::vector<RequestTimes> Engine::take_times() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<RequestTimes> out;
+  out.swap(times_);
+  return out;
+}
+
+void Engine::admit_waiting() {
+  while (true) {
+    const int slot = batch_.free_slot();
+    if (slot < 0) return;
+    Waiting w;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (waiting_.empty() || stop_) return;
+      w = std::move(waiting_.front());
+      waiting_.pop_front();
+      stats_.waiting = static_cast<int>(waiting_.size());
+    }
+    if (w.stream->cancelled()) {
+      w.stream->finish("cancelled", "", 0);
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.requests_cancelled;
+      continue;
+    }
+    auto a = std::make_unique<Active>(tok_, w.request, w.stream, w.arrived);
+    a->admitted = a->last = Clock::now();
+    a->times.queue_s = std::chrono::duration<double>(a->admitted - a->arrived).count();
+    active_[static_cast<size_t>(slot)] = std::move(a);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.running;
+      stats_.prompt_tokens += w.request.prompt.size();
+    }
+    try {
+      if (options_.prefill_chunk > 0)
+        batch_.prefill_chunked(slot, w.request.prompt, w.request.config, options_.prefill_chunk);
+      else
+        batch_.prefill(slot, w.request.prompt, w.request.config);
+    } catch (const std::exception& e) {
+      if (batch_.busy(slot)) batch_.release(slot);
+      end_slot(slot, "error", e.what());
+      continue;
+    }
+    sync(slot);
+  }
+}
+
+// Turns the slot's tokens not yet seen into text, and ends the request when the slot finished or a stop
+// string completed.
+void Engine::sync(int slot) {
+  Active* a = active_[static_cast<size_t>(slot)].get();
+  if (!a) return;
+  const std::vector<int32_t>& ids = batch_.tokens(slot);
+  std::string text;
+  bool stopped = false;
+  for (; a->delivered < ids.size() && !stopped; ++a->delivered) {
+    const auto now = Clock::now();
+    if (a->delivered == 0)
+      a->times.ttft_s = std::chrono::duration<double>(now - a->arrived).count();
+    else
+      a->times.inter_token_s.push_back(std::chrono::duration<double>(now - a->last).count());
+    a->last = now;
+    text += a->stops.push(a->decoder.push(ids[a->delivered]));
+    stopped = a->stops.stopped();
+  }
+  const int count = static_cast<int>(a->delivered);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.generation_tokens += static_cast<uint64_t>(count) - a->counted;
+  }
+  a->counted = static_cast<uint64_t>(count);
+  const SlotState st = batch_.state(slot);
+  if (stopped) {
+    a->stream->push(text, count);
+    batch_.release(slot);
+    end_slot(slot, "stop", "");
+    return;
+  }
+  if (st.finish == FinishReason::None) {
+    if (!text.empty()) a->stream->push(text, count);
+    return;
+  }
+  if (st.finish != FinishReason::Error) {
+    text += a->stops.push(a->decoder.flush());
+    text += a->stops.flush();
+  }
+  a->stream->push(text, count);
+  batch_.release(slot);
+  end_slot(slot, st.finish == FinishReason::Length ? "length" : st.finish == FinishReason::Error ? "error" : "stop",
+           st.finish == FinishReason::Error ? "the model produced a non-finite logit" : "");
+}
+
+void Engine::end_slot(int slot, const std::string& reason, const std::string& error) {
+  std::unique_ptr<Active> a = std::move(active_[static_cast<size_t>(slot)]);
+  if (!a) return;
+  a->times.e2e_s = std::chrono::duration<double>(Clock::now() - a->arrived).count();
+  {  // counted before the consumer hears of the end, so stats() agree with what it saw
+    std::lock_guard<std::mutex> lk(mu_);
+    --stats_.running;
+    if (reason == "cancelled")
+      ++stats_.requests_cancelled;
+    else
+      ++stats_.requests_finished;
+    if (reason != "cancelled" && reason != "error") times_.push_back(std::move(a->times));
+    if (times_.size() > 100000) times_.erase(times_.begin(), times_.begin() + 50000);  // nobody scrapes
+  }
+  a->stream->finish(reason, error, static_cast<int>(a->delivered));
+  cv_.notify_all();  // drain() waits for running == 0
+}
+
+void Engine::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || stats_.running > 0; });
+      if (stop_) break;
+    }
+    admit_waiting();
+    for (int s = 0; s < options_.max_num_seqs; ++s) {
+      Active* a = active_[static_cast<size_t>(s)].get();
+      if (a && a->stream->cancelled()) {
+        batch_.release(s);
+        end_slot(s, "cancelled", "");
+      }
+    }
+    if (batch_.running_count() == 0) continue;
+    try {
+      batch_.step();
+    } catch (const std::exception&) {
+      // A slot ended with FinishReason::Error; sync() below ends it and gives the others their tokens.
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.steps;
+    }
+    for (int s = 0; s < options_.max_num_seqs; ++s) sync(s);
+  }
+  // Stopping: whatever is left is cancelled.
+  for (int s = 0; s < options_.max_num_seqs; ++s)
+    if (active_[static_cast<size_t>(s)]) {
+      if (batch_.busy(s)) batch_.release(s);
+      end_slot(s, "cancelled", "");
+    }
+  std::deque<Waiting> left;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    left.swap(waiting_);
+    stats_.waiting = 0;
+    stats_.requests_cancelled += left.size();
+  }
+  for (auto& w : left) w.stream->finish("cancelled", "the server is shutting down", 0);
+}
+
+}  // namespace tessera::serve

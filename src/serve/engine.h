@@ -1,0 +1,162 @@
+// The serving engine: continuous batching of many requests over one SlotBatch (a fixed set of decode slots
+// in one static KV cache), run by one scheduler thread. Requests join free slots between decode steps
+// (prefill), leave when they finish, stop on a stop string or are cancelled; one decode program serves all
+// slots. Text comes out incrementally with stop strings held back until they cannot match, so a stop string is
+// never emitted, not even partly. No HTTP here: apps/serve_command.cpp speaks OpenAI's protocol over it.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/batch.h"
+#include "tessera/generation.h"
+#include "tessera/model.h"
+#include "tessera/tokenizer.h"
+
+namespace tessera::serve {
+
+struct EngineOptions {
+  int max_num_seqs = 4;   // decode slots
+  int max_model_len = 0;  // cache positions per slot (prompt + new tokens); must be > 0
+  int max_queue = 64;     // requests that may wait while every slot is busy; beyond, submit() throws QueueFull
+  int prefill_chunk = 0;  // > 0: prompts run this many tokens per step (SlotBatch::prefill_chunked)
+};
+
+using Clock = std::chrono::steady_clock;
+
+// One sequence to generate. `config` is complete (defaults merged, max_new_tokens set, seed set or not).
+struct EngineRequest {
+  std::vector<int32_t> prompt;
+  GenerationConfig config;
+  std::vector<std::string> stop;  // stop strings (text); the text stops before the first one found
+  bool skip_special_tokens = true;
+};
+
+// What a request's consumer sees. Filled by the scheduler thread; read through Stream::wait().
+struct StreamUpdate {
+  std::string text;                          // new text since the previous update ("" possible)
+  bool done = false;                         // no more updates follow
+  std::string finish_reason;                 // when done: "stop" (eos or stop string), "length", "cancelled", "error"
+  std::string error;                         // finish_reason "error": the message
+  int prompt_tokens = 0, completion_tokens = 0;
+};
+
+// The consumer's handle on one request. Thread-safe.
+class Stream {
+ public:
+  // Blocks until there is new text or the end, or `timeout` passes (then an update with no text, not done).
+  StreamUpdate wait(std::chrono::milliseconds timeout);
+  // Asks the scheduler to stop this request (a client went away); its slot is freed within one step.
+  void cancel();
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  friend class Engine;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string pending_;  // text not yet taken by wait()
+  bool done_ = false;
+  bool taken_done_ = false;
+  std::string finish_reason_, error_;
+  int prompt_tokens_ = 0, completion_tokens_ = 0;
+  std::atomic<bool> cancelled_{false};
+  void push(const std::string& text, int completion_tokens);
+  void finish(const std::string& reason, const std::string& error, int completion_tokens);
+};
+
+struct EngineStats {
+  int running = 0, waiting = 0, slots = 0;
+  uint64_t prompt_tokens = 0, generation_tokens = 0, requests_finished = 0, requests_cancelled = 0;
+  uint64_t steps = 0;
+};
+
+// Latencies of finished requests, in seconds, for the metrics endpoint.
+struct RequestTimes {
+  double queue_s = 0, ttft_s = 0, e2e_s = 0;
+  std::vector<double> inter_token_s;
+};
+
+class Engine {
+ public:
+  Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  ~Engine();  // stops the scheduler (cancelling what runs)
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Compiles the programs the workload needs ahead (SlotBatch::warmup); returns the programs made. Before
+  // start() only.
+  int warmup();
+  // Starts the scheduler thread. Requests submitted before wait in the queue.
+  void start();
+  // The most new tokens a prompt of `prompt_len` tokens can get in one slot (< 1: the prompt does not fit).
+  int max_new_tokens_that_fit(int prompt_len) const;
+
+  // Queues a request. Throws QueueFull when every slot is busy and max_queue requests wait, Error when the engine is
+  // stopping or the request cannot fit a slot (the message names the lengths).
+  std::shared_ptr<Stream> submit(EngineRequest request);
+  struct QueueFull : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+
+  // Stops taking requests; waits up to `deadline` for running and waiting ones to finish, then cancels the
+  // rest and stops the scheduler.
+  void drain(std::chrono::milliseconds deadline);
+
+  EngineStats stats() const;
+  // Times of the requests finished since the last call (the metrics endpoint folds them into histograms).
+  std::vector<RequestTimes> take_times();
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Active;
+  void loop();
+  void admit_waiting();
+  void sync(int slot);
+  int padded_prompt(int len) const;
+  void end_slot(int slot, const std::string& reason, const std::string& error);
+
+  CausalLM& model_;
+  const Tokenizer& tok_;
+  EngineOptions options_;
+  SlotBatch batch_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  struct Waiting {
+    EngineRequest request;
+    std::shared_ptr<Stream> stream;
+    Clock::time_point arrived;
+  };
+  std::deque<Waiting> waiting_;
+  bool accepting_ = true, stop_ = false;
+  EngineStats stats_;
+  std::vector<RequestTimes> times_;
+
+  std::vector<std::unique_ptr<Active>> active_;  // per slot; scheduler thread only
+  std::thread thread_;
+};
+
+// Holds back text that may be the start of a stop string: push() returns what is safe to emit; once a stop
+// string is complete it returns the text before it and stopped() is true.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops);
+  std::string push(const std::string& text);
+  std::string flush();  // the held-back tail, at the end of a sequence that did not stop
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+}  // namespace tessera::serve

@@ -1,0 +1,335 @@
+#include "serve/openai.h"
+
+#include <cmath>
+#include <set>
+
+#include "tessera/auto_tokenizer.h"
+#include "tessera/error.h"
+
+namespace tessera::serve {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+ordered_json error_body(const ApiError& e) {
+  ordered_json err;
+  err["message"] = e.what();
+  err["type"] = e.type;
+  err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(e.param);
+  err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(e.code);
+  return {{"error", err}};
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "a number";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& field, const json& v, const char* want) {
+  bad(field, "'" + field + "' must be " + want + ", got " + type_name(v));
+}
+
+double number(const json& v, const std::string& field, double lo, double hi, const char* range) {
+  if (!v.is_number()) wrong_type(field, v, "a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    bad(field, "'" + field + "' must be in " + range + ", got " + v.dump());
+  return x;
+}
+
+int64_t integer(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) wrong_type(field, v, "an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
+    bad(field, "'" + field + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    bad(field, "'" + field + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
+  return x;
+}
+
+bool boolean(const json& v, const std::string& field) {
+  if (!v.is_boolean()) wrong_type(field, v, "a boolean");
+  return v.get<bool>();
+}
+
+// Fields OpenAI defines that Tessera does not do (yet): a 400 naming them rather than a silent default.
+const std::set<std::string>& unsupported() {
+  static const std::set<std::string> s = {"tools",       "tool_choice", "functions",     "function_call",
+                                          "response_format", "logit_bias", "parallel_tool_calls", "best_of",
+                                          "suffix",      "audio",       "modalities",    "prediction",
+                                          "logprobs",    "top_logprobs", "echo",         "store",
+                                          "metadata",    "service_tier", "reasoning_effort", "web_search_options"};
+  return s;
+}
+
+std::string message_text(const json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return {};
+  if (!content.is_array()) wrong_type(where, content, "a string or an array of text parts");
+  std::string text;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const json& part = content[j];
+    const std::string at = where + "[" + std::to_string(j) + "]";
+    if (!part.is_object()) wrong_type(at, part, "an object");
+    if (!part.contains("type") || !part["type"].is_string()) bad(at + ".type", "'" + at + ".type' must be a string");
+    if (part["type"] != "text")
+      bad(at + ".type", "'" + at + ".type' " + part["type"].dump() + " is not supported (only \"text\")");
+    if (!part.contains("text") || !part["text"].is_string()) bad(at + ".text", "'" + at + ".text' must be a string");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served) {
+  if (!body.contains("messages")) bad("messages", "'messages' is required");
+  const json& msgs = body["messages"];
+  if (!msgs.is_array()) wrong_type("messages", msgs, "an array");
+  if (msgs.empty()) bad("messages", "'messages' must not be empty");
+  ordered_json rendered = ordered_json::array();
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    const json& m = msgs[i];
+    if (!m.is_object()) wrong_type(at, m, "an object");
+    for (const auto& [k, v] : m.items())
+      if (k != "role" && k != "content" && k != "name")
+        bad(at + "." + k, "'" + at + "." + k + "' is not supported");
+    if (!m.contains("role") || !m["role"].is_string()) bad(at + ".role", "'" + at + ".role' must be a string");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant")
+      bad(at + ".role", "'" + at + ".role' must be \"system\", \"user\" or \"assistant\", got \"" + role + "\"");
+    if (!m.contains("content")) bad(at + ".content", "'" + at + ".content' is required");
+    rendered.push_back({{"role", role}, {"content", message_text(m["content"], at + ".content")}});
+  }
+  ordered_json extra = ordered_json::object();
+  if (body.contains("chat_template_kwargs")) {
+    const json& k = body["chat_template_kwargs"];
+    if (!k.is_object()) wrong_type("chat_template_kwargs", k, "an object");
+    extra = ordered_json::parse(k.dump());
+  }
+  if (served.tokenizer->chat_template().empty())
+    bad("messages", "this model's tokenizer has no chat template; use /v1/completions");
+  std::string text;
+  try {
+    text = apply_chat_template(*served.tokenizer, rendered, true, extra);
+  } catch (const Error& e) {
+    bad("messages", std::string("the chat template failed: ") + e.what());
+  }
+  return served.tokenizer->encode(text, false);
+}
+
+std::vector<int32_t> completion_prompt(const json& body, const ServedModel& served) {
+  if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
+  json p = body["prompt"];
+  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
+  if (p.is_string()) {
+    std::vector<int32_t> ids = served.tokenizer->encode(p.get<std::string>(), true);
+    if (ids.empty()) bad("prompt", "'prompt' is empty");
+    return ids;
+  }
+  if (!p.is_array()) wrong_type("prompt", p, "a string or an array of token ids");
+  if (p.empty()) bad("prompt", "'prompt' is empty");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i].is_string() || p[i].is_array())
+      bad("prompt", "'prompt' with several prompts is not supported: send one request per prompt");
+    ids.push_back(static_cast<int32_t>(integer(p[i], "prompt[" + std::to_string(i) + "]", 0, served.vocab_size - 1)));
+  }
+  return ids;
+}
+
+}  // namespace
+
+ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, const ServedModel& served) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!body.is_object()) throw ApiError(400, std::string("the body must be a JSON object, got ") + type_name(body));
+  const bool chat = endpoint == Endpoint::Chat;
+  static const std::set<std::string> common = {"model",       "max_tokens",        "temperature", "top_p",
+                                               "seed",        "stop",              "stream",      "stream_options",
+                                               "n",           "presence_penalty",  "frequency_penalty", "top_k",
+                                               "min_p",       "repetition_penalty", "user"};
+  for (const auto& [k, v] : body.items()) {
+    if (common.count(k)) continue;
+    if (chat && (k == "messages" || k == "max_completion_tokens" || k == "chat_template_kwargs")) continue;
+    if (!chat && k == "prompt") continue;
+    if (unsupported().count(k)) {
+      // Explicit "off" values are what clients send by default: those are fine.
+      if (v.is_null() || (v.is_boolean() && !v.get<bool>()) || (k == "top_logprobs" && v == 0)) continue;
+      bad(k, "'" + k + "' is not supported by this server");
+    }
+    bad(k, "unknown field '" + k + "'");
+  }
+  ParsedRequest r;
+  r.endpoint = endpoint;
+  auto has = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  if (has("model")) {
+    if (!body["model"].is_string()) wrong_type("model", body["model"], "a string");
+    if (body["model"] != served.name)
+      throw ApiError(404, "the model '" + body["model"].get<std::string>() + "' does not exist (this server has '" +
+                              served.name + "')",
+                     "model", "invalid_request_error", "model_not_found");
+  }
+  r.prompt = chat ? chat_prompt(body, served) : completion_prompt(body, served);
+
+  GenerationConfig& g = r.config;
+  g = served.defaults;
+  const char* max_field = has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (has(max_field)) {
+    g.max_new_tokens = static_cast<int>(integer(body[max_field], max_field, 1, 1 << 24));
+    r.max_tokens_given = true;
+  } else if (!g.max_new_tokens && !g.max_length_is_default) {
+    r.max_tokens_given = false;  // the model's max_length stands (new_token_budget applies it)
+  }
+  if (has("temperature")) {
+    const double t = number(body["temperature"], "temperature", 0, 2, "[0, 2]");
+    g.do_sample = t > 0;
+    if (t > 0) g.temperature = static_cast<float>(t);
+  }
+  if (has("top_p")) {
+    const double p = number(body["top_p"], "top_p", 0, 1, "(0, 1]");
+    if (p <= 0) bad("top_p", "'top_p' must be in (0, 1], got " + body["top_p"].dump());
+    g.top_p = static_cast<float>(p);
+  }
+  if (has("top_k")) {
+    const int64_t k = integer(body["top_k"], "top_k", -1, 1 << 24);
+    g.top_k = k <= 0 ? 0 : static_cast<int>(k);
+  }
+  if (has("min_p")) g.min_p = static_cast<float>(number(body["min_p"], "min_p", 0, 1, "[0, 1]"));
+  if (has("repetition_penalty")) {
+    const double rp = number(body["repetition_penalty"], "repetition_penalty", 0, 1e6, "(0, 1e6]");
+    if (rp <= 0) bad("repetition_penalty", "'repetition_penalty' must be > 0, got " + body["repetition_penalty"].dump());
+    g.repetition_penalty = static_cast<float>(rp);
+  }
+  for (const char* k : {"presence_penalty", "frequency_penalty"})
+    if (has(k) && number(body[k], k, -2, 2, "[-2, 2]") != 0)
+      bad(k, std::string("'") + k + "' other than 0 is not supported (use repetition_penalty)");
+  if (has("seed")) g.seed = static_cast<uint64_t>(integer(body["seed"], "seed", INT64_MIN, INT64_MAX));
+  if (has("n")) r.n = static_cast<int>(integer(body["n"], "n", 1, 16));
+  if (has("stream")) r.stream = boolean(body["stream"], "stream");
+  if (has("stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) wrong_type("stream_options", so, "an object");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with \"stream\": true");
+    for (const auto& [k, v] : so.items()) {
+      if (k != "include_usage") bad("stream_options." + k, "unknown field 'stream_options." + k + "'");
+      if (!v.is_null()) r.include_usage = boolean(v, "stream_options.include_usage");
+    }
+  }
+  if (has("stop")) {
+    const json& s = body["stop"];
+    if (s.is_string()) {
+      r.stop.push_back(s.get<std::string>());
+    } else if (s.is_array()) {
+      if (s.size() > 4) bad("stop", "'stop' takes at most 4 strings, got " + std::to_string(s.size()));
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (!s[i].is_string()) wrong_type("stop[" + std::to_string(i) + "]", s[i], "a string");
+        r.stop.push_back(s[i].get<std::string>());
+      }
+    } else {
+      wrong_type("stop", s, "a string or an array of strings");
+    }
+    for (const auto& x : r.stop)
+      if (x.empty()) bad("stop", "'stop' strings must not be empty");
+  }
+  if (has("user") && !body["user"].is_string()) wrong_type("user", body["user"], "a string");
+  g.disable_compile = false;
+  if (auto bad_field = g.invalid_field()) bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);
+  return r;
+}
+
+ordered_json usage_json(int prompt_tokens, int completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                           const std::vector<ChoiceResult>& choices, int prompt_tokens) {
+  const bool chat = endpoint == Endpoint::Chat;
+  ordered_json out;
+  out["id"] = id;
+  out["object"] = chat ? "chat.completion" : "text_completion";
+  out["created"] = created;
+  out["model"] = model;
+  ordered_json cs = ordered_json::array();
+  int completion = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    ordered_json c;
+    c["index"] = i;
+    if (chat)
+      c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+    else
+      c["text"] = choices[i].text;
+    c["logprobs"] = nullptr;
+    c["finish_reason"] = choices[i].finish_reason;
+    cs.push_back(std::move(c));
+    completion += choices[i].completion_tokens;
+  }
+  out["choices"] = std::move(cs);
+  out["usage"] = usage_json(prompt_tokens, completion);
+  return out;
+}
+
+ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                        int index, const std::string* text, bool role, const std::string& finish_reason,
+                        bool with_usage) {
+  const bool chat = endpoint == Endpoint::Chat;
+  ordered_json out;
+  out["id"] = id;
+  out["object"] = chat ? "chat.completion.chunk" : "text_completion";
+  out["created"] = created;
+  out["model"] = model;
+  ordered_json c;
+  c["index"] = index;
+  if (chat) {
+    ordered_json delta = ordered_json::object();
+    if (role) delta["role"] = "assistant";
+    if (text) delta["content"] = *text;
+    c["delta"] = std::move(delta);
+  } else {
+    c["text"] = text ? *text : std::string();
+  }
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = finish_reason.empty() ? ordered_json(nullptr) : ordered_json(finish_reason);
+  out["choices"] = ordered_json::array({std::move(c)});
+  if (with_usage) out["usage"] = nullptr;
+  return out;
+}
+
+ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                              int prompt_tokens, int completion_tokens) {
+  ordered_json out;
+  out["id"] = id;
+  out["object"] = endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion";
+  out["created"] = created;
+  out["model"] = model;
+  out["choices"] = ordered_json::array();
+  out["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return out;
+}
+
+std::string sse(const ordered_json& j) { return "data: " + j.dump() + "\n\n"; }
+
+}  // namespace tessera::serve

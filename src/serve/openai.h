@@ -1,0 +1,71 @@
+// OpenAI's HTTP API as `tessera serve` speaks it: request bodies of /v1/chat/completions and /v1/completions
+// checked field by field and turned into engine requests, and the JSON (whole or Server-Sent-Event chunks)
+// sent back. Every field is either understood or refused with a 400 naming it; nothing is silently ignored
+// but `user`, which OpenAI defines as informational.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tessera/generation.h"
+#include "tessera/tokenizer.h"
+
+namespace tessera::serve {
+
+// An answer other than 200: {"error": {"message", "type", "param", "code"}} with this HTTP status.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string param = "", std::string type = "invalid_request_error",
+           std::string code = "")
+      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type, param, code;
+};
+nlohmann::ordered_json error_body(const ApiError& e);
+
+enum class Endpoint { Chat, Completion };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::Completion;
+  bool stream = false, include_usage = false;
+  int n = 1;
+  std::vector<int32_t> prompt;
+  GenerationConfig config;         // the model's defaults with the request's fields
+  bool max_tokens_given = false;   // max_tokens / max_completion_tokens (else: what fits the context)
+  std::vector<std::string> stop;   // up to 4
+};
+
+// What the server answers to: its model name, the model's defaults and tokenizer.
+struct ServedModel {
+  std::string name;
+  const Tokenizer* tokenizer = nullptr;
+  GenerationConfig defaults;
+  int64_t vocab_size = 0;
+};
+
+// Parses and checks a request body. Throws ApiError (400 naming the field; 404 for another model name).
+ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const ServedModel& served);
+
+// Response pieces. `id` is "chatcmpl-..." / "cmpl-...", `created` Unix seconds.
+struct ChoiceResult {
+  std::string text, finish_reason;
+  int completion_tokens = 0;
+};
+nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens);
+nlohmann::ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t created,
+                                     const std::string& model, const std::vector<ChoiceResult>& choices,
+                                     int prompt_tokens);
+// One SSE chunk's JSON for choice `index`: `text` (the first chat chunk carries the role), and `finish_reason`
+// ("" = null). `with_usage`: the chunk carries "usage": null (include_usage was asked for).
+nlohmann::ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                                  int index, const std::string* text, bool role, const std::string& finish_reason,
+                                  bool with_usage);
+// The last chunk of a stream with include_usage: empty choices and the totals.
+nlohmann::ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created,
+                                        const std::string& model, int prompt_tokens, int completion_tokens);
+// "data: <json>\n\n"
+std::string sse(const nlohmann::ordered_json& j);
+
+}  // namespace tessera::serve

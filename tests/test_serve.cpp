@@ -1,0 +1,324 @@
+// The serving engine (src/serve): stop strings held back, OpenAI request checking, and continuous batching on
+// the real default model — requests that join a running batch at different times each get exactly what the
+// same request gets from generate() alone.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "default_model.h"
+#include "serve/engine.h"
+#include "serve/openai.h"
+#include "tessera/auto_tokenizer.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+
+using namespace tessera;
+using serve::StopMatcher;
+
+namespace {
+
+TEST(ServeStop, HeldBackUntilItCannotMatchAndCutBeforeTheStop) {
+  StopMatcher m({"</end>", "STOP"});
+  EXPECT_EQ(m.push("hello <"), "hello ");  // "<" may start "</end>"
+  EXPECT_EQ(m.push("/e"), "");
+  EXPECT_EQ(m.push("x"), "</ex");  // no longer a prefix
+  EXPECT_EQ(m.push(" ST"), " ");
+  EXPECT_EQ(m.push("OP and more"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.push("after"), "");
+  EXPECT_EQ(m.flush(), "");
+}
+
+TEST(ServeStop, TheEarliestStopWinsAndFlushGivesTheTail) {
+  StopMatcher m({"bc", "abcd"});
+  EXPECT_EQ(m.push("xxab"), "xx");
+  EXPECT_EQ(m.push("c"), "a");  // "bc" completes first
+  EXPECT_TRUE(m.stopped());
+  StopMatcher n({"zz"});
+  EXPECT_EQ(n.push("abz"), "ab");
+  EXPECT_FALSE(n.stopped());
+  EXPECT_EQ(n.flush(), "z");
+  StopMatcher none({});
+  EXPECT_EQ(none.push("anything"), "anything");
+}
+
+struct Loaded {
+  std::string path;
+  std::unique_ptr<CausalLM> model;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+// SmolLM2 (the default model), float32, loaded once for the suite; nullptr when not installed.
+Loaded* smollm2() {
+  static Loaded* l = [] () -> Loaded* {
+    std::string path;
+    try {
+      path = cli::find_default_model();
+    } catch (const Error&) {
+      return nullptr;
+    }
+    auto* x = new Loaded;
+    x->path = path;
+    LoadOptions opt;
+    opt.dtype = DType::F32;
+    x->model = std::make_unique<CausalLM>(AutoModelForCausalLM::from_pretrained(path, opt));
+    x->tok = std::make_unique<Tokenizer>(AutoTokenizer::from_pretrained(path));
+    return x;
+  }();
+  return l;
+}
+
+#define REQUIRE_SMOLLM2(l)         \
+  Loaded* l = smollm2();           \
+  if (!l) GTEST_SKIP() << "SmolLM2 GGUF not installed (scripts/setup.sh installs it)"
+
+serve::ServedModel served(Loaded& l) {
+  return {"smollm2", l.tok.get(), l.model->generation_config(), l.model->info().vocab_size};
+}
+
+int status_of(const std::string& body, serve::Endpoint e, Loaded& l, std::string* param = nullptr) {
+  try {
+    serve::parse_request(e, body, served(l));
+  } catch (const serve::ApiError& err) {
+    if (param) *param = err.param;
+    return err.status;
+  }
+  return 200;
+}
+
+TEST(ServeOpenAi, EveryBadFieldIsA400NamingIt) {
+  REQUIRE_SMOLLM2(l);
+  const auto chat = serve::Endpoint::Chat, comp = serve::Endpoint::Completion;
+  struct Case {
+    serve::Endpoint e;
+    std::string body, param;
+    int status = 400;
+  };
+  const std::string m = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::vector<Case> cases = {
+      {chat, "{", ""},
+      {chat, "[1, 2]", ""},
+      {chat, "{}", "messages"},
+      {chat, R"({"messages": []})", "messages"},
+      {chat, R"({"messages": "hi"})", "messages"},
+      {chat, R"({"messages": [{"role": "robot", "content": "hi"}]})", "messages[0].role"},
+      {chat, R"({"messages": [{"content": "hi"}]})", "messages[0].role"},
+      {chat, R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+      {chat, R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+      {chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
+      {chat, R"({"messages": [{"role": "user", "content": "hi", "tool_calls": []}]})", "messages[0].tool_calls"},
+      {chat, "{" + m + R"(, "tools": [{"type": "function"}]})", "tools"},
+      {chat, "{" + m + R"(, "response_format": {"type": "json_object"}})", "response_format"},
+      {chat, "{" + m + R"(, "logprobs": true})", "logprobs"},
+      {chat, "{" + m + R"(, "frobnicate": 1})", "frobnicate"},
+      {chat, "{" + m + R"(, "max_tokens": 0})", "max_tokens"},
+      {chat, "{" + m + R"(, "max_tokens": "10"})", "max_tokens"},
+      {chat, "{" + m + R"(, "max_completion_tokens": -3})", "max_completion_tokens"},
+      {chat, "{" + m + R"(, "temperature": 3})", "temperature"},
+      {chat, "{" + m + R"(, "temperature": "hot"})", "temperature"},
+      {chat, "{" + m + R"(, "top_p": 0})", "top_p"},
+      {chat, "{" + m + R"(, "top_k": 1.5})", "top_k"},
+      {chat, "{" + m + R"(, "min_p": 2})", "min_p"},
+      {chat, "{" + m + R"(, "repetition_penalty": 0})", "repetition_penalty"},
+      {chat, "{" + m + R"(, "presence_penalty": 0.5})", "presence_penalty"},
+      {chat, "{" + m + R"(, "frequency_penalty": 9})", "frequency_penalty"},
+      {chat, "{" + m + R"(, "seed": "x"})", "seed"},
+      {chat, "{" + m + R"(, "n": 0})", "n"},
+      {chat, "{" + m + R"(, "n": 100})", "n"},
+      {chat, "{" + m + R"(, "stream": "yes"})", "stream"},
+      {chat, "{" + m + R"(, "stream_options": {"include_usage": true}})", "stream_options"},
+      {chat, "{" + m + R"(, "stream": true, "stream_options": {"include_usage": 1}})", "stream_options.include_usage"},
+      {chat, "{" + m + R"(, "stream": true, "stream_options": {"other": 1}})", "stream_options.other"},
+      {chat, "{" + m + R"(, "stop": ["a", "b", "c", "d", "e"]})", "stop"},
+      {chat, "{" + m + R"(, "stop": [1]})", "stop[0]"},
+      {chat, "{" + m + R"(, "stop": ""})", "stop"},
+      {chat, "{" + m + R"(, "chat_template_kwargs": []})", "chat_template_kwargs"},
+      {chat, "{" + m + R"(, "model": "gpt-4"})", "model", 404},
+      {chat, "{" + m + R"(, "model": 3})", "model"},
+      {comp, R"({"prompt": "x", "messages": []})", "messages"},
+      {comp, "{}", "prompt"},
+      {comp, R"({"prompt": ""})", "prompt"},
+      {comp, R"({"prompt": []})", "prompt"},
+      {comp, R"({"prompt": [1, -2]})", "prompt[1]"},
+      {comp, R"({"prompt": [1, 99999999]})", "prompt[1]"},
+      {comp, R"({"prompt": ["a", "b"]})", "prompt"},
+      {comp, R"({"prompt": {"text": "a"}})", "prompt"},
+      {comp, R"({"prompt": "a", "suffix": "b"})", "suffix"},
+      {comp, R"({"prompt": "a", "max_completion_tokens": 5})", "max_completion_tokens"},
+  };
+  for (const auto& c : cases) {
+    std::string param;
+    EXPECT_EQ(status_of(c.body, c.e, *l, &param), c.status) << c.body;
+    EXPECT_EQ(param, c.param) << c.body;
+  }
+  // What clients send by default is accepted.
+  EXPECT_EQ(status_of("{" + m + R"(, "logprobs": false, "top_logprobs": 0, "tools": null, "user": "u"})", chat, *l),
+            200);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3], "echo": false, "max_tokens": 4, "stop": "x"})", comp, *l), 200);
+}
+
+TEST(ServeOpenAi, FieldsBecomeTheGenerationConfig) {
+  REQUIRE_SMOLLM2(l);
+  auto r = serve::parse_request(serve::Endpoint::Chat,
+                                R"({"messages": [{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+                                    "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 5,
+                                    "min_p": 0.1, "repetition_penalty": 1.2, "seed": 11, "n": 2,
+                                    "stream": true, "stream_options": {"include_usage": true},
+                                    "stop": ["\n\n", "END"]})",
+                                served(*l));
+  EXPECT_EQ(r.config.max_new_tokens, 7);
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_TRUE(r.config.do_sample);
+  EXPECT_FLOAT_EQ(r.config.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.config.top_p, 0.9f);
+  EXPECT_EQ(r.config.top_k, 5);
+  EXPECT_FLOAT_EQ(r.config.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(r.config.repetition_penalty, 1.2f);
+  EXPECT_EQ(r.config.seed, 11u);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n\n", "END"}));
+  // The prompt is the chat template's rendering, as the CLI's chat renders it.
+  const nlohmann::ordered_json msgs = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+  EXPECT_EQ(r.prompt, l->tok->encode(apply_chat_template(*l->tok, msgs, true), false));
+  auto g = serve::parse_request(serve::Endpoint::Completion, R"({"prompt": "Hello", "temperature": 0})", served(*l));
+  EXPECT_FALSE(g.config.do_sample);
+  EXPECT_FALSE(g.max_tokens_given);
+  EXPECT_EQ(g.prompt, l->tok->encode("Hello", true));
+}
+
+struct Finished {
+  std::string text, reason;
+  int tokens = 0;
+};
+
+Finished drain_stream(serve::Stream& s, double limit_s = 120) {
+  Finished f;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (std::chrono::steady_clock::now() < until) {
+    serve::StreamUpdate u = s.wait(std::chrono::milliseconds(100));
+    f.text += u.text;
+    if (u.done) {
+      f.reason = u.finish_reason;
+      f.tokens = u.completion_tokens;
+      return f;
+    }
+  }
+  f.reason = "(timed out)";
+  return f;
+}
+
+GenerationConfig greedy(const CausalLM& m, int new_tokens) {
+  GenerationConfig g = m.generation_config();
+  g.do_sample = false;
+  g.max_new_tokens = new_tokens;
+  return g;
+}
+
+// What generate() gives for the prompt alone, as text.
+std::pair<std::string, int> alone(Loaded& l, const std::vector<int32_t>& prompt, int new_tokens) {
+  CausalLM& m = *l.model;
+  GenerateOutput out = m.generate({prompt}, {}, greedy(m, new_tokens));
+  std::vector<int32_t> ids(out.sequences[0].begin() + static_cast<long>(prompt.size()), out.sequences[0].end());
+  return {l.tok->decode(ids, true), out.new_tokens};
+}
+
+TEST(ServeEngine, StaggeredRequestsEachEqualGenerateAlone) {
+  REQUIRE_SMOLLM2(l);
+  const std::vector<std::string> prompts = {"The capital of France is", "Write a haiku about the sea.",
+                                            "1, 2, 3, 4,", "Explain gravity to a child in one sentence:",
+                                            "def fibonacci(n):", "Hello", "Lists are useful because",
+                                            "The quick brown fox"};
+  const std::vector<int> lengths = {12, 20, 8, 16, 24, 6, 18, 10};
+  serve::Engine engine(*l->model, *l->tok, {.max_num_seqs = 4, .max_model_len = 96, .max_queue = 16});
+  engine.start();
+  std::vector<std::shared_ptr<serve::Stream>> streams;
+  std::vector<std::vector<int32_t>> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ids.push_back(l->tok->encode(prompts[i], true));
+    streams.push_back(engine.submit({ids.back(), greedy(*l->model, lengths[i]), {}, true}));
+    // Arrivals spread over the running batch: some join mid-decode, some wait for a slot.
+    if (i % 3 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Finished f = drain_stream(*streams[i]);
+    auto [want, n] = alone(*l, ids[i], lengths[i]);
+    EXPECT_EQ(f.text, want) << "request " << i << ": " << prompts[i];
+    EXPECT_EQ(f.tokens, n) << "request " << i;
+    EXPECT_TRUE(f.reason == "length" || f.reason == "stop") << f.reason;
+  }
+  const serve::EngineStats st = engine.stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+  EXPECT_EQ(st.requests_finished, prompts.size());
+}
+
+TEST(ServeEngine, AStopStringIsNeverEmittedNorPartly) {
+  REQUIRE_SMOLLM2(l);
+  const std::vector<int32_t> prompt = l->tok->encode("Once upon a time,", true);
+  auto [full, n] = alone(*l, prompt, 24);
+  ASSERT_GT(full.size(), 20u) << full;
+  const std::string stop = full.substr(12, 5);  // somewhere inside the reference text
+  serve::Engine engine(*l->model, *l->tok, {.max_num_seqs = 2, .max_model_len = 64, .max_queue = 4});
+  engine.start();
+  auto s = engine.submit({prompt, greedy(*l->model, 24), {stop, "never-there"}, true});
+  std::string seen;
+  std::string reason;
+  while (true) {
+    serve::StreamUpdate u = s->wait(std::chrono::milliseconds(100));
+    seen += u.text;
+    // No update may end with a proper prefix of the stop string that is then completed.
+    if (u.done) {
+      reason = u.finish_reason;
+      break;
+    }
+  }
+  EXPECT_EQ(seen, full.substr(0, full.find(stop)));
+  EXPECT_EQ(reason, "stop");
+  EXPECT_EQ(engine.stats().running, 0);
+}
+
+TEST(ServeEngine, CancelFreesTheSlotWithinAStep) {
+  REQUIRE_SMOLLM2(l);
+  serve::Engine engine(*l->model, *l->tok, {.max_num_seqs = 1, .max_model_len = 200, .max_queue = 4});
+  engine.start();
+  const std::vector<int32_t> prompt = l->tok->encode("Count to one hundred:", true);
+  auto a = engine.submit({prompt, greedy(*l->model, 150), {}, true});
+  auto b = engine.submit({prompt, greedy(*l->model, 4), {}, true});  // waits for the only slot
+  while (a->wait(std::chrono::milliseconds(50)).text.empty()) {
+  }
+  a->cancel();
+  Finished fa = drain_stream(*a, 30), fb = drain_stream(*b, 30);
+  EXPECT_EQ(fa.reason, "cancelled");
+  EXPECT_LT(fa.tokens, 150);
+  EXPECT_EQ(fb.text, alone(*l, prompt, 4).first);
+  EXPECT_EQ(engine.stats().running, 0);
+  EXPECT_EQ(engine.stats().requests_cancelled, 1u);
+}
+
+TEST(ServeEngine, FullQueueAndOverlongPromptsAreRefusedUpFront) {
+  REQUIRE_SMOLLM2(l);
+  serve::Engine engine(*l->model, *l->tok, {.max_num_seqs = 1, .max_model_len = 32, .max_queue = 1});
+  const std::vector<int32_t> prompt = l->tok->encode("Hi", true);
+  // Not started, so both stay queued: one for the free slot, one for the queue; a third finds no room.
+  auto a = engine.submit({prompt, greedy(*l->model, 3), {}, true});
+  auto b = engine.submit({prompt, greedy(*l->model, 3), {}, true});
+  EXPECT_THROW(engine.submit({prompt, greedy(*l->model, 3), {}, true}), serve::Engine::QueueFull);
+  try {
+    engine.submit({std::vector<int32_t>(30, 5), greedy(*l->model, 8), {}, true});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_model_len 32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("30 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(engine.max_new_tokens_that_fit(30), 3);
+  engine.start();
+  EXPECT_EQ(drain_stream(*a).tokens, 3);
+  EXPECT_EQ(drain_stream(*b).tokens, 3);
+  engine.drain(std::chrono::milliseconds(5000));
+  EXPECT_THROW(engine.submit({prompt, greedy(*l->model, 3), {}, true}), Error);
+}
+
+}  // namespace

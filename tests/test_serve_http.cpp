@@ -1,0 +1,344 @@
+// `tessera serve` end to end: the real binary on a free port of 127.0.0.1, real HTTP clients (cpp-httplib),
+// the default model. Every server here is bounded: it is stopped with SIGTERM at the end of its test (and
+// killed if it does not exit within 30 s), and every request has a timeout. Suite `Cli` (the sanitizer stage
+// leaves subprocess runs to stage 1).
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli_util.h"
+
+using nlohmann::json;
+
+namespace {
+
+// A `tessera serve` process. Its stderr goes to a file, read for the port it chose.
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::vector<std::string>& args) {
+    static int n = 0;
+    err_path_ = ::testing::TempDir() + "tessera_serve_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::FILE* f = std::freopen(err_path_.c_str(), "w", stderr);
+      (void)f;
+      std::vector<std::string> all = {TESSERA_CLI_PATH, "serve"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::remove(err_path_.c_str());
+  }
+  std::string err() const {
+    std::ifstream f(err_path_);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  // The port from "listening on http://127.0.0.1:PORT" (0 when it did not start within `limit_s`).
+  int port(double limit_s = 30) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+    while (std::chrono::steady_clock::now() < until) {
+      const std::string e = err();
+      const size_t at = e.find("listening on http://127.0.0.1:");
+      if (at != std::string::npos) return std::atoi(e.c_str() + at + 30);
+      if (exited()) return 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 0;
+  }
+  bool exited() {
+    if (exited_) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return exited_;
+  }
+  // SIGTERM, then the exit code (or -1 when it had not exited after `limit_s`; it is then killed).
+  int terminate(double limit_s = 30) {
+    if (!exited()) ::kill(pid_, SIGTERM);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+    while (!exited() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return exited_ ? code_ : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int code_ = -1;
+  std::string err_path_;
+};
+
+std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_connection_timeout(5, 0);
+  c->set_read_timeout(120, 0);
+  c->set_write_timeout(10, 0);
+  return c;
+}
+
+// Waits until /health says 200 (the model loaded), up to `limit_s`.
+bool wait_ready(int port, double limit_s = 120) {
+  auto c = client(port);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (std::chrono::steady_clock::now() < until) {
+    auto r = c->Get("/health");
+    if (r && r->status == 200) return true;
+    if (r && r->status != 503) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+struct Server {
+  std::unique_ptr<ServeProcess> proc;
+  int port = 0;
+};
+
+Server start(std::vector<std::string> args) {
+  Server s;
+  args.insert(args.end(), {"--port", "0", "--served-model-name", "smollm2"});
+  s.proc = std::make_unique<ServeProcess>(args);
+  s.port = s.proc->port();
+  return s;
+}
+
+#define START_OR_FAIL(s, ...)                                       \
+  Server s = start(__VA_ARGS__);                                    \
+  ASSERT_GT(s.port, 0) << s.proc->err();                            \
+  ASSERT_TRUE(wait_ready(s.port)) << s.proc->err()
+
+// The SSE events of a stream body: the JSON of every "data:" line but the last, which must be [DONE].
+std::vector<json> events(const std::string& body) {
+  std::vector<json> out;
+  size_t at = 0;
+  bool done = false;
+  while (at < body.size()) {
+    const size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "unterminated event: " << body.substr(at);
+    if (end == std::string::npos) break;
+    const std::string ev = body.substr(at, end - at);
+    at = end + 2;
+    EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    EXPECT_FALSE(done) << "event after [DONE]: " << ev;
+    if (ev == "data: [DONE]")
+      done = true;
+    else
+      out.push_back(json::parse(ev.substr(6)));
+  }
+  EXPECT_TRUE(done) << body;
+  return out;
+}
+
+// What `tessera generate --chat` gives for one user turn, greedy (the reference for the server's chat).
+json generate_alone(const std::string& prompt, int new_tokens) {
+  auto r = tessera::testing::run_cli("generate --chat -q --json --greedy --max-new-tokens " +
+                                     std::to_string(new_tokens) + " --prompt '" + prompt + "'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  return json::parse(r.out);
+}
+
+TEST(Cli, ServeChatStreamedAndNotEqualsGenerateAlone) {
+  START_OR_FAIL(s, {"--max-num-seqs", "4", "--max-model-len", "256"});
+  auto c = client(s.port);
+  auto models = c->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "smollm2");
+
+  const std::vector<std::string> prompts = {"What is the capital of France?", "Name three colours.",
+                                            "Say hello in Spanish.", "What is 2 + 2?"};
+  // Four streamed requests at once, then the same four unstreamed: each equals generate alone.
+  std::vector<std::string> streamed(prompts.size());
+  std::vector<json> usage(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto ci = client(s.port);
+      json body = {{"model", "smollm2"},
+                   {"messages", {{{"role", "user"}, {"content", prompts[i]}}}},
+                   {"max_tokens", 16},
+                   {"temperature", 0},
+                   {"stream", true},
+                   {"stream_options", {{"include_usage", true}}}};
+      auto r = ci->Post("/v1/chat/completions", body.dump(), "application/json");
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+      std::vector<json> ev = events(r->body);
+      ASSERT_GE(ev.size(), 3u);
+      EXPECT_EQ(ev.front()["choices"][0]["delta"]["role"], "assistant");
+      for (size_t k = 0; k + 1 < ev.size(); ++k) {
+        EXPECT_EQ(ev[k]["object"], "chat.completion.chunk");
+        EXPECT_TRUE(ev[k]["usage"].is_null());
+        const json& ch = ev[k]["choices"][0];
+        if (ch["delta"].contains("content")) streamed[i] += ch["delta"]["content"].get<std::string>();
+        EXPECT_EQ(ch["finish_reason"].is_null(), k + 2 < ev.size()) << ev[k];  // only the last choice chunk
+      }
+      EXPECT_TRUE(ev.back()["choices"].empty());
+      usage[i] = ev.back()["usage"];
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    json want = generate_alone(prompts[i], 16);
+    EXPECT_EQ(streamed[i], want["text"]) << prompts[i];
+    EXPECT_EQ(usage[i]["prompt_tokens"], want["prompt_tokens"]) << prompts[i];
+    EXPECT_EQ(usage[i]["completion_tokens"], want["new_tokens"]) << prompts[i];
+    json body = {{"messages", {{{"role", "user"}, {"content", prompts[i]}}}}, {"max_tokens", 16}, {"temperature", 0}};
+    auto r = c->Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    json j = json::parse(r->body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], want["text"]) << prompts[i];
+    EXPECT_EQ(j["usage"]["total_tokens"], want["prompt_tokens"].get<int>() + want["new_tokens"].get<int>());
+  }
+  // Completions with token ids, n = 2 (greedy: the same text twice), and a stop string cut from that text.
+  json comp = {{"prompt", {1, 504, 3458, 282}}, {"max_tokens", 12}, {"temperature", 0}, {"n", 2}};
+  auto r = c->Post("/v1/completions", comp.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_EQ(j["choices"][1]["text"], text);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+  ASSERT_GT(text.size(), 8u) << text;
+  comp["n"] = 1;
+  comp["stop"] = text.substr(4, 3);
+  comp["stream"] = true;
+  r = c->Post("/v1/completions", comp.dump(), "application/json");
+  ASSERT_TRUE(r);
+  std::string cut;
+  std::string finish;
+  for (const json& e : events(r->body)) {
+    cut += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(cut, text.substr(0, text.find(text.substr(4, 3))));
+  EXPECT_EQ(finish, "stop");
+
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 0"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tessera:time_to_first_token_seconds_count"), std::string::npos);
+  EXPECT_NE(m->body.find("tessera:generation_tokens_total"), std::string::npos);
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+}
+
+TEST(Cli, ServeRefusesWhatItCannotDoWithTheRightStatus) {
+  START_OR_FAIL(s, {"--max-num-seqs", "1", "--max-queue", "0", "--max-model-len", "128", "--api-key", "sekret"});
+  auto c = client(s.port);
+  const httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
+  const std::string ok = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})";
+  auto r = c->Post("/v1/chat/completions", ok, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "invalid_api_key");
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/chat/completions", "not json", 400, ""},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "tools": []})", 400, "tools"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "n": "2"})", 400, "n"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "model": "x"})", 404, "model"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 500})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": []})", 400, "prompt"},
+      {"/v1/nothing", "{}", 404, ""},
+  };
+  for (const auto& k : cases) {
+    r = c->Post(k.path, auth, k.body, "application/json");
+    ASSERT_TRUE(r) << k.body;
+    EXPECT_EQ(r->status, k.status) << k.body << " -> " << r->body;
+    json e = json::parse(r->body);
+    ASSERT_TRUE(e.contains("error")) << r->body;
+    EXPECT_EQ(e["error"]["param"].is_null() ? std::string() : e["error"]["param"].get<std::string>(), k.param)
+        << k.body;
+  }
+  std::string ids = "[";
+  for (int i = 0; i < 150; ++i) ids += (i ? ",5" : "5");
+  r = c->Post("/v1/completions", auth, "{\"prompt\": " + ids + "]}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("150 tokens"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("128"), std::string::npos) << r->body;
+  r = c->Post("/v1/completions", auth, std::string(5 << 20, ' '), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  // The only slot busy and no queue: 429 with Retry-After.
+  std::atomic<bool> busy_done{false};
+  std::thread busy([&] {
+    auto cb = client(s.port);
+    cb->Post("/v1/completions", auth,
+             R"({"prompt": "Count from 1 to 100: 1, 2, 3, 4,", "max_tokens": 100, "temperature": 0})",
+             "application/json");
+    busy_done = true;
+  });
+  bool saw_429 = false;
+  while (!saw_429 && !busy_done) {
+    r = c->Post("/v1/completions", auth, R"({"prompt": "hi", "max_tokens": 2})", "application/json");
+    ASSERT_TRUE(r);
+    if (r->status == 429) {
+      saw_429 = true;
+      EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+    }
+  }
+  busy.join();
+  EXPECT_TRUE(saw_429);
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+}
+
+TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
+  START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "256", "--shutdown-timeout", "1"});
+  std::string body;
+  std::thread t([&] {
+    auto c = client(s.port);
+    auto r = c->Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 200, "stream": true})",
+                     "application/json");
+    if (r) body = r->body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  t.join();
+  // 200 tokens take longer than the 1 s it was given: the stream ends with an error event, then [DONE].
+  EXPECT_NE(body.find("\"type\":\"service_unavailable\""), std::string::npos) << body;
+  EXPECT_NE(body.find("data: [DONE]\n\n"), std::string::npos) << body;
+}
+
+TEST(Cli, ServeFlagErrors) {
+  auto r = tessera::testing::run_cli("serve --port 70000");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--port"), std::string::npos) << r.err;
+  r = tessera::testing::run_cli("serve --max-num-seqs 0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--max-num-seqs"), std::string::npos) << r.err;
+  r = tessera::testing::run_cli("serve --host 0.0.0.0.0 --port 0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("0.0.0.0.0"), std::string::npos) << r.err;
+}
+
+}  // namespace
