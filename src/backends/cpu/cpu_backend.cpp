@@ -15,6 +15,7 @@
 #include "backends/communicator.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "backends/step_checks.h"
 #include "generation/sampler.h"
 #include "tessera/error.h"
 
@@ -122,6 +123,7 @@ class CpuExecutable : public Executable {
     if (g.key.tp_size > 1 && (!comm_ || comm_->size() != g.key.tp_size || comm_->rank() != g.key.tp_rank))
       fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size,
            " ranks (got ", comm_ ? comm_->size() : 1, ")");
+    checks_ = step_checks_of(g_, "cpu step");
     plan(weights);
   }
 
@@ -190,19 +192,12 @@ class CpuExecutable : public Executable {
   };
 
   // Refuses step inputs and caches that do not fit this step (sizes and values), before anything is read or
-  // written: every index a kernel uses comes from here.
+  // written: every index a kernel uses comes from here (backends/step_checks.h, and the cache's layers).
   void validate(const StepInputs& in, const CpuCache& cache) const {
+    check_step_cache(cache, checks_);
     const graph::ShapeKey& k = g_.key;
-    const int64_t batch = k.batch, seq = k.seq, rows = batch * seq, len = k.cache_len;
-    auto size_is = [&](const std::vector<int32_t>& v, int64_t n, const char* field) {
-      if (static_cast<int64_t>(v.size()) != n)
-        fail("cpu step ", k.str(), ": StepInputs::", field, " has ", v.size(), " values, expected ", n);
-    };
-    auto has = [&](InputKind kind) { return has_input_[static_cast<size_t>(kind)]; };
-    if (cache.batch != k.cache_batch() || cache.cache_len != len || static_cast<int>(cache.k.size()) < layers_)
-      fail("cpu step ", k.str(), ": the cache has ", cache.batch, " rows of ", cache.cache_len, " slots and ",
-           cache.k.size(), " layers; the step needs ", k.cache_batch(), " rows of ", len, " slots and ", layers_,
-           " layers");
+    if (static_cast<int>(cache.k.size()) < layers_)
+      fail("cpu step ", k.str(), ": the cache has ", cache.k.size(), " layers, the step needs ", layers_);
     for (int id : cache_nodes_) {
       const Node& n = g_.at(id);
       const Tensor& t = n.which == 0 ? cache.k[static_cast<size_t>(n.layer)] : cache.v[static_cast<size_t>(n.layer)];
@@ -210,59 +205,7 @@ class CpuExecutable : public Executable {
         fail("cpu step ", k.str(), ": ", n.name, " is ", shape_str(t.shape), " in the cache, the step needs ",
              shape_str(n.shape));
     }
-    size_is(in.ids, rows, "ids");
-    size_is(in.positions, rows, "positions");
-    if (static_cast<int64_t>(in.slots.size()) != rows && static_cast<int64_t>(in.slots.size()) != seq)
-      fail("cpu step ", k.str(), ": StepInputs::slots has ", in.slots.size(), " values, expected ", rows,
-           " (batch * seq) or ", seq, " (the same slots for every row)");
-    size_is(in.kv_begin, batch, "kv_begin");
-    if (has(InputKind::SeenFrom)) size_is(in.seen_from, batch, "seen_from");
-    if (has(InputKind::SampleParams)) size_is(in.sample_params, batch * graph::kSampleParams, "sample_params");
-    if (embed_vocab_ >= 0)
-      for (int64_t i = 0; i < rows; ++i)
-        if (in.ids[static_cast<size_t>(i)] < 0 || in.ids[static_cast<size_t>(i)] >= embed_vocab_)
-          fail("cpu step ", k.str(), ": ids[", i, "] = ", in.ids[static_cast<size_t>(i)],
-               " is not a token id (vocabulary of ", embed_vocab_, ")");
-    const bool per_row = static_cast<int64_t>(in.slots.size()) == rows;
-    for (int64_t b = 0; b < (per_row ? batch : 1); ++b) {
-      const int32_t* sl = in.slots.data() + b * seq;
-      for (int64_t s = 0; s < seq; ++s) {
-        if (sl[s] < 0 || sl[s] >= len)
-          fail("cpu step ", k.str(), ": slots[", b * seq + s, "] = ", sl[s], " is outside the cache's ", len,
-               " slots");
-        if (s > 0 && sl[s] != sl[0] + s)
-          fail("cpu step ", k.str(), ": slots[", b * seq + s, "] = ", sl[s], " does not follow slots[",
-               b * seq + s - 1, "] = ", sl[s - 1], " (a row's columns occupy consecutive slots)");
-      }
-    }
-    for (int64_t b = 0; b < batch; ++b) {
-      const int32_t kb = in.kv_begin[static_cast<size_t>(b)];
-      if (kb < 0 || kb > len)
-        fail("cpu step ", k.str(), ": kv_begin[", b, "] = ", kb, " is outside [0, ", len, "]");
-    }
-    if (has(InputKind::SeenFrom))
-      for (int64_t b = 0; b < batch; ++b) {
-        const int32_t f = in.seen_from[static_cast<size_t>(b)];
-        if (f < 0 || f > seq) fail("cpu step ", k.str(), ": seen_from[", b, "] = ", f, " is outside [0, ", seq, "]");
-      }
-    if (k.row_mapped()) {
-      size_is(in.cache_rows, batch, "cache_rows");
-      for (int64_t b = 0; b < batch; ++b) {
-        const int32_t r = in.cache_rows[static_cast<size_t>(b)];
-        if (r < 0 || r >= cache.batch)
-          fail("cpu step ", k.str(), ": cache_rows[", b, "] = ", r, " is outside the cache's ", cache.batch, " rows");
-        for (int64_t o = 0; o < b; ++o)
-          if (in.cache_rows[static_cast<size_t>(o)] == r)
-            fail("cpu step ", k.str(), ": cache_rows[", b, "] = ", r, " repeats cache_rows[", o, "]");
-      }
-    } else if (!in.cache_rows.empty()) {
-      // Step row b is cache row b; a mapping that says otherwise would be ignored, so it is refused.
-      bool identity = static_cast<int64_t>(in.cache_rows.size()) == batch;
-      for (int64_t b = 0; identity && b < batch; ++b) identity = in.cache_rows[static_cast<size_t>(b)] == b;
-      if (!identity)
-        fail("cpu step ", k.str(), ": StepInputs::cache_rows is set but the step is not row-mapped (step row b is "
-             "cache row b; compile with ShapeKey::cache_rows > batch to map rows)");
-    }
+    check_step_inputs(in, checks_);
   }
 
   // The CacheRows input of a node (-1: none) and its SeenFrom input, found by kind (they follow the fixed
@@ -392,8 +335,6 @@ class CpuExecutable : public Executable {
         case Op::Input:
           s.kind = Slot::Input;
           s.input = node.input_kind;
-          TS_ASSERT(static_cast<size_t>(node.input_kind) < has_input_.size());
-          has_input_[static_cast<size_t>(node.input_kind)] = true;
           break;
         case Op::CacheState:
           s.kind = Slot::Cache;
@@ -411,7 +352,6 @@ class CpuExecutable : public Executable {
           vocab_ = node.shape[1];
           break;
         default: {
-          if (node.op == Op::Embedding) embed_vocab_ = g_.at(node.inputs[0]).shape[0];
           size_t b = static_cast<size_t>(buffer[i]);
           int src = node.inputs.empty() ? -1 : node.inputs[0];
           bool fresh = !(src >= 0 && buffer[static_cast<size_t>(src)] == buffer[i]);
@@ -681,10 +621,9 @@ class CpuExecutable : public Executable {
   cpu::Bf16Dot bf16_dot_;                    // what matmuls with bf16 weights may do with their inputs
   size_t arena_floats_ = 0;                  // activation arena a run needs (CpuCache::arena)
   int64_t vocab_ = 0;             // sampler state width (graphs with in-step sampling)
-  int64_t embed_vocab_ = -1;      // rows of the embedding table (token ids are checked against it)
   int layers_ = 0;                // KV cache layers the step reads
   std::vector<int> cache_nodes_;  // CacheState nodes (their shapes are checked against the cache)
-  std::array<bool, 16> has_input_{};  // InputKind -> the graph reads it
+  StepChecks checks_;             // what the step's inputs must fit (its key, inputs, vocabulary)
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member

@@ -16,6 +16,7 @@
 
 #include "backends/pjrt/pjrt_api.h"
 #include "backends/pjrt/stablehlo_emitter.h"
+#include "backends/step_checks.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
 
@@ -90,46 +91,22 @@ struct WeightBuffer {
 
 class PjrtBackendImpl;
 
-// A step's inputs as they are uploaded, checked against the step's ShapeKey: slots given per column ([seq],
-// the same for every row) are expanded to every row ([batch * seq]); each row's slots must be consecutive
-// and inside the cache (the program writes a row at its first slot); cache rows (row-mapped steps) must be
-// distinct rows of the cache. `what` starts each error message ("PJRT step", "PJRT op-by-op").
+// The checks of a step of graph `g` (backends/step_checks.h); size errors name the program's input.
+StepChecks pjrt_step_checks(const graph::Graph& g, const char* what) {
+  StepChecks c = step_checks_of(g, what);
+  c.program_names = true;
+  return c;
+}
+
+// A step's inputs as they are uploaded (after check_step_inputs): slots given per column ([seq], the same for
+// every row) are expanded to every row ([batch * seq]).
 class StepView {
  public:
-  StepView(const StepInputs& in, const graph::ShapeKey& key, const char* what) : in_(in) {
-    const int64_t B = key.batch, S = key.seq, rows = B * S;
-    const auto n = static_cast<int64_t>(in.slots.size());
-    if (n != rows && n != S)
-      fail(what, " ", key.str(), ": input 'slots' has ", n, " values, expected ", rows, " (batch x seq) or ", S,
-           " (seq: the same slots for every row)");
-    if (n != rows) {
-      slots_.reserve(static_cast<size_t>(rows));
+  StepView(const StepInputs& in, const graph::ShapeKey& key) : in_(in) {
+    const int64_t B = key.batch, S = key.seq;
+    if (static_cast<int64_t>(in.slots.size()) != B * S) {
+      slots_.reserve(static_cast<size_t>(B * S));
       for (int64_t b = 0; b < B; ++b) slots_.insert(slots_.end(), in.slots.begin(), in.slots.end());
-    }
-    const std::vector<int32_t>& slots = this->slots();
-    for (int64_t b = 0; b < B; ++b) {
-      const int32_t* row = slots.data() + b * S;
-      for (int64_t s = 0; s < S; ++s)
-        if (row[s] != row[0] + static_cast<int32_t>(s))
-          fail(what, " ", key.str(), ": slots must be consecutive within a row (row ", b, ": slots[", b * S + s,
-               "] = ", row[s], ", its first slot is ", row[0], ")");
-      if (row[0] < 0 || row[0] + S > key.cache_len)
-        fail(what, " ", key.str(), ": row ", b, "'s slots ", row[0], "..", row[0] + S - 1,
-             " do not fit the cache of ", key.cache_len, " slots");
-    }
-    if (key.row_mapped()) {
-      if (static_cast<int64_t>(in.cache_rows.size()) != B)
-        fail(what, " ", key.str(), ": input 'cache_rows' has ", in.cache_rows.size(), " values, expected ", B);
-      std::vector<bool> used(static_cast<size_t>(key.cache_batch()), false);
-      for (int64_t b = 0; b < B; ++b) {
-        const int32_t r = in.cache_rows[static_cast<size_t>(b)];
-        if (r < 0 || r >= key.cache_batch())
-          fail(what, " ", key.str(), ": cache_rows[", b, "] = ", r, " is not a row of the ", key.cache_batch(),
-               "-row cache");
-        if (used[static_cast<size_t>(r)])
-          fail(what, " ", key.str(), ": cache row ", r, " is named by two step rows");
-        used[static_cast<size_t>(r)] = true;
-      }
     }
   }
 
@@ -152,13 +129,6 @@ class StepView {
   std::vector<int32_t> slots_;  // expanded from [seq], else empty
 };
 
-// The cache must have the step's cache rows and length.
-void check_cache(const DeviceCache& cache, const graph::ShapeKey& key, const char* what) {
-  if (cache.batch != key.cache_batch() || cache.cache_len != key.cache_len)
-    fail(what, " ", key.str(), ": the cache has ", cache.batch, " rows of ", cache.cache_len,
-         " slots, the step needs ", key.cache_batch(), " of ", key.cache_len);
-}
-
 // Executes `exe` on args.size() devices; the buffers in donated[d] (device d's arguments aliased to results
 // num_outputs, num_outputs + 1, ...) are replaced by those results. Returns device 0's results 0 ..
 // num_outputs-1.
@@ -176,10 +146,11 @@ std::vector<BufferHandle> execute_loaded(const Plugin& p, PJRT_LoadedExecutable*
 
 class PjrtExecutable : public Executable {
  public:
-  PjrtExecutable(PjrtBackendImpl& be, const graph::ShapeKey& key, StablehloProgram prog,
-                 pjrt::LoadedExecutableHandle exe, std::vector<std::vector<PJRT_Buffer*>> weight_args)
+  PjrtExecutable(PjrtBackendImpl& be, const graph::Graph& g, StablehloProgram prog, pjrt::LoadedExecutableHandle exe,
+                 std::vector<std::vector<PJRT_Buffer*>> weight_args)
       : be_(be),
-        key_(key),
+        key_(g.key),
+        checks_(pjrt_step_checks(g, "PJRT step")),
         prog_(std::move(prog)),
         exe_(std::move(exe)),
         weight_args_(std::move(weight_args)) {}
@@ -196,6 +167,7 @@ class PjrtExecutable : public Executable {
 
   PjrtBackendImpl& be_;
   graph::ShapeKey key_;
+  StepChecks checks_;
   StablehloProgram prog_;
   pjrt::LoadedExecutableHandle exe_;
   // [replica][argument]: the weight buffer, or null for inputs/caches; one row per device the program runs on
@@ -537,7 +509,8 @@ class PjrtBackendImpl : public PjrtBackend {
 // generic so that the same op in every layer shares one compiled program.
 class PjrtOpByOpExecutable : public Executable {
  public:
-  PjrtOpByOpExecutable(PjrtBackendImpl& be, graph::Graph g) : be_(be), g_(std::move(g)) {
+  PjrtOpByOpExecutable(PjrtBackendImpl& be, graph::Graph g)
+      : be_(be), g_(std::move(g)), checks_(pjrt_step_checks(g_, "PJRT op-by-op")) {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const graph::Node& n = g_.nodes[i];
       if (n.op == graph::Op::Input || n.op == graph::Op::Weight || n.op == graph::Op::CacheState ||
@@ -635,8 +608,9 @@ class PjrtOpByOpExecutable : public Executable {
 
   BufferHandle execute(const StepInputs& in_base, DeviceCache& cache_base) const {
     PjrtCache& cache = be_.own(cache_base);
-    const StepView in(in_base, g_.key, "PJRT op-by-op");
-    check_cache(cache, g_.key, "PJRT op-by-op");
+    check_step_cache(cache, checks_);
+    check_step_inputs(in_base, checks_);
+    const StepView in(in_base, g_.key);
     std::vector<BufferHandle> values(g_.nodes.size());  // per node: its output on the device
     std::unordered_map<int, BufferHandle> uploaded;      // per input kind: this run's upload
     BufferHandle last;
@@ -669,6 +643,7 @@ class PjrtOpByOpExecutable : public Executable {
 
   PjrtBackendImpl& be_;
   graph::Graph g_;
+  StepChecks checks_;
   std::vector<Step> steps_;  // one per computing node, in graph order
 };
 
@@ -691,9 +666,10 @@ void PjrtExecutable::check_inputs(const StepView& in) const {
 BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_base) const {
   const Plugin& p = be_.plugin();
   PjrtCache& cache = be_.own(cache_base);
-  const StepView view(in, key_, "PJRT step");
+  check_step_cache(cache, checks_);
+  check_step_inputs(in, checks_);
+  const StepView view(in, key_);
   check_inputs(view);
-  check_cache(cache, key_, "PJRT step");
 
   // Per device: bound weights, freshly uploaded step inputs, the states (donated).
   const size_t devices = weight_args_.size();
@@ -756,7 +732,10 @@ void PjrtExecutable::run_tokens(const StepInputs& in, DeviceCache& cache, std::v
 // the segments of different layers share one program text and are compiled once.
 class PjrtSegmentedExecutable : public Executable {
  public:
-  PjrtSegmentedExecutable(PjrtBackendImpl& be, const graph::Graph& g) : be_(be), g_(g) { split(); }
+  PjrtSegmentedExecutable(PjrtBackendImpl& be, const graph::Graph& g)
+      : be_(be), g_(g), checks_(pjrt_step_checks(g, "PJRT step")) {
+    split();
+  }
 
   // The distinct segment program texts, in first-use order (what the on-disk cache identifies and stores).
   const std::vector<std::string>& texts() const { return texts_; }
@@ -940,8 +919,9 @@ class PjrtSegmentedExecutable : public Executable {
   // copied to `out` (`bytes` bytes).
   void execute(const StepInputs& in_base, DeviceCache& cache_base, void* out, size_t bytes) const {
     PjrtCache& cache = be_.own(cache_base);
-    const StepView in(in_base, g_.key, "PJRT step");
-    check_cache(cache, g_.key, "PJRT step");
+    check_step_cache(cache, checks_);
+    check_step_inputs(in_base, checks_);
+    const StepView in(in_base, g_.key);
     std::lock_guard<std::mutex> one_step(be_.collective_mutex());
     TransferCounters& st = be_.stats();
     const Plugin& p = be_.plugin();
@@ -1021,6 +1001,7 @@ class PjrtSegmentedExecutable : public Executable {
 
   PjrtBackendImpl& be_;
   graph::Graph g_;
+  StepChecks checks_;
   std::vector<Segment> segments_;
   std::vector<Item> items_;
   std::vector<std::string> texts_;                      // distinct segment programs
@@ -1084,8 +1065,7 @@ std::unique_ptr<Executable> PjrtBackendImpl::compile(const graph::Graph& g) {
   note_compile(seconds_since(t1));
   note_compiled();
   check_outputs(exe, prog.num_results, g);
-  return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe),
-                                          std::move(weight_args));
+  return std::make_unique<PjrtExecutable>(*this, g, std::move(prog), std::move(exe), std::move(weight_args));
 }
 
 std::string PjrtBackendImpl::serialize(const Executable& base) const {
@@ -1119,8 +1099,7 @@ std::unique_ptr<Executable> PjrtBackendImpl::load_serialized(const graph::Graph&
   auto weight_args = bind_weight_args(prog, g, program_replicas(g));
   auto exe = client_.deserialize(bytes);
   check_outputs(exe, prog.num_results, g);
-  return std::make_unique<PjrtExecutable>(*this, g.key, std::move(prog), std::move(exe),
-                                          std::move(weight_args));
+  return std::make_unique<PjrtExecutable>(*this, g, std::move(prog), std::move(exe), std::move(weight_args));
 }
 
 }  // namespace
