@@ -240,7 +240,8 @@ int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, in
   k = b.rope(k, in.positions, c.local_kv_heads(), n.node + "k_rope");
   int kc = b.cache_update(b.cache_state(l, 0), k, in.slots, n.node + "k_cache_update");
   int vc = b.cache_update(b.cache_state(l, 1), v, in.slots, n.node + "v_cache_update");
-  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, a.window, n.node + "attn");
+  const int64_t window = c.layer_is_sliding(l) ? c.sliding_window : 0;
+  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, window, n.node + "attn");
   return b.linear(attn, {m + "o_proj", Role::kAttnO, l, H, q_dim, a.o_bias}, n.node + "attn_out");
 }
 
@@ -259,12 +260,23 @@ int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& mlp) 
     up = b.linear(h, {m + "up_proj", Role::kMlpUp, l, I, H, mlp.bias}, n.node + "up");
   }
   // Node names keep the usual name of each gated unit (SwiGLU, GeGLU, ReGLU).
-  const char* unit = mlp.act == graph::Activation::Silu       ? "swiglu"
-                     : mlp.act == graph::Activation::Relu     ? "reglu"
-                     : mlp.act == graph::Activation::GeluTanh ? "geglu_tanh"
-                                                              : "geglu";
-  int act = b.gated_act(gate, up, mlp.act, n.node + unit);
+  const graph::Activation f = graph_activation(c.hidden_act);
+  const char* unit = f == graph::Activation::Silu       ? "swiglu"
+                     : f == graph::Activation::Relu     ? "reglu"
+                     : f == graph::Activation::GeluTanh ? "geglu_tanh"
+                                                        : "geglu";
+  int act = b.gated_act(gate, up, f, n.node + unit);
   return b.linear(act, {m + "down_proj", Role::kMlpDown, l, H, I, mlp.bias}, n.node + "down");
+}
+
+int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
+                   const GatedMlp& m) {
+  const DecoderConfig& c = b.config();
+  const LayerNames n = layer_names(layer);
+  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
+  x = b.add(x, self_attention(b, in, n, h, a), n.node + "attn_residual");
+  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
+  return b.add(x, gated_mlp(b, n, h, m), n.node + "mlp_residual");
 }
 
 int token_embedding(GraphBuilder& b, const StepNodes& in) {
@@ -297,6 +309,31 @@ graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key,
   return b.finish(logits);
 }
 
+TpPlan attention_tp_plan() {
+  return {{"layers.*.self_attn.q_proj", "colwise"},
+          {"layers.*.self_attn.k_proj", "colwise"},
+          {"layers.*.self_attn.v_proj", "colwise"},
+          {"layers.*.self_attn.o_proj", "rowwise"}};
+}
+
+TpPlan gated_mlp_tp_plan() {
+  return {{"layers.*.mlp.gate_proj", "colwise"},
+          {"layers.*.mlp.up_proj", "colwise"},
+          {"layers.*.mlp.down_proj", "rowwise"}};
+}
+
+TpPlan fused_gate_up_tp_plan() {
+  return {{"layers.*.mlp.gate_up_proj", "colwise_gather_output"},
+          {"layers.*.mlp.down_proj", "rowwise_split_input"}};
+}
+
+TpPlan causal_lm_tp_plan(std::initializer_list<TpPlan> parts) {
+  TpPlan plan;
+  for (const TpPlan& p : parts) plan.insert(plan.end(), p.begin(), p.end());
+  plan.emplace_back("lm_head", "colwise_gather_output");
+  return plan;
+}
+
 namespace {
 
 // The whole model (every stored tensor, whatever a rank's share) at the smallest key.
@@ -308,15 +345,36 @@ graph::Graph whole_graph(const DecoderConfig& c, DecoderLayer layer, std::vector
   return build_causal_lm(whole, key, layer, modules);
 }
 
+// The shared config parser (CausalLmSpec::parse).
+std::function<DecoderConfig(const nlohmann::json&, const std::string&)> shared_parser(
+    const CausalLmSpec& spec) {
+  return [name = std::string(spec.name), defaults = spec.defaults, null_refused = spec.null_refused,
+          check = spec.check, finish = spec.finish,
+          own_keys = spec.config_keys](const nlohmann::json& j, const std::string& origin) {
+    const ConfigReader r = checked_config_reader(j, origin, own_keys);
+    for (const NullRefused& k : null_refused)
+      if (j.contains(k.key) && j[k.key].is_null())
+        r.fail_field(k.key, "is null, which " + name + " does not support (" + k.why + ")");
+    if (check) check(r);
+    DecoderConfig c;
+    c.architecture = name;
+    parse_decoder_config(r, defaults, c);
+    if (finish) finish(r, c);
+    validate(c, origin);
+    return c;
+  };
+}
+
 }  // namespace
 
 Architecture causal_lm_architecture(CausalLmSpec spec) {
   const DecoderLayer layer = spec.layer;
   std::vector<ConfigKey> keys = decoder_config_keys();
   keys.insert(keys.end(), spec.config_keys.begin(), spec.config_keys.end());
+  auto parse = spec.parse ? std::move(spec.parse) : shared_parser(spec);
   return Architecture{
       .name = spec.name,
-      .parse_config = std::move(spec.parse),
+      .parse_config = std::move(parse),
       // Derived from the graph so the list can never drift from what is read (linear in the graph's nodes).
       .weights = [layer](const DecoderConfig& c) { return weight_specs_of(whole_graph(c, layer, nullptr)); },
       .build_graph = [layer](const DecoderConfig& c,

@@ -1,9 +1,12 @@
 // Shared building blocks for decoder-only transformers: a GraphBuilder that appends nodes with their shapes
 // worked out, and blocks every architecture composes its decoder layer from (self-attention, the gated MLP,
-// norms, the token embedding and the LM head). Each block takes its parameters explicitly; an architecture's
-// file (qwen3.cpp, llama.cpp, glm4.cpp) says which it uses and how, in one short layer function.
+// norms, the token embedding and the LM head, the Llama family's pre-norm layer), the pieces of their
+// tensor-parallel plans, and the shared config parser. Each block takes its options explicitly and reads the
+// sizes, the activation and the sliding layers from the config; an architecture's file (qwen3.cpp,
+// llama.cpp, glm4.cpp, ...) says which it uses and how, in one short layer function.
 // Every activation is [rows, features] float32 with rows = batch * seq.
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -102,24 +105,29 @@ struct SelfAttention {
   bool o_bias = false;    // a bias on o_proj
   bool qk_norm = false;   // q_norm / k_norm: RMSNorm over each head of q and k before RoPE
   RopePairs rope = RopePairs::kHalves;
-  int64_t window = 0;      // > 0: sliding-window attention over the last `window` positions
   bool fused_qkv = false;  // one self_attn.qkv_proj [(heads + 2 * kv_heads) * head_dim, hidden] (q rows, then
                            // k, then v) instead of q_proj, k_proj and v_proj
 };
-// `self_attn.{q,k,v,o}_proj` (or qkv_proj and o_proj) of layer n on the normed input h [rows, hidden]: GQA over the static KV cache
-// (cache update, then attention) with RoPE on the first config().rot_dim() dims of each head, split by heads
-// when the plan says so. Returns o_proj's output [rows, hidden] (before any residual).
+// `self_attn.{q,k,v,o}_proj` (or qkv_proj and o_proj) of layer n on the normed input h [rows, hidden]: GQA
+// over the static KV cache (cache update, then attention) with RoPE on the first config().rot_dim() dims of
+// each head, split by heads when the plan says so; sliding-window attention (over the last
+// config().sliding_window positions) in the layers the config marks (DecoderConfig::layer_is_sliding).
+// Returns o_proj's output [rows, hidden] (before any residual).
 int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, int h, const SelfAttention& a);
 
 struct GatedMlp {
-  graph::Activation act;       // act(gate) * up
   bool bias = false;           // biases on every projection
   bool fused_gate_up = false;  // one mlp.gate_up_proj [2I, H] (gate rows [0, I), up rows [I, 2I)) instead of
                                // mlp.gate_proj and mlp.up_proj
 };
-// `mlp.*` of layer n on the normed input h [rows, hidden]: down(act(gate(h)) * up(h)), split per layer when
-// the plan says so. Returns down_proj's output [rows, hidden].
+// `mlp.*` of layer n on the normed input h [rows, hidden]: down(act(gate(h)) * up(h)) with the config's
+// hidden_act, split per layer when the plan says so. Returns down_proj's output [rows, hidden].
 int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& m);
+
+// The Llama family's pre-norm decoder layer (Llama, Qwen2, Qwen3, Mistral, Phi-3): input_layernorm ->
+// self_attention -> residual -> post_attention_layernorm -> gated_mlp -> residual. x [rows, hidden].
+int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
+                   const GatedMlp& m);
 
 // model.embed_tokens: the token embeddings [rows, hidden] of the step's ids.
 int token_embedding(GraphBuilder& b, const StepNodes& in);
@@ -135,14 +143,40 @@ graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key,
 
 graph::Activation graph_activation(Activation a);
 
+// Pieces of the default tensor-parallel plans, as Transformers' base_model_tp_plan writes them for the
+// blocks.
+TpPlan attention_tp_plan();  // self_attn.{q,k,v}_proj colwise, self_attn.o_proj rowwise
+TpPlan gated_mlp_tp_plan();  // mlp.{gate,up}_proj colwise, mlp.down_proj rowwise
+// mlp.gate_up_proj colwise_gather_output, mlp.down_proj rowwise_split_input. We run gate_up_proj as its gate
+// and up halves each split column-wise and down_proj row-wise: the same numbers with one all-reduce and no
+// gather.
+TpPlan fused_gate_up_tp_plan();
+// `parts` in order, then the vocab-parallel LM head (lm_head colwise_gather_output) every default plan ends
+// with.
+TpPlan causal_lm_tp_plan(std::initializer_list<TpPlan> parts);
+
+// A key the architecture's Transformers code reads without a fallback for null (refused when config.json
+// sets it to null: "field '<key>' is null, which <architecture> does not support (<why>)").
+struct NullRefused {
+  const char* key;
+  const char* why;
+};
+
 // What an architecture's file provides; causal_lm_architecture makes the registry entry (weights and modules
 // derived from the graph, so they can never drift from what is read).
 struct CausalLmSpec {
-  const char* name;    // config.json architectures[0]
-  DecoderLayer layer;  // its decoder layer, built from the blocks above
-  std::function<DecoderConfig(const nlohmann::json&, const std::string&)> parse;
-  std::vector<ConfigKey> config_keys;  // its own keys, besides decoder_config_keys()
-  TpPlan tp_plan;                      // Transformers' base_model_tp_plan for it, plus lm_head
+  const char* name = nullptr;    // config.json architectures[0]
+  DecoderLayer layer = nullptr;  // its decoder layer, built from the blocks above
+  // The config parser. Empty: the shared one: checked_config_reader (with config_keys), the null_refused
+  // keys, `check`, parse_decoder_config with `defaults` into a DecoderConfig of architecture `name`, `finish`
+  // (its own fields and rules), validate.
+  std::function<DecoderConfig(const nlohmann::json&, const std::string&)> parse = {};
+  ConfigDefaults defaults = {};  // its config class's defaults
+  std::vector<NullRefused> null_refused = {};
+  std::function<void(const ConfigReader&)> check = {};                   // refusals before any field is read
+  std::function<void(const ConfigReader&, DecoderConfig&)> finish = {};  // after parse_decoder_config
+  std::vector<ConfigKey> config_keys = {};  // its own keys, besides decoder_config_keys()
+  TpPlan tp_plan = {};                      // Transformers' base_model_tp_plan for it, plus lm_head
 };
 Architecture causal_lm_architecture(CausalLmSpec spec);
 

@@ -505,9 +505,20 @@ void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c) {
   } else if (has_window) {
     for (int64_t i = max_window_layers; i < c.num_layers; ++i) sliding[static_cast<size_t>(i)] = 1;
   }
+  set_sliding_layers(c, window_value, std::move(sliding));
+}
+
+void parse_sliding_every_layer(const ConfigReader& r, DecoderConfig& c, int64_t absent) {
+  const int64_t window =
+      r.json().contains("sliding_window") ? r.int_or("sliding_window", 0, 1, kInt32Max) : absent;
+  set_sliding_layers(c, window, std::vector<uint8_t>(static_cast<size_t>(c.num_layers), 1));
+}
+
+void set_sliding_layers(DecoderConfig& c, int64_t window, std::vector<uint8_t> sliding) {
   bool any = false;
   for (uint8_t s : sliding) any = any || s;
-  c.sliding_window = any ? window_value : 0;
+  any = any && window > 0;
+  c.sliding_window = any ? window : 0;
   c.layer_sliding = any ? std::move(sliding) : std::vector<uint8_t>{};
 }
 

@@ -209,6 +209,12 @@ Activation parse_activation(const ConfigReader& r, const char* key);
 // Sliding-window layers exactly as Transformers' Qwen2Config and Qwen3Config decide them (the same code):
 // `use_sliding_window`, `sliding_window`, `max_window_layers`, `layer_types`.
 void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c);
+// `sliding_window` in every layer (MistralConfig, Phi3Config): absent: `absent`; null: no window; 0 is
+// refused (it leaves a query no key; Transformers fails on it).
+void parse_sliding_every_layer(const ConfigReader& r, DecoderConfig& c, int64_t absent);
+// The layers marked in `sliding` (one per layer) slide over `window` positions; when none is marked or the
+// window is 0, no layer slides (sliding_window 0, layer_sliding empty).
+void set_sliding_layers(DecoderConfig& c, int64_t window, std::vector<uint8_t> sliding);
 
 // config.json text -> a JSON object (nesting depth bounded by io::parse_json); errors name `origin`.
 nlohmann::json parse_config_json(std::string_view text, const std::string& origin);

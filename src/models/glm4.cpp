@@ -41,29 +41,22 @@ int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
   attn = b.norm(attn, n.module + "post_self_attn_layernorm", H, n.node + "attn_post_norm");
   x = b.add(x, attn, n.node + "attn_residual");
   h = b.norm(x, n.module + "post_attention_layernorm", H, n.node + "mlp_norm");
-  int mlp =
-      gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .bias = c.mlp_bias, .fused_gate_up = true});
+  int mlp = gated_mlp(b, n, h, {.fused_gate_up = true});
   mlp = b.norm(mlp, n.module + "post_mlp_layernorm", H, n.node + "mlp_post_norm");
   return b.add(x, mlp, n.node + "mlp_residual");
 }
 
-// GLM-4's base_model_tp_plan, plus the vocab-parallel LM head. We run gate_up_proj as its gate and up halves
-// each split column-wise and down_proj row-wise: the same numbers with one all-reduce and no gather.
-const TpPlan kTpPlan = {
-    {"layers.*.self_attn.q_proj", "colwise"},
-    {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"},
-    {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_up_proj", "colwise_gather_output"},
-    {"layers.*.mlp.down_proj", "rowwise_split_input"},
-    {"lm_head", "colwise_gather_output"},
-};
+std::vector<int32_t> default_eos() { return {151329, 151336, 151338}; }  // Glm4Config's eos_token_id
 
-DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
-  static const std::vector<ConfigKey> table = keys();
-  const ConfigReader r = checked_config_reader(j, origin, table);
-  DecoderConfig c;
-  c.architecture = "Glm4ForCausalLM";
+void finish(const ConfigReader& r, DecoderConfig& c) {
+  // Glm4Config replaces an eos_token_id of null (not only an absent one) with its default list.
+  const nlohmann::json& j = r.json();
+  if (c.eos_token_ids.empty() && j.contains("eos_token_id") && j["eos_token_id"].is_null())
+    c.eos_token_ids = default_eos();
+}
+
+// Glm4Config's defaults.
+ConfigDefaults defaults() {
   ConfigDefaults d;
   d.model_type = "glm4";
   d.head_dim = 128;
@@ -72,22 +65,22 @@ DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
   d.rms_norm_eps = 1.5625e-7;
   d.attention_bias = true;
   d.partial_rotary_factor = 0.5;
-  d.pad_token_id = 151329;  // Glm4Config's defaults
-  d.eos_token_ids = {151329, 151336, 151338};
-  parse_decoder_config(r, d, c);
-  // Glm4Config replaces an eos_token_id of null (not only an absent one) with its default list.
-  if (c.eos_token_ids.empty() && j.contains("eos_token_id") && j["eos_token_id"].is_null())
-    c.eos_token_ids = d.eos_token_ids;
-  c.mlp_bias = false;
-  validate(c, origin);
-  return c;
+  d.pad_token_id = 151329;
+  d.eos_token_ids = default_eos();
+  return d;
 }
 
 }  // namespace
 
 Architecture architecture() {
   return causal_lm_architecture(
-      {.name = "Glm4ForCausalLM", .layer = layer, .parse = parse, .config_keys = keys(), .tp_plan = kTpPlan});
+      {.name = "Glm4ForCausalLM",
+       .layer = layer,
+       .defaults = defaults(),
+       .finish = finish,
+       .config_keys = keys(),
+       // GLM-4's base_model_tp_plan, plus the vocab-parallel LM head.
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), fused_gate_up_tp_plan()})});
 }
 
 }  // namespace tessera::models::glm4

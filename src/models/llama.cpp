@@ -30,46 +30,30 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-// input_layernorm -> self-attention -> residual -> post_attention_layernorm -> gated MLP (gate_proj, up_proj,
-// down_proj) -> residual.
+// The pre-norm layer with attention biases on q/k/v and o_proj (attention_bias) and MLP biases (mlp_bias).
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
   const DecoderConfig& c = b.config();
-  const LayerNames n = layer_names(l);
-  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
-  const int attn = self_attention(b, in, n, h, {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias});
-  x = b.add(x, attn, n.node + "attn_residual");
-  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  const int mlp = gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .bias = c.mlp_bias});
-  return b.add(x, mlp, n.node + "mlp_residual");
+  return pre_norm_layer(b, in, x, l, {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias},
+                        {.bias = c.mlp_bias});
 }
 
-// Llama's base_model_tp_plan, plus the vocab-parallel LM head.
-const TpPlan kTpPlan = {
-    {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
-};
-
-DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
-  static const std::vector<ConfigKey> table = keys();
-  const ConfigReader r = checked_config_reader(j, origin, table);
-  DecoderConfig c;
-  c.architecture = "LlamaForCausalLM";
-  ConfigDefaults d;
-  d.model_type = "llama";
-  d.max_position_embeddings = 2048;
-  d.rms_norm_eps = 1e-6;
-  d.bos_token_id = 1;  // LlamaConfig's defaults
-  d.eos_token_ids = {2};
-  parse_decoder_config(r, d, c);
+void finish(const ConfigReader& r, DecoderConfig& c) {
   if (c.hidden_size % c.num_heads != 0)  // LlamaConfig.validate_architecture raises on this
     r.fail_field("hidden_size", "(" + std::to_string(c.hidden_size) +
                                     ") must be a multiple of num_attention_heads (" +
                                     std::to_string(c.num_heads) + ")");
   c.mlp_bias = r.bool_or("mlp_bias", false);
-  validate(c, origin);
-  return c;
+}
+
+// LlamaConfig's defaults.
+ConfigDefaults defaults() {
+  ConfigDefaults d;
+  d.model_type = "llama";
+  d.max_position_embeddings = 2048;
+  d.rms_norm_eps = 1e-6;
+  d.bos_token_id = 1;
+  d.eos_token_ids = {2};
+  return d;
 }
 
 }  // namespace
@@ -77,9 +61,11 @@ DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
 Architecture architecture() {
   return causal_lm_architecture({.name = "LlamaForCausalLM",
                                  .layer = layer,
-                                 .parse = parse,
+                                 .defaults = defaults(),
+                                 .finish = finish,
                                  .config_keys = keys(),
-                                 .tp_plan = kTpPlan});
+                                 // Llama's base_model_tp_plan, plus the vocab-parallel LM head.
+                                 .tp_plan = causal_lm_tp_plan({attention_tp_plan(), gated_mlp_tp_plan()})});
 }
 
 }  // namespace tessera::models::llama

@@ -12,8 +12,6 @@ namespace tessera::models::mistral {
 
 namespace {
 
-constexpr int64_t kInt32Max = 2147483647;
-
 // Every key Transformers 5.24's configuration_mistral.py / modeling_mistral.py reads besides
 // common_config_keys() and decoder_config_keys() (config.cpp), and what we do with it.
 std::vector<ConfigKey> keys() {
@@ -38,26 +36,8 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-// input_layernorm -> self-attention (sliding when the config sets a window) -> residual ->
-// post_attention_layernorm -> gated MLP (gate_proj, up_proj, down_proj) -> residual.
-int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
-  const DecoderConfig& c = b.config();
-  const LayerNames n = layer_names(l);
-  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
-  const int attn = self_attention(b, in, n, h, {.window = c.layer_is_sliding(l) ? c.sliding_window : 0});
-  x = b.add(x, attn, n.node + "attn_residual");
-  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  const int mlp = gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act)});
-  return b.add(x, mlp, n.node + "mlp_residual");
-}
-
-// Mistral's base_model_tp_plan, plus the vocab-parallel LM head.
-const TpPlan kTpPlan = {
-    {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
-};
+// The pre-norm layer without biases, sliding in the layers the config marks.
+int layer(GraphBuilder& b, const StepNodes& in, int x, int l) { return pre_norm_layer(b, in, x, l, {}, {}); }
 
 // Which layers slide. Without a layer_types key, MistralConfig: every layer when sliding_window is set. With
 // one, MinistralConfig / modeling_ministral: layer_types as PreTrainedConfig.validate_layer_type checks it
@@ -66,9 +46,7 @@ const TpPlan kTpPlan = {
 // mask in any case (so the window must be set) and reads head_dim without a fallback (so it must be given).
 void parse_sliding(const ConfigReader& r, DecoderConfig& c) {
   const nlohmann::json& j = r.json();
-  // A window of 0 leaves a query no key (Transformers fails on it); refused.
-  c.sliding_window = j.contains("sliding_window") ? r.int_or("sliding_window", 0, 1, kInt32Max) : 4096;
-  std::vector<uint8_t> sliding(static_cast<size_t>(c.num_layers), c.sliding_window > 0 ? 1 : 0);
+  parse_sliding_every_layer(r, c, 4096);
   if (j.contains("layer_types")) {
     const char* why = " when layer_types is (Transformers then loads the config as Ministral, ";
     if (!j.contains("head_dim") || j["head_dim"].is_null())
@@ -97,46 +75,42 @@ void parse_sliding(const ConfigReader& r, DecoderConfig& c) {
       if (static_cast<int64_t>(types->size()) != c.num_layers)
         r.fail_field("layer_types", "has " + std::to_string(types->size()) +
                                         " entries, num_hidden_layers is " + std::to_string(c.num_layers));
+      std::vector<uint8_t> sliding(types->size());
       for (size_t i = 0; i < types->size(); ++i) sliding[i] = (*types)[i] == "sliding_attention" ? 1 : 0;
+      set_sliding_layers(c, c.sliding_window, std::move(sliding));
     }
   }
-  bool any = false;
-  for (uint8_t v : sliding) any = any || v;
-  if (!any) c.sliding_window = 0;
-  c.layer_sliding = any ? std::move(sliding) : std::vector<uint8_t>{};
 }
 
-DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
-  static const std::vector<ConfigKey> table = keys();
-  const ConfigReader r = checked_config_reader(j, origin, table);
-  if (j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null())
-    r.fail_field("num_key_value_heads",
-                 "is null, which MistralForCausalLM does not support (MistralConfig's field is an integer)");
-  DecoderConfig c;
-  c.architecture = "MistralForCausalLM";
+void finish(const ConfigReader& r, DecoderConfig& c) {
+  parse_sliding(r, c);
+  c.attention_bias = false;
+}
+
+// MistralConfig's defaults.
+ConfigDefaults defaults() {
   ConfigDefaults d;
   d.model_type = "mistral";
   d.num_kv_heads = 8;
   d.max_position_embeddings = 131072;
   d.rms_norm_eps = 1e-6;
-  d.bos_token_id = 1;  // MistralConfig's defaults
+  d.bos_token_id = 1;
   d.eos_token_ids = {2};
-  parse_decoder_config(r, d, c);
-  parse_sliding(r, c);
-  c.attention_bias = false;
-  c.mlp_bias = false;
-  validate(c, origin);
-  return c;
+  return d;
 }
 
 }  // namespace
 
 Architecture architecture() {
-  return causal_lm_architecture({.name = "MistralForCausalLM",
-                                 .layer = layer,
-                                 .parse = parse,
-                                 .config_keys = keys(),
-                                 .tp_plan = kTpPlan});
+  return causal_lm_architecture(
+      {.name = "MistralForCausalLM",
+       .layer = layer,
+       .defaults = defaults(),
+       .null_refused = {{"num_key_value_heads", "MistralConfig's field is an integer"}},
+       .finish = finish,
+       .config_keys = keys(),
+       // Mistral's base_model_tp_plan, plus the vocab-parallel LM head.
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), gated_mlp_tp_plan()})});
 }
 
 }  // namespace tessera::models::mistral

@@ -12,8 +12,6 @@ namespace tessera::models::phi3 {
 
 namespace {
 
-constexpr int64_t kInt32Max = 2147483647;
-
 // Every key Transformers 5.24's configuration_phi3.py / modeling_phi3.py reads besides common_config_keys()
 // and decoder_config_keys() (config.cpp), and what we do with it.
 std::vector<ConfigKey> keys() {
@@ -34,30 +32,11 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-// input_layernorm -> self-attention (fused qkv_proj; sliding when the config sets a window) -> residual ->
-// post_attention_layernorm -> gated MLP (fused gate_up_proj, down_proj) -> residual.
+// The pre-norm layer without biases, with the fused qkv_proj and gate_up_proj; sliding when the config sets
+// a window.
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
-  const DecoderConfig& c = b.config();
-  const LayerNames n = layer_names(l);
-  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
-  const int attn = self_attention(
-      b, in, n, h, {.window = c.layer_is_sliding(l) ? c.sliding_window : 0, .fused_qkv = true});
-  x = b.add(x, attn, n.node + "attn_residual");
-  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  const int mlp = gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .fused_gate_up = true});
-  return b.add(x, mlp, n.node + "mlp_residual");
+  return pre_norm_layer(b, in, x, l, {.fused_qkv = true}, {.fused_gate_up = true});
 }
-
-// Phi-3's base_model_tp_plan, plus the vocab-parallel LM head. We run qkv_proj as its q, k and v blocks each
-// split by heads with o_proj row-wise, and gate_up_proj as its halves each split column-wise with down_proj
-// row-wise: the same numbers with one all-reduce each and no gather.
-const TpPlan kTpPlan = {
-    {"layers.*.self_attn.qkv_proj", "colwise_gather_output"},
-    {"layers.*.self_attn.o_proj", "rowwise_split_input"},
-    {"layers.*.mlp.gate_up_proj", "colwise_gather_output"},
-    {"layers.*.mlp.down_proj", "rowwise_split_input"},
-    {"lm_head", "colwise_gather_output"},
-};
 
 // Phi3Config.convert_rope_params_to_dict / validate_rope: rope_scaling (else rope_parameters) must be of type
 // default or longrope ("su" and "yarn" are read as longrope). longrope is refused by name; any other type
@@ -82,38 +61,42 @@ void check_rope_type(const ConfigReader& r) {
   }
 }
 
-DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
-  static const std::vector<ConfigKey> table = keys();
-  const ConfigReader r = checked_config_reader(j, origin, table);
-  // Phi3Attention reads getattr(config, "head_dim", ...): a null there is used as is (and fails).
-  if (j.contains("head_dim") && j["head_dim"].is_null())
-    r.fail_field("head_dim", "is null, which Phi3ForCausalLM does not support (Transformers fails on it)");
-  check_rope_type(r);
-  DecoderConfig c;
-  c.architecture = "Phi3ForCausalLM";
+void finish(const ConfigReader& r, DecoderConfig& c) {
+  parse_sliding_every_layer(r, c, 0);
+  c.attention_bias = false;
+}
+
+// Phi3Config's defaults.
+ConfigDefaults defaults() {
   ConfigDefaults d;
   d.model_type = "phi3";
   d.max_position_embeddings = 4096;
   d.rms_norm_eps = 1e-5;
   d.partial_rotary_factor = 1.0;
-  d.bos_token_id = 1;  // Phi3Config's defaults
-  d.eos_token_ids = {32000};
+  d.bos_token_id = 1;
   d.pad_token_id = 32000;
-  parse_decoder_config(r, d, c);
-  // A window of 0 leaves a query no key (Transformers fails on it); refused.
-  c.sliding_window = r.int_or("sliding_window", 0, 1, kInt32Max);
-  if (c.sliding_window > 0) c.layer_sliding.assign(static_cast<size_t>(c.num_layers), 1);
-  c.attention_bias = false;
-  c.mlp_bias = false;
-  validate(c, origin);
-  return c;
+  d.eos_token_ids = {32000};
+  return d;
 }
 
 }  // namespace
 
 Architecture architecture() {
   return causal_lm_architecture(
-      {.name = "Phi3ForCausalLM", .layer = layer, .parse = parse, .config_keys = keys(), .tp_plan = kTpPlan});
+      {.name = "Phi3ForCausalLM",
+       .layer = layer,
+       .defaults = defaults(),
+       // Phi3Attention reads getattr(config, "head_dim", ...): a null there is used as is (and fails).
+       .null_refused = {{"head_dim", "Transformers fails on it"}},
+       .check = check_rope_type,
+       .finish = finish,
+       .config_keys = keys(),
+       // Phi-3's base_model_tp_plan, plus the vocab-parallel LM head. We run qkv_proj as its q, k and v
+       // blocks each split by heads with o_proj row-wise (the same numbers with one all-reduce and no
+       // gather).
+       .tp_plan = causal_lm_tp_plan({{{"layers.*.self_attn.qkv_proj", "colwise_gather_output"},
+                                      {"layers.*.self_attn.o_proj", "rowwise_split_input"}},
+                                     fused_gate_up_tp_plan()})});
 }
 
 }  // namespace tessera::models::phi3

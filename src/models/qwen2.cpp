@@ -32,58 +32,39 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-// input_layernorm -> self-attention with q/k/v biases (sliding in the layers the config marks) -> residual
-// -> post_attention_layernorm -> gated MLP (gate_proj, up_proj, down_proj) -> residual.
+// The pre-norm layer with q/k/v biases (none on o_proj or the MLP), sliding in the layers the config marks.
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
-  const DecoderConfig& c = b.config();
-  const LayerNames n = layer_names(l);
-  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
-  const int attn = self_attention(
-      b, in, n, h,
-      {.qkv_bias = true, .o_bias = false, .window = c.layer_is_sliding(l) ? c.sliding_window : 0});
-  x = b.add(x, attn, n.node + "attn_residual");
-  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  const int mlp = gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .bias = false});
-  return b.add(x, mlp, n.node + "mlp_residual");
+  return pre_norm_layer(b, in, x, l, {.qkv_bias = true, .o_bias = false}, {});
 }
 
-// Qwen2's base_model_tp_plan, plus the vocab-parallel LM head.
-const TpPlan kTpPlan = {
-    {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
-};
+void finish(const ConfigReader& r, DecoderConfig& c) {
+  parse_qwen_sliding(r, c);
+  c.attention_bias = true;  // on q/k/v (the layer puts none on o_proj)
+}
 
-DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
-  static const std::vector<ConfigKey> table = keys();
-  const ConfigReader r = checked_config_reader(j, origin, table);
-  // Qwen2Attention reads getattr(config, "head_dim", ...): a null there is used as is (and fails).
-  if (j.contains("head_dim") && j["head_dim"].is_null())
-    r.fail_field("head_dim", "is null, which Qwen2ForCausalLM does not support (Transformers fails on it)");
-  DecoderConfig c;
-  c.architecture = "Qwen2ForCausalLM";
+// Qwen2Config's defaults.
+ConfigDefaults defaults() {
   ConfigDefaults d;
   d.model_type = "qwen2";
   d.num_kv_heads = 32;
   d.max_position_embeddings = 32768;
   d.rms_norm_eps = 1e-6;
-  parse_decoder_config(r, d, c);
-  parse_qwen_sliding(r, c);
-  c.attention_bias = true;  // on q/k/v (the layer puts none on o_proj)
-  c.mlp_bias = false;
-  validate(c, origin);
-  return c;
+  return d;
 }
 
 }  // namespace
 
 Architecture architecture() {
-  return causal_lm_architecture({.name = "Qwen2ForCausalLM",
-                                 .layer = layer,
-                                 .parse = parse,
-                                 .config_keys = keys(),
-                                 .tp_plan = kTpPlan});
+  return causal_lm_architecture(
+      {.name = "Qwen2ForCausalLM",
+       .layer = layer,
+       .defaults = defaults(),
+       // Qwen2Attention reads getattr(config, "head_dim", ...): a null there is used as is (and fails).
+       .null_refused = {{"head_dim", "Transformers fails on it"}},
+       .finish = finish,
+       .config_keys = keys(),
+       // Qwen2's base_model_tp_plan, plus the vocab-parallel LM head.
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), gated_mlp_tp_plan()})});
 }
 
 }  // namespace tessera::models::qwen2

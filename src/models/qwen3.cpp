@@ -31,63 +31,39 @@ std::vector<ConfigKey> keys() {
   };
 }
 
-// input_layernorm -> self-attention with q_norm / k_norm (sliding in the layers the config marks) -> residual
-// -> post_attention_layernorm -> gated MLP (gate_proj, up_proj, down_proj) -> residual.
+// The pre-norm layer with q_norm / k_norm and q/k/v/o biases (attention_bias), sliding in the layers the
+// config marks; no MLP biases.
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
   const DecoderConfig& c = b.config();
-  const LayerNames n = layer_names(l);
-  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
-  const int attn = self_attention(b, in, n, h,
-                                  {.qkv_bias = c.attention_bias,
-                                   .o_bias = c.attention_bias,
-                                   .qk_norm = true,
-                                   .window = c.layer_is_sliding(l) ? c.sliding_window : 0});
-  x = b.add(x, attn, n.node + "attn_residual");
-  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  const int mlp = gated_mlp(b, n, h, {.act = graph_activation(c.hidden_act), .bias = c.mlp_bias});
-  return b.add(x, mlp, n.node + "mlp_residual");
+  return pre_norm_layer(b, in, x, l,
+                        {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .qk_norm = true}, {});
 }
 
-// Qwen3's base_model_tp_plan, plus the vocab-parallel LM head.
-const TpPlan kTpPlan = {
-    {"layers.*.self_attn.q_proj", "colwise"},
-    {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"},
-    {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.mlp.gate_proj", "colwise"},
-    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},
-    {"lm_head", "colwise_gather_output"},
-};
-
-DecoderConfig parse(const nlohmann::json& j, const std::string& origin) {
-  static const std::vector<ConfigKey> table = keys();
-  const ConfigReader r = checked_config_reader(j, origin, table);
-  DecoderConfig c;
-  c.architecture = "Qwen3ForCausalLM";
+// Qwen3Config's defaults.
+ConfigDefaults defaults() {
   ConfigDefaults d;
   d.model_type = "qwen3";
   d.head_dim = 128;
   d.num_kv_heads = 32;
   d.max_position_embeddings = 32768;
   d.rms_norm_eps = 1e-6;
-  parse_decoder_config(r, d, c);
-  parse_qwen_sliding(r, c);
-  c.mlp_bias = false;
-  validate(c, origin);
-  return c;
+  return d;
 }
 
 }  // namespace
 
 Architecture architecture() {
-  return causal_lm_architecture({.name = "Qwen3ForCausalLM",
-                                 .layer = layer,
-                                 .parse = parse,
-                                 .config_keys = keys(),
-                                 .tp_plan = kTpPlan});
+  return causal_lm_architecture(
+      {.name = "Qwen3ForCausalLM",
+       .layer = layer,
+       .defaults = defaults(),
+       .finish = parse_qwen_sliding,
+       .config_keys = keys(),
+       // Qwen3's base_model_tp_plan, plus the vocab-parallel LM head.
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(),
+                                     {{"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+                                      {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}},
+                                     gated_mlp_tp_plan()})});
 }
 
 }  // namespace tessera::models::qwen3
