@@ -29,13 +29,8 @@ std::atomic<double> g_sink{0};
 constexpr int kAcc = 16;  // independent accumulators: enough to hide FMA latency on 2 pipes
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iters) {
-  __m512 acc[kAcc];
-  for (int k = 0; k < kAcc; ++k) acc[k] = _mm512_set1_ps(static_cast<float>(k));
-  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
-  for (int64_t i = 0; i < iters; ++i) {
-    for (int k = 0; k < kAcc; ++k) acc[k] = _mm512_fmadd_ps(acc[k], m, c);
-  }
+// Every lane of the kAcc accumulators of a 512-bit probe loop, summed (the result the loop must produce).
+__attribute__((target("avx512f"))) double sum_lanes(const __m512 (&acc)[kAcc]) {
   __m512 s = acc[0];
   for (int k = 1; k < kAcc; ++k) s = _mm512_add_ps(s, acc[k]);
   float out[16];
@@ -43,6 +38,16 @@ __attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iters) {
   double total = 0;
   for (float v : out) total += v;
   return total;
+}
+
+__attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iters) {
+  __m512 acc[kAcc];
+  for (int k = 0; k < kAcc; ++k) acc[k] = _mm512_set1_ps(static_cast<float>(k));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int k = 0; k < kAcc; ++k) acc[k] = _mm512_fmadd_ps(acc[k], m, c);
+  }
+  return sum_lanes(acc);
 }
 
 __attribute__((target("avx2,fma"))) double fma_loop_avx2(int64_t iters) {
@@ -70,13 +75,7 @@ __attribute__((target("avx512f,avx512bf16"))) double bf16_loop_avx512(int64_t it
   for (int64_t i = 0; i < iters; ++i) {
     for (int k = 0; k < kAcc; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
   }
-  __m512 s = acc[0];
-  for (int k = 1; k < kAcc; ++k) s = _mm512_add_ps(s, acc[k]);
-  float out[16];
-  _mm512_storeu_ps(out, s);
-  double total = 0;
-  for (float v : out) total += v;
-  return total;
+  return sum_lanes(acc);
 }
 
 bool cpu_has(const char* feature) {
