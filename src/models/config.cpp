@@ -470,6 +470,16 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
   return rope;
 }
 
+std::vector<ConfigKey> qwen_sliding_keys() {
+  using enum KeyUse;
+  return {
+      {"use_sliding_window", kImplemented, "", "sliding_window counts only when true"},
+      {"sliding_window", kImplemented, "", "absent: 4096; null: no window"},
+      {"max_window_layers", kImplemented, "", "without layer_types: layers >= this slide (absent: 28)"},
+      {"layer_types", kImplemented, "", "full_attention / sliding_attention per layer"},
+  };
+}
+
 void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c) {
   // Qwen2Config and Qwen3Config (the same code): sliding_window = sliding_window if use_sliding_window else
   // None; layer_types, when not given, slides layers i >= max_window_layers when the window is set.

@@ -209,6 +209,8 @@ Activation parse_activation(const ConfigReader& r, const char* key);
 // Sliding-window layers exactly as Transformers' Qwen2Config and Qwen3Config decide them (the same code):
 // `use_sliding_window`, `sliding_window`, `max_window_layers`, `layer_types`.
 void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c);
+// The keys parse_qwen_sliding reads and what it does with them (rows of the tables of Qwen2 and Qwen3).
+std::vector<ConfigKey> qwen_sliding_keys();
 // `sliding_window` in every layer (MistralConfig, Phi3Config): absent: `absent`; null: no window; 0 is
 // refused (it leaves a query no key; Transformers fails on it).
 void parse_sliding_every_layer(const ConfigReader& r, DecoderConfig& c, int64_t absent);

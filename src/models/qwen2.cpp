@@ -14,7 +14,7 @@ namespace {
 // and decoder_config_keys() (config.cpp), and what we do with it.
 std::vector<ConfigKey> keys() {
   using enum KeyUse;
-  return {
+  std::vector<ConfigKey> k = {
       {"num_key_value_heads", kImplemented, "",
        "absent: 32 (Qwen2Config's default); null: num_attention_heads"},
       {"head_dim", kImplemented, "",
@@ -23,13 +23,12 @@ std::vector<ConfigKey> keys() {
       {"max_position_embeddings", kImplemented, "", "absent: 32768"},
       {"partial_rotary_factor", kImplemented, "",
        "ignored by Qwen2's default rope (as Transformers); refused with a scaled rope (Transformers fails)"},
-      {"use_sliding_window", kImplemented, "", "sliding_window counts only when true"},
-      {"sliding_window", kImplemented, "", "absent: 4096; null: no window"},
-      {"max_window_layers", kImplemented, "", "without layer_types: layers >= this slide (absent: 28)"},
-      {"layer_types", kImplemented, "", "full_attention / sliding_attention per layer"},
       {"attention_bias", kNoEffect, "", "not read: Qwen2 always has q/k/v biases and none on o_proj"},
       {"mlp_bias", kNoEffect, "", "not read: Qwen2's MLP has no biases"},
   };
+  const std::vector<ConfigKey> sliding = qwen_sliding_keys();  // use_sliding_window, ..., layer_types
+  k.insert(k.end(), sliding.begin(), sliding.end());
+  return k;
 }
 
 // The pre-norm layer with q/k/v biases (none on o_proj or the MLP), sliding in the layers the config marks.

@@ -15,7 +15,7 @@ namespace {
 // and decoder_config_keys() (config.cpp), and what we do with it.
 std::vector<ConfigKey> keys() {
   using enum KeyUse;
-  return {
+  std::vector<ConfigKey> k = {
       {"num_key_value_heads", kImplemented, "",
        "absent: 32 (Qwen3Config's default); null: num_attention_heads"},
       {"head_dim", kImplemented, "", "absent: 128 (Qwen3Config's default, not hidden / heads)"},
@@ -23,12 +23,11 @@ std::vector<ConfigKey> keys() {
       {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj"},
       {"partial_rotary_factor", kImplemented, "",
        "ignored by Qwen3's default rope (as Transformers); refused with a scaled rope (Transformers fails)"},
-      {"use_sliding_window", kImplemented, "", "sliding_window counts only when true"},
-      {"sliding_window", kImplemented, "", "absent: 4096; null: no window"},
-      {"max_window_layers", kImplemented, "", "without layer_types: layers >= this slide"},
-      {"layer_types", kImplemented, "", "full_attention / sliding_attention per layer"},
       {"mlp_bias", kNoEffect, "", "Qwen3's MLP has no biases; Transformers never reads it"},
   };
+  const std::vector<ConfigKey> sliding = qwen_sliding_keys();  // use_sliding_window, ..., layer_types
+  k.insert(k.end(), sliding.begin(), sliding.end());
+  return k;
 }
 
 // The pre-norm layer with q_norm / k_norm and q/k/v/o biases (attention_bias), sliding in the layers the
