@@ -35,6 +35,13 @@ struct SlotBatchOptions {
   bool host_sampling = false;
   // Keep each running slot's logits of its last token (host sampling only): last_logits().
   bool keep_logits = false;
+  // Which rows a decode step runs. All (the default): every slot, one decode program whatever runs (the
+  // static shape a TPU or GPU wants). Running: only the running slots, row-mapped into the cache (a program
+  // per count of running slots, 1..slots), so a half-empty batch costs half. Auto: Running where the backend
+  // plans cheaply and pads with real FLOPs (the native cpu backend: Capabilities::prefers_buckets false), else
+  // All. Greedy tokens are the same either way.
+  enum class DecodeRows { All, Running, Auto };
+  DecodeRows decode_rows = DecodeRows::All;
 };
 
 // The token one running slot got from a step.
@@ -103,7 +110,8 @@ class SlotBatch {
   // SlotBatchOptions::keep_logits: the logits [vocab] its last token was chosen from (before any processor).
   const std::vector<float>& last_logits(int slot) const;
   // Compiles (or loads from the disk cache) the prefill program of every prompt bucket up to `max_prompt`
-  // (0: every bucket that fits cache_len) and the decode program, then arms the model's recompile guard.
+  // (0: every bucket that fits cache_len) and the decode program (with DecodeRows::Running, one per count of
+  // running slots), then arms the model's recompile guard.
   // Returns the programs compiled or loaded. With exact prompt lengths (the native cpu backend's default)
   // only the decode program is made ahead.
   int warmup(int max_prompt = 0);

@@ -47,6 +47,7 @@ struct SlotBatch::Impl {
   int n = 0, cache_len = 0;
   SlotBatchOptions options;
   bool on_device = false;  // the steps sample (Sampling::Sample: per-row kDoSample, so one program for all)
+  bool running_rows_only = false;  // decode steps run the running slots only (DecodeRows::Running)
   graph::Sampling sampling = graph::Sampling::Off;
   std::unique_ptr<backends::DeviceCache> cache;
   std::vector<Slot> slots;
@@ -106,6 +107,9 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.cache_len = cache_len;
   b.options = options;
   b.on_device = b.m->device_sampling && !options.host_sampling;
+  using Rows = SlotBatchOptions::DecodeRows;
+  b.running_rows_only = options.decode_rows == Rows::Running ||
+                        (options.decode_rows == Rows::Auto && !b.m->caps.prefers_buckets);
   b.sampling = b.on_device ? graph::Sampling::Sample : graph::Sampling::Off;
   b.slots.resize(static_cast<size_t>(slots));
   b.cache = b.m->make_cache(slots, cache_len);
@@ -263,11 +267,21 @@ std::vector<SlotToken> SlotBatch::step() {
   const int step = b.steps;
   if (any) {
     // Every row of the cache: decoding slots at their own positions; the others harmless (token 0 at position
-    // 0 into their own row's first position, default sampling) and ignored.
+    // 0 into their own row's first position, default sampling) and ignored. Or (running_rows_only) only the
+    // decoding slots, step row i writing and reading cache row rows[i].
+    std::vector<int> step_row(static_cast<size_t>(b.n), -1);  // cache row -> its step row
+    std::vector<int32_t> rows;
+    for (int r = 0; r < b.n; ++r)
+      if (!b.running_rows_only || decode[static_cast<size_t>(r)]) {
+        step_row[static_cast<size_t>(r)] = static_cast<int>(rows.size());
+        rows.push_back(r);
+      }
+    const int batch = static_cast<int>(rows.size());
+    const bool mapped = batch != b.n;
     StepInputs& in = b.in;
     in = StepInputs{};
     const generation::SamplingParams idle;
-    for (int r = 0; r < b.n; ++r) {
+    for (int32_t r : rows) {
       const Slot& s = b.slots[static_cast<size_t>(r)];
       const bool run = decode[static_cast<size_t>(r)];
       in.ids.push_back(run ? s.last : 0);
@@ -276,8 +290,9 @@ std::vector<SlotToken> SlotBatch::step() {
       in.kv_begin.push_back(run ? s.kv_begin : 0);
       if (b.on_device) (run ? s.row.params : idle).append_encoded(run ? s.row.produced : 0, in.sample_params);
     }
-    b.run({.phase = Phase::Decode, .batch = b.n, .seq = 1, .cache_len = b.cache_len, .dtype = m.info.dtype,
-           .sampling = b.sampling});
+    if (mapped) in.cache_rows = rows;
+    b.run({.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = b.cache_len, .dtype = m.info.dtype,
+           .sampling = b.sampling, .cache_rows = mapped ? b.n : 0});
     ++b.steps;
 
     std::vector<int32_t> next(static_cast<size_t>(b.n), 0), keep(static_cast<size_t>(b.n), 1);
@@ -285,7 +300,7 @@ std::vector<SlotToken> SlotBatch::step() {
       if (!decode[static_cast<size_t>(r)]) continue;
       Slot& s = b.slots[static_cast<size_t>(r)];
       std::string why;
-      const int32_t tok = b.choose(s, r, r, why);
+      const int32_t tok = b.choose(s, step_row[static_cast<size_t>(r)], r, why);
       if (tok < 0)
         bad(r, detail::concat("SlotBatch::step: step ", step, ", slot ", r, " (its token ", s.row.produced,
                            "): the model produced a non-finite logit (", why, ")"));
@@ -335,9 +350,10 @@ int SlotBatch::warmup(int max_prompt) {
                   .dtype = m.info.dtype, .sampling = b.sampling, .cache_rows = mapped ? b.n : 0},
                  build);
   }
-  m.cache->get({.phase = Phase::Decode, .batch = b.n, .seq = 1, .cache_len = b.cache_len, .dtype = m.info.dtype,
-                .sampling = b.sampling},
-               build);
+  for (int batch = b.running_rows_only ? 1 : b.n; batch <= b.n; ++batch)
+    m.cache->get({.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = b.cache_len,
+                  .dtype = m.info.dtype, .sampling = b.sampling, .cache_rows = batch != b.n ? b.n : 0},
+                 build);
   m.cache->arm_guard();
   const graph::CompileStats after = m.compile_stats();
   return after.compiles + after.disk_hits - before.compiles - before.disk_hits;
