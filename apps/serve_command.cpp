@@ -325,6 +325,16 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
                   "Run prompts N tokens per step, so a long prompt does not stall running requests (default: "
                   "whole prompts)")
       ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option_function<std::string>(
+         "--decode-rows",
+         [&s](const std::string& v) {
+           using Rows = SlotBatchOptions::DecodeRows;
+           s.engine.decode_rows = v == "all" ? Rows::All : v == "running" ? Rows::Running : Rows::Auto;
+         },
+         "Rows a decode step runs: all (every slot: one program, the static shape devices want), running "
+         "(only the running slots: a program per count), auto (running on the cpu device, all on PJRT "
+         "devices; default)")
+      ->check(CLI::IsMember({"all", "running", "auto"}));
   cmd->add_option("--served-model-name", s.served_model_name,
                   "The model name clients send and /v1/models lists (default: the model's path)");
   cmd->add_option("--api-key", s.api_key, "Require Authorization: Bearer KEY on /v1/* (default: no key)");

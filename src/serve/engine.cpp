@@ -102,7 +102,7 @@ Engine::Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions&
       tok_(tokenizer),
       options_(options),
       batch_(model, options.max_num_seqs, options.max_model_len,
-             {.decode_rows = SlotBatchOptions::DecodeRows::Auto}) {
+             {.decode_rows = options.decode_rows}) {
   if (options.max_queue < 0) fail("serve: max_queue must be >= 0, got ", options.max_queue);
   if (options.prefill_chunk < 0 || options.prefill_chunk > options.max_model_len)
     fail("serve: prefill_chunk must be in 0..", options.max_model_len, " (max_model_len), got ",

@@ -28,6 +28,7 @@ struct EngineOptions {
   int max_model_len = 0;  // cache positions per slot (prompt + new tokens); must be > 0
   int max_queue = 64;     // requests that may wait while every slot is busy; beyond, submit() throws QueueFull
   int prefill_chunk = 0;  // > 0: prompts run this many tokens per step (SlotBatch::prefill_chunked)
+  SlotBatchOptions::DecodeRows decode_rows = SlotBatchOptions::DecodeRows::Auto;
 };
 
 using Clock = std::chrono::steady_clock;
