@@ -21,6 +21,12 @@ inline std::string model_path(std::string_view rel) {
   return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/models/" + std::string(rel);
 }
 
+// <source>/tests/fixtures/variants/<name> (tools/make_variant_goldens.py), e.g.
+// variant_path("qwen3_sliding").
+inline std::string variant_path(std::string_view name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/variants/" + std::string(name);
+}
+
 // Parses a JSON file; a missing or malformed file throws tessera::Error naming it.
 inline nlohmann::json load_json(const std::string& path) {
   std::ifstream in(path);

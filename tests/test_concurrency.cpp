@@ -6,6 +6,7 @@
 // runs these suites.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -14,73 +15,46 @@
 #include <thread>
 #include <vector>
 
-#include "backends/backend.h"
 #include "backends/cpu/thread_pool.h"
 #include "golden_util.h"
 #include "graph/compile_cache.h"
-#include "io/weight_source.h"
-#include "models/architecture.h"
+#include "step_test_util.h"
 #include "tessera/error.h"
 
 using namespace tessera;
-namespace golden = tessera::golden;
-using backends::StepInputs;
-using graph::Phase;
-using graph::Sampling;
-using graph::ShapeKey;
+using namespace tessera::step_test;
 
 namespace {
 
 constexpr int kThreads = 4;
 constexpr int kLen = 320;  // cache slots: long enough for the split decode attention (>= 256 keys)
 
+// llama_gqa on the cpu backend, and a CompileCache of the executables every thread runs.
 struct Shared {
-  const models::Architecture* arch = nullptr;
-  models::DecoderConfig config;
-  std::unique_ptr<backends::Backend> be;
-  std::unique_ptr<graph::CompileCache> cache;  // the executables every thread runs
+  StepModel<> m;
+  std::unique_ptr<graph::CompileCache> cache;
 
-  explicit Shared(bool bf16_kv) {
-    const std::string dir = golden::model_path("llama_gqa");
-    auto cj = golden::load_json(dir + "/config.json");
-    arch = &models::find_architecture(cj["architectures"][0].get<std::string>(), "llama_gqa");
-    config = arch->parse_config(cj, "llama_gqa");
-    auto src = io::open_checkpoint(dir);
-    backends::WeightMap weights;
-    for (const auto& w : arch->weights(config)) weights.emplace(w.name, src->load(w.name, DType::F32));
-    backends::CpuBackendOptions o;
-    o.bf16_kv_cache = bf16_kv;
-    be = backends::make_cpu_backend(nullptr, o);
-    be->bind_weights(std::move(weights));
-    cache = std::make_unique<graph::CompileCache>(*be);
-  }
-  graph::Graph build(const ShapeKey& key) const {
-    graph::Graph g = arch->build_graph(config, key);
-    graph::append_sampling(g, config.vocab_size);
-    return g;
-  }
+  explicit Shared(bool bf16_kv)
+      : m(golden::model_path("llama_gqa"), "llama_gqa", cpu_backend(bf16_kv)),
+        cache(std::make_unique<graph::CompileCache>(*m.be)) {}
+  graph::Graph build(const ShapeKey& key) const { return m.graph(key); }
   const backends::Executable& exe(const ShapeKey& key) {
     return cache->get(key, [this](const ShapeKey& k) { return build(k); });
   }
 };
 
 ShapeKey key(Phase phase, int batch, int seq, int cache_rows = 0, Sampling s = Sampling::Off) {
-  return ShapeKey{.phase = phase, .batch = batch, .seq = seq, .cache_len = kLen, .dtype = DType::F32, .sampling = s,
-                  .cache_rows = cache_rows};
+  return step_key(phase, batch, seq, kLen, cache_rows, s);
 }
 
-std::vector<int32_t> params(uint64_t seed, int step, bool do_sample) {
-  std::vector<int32_t> p(graph::kSampleParams, 0);
-  const float temperature = 1.1f, top_p = 0.9f, min_p = 0.0f, penalty = 1.2f;
-  std::memcpy(&p[graph::kTemperature], &temperature, 4);
-  std::memcpy(&p[graph::kTopP], &top_p, 4);
-  std::memcpy(&p[graph::kMinP], &min_p, 4);
-  std::memcpy(&p[graph::kRepetitionPenalty], &penalty, 4);
-  p[graph::kTopK] = 40;
-  p[graph::kSeedLo] = static_cast<int32_t>(seed);
-  p[graph::kStep] = step;
-  p[graph::kDoSample] = do_sample ? 1 : 0;
-  return p;
+SamplingParams params(uint64_t seed, bool do_sample) {
+  return {.temperature = 1.1f,
+          .top_k = 40,
+          .top_p = 0.9f,
+          .min_p = 0.0f,
+          .repetition_penalty = 1.2f,
+          .seed = seed,
+          .do_sample = do_sample};
 }
 
 // Everything one worker's run produces.
@@ -98,53 +72,39 @@ struct Result {
 // then decode steps over both rows alternating a logits step (host argmax) and an in-step sampling step (row 0
 // sampled, row 1 greedy).
 Result work(Shared& s, int w, int decode_steps) {
-  auto cache = s.be->create_cache(s.config.num_layers, 2, s.config.local_kv_heads(), kLen, s.config.head_dim);
-  const int64_t vocab = s.config.vocab_size;
+  auto cache = s.m.cache(2, kLen);
+  const int64_t vocab = s.m.vocab();
   Result r;
   std::vector<float> logits;
   std::vector<int32_t> tok;
   const int la = 230 + 5 * w, lb = 40 + 9 * w;
-  StepInputs in;
-  for (int i = 0; i < la; ++i) {
-    in.ids.push_back(1 + (i * (7 + w) + w) % static_cast<int>(vocab - 1));
-    in.positions.push_back(i);
-    in.slots.push_back(i);
-  }
-  in.kv_begin = {0};
+  std::vector<int32_t> a, b;
+  for (int i = 0; i < la; ++i) a.push_back(1 + (i * (7 + w) + w) % static_cast<int>(vocab - 1));
+  for (int i = 0; i < lb; ++i) b.push_back(1 + (i * 13 + 3 * w) % static_cast<int>(vocab - 1));
+  StepInputs in = prefill_inputs(a);
   in.cache_rows = {1};
   s.exe(key(Phase::Prefill, 1, la, 2)).run(in, *cache, logits);
   r.logits.insert(r.logits.end(), logits.begin(), logits.end());
   int32_t next1 = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 
-  in = {};
-  for (int i = 0; i < lb; ++i) {
-    in.ids.push_back(1 + (i * 13 + 3 * w) % static_cast<int>(vocab - 1));
-    in.positions.push_back(i);
-    in.slots.push_back(i);
-  }
-  in.kv_begin = {0};
+  in = sampled_prefill_inputs(b, params(100 + static_cast<uint64_t>(w), true));
   in.cache_rows = {0};
-  in.seen_from = {0};
-  in.sample_params = params(100 + static_cast<uint64_t>(w), 0, true);
   s.exe(key(Phase::Prefill, 1, lb, 2, Sampling::Sample)).run_tokens(in, *cache, tok);
   int32_t next0 = tok[0];
   r.tokens.push_back(next0);
 
   for (int j = 0; j < decode_steps; ++j) {
     in = {};
-    in.ids = {next0, next1};
-    in.positions = {lb + j, la + j};
-    in.slots = {lb + j, la + j};
-    in.kv_begin = {0, 0};
+    append_decode_row(in, next0, lb + j, lb + j);
+    append_decode_row(in, next1, la + j, la + j);
     if (j % 2 == 0) {
       s.exe(key(Phase::Decode, 2, 1)).run(in, *cache, logits);
       r.logits.insert(r.logits.end(), logits.begin(), logits.end());
       next0 = static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
       next1 = static_cast<int32_t>(std::max_element(logits.begin() + vocab, logits.end()) - logits.begin() - vocab);
     } else {
-      in.sample_params = params(100 + static_cast<uint64_t>(w), j, true);
-      const auto p1 = params(0, j, false);
-      in.sample_params.insert(in.sample_params.end(), p1.begin(), p1.end());
+      params(100 + static_cast<uint64_t>(w), true).append_encoded(j, in.sample_params);
+      params(0, false).append_encoded(j, in.sample_params);
       s.exe(key(Phase::Decode, 2, 1, 0, Sampling::Sample)).run_tokens(in, *cache, tok);
       next0 = tok[0];
       next1 = tok[1];

@@ -8,181 +8,58 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <bit>
 #include <map>
 #include <memory>
 #include <random>
-#include <span>
 #include <string>
+#include <vector>
 
-#include "backends/backend.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/stablehlo_emitter.h"
+#include "error_util.h"
 #include "golden_util.h"
-#include "io/weight_source.h"
-#include "models/architecture.h"
 #include "pjrt_test_util.h"
-#include "tessera/error.h"
+#include "rows_test_util.h"
+#include "step_test_util.h"
 
 using namespace tessera;
-namespace golden = tessera::golden;
-using backends::DeviceCache;
-using backends::Executable;
-using backends::StepInputs;
-using graph::Phase;
-using graph::Sampling;
-using graph::ShapeKey;
+using namespace tessera::step_test;
+using tessera::testing::expect_error;
 
 namespace {
 
-constexpr double kTol = 1e-5;
-
-ShapeKey key(Phase phase, int batch, int seq, int len, int cache_rows = 0, Sampling s = Sampling::Off) {
-  return ShapeKey{.phase = phase,
-                  .batch = batch,
-                  .seq = seq,
-                  .cache_len = len,
-                  .dtype = DType::F32,
-                  .sampling = s,
-                  .cache_rows = cache_rows};
-}
-
 // A tiny fixture model with float32 weights on one xla-cpu backend per model for the whole process (each
 // distinct shape compiles once).
-struct Tiny {
-  const models::Architecture* arch = nullptr;
-  models::DecoderConfig config;
-  std::unique_ptr<backends::PjrtBackend> be;
-  std::map<std::string, std::unique_ptr<Executable>> exes;
+using Tiny = StepModel<backends::PjrtBackend>;
 
-  explicit Tiny(const std::string& name) {
-    const std::string dir = golden::model_path(name);
-    auto cj = golden::load_json(dir + "/config.json");
-    arch = &models::find_architecture(cj["architectures"][0].get<std::string>(), name);
-    config = arch->parse_config(cj, name);
-    auto src = io::open_checkpoint(dir);
-    backends::WeightMap weights;
-    for (const auto& w : arch->weights(config)) weights.emplace(w.name, src->load(w.name, DType::F32));
-    be = backends::make_pjrt_backend("xla-cpu");
-    be->bind_weights(std::move(weights));
-  }
-  static Tiny& get(const std::string& name) {
-    static std::map<std::string, std::unique_ptr<Tiny>> loaded;
-    auto& m = loaded[name];
-    if (!m) m = std::make_unique<Tiny>(name);
-    return *m;
-  }
-  int64_t vocab() const { return config.vocab_size; }
-  graph::Graph graph(const ShapeKey& k) const {
-    graph::Graph g = arch->build_graph(config, k);
-    graph::append_sampling(g, config.vocab_size);
-    return g;
-  }
-  const Executable& exe(const ShapeKey& k) {
-    auto& e = exes[k.str()];
-    if (!e) e = be->compile(graph(k));
-    return *e;
-  }
-  std::unique_ptr<DeviceCache> cache(int64_t rows, int64_t len) {
-    return be->create_cache(config.num_layers, rows, config.local_kv_heads(), len, config.head_dim);
-  }
-};
-
-// A request fed teacher-forced: the prompt is tokens[0, prompt); decode step j feeds tokens[prompt + j].
-struct Request {
-  std::vector<int32_t> tokens;
-  int prompt = 0;
-  int steps() const { return static_cast<int>(tokens.size()) - prompt; }
-};
-
-Request random_request(std::mt19937& rng, int64_t vocab, int prompt, int steps) {
-  std::uniform_int_distribution<int32_t> id(1, static_cast<int32_t>(vocab) - 1);
-  Request r;
-  r.prompt = prompt;
-  for (int i = 0; i < prompt + steps; ++i) r.tokens.push_back(id(rng));
-  return r;
-}
-
-// `r` alone in a 1-row cache from slot 0, with its exact prompt length: logits [0] after the prefill, [j + 1]
-// after decode step j.
-std::vector<std::vector<float>> alone(Tiny& m, const Request& r, int len) {
-  auto cache = m.cache(1, len);
-  std::vector<std::vector<float>> out(1);
-  StepInputs in;
-  in.ids.assign(r.tokens.begin(), r.tokens.begin() + r.prompt);
-  for (int s = 0; s < r.prompt; ++s) {
-    in.positions.push_back(s);
-    in.slots.push_back(s);
-  }
-  in.kv_begin = {0};
-  m.exe(key(Phase::Prefill, 1, r.prompt, len)).run(in, *cache, out[0]);
-  for (int j = 0; j < r.steps(); ++j) {
-    in.ids = {r.tokens[static_cast<size_t>(r.prompt + j)]};
-    in.positions = {r.prompt + j};
-    in.slots = {r.prompt + j};
-    out.emplace_back();
-    m.exe(key(Phase::Decode, 1, 1, len)).run(in, *cache, out.back());
-  }
-  return out;
-}
-
-std::span<const float> row(const std::vector<float>& logits, int64_t b, int64_t vocab) {
-  return {logits.data() + b * vocab, static_cast<size_t>(vocab)};
-}
-
-int64_t argmax(std::span<const float> x) { return std::max_element(x.begin(), x.end()) - x.begin(); }
-
-void expect_close(std::span<const float> got, std::span<const float> want, const std::string& what) {
-  const auto d = golden::max_abs_diff(got, want);
-  EXPECT_LE(d.max_abs, kTol) << what << ": logit " << d.index;
-  EXPECT_EQ(argmax(got), argmax(want)) << what;
+Tiny& tiny(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Tiny>> loaded;
+  auto& m = loaded[name];
+  if (!m) m = std::make_unique<Tiny>(golden::model_path(name), name, backends::make_pjrt_backend("xla-cpu"));
+  return *m;
 }
 
 // One batched prefill (3 rows, left-padded to one bucket) and decode steps whose rows sit at different cache
 // slots (each row's sequence starts at its own offset) and positions.
 TEST(PjrtRows, BatchWithPerRowSlotsEqualsEachSequenceAlone) {
   REQUIRE_XLA_CPU();
-  Tiny& m = Tiny::get("llama_gqa");
-  const int len = 40, seq = 8, steps = 5;
-  std::mt19937 rng(5);
-  const int prompts[3] = {4, 8, 2};
-  const int offset[3] = {0, 7, 13};
-  std::vector<Request> reqs;
-  std::vector<std::vector<std::vector<float>>> want;
-  for (int p : prompts) {
-    reqs.push_back(random_request(rng, m.vocab(), p, steps));
-    want.push_back(alone(m, reqs.back(), len));
+  expect_per_row_slots_equal_alone(
+      tiny("llama_gqa"),
+      {.len = 40, .seq = 8, .steps = 5, .seed = 5, .prompts = {4, 8, 2}, .offsets = {0, 7, 13}});
+}
+
+// The cache rows of the decode step at global step `t`, given each cache row's request (-1: idle): none when
+// every row is idle; on odd steps with exactly two rows busy, those two (a row-mapped decode; in descending
+// cache order if `descending`); else every row (an idle one carries a dummy token in its own row).
+std::vector<int> decode_rows(const std::vector<int>& active, int t, bool descending) {
+  std::vector<int> busy, all;
+  for (int b = 0; b < static_cast<int>(active.size()); ++b) {
+    all.push_back(b);
+    if (active[static_cast<size_t>(b)] >= 0) busy.push_back(b);
   }
-  auto cache = m.cache(3, len);
-  StepInputs in;
-  for (int b = 0; b < 3; ++b) {
-    const int pad = seq - prompts[b];
-    for (int s = 0; s < seq; ++s) {
-      in.ids.push_back(s < pad ? 0 : reqs[static_cast<size_t>(b)].tokens[static_cast<size_t>(s - pad)]);
-      in.positions.push_back(s < pad ? 0 : s - pad);
-      in.slots.push_back(offset[b] + s);
-    }
-    in.kv_begin.push_back(offset[b] + pad);
-  }
-  std::vector<float> logits;
-  m.exe(key(Phase::Prefill, 3, seq, len)).run(in, *cache, logits);
-  for (int b = 0; b < 3; ++b)
-    expect_close(row(logits, b, m.vocab()), want[static_cast<size_t>(b)][0], "prefill row " + std::to_string(b));
-  for (int j = 0; j < steps; ++j) {
-    in.ids.clear();
-    in.positions.clear();
-    in.slots.clear();
-    for (int b = 0; b < 3; ++b) {
-      const Request& r = reqs[static_cast<size_t>(b)];
-      in.ids.push_back(r.tokens[static_cast<size_t>(r.prompt + j)]);
-      in.positions.push_back(r.prompt + j);
-      in.slots.push_back(offset[b] + seq + j);
-    }
-    m.exe(key(Phase::Decode, 3, 1, len)).run(in, *cache, logits);
-    for (int b = 0; b < 3; ++b)
-      expect_close(row(logits, b, m.vocab()), want[static_cast<size_t>(b)][static_cast<size_t>(j + 1)],
-                   "decode step " + std::to_string(j) + " row " + std::to_string(b));
-  }
+  if (descending) std::reverse(busy.begin(), busy.end());
+  if (busy.empty()) return {};
+  return busy.size() == 2 && t % 2 == 1 ? busy : all;
 }
 
 // Requests joining a running batch of a 3-row cache at different steps: each is prefilled alone (batch 1,
@@ -192,7 +69,7 @@ TEST(PjrtRows, BatchWithPerRowSlotsEqualsEachSequenceAlone) {
 // reused by a later request.
 TEST(PjrtRows, RowsJoiningARunningBatchEqualEachSequenceAlone) {
   REQUIRE_XLA_CPU();
-  Tiny& m = Tiny::get("qwen3_tied");
+  Tiny& m = tiny("qwen3_tied");
   const int len = 24, rows = 3, bucket = 8;
   std::mt19937 rng(17);
   struct Join {
@@ -213,48 +90,34 @@ TEST(PjrtRows, RowsJoiningARunningBatchEqualEachSequenceAlone) {
     for (size_t q = 0; q < reqs.size(); ++q) {
       if (joins[q].at != t) continue;
       const Request& r = reqs[q];
-      const int cache_row = joins[q].row, pad = bucket - r.prompt;
+      const int cache_row = joins[q].row;
       ASSERT_EQ(active[static_cast<size_t>(cache_row)], -1) << "row " << cache_row << " busy at step " << t;
-      StepInputs in;
-      for (int s = 0; s < bucket; ++s) {
-        in.ids.push_back(s < pad ? 0 : r.tokens[static_cast<size_t>(s - pad)]);
-        in.positions.push_back(s < pad ? 0 : s - pad);
-        in.slots.push_back(s);
-      }
-      in.kv_begin = {pad};
+      StepInputs in = prefill_inputs(r.prompt_ids(), bucket);
       in.cache_rows = {cache_row};
       std::vector<float> logits;
-      m.exe(key(Phase::Prefill, 1, bucket, len, rows)).run(in, *cache, logits);
+      m.exe(step_key(Phase::Prefill, 1, bucket, len, rows)).run(in, *cache, logits);
       expect_close(row(logits, 0, m.vocab()), want[q][0], "request " + std::to_string(q) + " prefill");
       active[static_cast<size_t>(cache_row)] = static_cast<int>(q);
       done[static_cast<size_t>(cache_row)] = 0;
     }
-    std::vector<int> busy;
-    for (int b = rows - 1; b >= 0; --b)
-      if (active[static_cast<size_t>(b)] >= 0) busy.push_back(b);
-    if (busy.empty()) continue;
-    const bool mapped = busy.size() == 2 && t % 2 == 1;
-    const std::vector<int> step_rows = mapped ? busy : std::vector<int>{0, 1, 2};
+    const std::vector<int> step_rows = decode_rows(active, t, /*descending=*/true);
+    if (step_rows.empty()) continue;
+    const bool mapped = step_rows.size() < active.size();
     StepInputs in;
     for (int b : step_rows) {
       const int q = active[static_cast<size_t>(b)], j = done[static_cast<size_t>(b)];
       if (q < 0) {  // idle row: a dummy token at slot 0 of its own row
-        in.ids.push_back(0);
-        in.positions.push_back(0);
-        in.slots.push_back(0);
-        in.kv_begin.push_back(0);
+        append_decode_row(in, 0, 0, 0);
         continue;
       }
       const Request& r = reqs[static_cast<size_t>(q)];
-      in.ids.push_back(r.tokens[static_cast<size_t>(r.prompt + j)]);
-      in.positions.push_back(r.prompt + j);
-      in.slots.push_back(bucket + j);
-      in.kv_begin.push_back(bucket - r.prompt);
+      append_decode_row(in, r.tokens[static_cast<size_t>(r.prompt + j)], r.prompt + j, bucket + j,
+                        bucket - r.prompt);
     }
     if (mapped) in.cache_rows.assign(step_rows.begin(), step_rows.end());
     std::vector<float> logits;
     const int batch = static_cast<int>(step_rows.size());
-    m.exe(key(Phase::Decode, batch, 1, len, mapped ? rows : 0)).run(in, *cache, logits);
+    m.exe(step_key(Phase::Decode, batch, 1, len, mapped ? rows : 0)).run(in, *cache, logits);
     row_mapped_steps += mapped;
     for (size_t i = 0; i < step_rows.size(); ++i) {
       const size_t b = static_cast<size_t>(step_rows[i]);
@@ -274,60 +137,6 @@ TEST(PjrtRows, RowsJoiningARunningBatchEqualEachSequenceAlone) {
   EXPECT_GT(row_mapped_steps, 0) << "the schedule should contain row-mapped decode steps";
 }
 
-// Per-row sampler settings, packed as graph::SampleParam.
-struct Sampler {
-  bool do_sample = false;
-  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, penalty = 1.0f;
-  int top_k = 0;
-  uint64_t seed = 0;
-};
-
-void push_params(std::vector<int32_t>& p, const Sampler& s, int step) {
-  const size_t at = p.size();
-  p.resize(at + graph::kSampleParams, 0);
-  int32_t* q = p.data() + at;
-  q[graph::kTemperature] = std::bit_cast<int32_t>(s.temperature);
-  q[graph::kTopP] = std::bit_cast<int32_t>(s.top_p);
-  q[graph::kMinP] = std::bit_cast<int32_t>(s.min_p);
-  q[graph::kRepetitionPenalty] = std::bit_cast<int32_t>(s.penalty);
-  q[graph::kTopK] = s.top_k;
-  q[graph::kSeedLo] = static_cast<int32_t>(s.seed & 0xffffffffu);
-  q[graph::kSeedHi] = static_cast<int32_t>(s.seed >> 32);
-  q[graph::kStep] = step;
-  q[graph::kDoSample] = s.do_sample ? 1 : 0;
-}
-
-// Tokens of a prompt decoded alone with in-step sampling (a 1-row cache, the exact prompt length, program
-// kind `kind`): [0] from the prefill, [j + 1] from decode step j.
-std::vector<int32_t> alone_tokens(Tiny& m, const std::vector<int32_t>& prompt, int steps, const Sampler& s,
-                                  Sampling kind, int len) {
-  auto cache = m.cache(1, len);
-  const int n = static_cast<int>(prompt.size());
-  StepInputs in;
-  in.ids = prompt;
-  for (int i = 0; i < n; ++i) {
-    in.positions.push_back(i);
-    in.slots.push_back(i);
-  }
-  in.kv_begin = {0};
-  in.seen_from = {0};
-  push_params(in.sample_params, s, 0);
-  std::vector<int32_t> out, tok;
-  m.exe(key(Phase::Prefill, 1, n, len, 0, kind)).run_tokens(in, *cache, tok);
-  out.push_back(tok.at(0));
-  in.seen_from.clear();
-  for (int j = 0; j < steps; ++j) {
-    in.ids = {out.back()};
-    in.positions = {n + j};
-    in.slots = {n + j};
-    in.sample_params.clear();
-    push_params(in.sample_params, s, j + 1);
-    m.exe(key(Phase::Decode, 1, 1, len, 0, kind)).run_tokens(in, *cache, tok);
-    out.push_back(tok.at(0));
-  }
-  return out;
-}
-
 // In-step sampling over a 3-row cache that requests join and leave: greedy rows (kDoSample 0, with a strong
 // repetition penalty) and sampled rows in one Sample program, each equal to its request alone. A later
 // request with the same prompt reuses the row of an earlier one: its seen mask must start empty (a prefill
@@ -340,7 +149,7 @@ class PjrtRowsSampling : public ::testing::TestWithParam<Sampling> {};
 TEST_P(PjrtRowsSampling, RowsJoiningARunningBatchSampleAsAlone) {
   REQUIRE_XLA_CPU();
   const Sampling kind = GetParam();
-  Tiny& m = Tiny::get("qwen3_tied");
+  Tiny& m = tiny("qwen3_tied");
   const int len = 24, rows = 3, bucket = 8;
   std::mt19937 rng(29);
   std::uniform_int_distribution<int32_t> id(1, static_cast<int32_t>(m.vocab()) - 1);
@@ -349,15 +158,20 @@ TEST_P(PjrtRowsSampling, RowsJoiningARunningBatchSampleAsAlone) {
     for (int i = 0; i < n; ++i) p.push_back(id(rng));
     return p;
   };
-  const Sampler sampled{.do_sample = true, .temperature = 0.9f, .top_p = 0.9f, .min_p = 0.02f, .penalty = 1.1f,
-                        .top_k = 40, .seed = 1234};
-  const Sampler sampled2{.do_sample = true, .temperature = 1.3f, .seed = 0x123456789ull};
-  const Sampler penalised{.penalty = 2.0f};
-  const Sampler plain{};
+  const SamplingParams sampled{.temperature = 0.9f,
+                               .top_k = 40,
+                               .top_p = 0.9f,
+                               .min_p = 0.02f,
+                               .repetition_penalty = 1.1f,
+                               .seed = 1234,
+                               .do_sample = true};
+  const SamplingParams sampled2{.temperature = 1.3f, .seed = 0x123456789ull, .do_sample = true};
+  const SamplingParams penalised{.repetition_penalty = 2.0f};
+  const SamplingParams plain{};
   struct Join {
     std::vector<int32_t> prompt;
     int steps, row, at;
-    Sampler s;
+    SamplingParams s;
   };
   const std::vector<int32_t> shared = prompt(6);
   const std::vector<Join> joins = {{prompt(4), 8, 0, 0, sampled}, {shared, 5, 2, 0, penalised},
@@ -365,9 +179,9 @@ TEST_P(PjrtRowsSampling, RowsJoiningARunningBatchSampleAsAlone) {
                                    {prompt(3), 4, 0, 9, sampled2}};
   std::vector<std::vector<int32_t>> want;
   for (const Join& j : joins) {
-    Sampler s = j.s;
+    SamplingParams s = j.s;
     if (kind == Sampling::Greedy) s.do_sample = false;  // what the Greedy program must do whatever kDoSample says
-    want.push_back(alone_tokens(m, j.prompt, j.steps, s, Sampling::Sample, len));
+    want.push_back(sampled_alone(m, j.prompt, j.steps + 1, s, Sampling::Sample, len));
   }
   auto cache = m.cache(rows, len);
   std::vector<int> active(rows, -1), done(rows, 0);
@@ -378,52 +192,34 @@ TEST_P(PjrtRowsSampling, RowsJoiningARunningBatchSampleAsAlone) {
     for (size_t q = 0; q < joins.size(); ++q) {
       if (joins[q].at != t) continue;
       const Join& r = joins[q];
-      const int n = static_cast<int>(r.prompt.size()), pad = bucket - n;
       ASSERT_EQ(active[static_cast<size_t>(r.row)], -1);
-      StepInputs in;
-      for (int s = 0; s < bucket; ++s) {
-        in.ids.push_back(s < pad ? 0 : r.prompt[static_cast<size_t>(s - pad)]);
-        in.positions.push_back(s < pad ? 0 : s - pad);
-        in.slots.push_back(s);
-      }
-      in.kv_begin = {pad};
-      in.seen_from = {pad};
+      StepInputs in = sampled_prefill_inputs(r.prompt, r.s, bucket);
       in.cache_rows = {r.row};
-      push_params(in.sample_params, r.s, 0);
       std::vector<int32_t> tok;
-      m.exe(key(Phase::Prefill, 1, bucket, len, rows, kind)).run_tokens(in, *cache, tok);
+      m.exe(step_key(Phase::Prefill, 1, bucket, len, rows, kind)).run_tokens(in, *cache, tok);
       got[q].push_back(tok.at(0));
       active[static_cast<size_t>(r.row)] = static_cast<int>(q);
       done[static_cast<size_t>(r.row)] = 0;
     }
-    std::vector<int> busy;
-    for (int b = 0; b < rows; ++b)
-      if (active[static_cast<size_t>(b)] >= 0) busy.push_back(b);
-    if (busy.empty()) continue;
-    const bool mapped = busy.size() == 2 && t % 2 == 1;
-    const std::vector<int> step_rows = mapped ? busy : std::vector<int>{0, 1, 2};
+    const std::vector<int> step_rows = decode_rows(active, t, /*descending=*/false);
+    if (step_rows.empty()) continue;
+    const bool mapped = step_rows.size() < active.size();
     StepInputs in;
     for (int b : step_rows) {
       const int q = active[static_cast<size_t>(b)], j = done[static_cast<size_t>(b)];
       if (q < 0) {
-        in.ids.push_back(0);
-        in.positions.push_back(0);
-        in.slots.push_back(0);
-        in.kv_begin.push_back(0);
-        push_params(in.sample_params, plain, 0);
+        append_decode_row(in, 0, 0, 0);
+        plain.append_encoded(0, in.sample_params);
         continue;
       }
       const Join& r = joins[static_cast<size_t>(q)];
       const int n = static_cast<int>(r.prompt.size());
-      in.ids.push_back(got[static_cast<size_t>(q)].back());
-      in.positions.push_back(n + j);
-      in.slots.push_back(bucket + j);
-      in.kv_begin.push_back(bucket - n);
-      push_params(in.sample_params, r.s, j + 1);
+      append_decode_row(in, got[static_cast<size_t>(q)].back(), n + j, bucket + j, bucket - n);
+      r.s.append_encoded(j + 1, in.sample_params);
     }
     if (mapped) in.cache_rows.assign(step_rows.begin(), step_rows.end());
     std::vector<int32_t> tok;
-    m.exe(key(Phase::Decode, static_cast<int>(step_rows.size()), 1, len, mapped ? rows : 0, kind))
+    m.exe(step_key(Phase::Decode, static_cast<int>(step_rows.size()), 1, len, mapped ? rows : 0, kind))
         .run_tokens(in, *cache, tok);
     row_mapped_steps += mapped;
     for (size_t i = 0; i < step_rows.size(); ++i) {
@@ -443,9 +239,9 @@ TEST_P(PjrtRowsSampling, RowsJoiningARunningBatchSampleAsAlone) {
   EXPECT_TRUE(std::equal(want[1].begin(), want[1].end(), want[3].begin()));
   if (kind == Sampling::Sample) {
     // The sampled request differs from its greedy decoding (else the test would not show sampling happened).
-    Sampler g = joins[0].s;
+    SamplingParams g = joins[0].s;
     g.do_sample = false;
-    EXPECT_NE(want[0], alone_tokens(m, joins[0].prompt, joins[0].steps, g, Sampling::Sample, len));
+    EXPECT_NE(want[0], sampled_alone(m, joins[0].prompt, joins[0].steps + 1, g, Sampling::Sample, len));
   }
 }
 
@@ -456,10 +252,10 @@ INSTANTIATE_TEST_SUITE_P(Kinds, PjrtRowsSampling, ::testing::Values(Sampling::Sa
 // rows than the step needs.
 TEST(PjrtRows, BadRowInputsAreRefused) {
   REQUIRE_XLA_CPU();
-  Tiny& m = Tiny::get("qwen3_tied");
+  Tiny& m = tiny("qwen3_tied");
   const int len = 24, rows = 3;
   auto cache = m.cache(rows, len);
-  const Executable& prefill = m.exe(key(Phase::Prefill, 1, 8, len, rows));
+  const Executable& prefill = m.exe(step_key(Phase::Prefill, 1, 8, len, rows));
   StepInputs in;
   for (int s = 0; s < 8; ++s) {
     in.ids.push_back(5 + s);
@@ -469,12 +265,7 @@ TEST(PjrtRows, BadRowInputsAreRefused) {
   in.kv_begin = {0};
   std::vector<float> logits;
   auto refused = [&](const StepInputs& x, const Executable& e, DeviceCache& c, const std::string& needle) {
-    try {
-      e.run(x, c, logits);
-      ADD_FAILURE() << "expected an error naming " << needle;
-    } catch (const Error& err) {
-      EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
-    }
+    expect_error([&] { e.run(x, c, logits); }, needle);
   };
   refused(in, prefill, *cache, "cache_rows");  // missing
   in.cache_rows = {3};
@@ -488,7 +279,7 @@ TEST(PjrtRows, BadRowInputsAreRefused) {
   EXPECT_EQ(logits.size(), static_cast<size_t>(m.vocab()));
 
   // Decode over two of the three rows: the same row twice, slots past the end, slots of the wrong count.
-  const Executable& decode = m.exe(key(Phase::Decode, 2, 1, len, rows));
+  const Executable& decode = m.exe(step_key(Phase::Decode, 2, 1, len, rows));
   StepInputs d{{5, 6}, {8, 8}, {8, 8}, {0, 0}, {}, {}, {1, 1}};
   refused(d, decode, *cache, "cache row 1 is named by two step rows");
   d.cache_rows = {2, 1};
@@ -501,7 +292,7 @@ TEST(PjrtRows, BadRowInputsAreRefused) {
   EXPECT_EQ(logits.size(), static_cast<size_t>(2 * m.vocab()));
 
   // Per-row slots must be consecutive within a row, not across rows.
-  const Executable& batched = m.exe(key(Phase::Prefill, 3, 2, len));
+  const Executable& batched = m.exe(step_key(Phase::Prefill, 3, 2, len));
   StepInputs b{{1, 2, 3, 4, 5, 6}, {0, 1, 0, 1, 0, 1}, {0, 1, 5, 6, 9, 11}, {0, 5, 9}, {}, {}};
   refused(b, batched, *cache, "row 2: slots[5] = 11");
   b.slots = {0, 1, 5, 6, 9, 10};
@@ -527,13 +318,14 @@ size_t count(const std::string& text, const std::string& what) {
 
 TEST(PjrtRowsEmitter, PerRowWritesAndRowMappedReads) {
   // qwen3_tied: 2 layers, K and V caches each.
-  const std::string decode3 = pjrt::emit_stablehlo(tiny_graph("qwen3_tied", key(Phase::Decode, 3, 1, 16)));
+  const std::string decode3 =
+      pjrt::emit_stablehlo(tiny_graph("qwen3_tied", step_key(Phase::Decode, 3, 1, 16)));
   EXPECT_EQ(count(decode3, "\"stablehlo.dynamic_update_slice\""), 3u * 4u);
   EXPECT_EQ(count(decode3, "\"stablehlo.gather\""), 1u);  // the embedding only
   EXPECT_NE(decode3.find("tensor<3x2x16x32xf32> {tf.aliasing_output = 1 : i32}"), std::string::npos);
 
-  pjrt::StablehloProgram mapped =
-      pjrt::lower_to_stablehlo(tiny_graph("qwen3_tied", key(Phase::Prefill, 1, 8, 16, 4, Sampling::Sample)));
+  pjrt::StablehloProgram mapped = pjrt::lower_to_stablehlo(
+      tiny_graph("qwen3_tied", step_key(Phase::Prefill, 1, 8, 16, 4, Sampling::Sample)));
   bool has_rows = false;
   for (const auto& a : mapped.args) has_rows |= a.kind == pjrt::StablehloArg::Input && a.input == graph::InputKind::CacheRows;
   EXPECT_TRUE(has_rows);
@@ -546,7 +338,7 @@ TEST(PjrtRowsEmitter, PerRowWritesAndRowMappedReads) {
   EXPECT_NE(mapped.text.find("(masks cleared first)"), std::string::npos);
   EXPECT_EQ(count(mapped.text, "\"stablehlo.dynamic_slice\""), 0u) << "a prefill does not read the old mask";
   const std::string mapped_decode =
-      pjrt::emit_stablehlo(tiny_graph("qwen3_tied", key(Phase::Decode, 2, 1, 16, 4, Sampling::Greedy)));
+      pjrt::emit_stablehlo(tiny_graph("qwen3_tied", step_key(Phase::Decode, 2, 1, 16, 4, Sampling::Greedy)));
   EXPECT_EQ(count(mapped_decode, "\"stablehlo.dynamic_slice\""), 2u) << "a decode ORs into each row's mask";
 }
 

@@ -4,63 +4,26 @@
 // the transfer counters add up; compiles from 4 threads at once each count once. Skipped without the plugin.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <latch>
 #include <memory>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
-#include "backends/backend.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "golden_util.h"
-#include "io/weight_source.h"
-#include "models/architecture.h"
 #include "pjrt_test_util.h"
-#include "tessera/error.h"
+#include "step_test_util.h"
 
 using namespace tessera;
-namespace golden = tessera::golden;
-using backends::DeviceCache;
-using backends::Executable;
-using backends::StepInputs;
-using graph::Phase;
-using graph::Sampling;
-using graph::ShapeKey;
+using namespace tessera::step_test;
 
 namespace {
 
 constexpr int kThreads = 4;
 
-struct Model {
-  const models::Architecture* arch = nullptr;
-  models::DecoderConfig config;
-  std::unique_ptr<backends::PjrtBackend> be;
-
-  explicit Model(const std::string& name) {
-    const std::string dir = golden::model_path(name);
-    auto cj = golden::load_json(dir + "/config.json");
-    arch = &models::find_architecture(cj["architectures"][0].get<std::string>(), name);
-    config = arch->parse_config(cj, name);
-    auto src = io::open_checkpoint(dir);
-    backends::WeightMap weights;
-    for (const auto& w : arch->weights(config)) weights.emplace(w.name, src->load(w.name, DType::F32));
-    be = backends::make_pjrt_backend("xla-cpu");
-    be->bind_weights(std::move(weights));
-  }
-  graph::Graph graph(const ShapeKey& k) const {
-    graph::Graph g = arch->build_graph(config, k);
-    graph::append_sampling(g, config.vocab_size);
-    return g;
-  }
-  std::unique_ptr<DeviceCache> cache(int64_t len) {
-    return be->create_cache(config.num_layers, 1, config.local_kv_heads(), len, config.head_dim);
-  }
-};
-
-ShapeKey key(Phase phase, int seq, int len, Sampling s = Sampling::Off) {
-  return ShapeKey{.phase = phase, .batch = 1, .seq = seq, .cache_len = len, .dtype = DType::F32, .sampling = s};
-}
+using Model = StepModel<backends::PjrtBackend>;
 
 constexpr int kPrompt = 6, kSteps = 10, kLen = 24;
 
@@ -84,14 +47,8 @@ std::vector<Request> requests(int n, int64_t vocab) {
 
 // The logits of every step of `r` (prefill, then each decode step), concatenated.
 std::vector<float> run_logits(Model& m, const Executable& prefill, const Executable& decode, const Request& r) {
-  auto cache = m.cache(kLen);
-  StepInputs in;
-  in.ids.assign(r.tokens.begin(), r.tokens.begin() + kPrompt);
-  for (int s = 0; s < kPrompt; ++s) {
-    in.positions.push_back(s);
-    in.slots.push_back(s);
-  }
-  in.kv_begin = {0};
+  auto cache = m.cache(1, kLen);
+  StepInputs in = prefill_inputs(std::span(r.tokens).first(kPrompt));
   std::vector<float> all, logits;
   prefill.run(in, *cache, logits);
   all = logits;
@@ -104,31 +61,18 @@ std::vector<float> run_logits(Model& m, const Executable& prefill, const Executa
   return all;
 }
 
-// The tokens `r`'s prompt decodes to with in-step sampling (temperature 0.8, top-k 50, its own seed).
+// The tokens `r`'s prompt decodes to with in-step sampling (temperature 0.8, top-k 50, repetition
+// penalty 1.2, its own seed).
 std::vector<int32_t> run_tokens(Model& m, const Executable& prefill, const Executable& decode, const Request& r) {
-  auto cache = m.cache(kLen);
-  auto params = [&](int step) {
-    std::vector<int32_t> p(graph::kSampleParams, 0);
-    p[graph::kTemperature] = std::bit_cast<int32_t>(0.8f);
-    p[graph::kTopP] = std::bit_cast<int32_t>(1.0f);
-    p[graph::kMinP] = std::bit_cast<int32_t>(0.0f);
-    p[graph::kRepetitionPenalty] = std::bit_cast<int32_t>(1.2f);
-    p[graph::kTopK] = 50;
-    p[graph::kSeedLo] = static_cast<int32_t>(r.seed & 0xffffffffu);
-    p[graph::kSeedHi] = static_cast<int32_t>(r.seed >> 32);
-    p[graph::kStep] = step;
-    p[graph::kDoSample] = 1;
-    return p;
-  };
-  StepInputs in;
-  in.ids.assign(r.tokens.begin(), r.tokens.begin() + kPrompt);
-  for (int s = 0; s < kPrompt; ++s) {
-    in.positions.push_back(s);
-    in.slots.push_back(s);
-  }
-  in.kv_begin = {0};
-  in.seen_from = {0};
-  in.sample_params = params(0);
+  auto cache = m.cache(1, kLen);
+  const SamplingParams p{.temperature = 0.8f,
+                         .top_k = 50,
+                         .top_p = 1.0f,
+                         .min_p = 0.0f,
+                         .repetition_penalty = 1.2f,
+                         .seed = r.seed,
+                         .do_sample = true};
+  StepInputs in = sampled_prefill_inputs(std::span(r.tokens).first(kPrompt), p);
   std::vector<int32_t> out, tok;
   prefill.run_tokens(in, *cache, tok);
   out.push_back(tok.at(0));
@@ -136,7 +80,8 @@ std::vector<int32_t> run_tokens(Model& m, const Executable& prefill, const Execu
   for (int j = 0; j < kSteps; ++j) {
     in.ids = {out.back()};
     in.positions = in.slots = {kPrompt + j};
-    in.sample_params = params(j + 1);
+    in.sample_params.clear();
+    p.append_encoded(j + 1, in.sample_params);
     decode.run_tokens(in, *cache, tok);
     out.push_back(tok.at(0));
   }
@@ -164,15 +109,15 @@ void on_threads(int n, Fn fn) {
 }
 
 Model& qwen() {
-  static Model m("qwen3_tied");
+  static Model m(golden::model_path("qwen3_tied"), "qwen3_tied", backends::make_pjrt_backend("xla-cpu"));
   return m;
 }
 
 TEST(PjrtThreads, OneExecutableFromFourThreadsEqualsSequential) {
   REQUIRE_XLA_CPU();
   Model& m = qwen();
-  auto prefill = m.be->compile(m.graph(key(Phase::Prefill, kPrompt, kLen)));
-  auto decode = m.be->compile(m.graph(key(Phase::Decode, 1, kLen)));
+  auto prefill = m.be->compile(m.graph(step_key(Phase::Prefill, 1, kPrompt, kLen)));
+  auto decode = m.be->compile(m.graph(step_key(Phase::Decode, 1, 1, kLen)));
   const auto reqs = requests(3 * kThreads, m.config.vocab_size);
   std::vector<std::vector<float>> sequential, concurrent(reqs.size());
   for (const auto& r : reqs) sequential.push_back(run_logits(m, *prefill, *decode, r));
@@ -192,8 +137,8 @@ TEST(PjrtThreads, OneExecutableFromFourThreadsEqualsSequential) {
 TEST(PjrtThreads, InStepSamplingFromFourThreadsEqualsSequential) {
   REQUIRE_XLA_CPU();
   Model& m = qwen();
-  auto prefill = m.be->compile(m.graph(key(Phase::Prefill, kPrompt, kLen, Sampling::Sample)));
-  auto decode = m.be->compile(m.graph(key(Phase::Decode, 1, kLen, Sampling::Sample)));
+  auto prefill = m.be->compile(m.graph(step_key(Phase::Prefill, 1, kPrompt, kLen, 0, Sampling::Sample)));
+  auto decode = m.be->compile(m.graph(step_key(Phase::Decode, 1, 1, kLen, 0, Sampling::Sample)));
   const auto reqs = requests(2 * kThreads, m.config.vocab_size);
   std::vector<std::vector<int32_t>> sequential, concurrent(reqs.size());
   for (const auto& r : reqs) sequential.push_back(run_tokens(m, *prefill, *decode, r));
@@ -206,8 +151,8 @@ TEST(PjrtThreads, InStepSamplingFromFourThreadsEqualsSequential) {
 TEST(PjrtThreads, OpByOpFromFourThreadsEqualsSequential) {
   REQUIRE_XLA_CPU();
   Model& m = qwen();
-  auto prefill = m.be->compile_op_by_op(m.graph(key(Phase::Prefill, kPrompt, kLen)));
-  auto decode = m.be->compile_op_by_op(m.graph(key(Phase::Decode, 1, kLen)));
+  auto prefill = m.be->compile_op_by_op(m.graph(step_key(Phase::Prefill, 1, kPrompt, kLen)));
+  auto decode = m.be->compile_op_by_op(m.graph(step_key(Phase::Decode, 1, 1, kLen)));
   const int compiled = m.be->op_compiles();
   const auto reqs = requests(kThreads, m.config.vocab_size);
   std::vector<std::vector<float>> sequential, concurrent(reqs.size());
@@ -223,7 +168,9 @@ TEST(PjrtThreads, CompilesFromFourThreadsCountOnceEach) {
   Model& m = qwen();
   const int before = m.be->compile_timing().compiles;
   std::vector<std::unique_ptr<Executable>> exes(kThreads);
-  on_threads(kThreads, [&](int i) { exes[static_cast<size_t>(i)] = m.be->compile(m.graph(key(Phase::Prefill, 2 + i, kLen))); });
+  on_threads(kThreads, [&](int i) {
+    exes[static_cast<size_t>(i)] = m.be->compile(m.graph(step_key(Phase::Prefill, 1, 2 + i, kLen)));
+  });
   EXPECT_EQ(m.be->compile_timing().compiles - before, kThreads);
   for (int i = 0; i < kThreads; ++i) EXPECT_NE(exes[static_cast<size_t>(i)], nullptr);
 }
