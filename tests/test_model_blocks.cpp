@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "distributed/tp_plan.h"
+#include "error_util.h"
 #include "golden_util.h"
 #include "models/architecture.h"
 #include "models/blocks.h"
@@ -17,6 +18,8 @@ using namespace tessera;
 using models::Role;
 
 namespace {
+
+using tessera::testing::error_of;
 
 struct Parsed {
   const models::Architecture* arch;
@@ -30,15 +33,6 @@ Parsed parse_fixture(const std::string& dir) {
   const auto j = models::parse_config_json(text.str(), dir);
   const auto& arch = models::find_architecture(models::architecture_name(j, dir), dir);
   return {&arch, arch.parse_config(j, dir)};
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 const char* const kFixtures[] = {"models/qwen3_tied", "models/qwen3_untied", "models/llama_bias",

@@ -14,17 +14,22 @@
 #include "cli_util.h"
 #include "distributed/mpi_communicator.h"
 #include "distributed/tp_plan.h"
+#include "error_util.h"
 #include "golden_util.h"
 #include "io/model_files.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "runtime/weight_loader.h"
 #include "tessera/error.h"
+#include "tp_cli_util.h"
 
 namespace golden = tessera::golden;
 using namespace tessera;
 
 namespace {
+
+using tessera::testing::error_of;
+using tessera::testing::launch;
 
 struct Loaded {
   const models::Architecture* arch;
@@ -43,15 +48,6 @@ models::TpLayout resolve(const Loaded& m, int tp, std::vector<TpPlanRule> rules 
                          std::vector<std::string>* notes = nullptr, int rank = 0) {
   DistributedConfig d{.tp_size = tp, .tp_plan = std::move(rules), .tp_plan_auto = autop};
   return distributed::resolve_tp_plan(*m.arch, m.config, d, rank, m.origin, notes);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::vector<TpPlanRule> replicate_attention() {
@@ -251,48 +247,9 @@ TEST(TpGraph, EveryRankRunsTheSameGraphWithCollectives) {
 
 // ---- End to end: ranks started by `tessera launch` (through mpirun), native backend ----
 
-std::string launch(int n) {
-  return "launch --nproc-per-node " + std::to_string(n) + " -- " + TESSERA_CLI_PATH + " ";
-}
-
-std::vector<std::vector<double>> logits_of(const std::string& json_text) {
-  return nlohmann::json::parse(json_text)["logits"].get<std::vector<std::vector<double>>>();
-}
-
-struct TpCase {
-  const char* fixture;
-  int tp;
-  const char* flags;
-};
-
 // Greedy token ids and every position's logits of one prompt: from one process, and from `tp` ranks.
-void expect_same_as_one_process(const TpCase& c) {
-  SCOPED_TRACE(std::string(c.fixture) + " tp=" + std::to_string(c.tp) + " " + c.flags);
-  const std::string model = golden::model_path(c.fixture);
-  const std::string prompt = "--input-ids 1,17,33,250,7,99,512,3";
-  const std::string fwd = "forward " + model + " --dtype float32 --json " + prompt;
-  const std::string gen = "generate " + model + " --dtype float32 --json --max-new-tokens 16 " + prompt;
-  const std::string tp = " --tp-size " + std::to_string(c.tp) + " " + c.flags;
-  auto one_f = tessera::testing::run_cli(fwd), many_f = tessera::testing::run_cli(launch(c.tp) + fwd + tp);
-  ASSERT_EQ(one_f.code, 0) << one_f.err;
-  ASSERT_EQ(many_f.code, 0) << many_f.err;
-  auto a = logits_of(one_f.out), b = logits_of(many_f.out);  // rank 0's stdout only: one JSON document
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].size(), b[i].size());
-    for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, std::abs(a[i][j] - b[i][j]));
-  }
-  EXPECT_LE(worst, 1e-4);
-  auto one_g = tessera::testing::run_cli(gen), many_g = tessera::testing::run_cli(launch(c.tp) + gen + tp);
-  ASSERT_EQ(one_g.code, 0) << one_g.err;
-  ASSERT_EQ(many_g.code, 0) << many_g.err;
-  auto ja = nlohmann::json::parse(one_g.out), jb = nlohmann::json::parse(many_g.out);
-  EXPECT_EQ(ja["ids"], jb["ids"]);
-  EXPECT_EQ(jb["tp_size"], c.tp);
-  EXPECT_EQ(jb["tp_rank"], 0);
-  EXPECT_LT(jb["weight_bytes"].get<double>(),
-            ja["weight_bytes"].get<double>());  // a share, not the whole model
+void expect_same_as_one_process(const char* fixture, int tp, const std::string& flags) {
+  tessera::testing::expect_tp_same_as_one_process({golden::model_path(fixture), tp, flags});
 }
 
 const char* kReplicateAttention =
@@ -302,20 +259,20 @@ const char* kReplicateAttention =
     "--tp-rule layers.*.self_attn.o_proj=replicated_with_grad_allreduce";
 
 TEST(Cli, TpNativeQwen3TiedEmbeddings) {
-  expect_same_as_one_process({"qwen3_tied", 2, ""});
-  expect_same_as_one_process({"qwen3_tied", 4, "--tp-plan auto"});  // 2 KV heads on 4 ranks
-  expect_same_as_one_process({"qwen3_tp4", 4, ""});
+  expect_same_as_one_process("qwen3_tied", 2, "");
+  expect_same_as_one_process("qwen3_tied", 4, "--tp-plan auto");  // 2 KV heads on 4 ranks
+  expect_same_as_one_process("qwen3_tp4", 4, "");
 }
 
 TEST(Cli, TpNativeLlamaGqaAndBiases) {
-  expect_same_as_one_process({"llama_gqa", 2, ""});
-  expect_same_as_one_process({"llama_tp4", 4, ""});
+  expect_same_as_one_process("llama_gqa", 2, "");
+  expect_same_as_one_process("llama_tp4", 4, "");
 }
 
 TEST(Cli, TpNativeGlm4TwoKvHeads) {
-  expect_same_as_one_process({"glm4", 2, ""});
-  expect_same_as_one_process({"glm4", 4, kReplicateAttention});
-  expect_same_as_one_process({"glm4", 4, "--tp-plan auto"});
+  expect_same_as_one_process("glm4", 2, "");
+  expect_same_as_one_process("glm4", 4, kReplicateAttention);
+  expect_same_as_one_process("glm4", 4, "--tp-plan auto");
 }
 
 TEST(Cli, TpGuideLimitsAndLaunchErrors) {
