@@ -7,22 +7,22 @@
 // bf16 run is.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <tuple>
 
-#include "cli_util.h"
 #include "distributed/tp_plan.h"
+#include "error_util.h"
 #include "golden_util.h"
+#include "model_test_util.h"
 #include "models/architecture.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
+#include "tp_cli_util.h"
 
 using namespace tessera;
 namespace golden = tessera::golden;
+using namespace tessera::model_test;
 
 namespace {
 
@@ -31,52 +31,14 @@ const char* kFamilies[] = {"qwen2", "mistral", "phi3"};
 
 constexpr double kTol = 1e-4;
 
-std::vector<int32_t> to32(const nlohmann::json& j) {
-  auto v = golden::ids(j);
-  return {v.begin(), v.end()};
-}
-std::vector<std::vector<int32_t>> rows32(const nlohmann::json& j) {
-  std::vector<std::vector<int32_t>> out;
-  for (const auto& r : j) out.push_back(to32(r));
-  return out;
-}
-
-GenerationConfig greedy(int n, const nlohmann::json& eos = nullptr) {
-  GenerationConfig g;
-  g.max_new_tokens = n;
-  g.pad_token_id = 0;
-  if (!eos.is_null()) g.eos_token_id = {eos.get<int32_t>()};
-  return g;
-}
-
-using Param = std::tuple<const char*, const char*>;  // (fixture, device)
-
-class Families : public ::testing::TestWithParam<Param> {
+class Families : public ModelOnDevice {
  protected:
-  void SetUp() override {
-    if (xla()) REQUIRE_XLA_CPU();
-  }
-  const char* fixture() const { return std::get<0>(GetParam()); }
-  const char* device() const { return std::get<1>(GetParam()); }
-  bool xla() const { return std::string(device()) == "xla-cpu"; }
   // One CausalLM per (fixture, device, dtype) for the whole binary, so compiled steps are reused.
-  CausalLM& load(DType dt = DType::F32) const {
-    static std::map<std::string, std::unique_ptr<CausalLM>> loaded;
-    auto& m = loaded[std::string(fixture()) + "@" + device() + "@" + dtype_name(dt)];
-    if (!m) {
-      LoadOptions opt;
-      opt.dtype = dt;
-      opt.device_map = device();
-      m = std::make_unique<CausalLM>(
-          AutoModelForCausalLM::from_pretrained(golden::model_path(fixture()), opt));
-    }
-    return *m;
-  }
-  std::string where() const { return std::string(fixture()) + " on " + device(); }
+  CausalLM& load(DType dt = DType::F32) const { return load_once(golden::model_path(model()), dt); }
 };
 
 TEST_P(Families, Float32LogitsMatchTransformersAtEveryPosition) {
-  auto j = golden::load_model_golden(fixture());
+  auto j = golden::load_model_golden(model());
   CausalLM& m = load();
   for (const auto& c : j["forward"]) {
     auto expect = golden::matrix(c["logits"]);
@@ -87,7 +49,7 @@ TEST_P(Families, Float32LogitsMatchTransformersAtEveryPosition) {
 }
 
 TEST_P(Families, Bfloat16WithinTransformersOwnBf16Error) {
-  auto j = golden::load_model_golden(fixture());
+  auto j = golden::load_model_golden(model());
   const double hf_own = j["forward_bf16_vs_fp32_max_abs"].get<double>();
   CausalLM& m = load(DType::BF16);
   for (size_t i = 0; i < j["forward"].size(); ++i) {
@@ -100,7 +62,7 @@ TEST_P(Families, Bfloat16WithinTransformersOwnBf16Error) {
 }
 
 TEST_P(Families, GreedyTokensIdenticalFor32Steps) {
-  auto j = golden::load_model_golden(fixture());
+  auto j = golden::load_model_golden(model());
   CausalLM& m = load();
   for (const auto& c : j["greedy"]) {
     auto out = m.generate({to32(c["input_ids"])}, {}, greedy(c["max_new_tokens"].get<int>()));
@@ -109,7 +71,7 @@ TEST_P(Families, GreedyTokensIdenticalFor32Steps) {
 }
 
 TEST_P(Families, LeftPaddedBatchEqualsTransformers) {
-  auto b = golden::load_model_golden(fixture())["batched"];
+  auto b = golden::load_model_golden(model())["batched"];
   CausalLM& m = load();
   auto out = m.generate(rows32(b["input_ids"]), rows32(b["attention_mask"]),
                         greedy(b["max_new_tokens"].get<int>(), b["eos_token_id"]));
@@ -117,7 +79,7 @@ TEST_P(Families, LeftPaddedBatchEqualsTransformers) {
 }
 
 TEST_P(Families, StopsAtEosAndPadsFinishedRows) {
-  auto e = golden::load_model_golden(fixture())["eos"];
+  auto e = golden::load_model_golden(model())["eos"];
   CausalLM& m = load();
   GenerationConfig g = greedy(e["max_new_tokens"].get<int>(), e["eos_token_id"]);
   g.pad_token_id = e["pad_token_id"].get<int32_t>();
@@ -125,13 +87,6 @@ TEST_P(Families, StopsAtEosAndPadsFinishedRows) {
   EXPECT_EQ(one.sequences[0], to32(e["single"]["output_ids"])) << where();
   auto batch = m.generate(rows32(e["batched"]["input_ids"]), rows32(e["batched"]["attention_mask"]), g);
   EXPECT_EQ(batch.sequences, rows32(e["batched"]["output_ids"])) << where();
-}
-
-std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-  std::string dev = std::get<1>(info.param);
-  for (char& ch : dev)
-    if (ch == '-') ch = '_';
-  return std::string(std::get<0>(info.param)) + "_" + dev;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Families,
@@ -143,74 +98,30 @@ INSTANTIATE_TEST_SUITE_P(Tiny, Families,
 // (Suite `Cli`: they run the CLI under mpirun, whose own allocations LeakSanitizer would report, so the
 // sanitizer stage of scripts/test.sh leaves them to stage 1 like every other CLI run.)
 
-std::string launch(int n) {
-  return "launch --nproc-per-node " + std::to_string(n) + " -- " + TESSERA_CLI_PATH + " ";
-}
+using tessera::testing::expect_tp_same_as_one_process;
 
-struct TpCase {
-  std::string model;  // a checkpoint directory
-  int tp;
-  std::string flags;   // plan flags (e.g. --tp-plan auto)
-  std::string prompt;  // --input-ids
-  std::string device = "cpu";
-};
-
-// Every position's logits (native backend) and 16 greedy tokens of one prompt: one process vs `tp` ranks.
-void expect_same_as_one_process(const TpCase& c) {
-  SCOPED_TRACE(c.model + " tp=" + std::to_string(c.tp) + " " + c.flags + " on " + c.device);
-  const std::string common =
-      c.model + " --dtype float32 --json --device " + c.device + " --input-ids " + c.prompt;
-  const std::string tp = " --tp-size " + std::to_string(c.tp) + " " + c.flags;
-  if (c.device == "cpu") {
-    const std::string fwd = "forward " + common;
-    auto one = tessera::testing::run_cli(fwd), many = tessera::testing::run_cli(launch(c.tp) + fwd + tp);
-    ASSERT_EQ(one.code, 0) << one.err;
-    ASSERT_EQ(many.code, 0) << many.err;
-    auto a = nlohmann::json::parse(one.out)["logits"].get<std::vector<std::vector<double>>>();
-    auto b = nlohmann::json::parse(many.out)["logits"].get<std::vector<std::vector<double>>>();
-    ASSERT_EQ(a.size(), b.size());
-    double worst = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].size(), b[i].size());
-      for (size_t k = 0; k < a[i].size(); ++k) worst = std::max(worst, std::abs(a[i][k] - b[i][k]));
-    }
-    EXPECT_LE(worst, kTol);
-  }
-  const std::string gen = "generate " + common + " --max-new-tokens 16";
-  auto one = tessera::testing::run_cli(gen), many = tessera::testing::run_cli(launch(c.tp) + gen + tp);
-  ASSERT_EQ(one.code, 0) << one.err;
-  ASSERT_EQ(many.code, 0) << many.err;
-  auto ja = nlohmann::json::parse(one.out), jb = nlohmann::json::parse(many.out);
-  EXPECT_EQ(ja["ids"], jb["ids"]);
-  EXPECT_EQ(jb["tp_size"], c.tp);
-  EXPECT_LT(jb["weight_bytes"].get<double>(), ja["weight_bytes"].get<double>());  // a share, not the whole
-}
-
-const char* kPrompt = "1,17,33,250,7,99,512,3";  // vocab 1024 fixtures
 // 24 ids < 256 (the variants' vocab): longer than their sliding window of 8.
 const char* kLongPrompt = "5,17,33,250,7,99,201,3,44,18,90,120,6,77,230,11,150,60,9,31,140,222,13,88";
 
-std::string variant(const std::string& name) {
-  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/variants/" + name;
-}
-
 TEST(Cli, TpFamiliesQwen2TwoRanksAndAutoPlanOnFour) {
-  expect_same_as_one_process({golden::model_path("qwen2"), 2, "", kPrompt});
-  expect_same_as_one_process({golden::model_path("qwen2"), 4, "--tp-plan auto", kPrompt});  // 2 KV heads
-  expect_same_as_one_process({variant("qwen2_sliding"), 2, "", kLongPrompt});  // untied, past the window
+  expect_tp_same_as_one_process({golden::model_path("qwen2"), 2, ""});
+  expect_tp_same_as_one_process({golden::model_path("qwen2"), 4, "--tp-plan auto"});  // 2 KV heads
+  expect_tp_same_as_one_process(
+      {golden::variant_path("qwen2_sliding"), 2, "", kLongPrompt});  // untied, past the window
 }
 
 TEST(Cli, TpFamiliesMistralTwoRanksAndAutoPlanOnFour) {
-  expect_same_as_one_process({golden::model_path("mistral"), 2, "", kPrompt});
-  expect_same_as_one_process({golden::model_path("mistral"), 4, "--tp-plan auto", kPrompt});  // 2 KV heads
-  expect_same_as_one_process({variant("mistral_sliding"), 2, "", kLongPrompt});  // every layer slides
+  expect_tp_same_as_one_process({golden::model_path("mistral"), 2, ""});
+  expect_tp_same_as_one_process({golden::model_path("mistral"), 4, "--tp-plan auto"});  // 2 KV heads
+  expect_tp_same_as_one_process(
+      {golden::variant_path("mistral_sliding"), 2, "", kLongPrompt});  // every layer slides
 }
 
 // Phi-3's fused qkv_proj and gate_up_proj: each block of rows split by heads / columns on its own.
 TEST(Cli, TpFamiliesPhi3FusedProjectionsTwoRanksAndAutoPlanOnFour) {
-  expect_same_as_one_process({golden::model_path("phi3"), 2, "", kPrompt});
-  expect_same_as_one_process({golden::model_path("phi3"), 4, "--tp-plan auto", kPrompt});  // 2 KV heads
-  expect_same_as_one_process({variant("phi3_sliding"), 2, "", kLongPrompt});
+  expect_tp_same_as_one_process({golden::model_path("phi3"), 2, ""});
+  expect_tp_same_as_one_process({golden::model_path("phi3"), 4, "--tp-plan auto"});  // 2 KV heads
+  expect_tp_same_as_one_process({golden::variant_path("phi3_sliding"), 2, "", kLongPrompt});
 }
 
 // Phi-3's plan names the fused qkv_proj: split with o_proj row-wise, or both replicated, nothing in between.
@@ -230,13 +141,8 @@ TEST(FamiliesTp, Phi3PlanSplitsTheFusedQkvByHeadsOrNamesIt) {
   const models::TpLayout rep = resolve({{"layers.*.self_attn.qkv_proj", "replicated", "test"},
                                         {"layers.*.self_attn.o_proj", "replicated", "test"}});
   EXPECT_FALSE(rep.attn_split);
-  try {
-    resolve({{"layers.*.self_attn.o_proj", "replicated", "test"}});
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("qkv_proj=colwise_gather_output, o_proj=replicated"), std::string::npos) << msg;
-  }
+  const std::vector<TpPlanRule> half = {{"layers.*.self_attn.o_proj", "replicated", "test"}};
+  tessera::testing::expect_error([&] { resolve(half); }, "qkv_proj=colwise_gather_output, o_proj=replicated");
   // The weights read are the fused tensors, once each; the graph reads three blocks of qkv_proj.
   int qkv = 0;
   for (const auto& w : arch.weights(c)) qkv += w.name == "model.layers.0.self_attn.qkv_proj.weight";
@@ -245,9 +151,9 @@ TEST(FamiliesTp, Phi3PlanSplitsTheFusedQkvByHeadsOrNamesIt) {
 
 TEST(Cli, TpFamiliesXlaCpuTwoRanksGreedyEqualsOneDevice) {
   REQUIRE_XLA_CPU();
-  expect_same_as_one_process({variant("qwen2_sliding"), 2, "", kLongPrompt, "xla-cpu"});
-  expect_same_as_one_process({variant("mistral_sliding"), 2, "", kLongPrompt, "xla-cpu"});
-  expect_same_as_one_process({variant("phi3_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+  expect_tp_same_as_one_process({golden::variant_path("qwen2_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+  expect_tp_same_as_one_process({golden::variant_path("mistral_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+  expect_tp_same_as_one_process({golden::variant_path("phi3_sliding"), 2, "", kLongPrompt, "xla-cpu"});
 }
 
 }  // namespace

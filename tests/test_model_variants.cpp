@@ -10,74 +10,36 @@
 
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 
 #include "backends/backend.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "golden_util.h"
-#include "io/weight_source.h"
+#include "model_test_util.h"
 #include "models/architecture.h"
 #include "pjrt_test_util.h"
+#include "step_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
 using namespace tessera;
 namespace golden = tessera::golden;
+using namespace tessera::model_test;
 
 namespace {
 
 constexpr double kTol = 1e-4;
 
-std::string variant_path(const std::string& name) {
-  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/variants/" + name;
-}
 nlohmann::json variant_golden(const std::string& name) {
-  return golden::load_json(variant_path(name) + "/golden.json");
+  return golden::load_json(golden::variant_path(name) + "/golden.json");
 }
 
-std::vector<int32_t> to32(const nlohmann::json& j) {
-  auto v = golden::ids(j);
-  return {v.begin(), v.end()};
-}
-std::vector<std::vector<int32_t>> rows32(const nlohmann::json& j) {
-  std::vector<std::vector<int32_t>> out;
-  for (const auto& r : j) out.push_back(to32(r));
-  return out;
-}
-
-GenerationConfig greedy(int n) {
-  GenerationConfig g;
-  g.max_new_tokens = n;
-  g.pad_token_id = 0;
-  return g;
-}
-
-using Param = std::tuple<const char*, const char*>;  // (model, device)
-
-class Variants : public ::testing::TestWithParam<Param> {
+class Variants : public ModelOnDevice {
  protected:
-  void SetUp() override {
-    if (std::string(device()) == "xla-cpu") REQUIRE_XLA_CPU();
-  }
-  const char* model() const { return std::get<0>(GetParam()); }
-  const char* device() const { return std::get<1>(GetParam()); }
   // One CausalLM per (model, device) for the whole binary: its compiled steps are reused across tests
-  // (xla-cpu compiles dominate the run time).
-  CausalLM& load() const {
-    static std::map<std::string, std::unique_ptr<CausalLM>> loaded;
-    auto& m = loaded[std::string(model()) + "@" + device()];
-    if (!m) {
-      LoadOptions opt;
-      opt.dtype = DType::F32;  // the bf16 checkpoint upcast, as the goldens ran it
-      opt.device_map = device();
-      m = std::make_unique<CausalLM>(AutoModelForCausalLM::from_pretrained(variant_path(model()), opt));
-    }
-    return *m;
-  }
-  bool xla() const { return std::string(device()) == "xla-cpu"; }
+  // (xla-cpu compiles dominate the run time). Float32: the bf16 checkpoints upcast, as the goldens ran them.
+  CausalLM& load() const { return load_once(golden::variant_path(model()), DType::F32); }
 };
 
 TEST_P(Variants, GoldenTellsTheConfigFieldApart) {
@@ -148,13 +110,6 @@ const char* kModels[] = {"llama_gelu",    "llama_gelu_tanh", "qwen3_gelu_new",
 // The sliding-window checkpoints with a left-padded batch golden.
 const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding", "mistral_sliding", "phi3_sliding"};
 
-std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-  std::string dev = std::get<1>(info.param);
-  for (char& ch : dev)
-    if (ch == '-') ch = '_';
-  return std::string(std::get<0>(info.param)) + "_" + dev;
-}
-
 INSTANTIATE_TEST_SUITE_P(Tiny, Variants,
                          ::testing::Combine(::testing::ValuesIn(kModels),
                                             ::testing::Values("cpu", "xla-cpu")),
@@ -169,7 +124,7 @@ TEST(VariantsCpu, SlidingWindowWithDynamicCacheAndDisableCompile) {
   auto j = variant_golden("qwen3_sliding");
   LoadOptions opt;
   opt.dtype = DType::F32;
-  CausalLM m = AutoModelForCausalLM::from_pretrained(variant_path("qwen3_sliding"), opt);
+  CausalLM m = AutoModelForCausalLM::from_pretrained(golden::variant_path("qwen3_sliding"), opt);
   const auto& c = j["greedy"][1];  // the 24-token prompt
   GenerationConfig g = greedy(c["max_new_tokens"].get<int>());
   g.cache_implementation = "dynamic";
@@ -183,12 +138,10 @@ TEST(VariantsCpu, SlidingWindowWithDynamicCacheAndDisableCompile) {
 // can fail naming the step instead of emitting a token: row 0 reads an embedding row of NaN, row 1 does not.
 void check_non_finite_row_gives_minus_one(backends::Backend& be) {
   // llama_gqa: untied, so the poisoned embedding row is not also a row of the LM head.
-  auto cj = golden::load_json(golden::model_path("llama_gqa/config.json"));
-  const auto& arch = models::find_architecture(cj["architectures"][0].get<std::string>(), "llama_gqa");
-  const auto config = arch.parse_config(cj, "llama_gqa");
-  auto src = io::open_checkpoint(golden::model_path("llama_gqa"));
-  backends::WeightMap weights;
-  for (const auto& w : arch.weights(config)) weights.emplace(w.name, src->load(w.name, DType::F32));
+  step_test::Checkpoint ck = step_test::load_checkpoint(golden::model_path("llama_gqa"), "llama_gqa");
+  const models::Architecture& arch = *ck.arch;
+  const models::DecoderConfig& config = ck.config;
+  backends::WeightMap& weights = ck.weights;
   const int32_t poisoned = 7;
   Tensor& table = weights.at("model.embed_tokens.weight");  // [vocab, hidden]
   Tensor copy = Tensor::empty(DType::F32, table.shape);
@@ -204,25 +157,13 @@ void check_non_finite_row_gives_minus_one(backends::Backend& be) {
   in.kv_begin = {0, 0};
   in.seen_from = {0, 0};
   for (auto mode : {graph::Sampling::Greedy, graph::Sampling::Sample}) {
-    graph::ShapeKey key{.phase = graph::Phase::Prefill,
-                        .batch = batch,
-                        .seq = seq,
-                        .cache_len = len,
-                        .dtype = DType::F32,
-                        .sampling = mode};
-    graph::Graph g = arch.build_graph(config, key);
+    graph::Graph g =
+        arch.build_graph(config, step_test::step_key(graph::Phase::Prefill, batch, seq, len, 0, mode));
     graph::append_sampling(g, config.vocab_size);
-    in.sample_params.assign(static_cast<size_t>(batch) * graph::kSampleParams, 0);
-    for (int b = 0; b < batch; ++b) {
-      int32_t* p = in.sample_params.data() + b * graph::kSampleParams;
-      const float one = 1.0f, zero = 0.0f;
-      std::memcpy(&p[graph::kTemperature], &one, 4);
-      std::memcpy(&p[graph::kTopP], &one, 4);
-      std::memcpy(&p[graph::kMinP], &zero, 4);
-      std::memcpy(&p[graph::kRepetitionPenalty], &one, 4);
-      p[graph::kSeedLo] = 3;
-      p[graph::kDoSample] = 1;  // a Sample program samples the rows that ask for it (a Greedy one ignores it)
-    }
+    in.sample_params.clear();
+    // A Sample program samples the rows that ask for it (a Greedy one ignores it).
+    const generation::SamplingParams p{.seed = 3, .do_sample = true};
+    for (int b = 0; b < batch; ++b) p.append_encoded(0, in.sample_params);
     std::vector<int32_t> tokens;
     be.compile(g)->run_tokens(
         in, *be.create_cache(config.num_layers, batch, config.num_kv_heads, len, config.head_dim), tokens);
