@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SKIP_BUILD=1 scripts/setup.sh
+# The Python client the server's tests use (with its dependencies, unlike the runtime's .venv).
+if [[ ! -x .venv-test/bin/python ]]; then python3 -m venv .venv-test; fi
+.venv-test/bin/pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 JOBS=$(nproc)
 # Each stage line starts with the seconds since the start (CI's whole run must stay well under its 90-minute limit).
 stage() { echo "== [${SECONDS}s] $* =="; }

@@ -16,7 +16,7 @@
 #include "distributed/tp_plan.h"
 #include "error_util.h"
 #include "golden_util.h"
-#include "io/model_files.h"
+#include "default_model.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
 #include "runtime/weight_loader.h"
@@ -319,7 +319,7 @@ TEST(Cli, TpLaunchXlaCpuGreedyTokensMatchOneDevice) {
 TEST(Cli, TpLaunchSmolLM2GreedyTextMatchesOneProcess) {
   std::string model;
   try {
-    model = io::find_default_model();
+    model = cli::find_default_model();
   } catch (const Error& e) {
     GTEST_SKIP() << e.what();
   }
@@ -416,7 +416,7 @@ TEST(TpDeadline, TimeoutSettingAndItsErrors) {
 TEST(Cli, TpStoppedRankEndsTheJobNamingIt) {
   std::string model;
   try {
-    model = io::find_default_model();
+    model = cli::find_default_model();
   } catch (const Error& e) {
     GTEST_SKIP() << e.what();
   }

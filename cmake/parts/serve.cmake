@@ -5,3 +5,10 @@ target_link_libraries(tessera_cli PRIVATE PkgConfig::HTTPLIB)
 if(TARGET tessera_tests)
   target_link_libraries(tessera_tests PRIVATE PkgConfig::HTTPLIB)  # tests/test_serve_http.cpp: a real client
 endif()
+if(TARGET tessera_tests AND NOT TESSERA_TSAN)
+  # The openai Python client and curl against the real server (scripts/test.sh installs .venv-test).
+  set(_tessera_test_py ${CMAKE_SOURCE_DIR}/.venv-test/bin/python)
+  add_test(NAME Cli.ServeOpenAiPythonClientAndCurl
+           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_openai_client.py' --tessera '$<TARGET_FILE:tessera_cli>'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
+  set_tests_properties(Cli.ServeOpenAiPythonClientAndCurl PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
