@@ -159,21 +159,6 @@ TEST(SlotBatchJoin, RunningRowsOnlyDecodeEachEqualsTheRequestAloneOnXlaCpu) {
   expect_each_equals_alone(m, "xla-cpu", false, SlotBatchOptions::DecodeRows::Running);
 }
 
-TEST(SlotBatchCompiles, RunningRowsOnlyWarmupMakesADecodePerRunningCount) {
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  opt.buckets = "16,32,64";
-  opt.max_recompiles = 0;
-  CausalLM m = AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt);
-  SlotBatch batch(m, 4, 72, {.decode_rows = SlotBatchOptions::DecodeRows::Running});
-  EXPECT_EQ(batch.warmup(), 7) << "3 buckets + decodes of 1..4 running slots";
-  std::vector<Request> reqs;
-  for (int i = 0; i < 8; ++i) reqs.push_back({i, 3 + 8 * i, 4, i});
-  const CompileReport before = m.compile_stats();
-  EXPECT_NO_THROW(serve(batch, reqs, false));
-  EXPECT_EQ(m.compile_stats().compiles, before.compiles);
-}
-
 TEST(SlotBatchJoin, RowsJoiningAtDifferentTimesEachEqualTheRequestAloneOnXlaCpu) {
   REQUIRE_XLA_CPU();
   CausalLM m = load("llama_gqa", "xla-cpu");
@@ -218,14 +203,16 @@ TEST(SlotBatchCompiles, StaggeredMixedWorkloadCompilesBucketsPlusOneDecodeOnCpu)
 
 // warmup() makes every bucket's prefill and the decode ahead; the staggered workload then compiles nothing, and
 // the armed guard (max_recompiles 0) stays quiet.
-TEST(SlotBatchCompiles, WarmupMakesEveryProgramAhead) {
+// warmup() returns `programs` made ahead (and 0 a second time); the workload then compiles nothing under the
+// armed guard (max_recompiles 0), and another shape is refused.
+void expect_warmup_makes_every_program(SlotBatchOptions::DecodeRows rows, int programs, const char* what) {
   LoadOptions opt;
   opt.dtype = DType::F32;
   opt.buckets = "16,32,64";
   opt.max_recompiles = 0;
   CausalLM m = AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt);
-  SlotBatch batch(m, 4, 72);
-  EXPECT_EQ(batch.warmup(), 4) << "3 buckets + decode";
+  SlotBatch batch(m, 4, 72, {.decode_rows = rows});
+  EXPECT_EQ(batch.warmup(), programs) << what;
   EXPECT_EQ(batch.warmup(), 0);
   std::vector<Request> reqs;
   for (int i = 0; i < 8; ++i) reqs.push_back({i, 3 + 8 * i, 4, i});
@@ -234,6 +221,15 @@ TEST(SlotBatchCompiles, WarmupMakesEveryProgramAhead) {
   EXPECT_EQ(m.compile_stats().compiles, before.compiles);
   SlotBatch other(m, 2, 72);
   EXPECT_THROW(other.prefill(0, prompt(5, 1), greedy(3)), Error) << "a new shape after warmup: the guard";
+}
+
+TEST(SlotBatchCompiles, WarmupMakesEveryProgramAhead) {
+  expect_warmup_makes_every_program(SlotBatchOptions::DecodeRows::All, 4, "3 buckets + decode");
+}
+
+TEST(SlotBatchCompiles, RunningRowsOnlyWarmupMakesADecodePerRunningCount) {
+  expect_warmup_makes_every_program(SlotBatchOptions::DecodeRows::Running, 7,
+                                    "3 buckets + decodes of 1..4 running slots");
 }
 
 TEST(SlotBatchCompiles, StaggeredMixedWorkloadCompilesBucketsPlusOneDecodeOnXlaCpu) {

@@ -265,14 +265,17 @@ ordered_json usage_json(int prompt_tokens, int completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+namespace {
+// The fields every response and chunk starts with.
+ordered_json envelope(const std::string& id, const char* object, int64_t created, const std::string& model) {
+  return {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+}
+}  // namespace
+
 ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                            const std::vector<ChoiceResult>& choices, int prompt_tokens) {
   const bool chat = endpoint == Endpoint::Chat;
-  ordered_json out;
-  out["id"] = id;
-  out["object"] = chat ? "chat.completion" : "text_completion";
-  out["created"] = created;
-  out["model"] = model;
+  ordered_json out = envelope(id, chat ? "chat.completion" : "text_completion", created, model);
   ordered_json cs = ordered_json::array();
   int completion = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -296,11 +299,7 @@ ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t create
                         int index, const std::string* text, bool role, const std::string& finish_reason,
                         bool with_usage) {
   const bool chat = endpoint == Endpoint::Chat;
-  ordered_json out;
-  out["id"] = id;
-  out["object"] = chat ? "chat.completion.chunk" : "text_completion";
-  out["created"] = created;
-  out["model"] = model;
+  ordered_json out = envelope(id, chat ? "chat.completion.chunk" : "text_completion", created, model);
   ordered_json c;
   c["index"] = index;
   if (chat) {
@@ -320,11 +319,8 @@ ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t create
 
 ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                               int prompt_tokens, int completion_tokens) {
-  ordered_json out;
-  out["id"] = id;
-  out["object"] = endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion";
-  out["created"] = created;
-  out["model"] = model;
+  ordered_json out =
+      envelope(id, endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion", created, model);
   out["choices"] = ordered_json::array();
   out["usage"] = usage_json(prompt_tokens, completion_tokens);
   return out;
