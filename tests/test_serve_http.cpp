@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -287,26 +286,28 @@ TEST(Cli, ServeRefusesWhatItCannotDoWithTheRightStatus) {
   r = c->Post("/v1/completions", auth, std::string(5 << 20, ' '), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413);
-  // The only slot busy and no queue: 429 with Retry-After.
-  std::atomic<bool> busy_done{false};
+  // The only slot busy and no queue: 429 with Retry-After. The long request goes alone first; once /metrics
+  // shows it running, a second one is refused.
   std::thread busy([&] {
     auto cb = client(s.port);
     cb->Post("/v1/completions", auth,
              R"({"prompt": "Count from 1 to 100: 1, 2, 3, 4,", "max_tokens": 100, "temperature": 0})",
              "application/json");
-    busy_done = true;
   });
-  bool saw_429 = false;
-  while (!saw_429 && !busy_done) {
+  bool running = false;
+  for (int i = 0; i < 3000 && !running; ++i) {
+    auto m = c->Get("/metrics");
+    running = m && m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 1\n") != std::string::npos;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(running) << "the long request never ran";
+  if (running) {
     r = c->Post("/v1/completions", auth, R"({"prompt": "hi", "max_tokens": 2})", "application/json");
     ASSERT_TRUE(r);
-    if (r->status == 429) {
-      saw_429 = true;
-      EXPECT_EQ(r->get_header_value("Retry-After"), "1");
-    }
+    EXPECT_EQ(r->status, 429) << r->body;
+    EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   }
   busy.join();
-  EXPECT_TRUE(saw_429);
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
 }
 
@@ -319,7 +320,14 @@ TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
                      "application/json");
     if (r) body = r->body;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto c = client(s.port);
+  bool running = false;  // SIGTERM once the stream runs (not while its request is still on the way)
+  for (int i = 0; i < 3000 && !running; ++i) {
+    auto m = c->Get("/metrics");
+    running = m && m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 1\n") != std::string::npos;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(running) << "the stream never ran";
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
