@@ -107,6 +107,18 @@ bool wait_ready(int port, double limit_s = 120) {
   return false;
 }
 
+// Waits (up to 30 s) until /metrics shows exactly one request running.
+bool one_running(int port) {
+  auto c = client(port);
+  for (int i = 0; i < 3000; ++i) {
+    auto m = c->Get("/metrics");
+    if (m && m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 1\n") != std::string::npos)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 struct Server {
   std::unique_ptr<ServeProcess> proc;
   int port = 0;
@@ -294,12 +306,7 @@ TEST(Cli, ServeRefusesWhatItCannotDoWithTheRightStatus) {
              R"({"prompt": "Count from 1 to 100: 1, 2, 3, 4,", "max_tokens": 100, "temperature": 0})",
              "application/json");
   });
-  bool running = false;
-  for (int i = 0; i < 3000 && !running; ++i) {
-    auto m = c->Get("/metrics");
-    running = m && m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 1\n") != std::string::npos;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool running = one_running(s.port);
   EXPECT_TRUE(running) << "the long request never ran";
   if (running) {
     r = c->Post("/v1/completions", auth, R"({"prompt": "hi", "max_tokens": 2})", "application/json");
@@ -320,13 +327,7 @@ TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
                      "application/json");
     if (r) body = r->body;
   });
-  auto c = client(s.port);
-  bool running = false;  // SIGTERM once the stream runs (not while its request is still on the way)
-  for (int i = 0; i < 3000 && !running; ++i) {
-    auto m = c->Get("/metrics");
-    running = m && m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 1\n") != std::string::npos;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool running = one_running(s.port);  // SIGTERM once the stream runs, not while it is on its way
   EXPECT_TRUE(running) << "the stream never ran";
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
