@@ -19,6 +19,7 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "bench_command.h"
 #include "cli_env.h"
+#include "compile_flags.h"
 #include "serve_command.h"
 #include "default_model.h"
 #include "distributed/tp_plan.h"
@@ -213,8 +214,7 @@ struct GenerateFlags {
   bool greedy = false;
   uint64_t seed = 0;
   // Compilation (PJRT devices mostly): prompt buckets, warm-up, recompile guard, on-disk cache.
-  std::string buckets = "auto", compile_cache_dir;
-  int max_recompiles = -1;
+  cli::CompileFlags compile;
   bool warmup = false;
   std::vector<std::string> stop;  // --stop STRING (repeatable)
 };
@@ -294,31 +294,14 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
       ->check(CLI::IsMember({"static", "dynamic"}));
   cmd->add_flag("--disable-compile", f.g.disable_compile,
                 "Plan every step afresh (no executable reuse), for debugging");
-  cmd->add_option(
-      "--buckets", f.buckets,
-      "Prompt-length buckets for the prefill: auto (pow2 on PJRT devices, exact on cpu), pow2 (16, 32, "
-      "64, ...), exact, or a list like 16,32,64,128");
+  cli::add_compile_flags(cmd, f.compile);
   cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");
-  cmd->add_option(
-         "--max-recompiles", f.max_recompiles,
-         "After warm-up (or the first generation), more than N new compiled shapes is an error naming "
-         "the key that changed (default: $TESSERA_MAX_RECOMPILES, else no limit)")
-      ->check(CLI::Range(0, 1000000));
-  cmd->add_option(
-      "--compile-cache-dir", f.compile_cache_dir,
-      "Keep compiled programs in DIR across runs (PJRT devices; default: $TESSERA_COMPILE_CACHE, else off)");
   cmd->add_option("--stop", f.stop,
                   "Stop the reply once its text contains STRING (repeatable; needs a tokenizer). The token that "
                   "completes it is kept")
       ->allow_extra_args(false);
 }
 
-// Applies the compile flags of generate/chat to the load options.
-void apply_compile_flags(const GenerateFlags& f, LoadOptions& opt) {
-  opt.buckets = f.buckets;
-  opt.compile_cache_dir = f.compile_cache_dir;
-  opt.max_recompiles = f.max_recompiles;
-}
 
 // The settings the command line names, and only those.
 GenerationOverrides flag_overrides(const GenerateFlags& f) {
@@ -344,7 +327,7 @@ GenerationOverrides flag_overrides(const GenerateFlags& f) {
 
 // load_model with the compile flags (the library's "buckets: ..." errors name the flag: cli::cli_words).
 CausalLM load_with_compile_flags(const ModelFlags& mf, const GenerateFlags& f) {
-  return load_model(mf, [&f](LoadOptions& o) { apply_compile_flags(f, o); });
+  return load_model(mf, [&f](LoadOptions& o) { cli::apply_compile_flags(f.compile, o); });
 }
 
 // The model's defaults (generation_config.json over Transformers' global defaults) with the flags given.
@@ -581,11 +564,7 @@ int run_serve_command(const ModelFlags& mf, const cli::ServeSettings& settings) 
   return cli::run_serve(settings, [&]() {
     const std::string path = model_path(m);
     Tokenizer tok = AutoTokenizer::from_pretrained(path);
-    CausalLM model = load_model(m, [&](LoadOptions& o) {
-      o.buckets = settings.buckets;
-      o.compile_cache_dir = settings.compile_cache_dir;
-      o.max_recompiles = settings.max_recompiles;
-    });
+    CausalLM model = load_model(m, [&](LoadOptions& o) { cli::apply_compile_flags(settings.compile, o); });
     return std::make_unique<cli::ServedLoad>(cli::ServedLoad{std::move(model), std::move(tok), path});
   });
 }

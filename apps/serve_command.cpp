@@ -10,6 +10,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -202,6 +203,14 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
   return streams;
 }
 
+// A request that ended without its text (the model failed, or the server cancelled it): what the client gets.
+std::optional<ApiError> failure(const serve::StreamUpdate& u) {
+  if (u.finish_reason == "error") return ApiError(500, u.error, "", "server_error");
+  if (u.finish_reason == "cancelled")
+    return ApiError(503, u.error.empty() ? "the request was cancelled" : u.error, "", "service_unavailable");
+  return std::nullopt;
+}
+
 void count_finish(Server& s, const std::string& reason) {
   std::lock_guard<std::mutex> lk(s.metrics_mu);
   ++s.finished[reason];
@@ -231,11 +240,9 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
         choices[i].text += u.text;
         choices[i].completion_tokens = u.completion_tokens;
         if (!u.done) continue;
-        if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
+        if (auto e = failure(u)) {
           for (auto& st : streams) st->cancel();
-          send_error(res, ApiError(u.finish_reason == "error" ? 500 : 503,
-                                   u.error.empty() ? "the request was cancelled" : u.error, "",
-                                   u.finish_reason == "error" ? "server_error" : "service_unavailable"));
+          send_error(res, *e);
           return;
         }
         choices[i].finish_reason = u.finish_reason;
@@ -282,11 +289,8 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
             done[i] = true;
             --left;
             completion += u.completion_tokens;
-            if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
-              ApiError e(u.finish_reason == "error" ? 500 : 503,
-                         u.error.empty() ? "the request was cancelled" : u.error, "",
-                         u.finish_reason == "error" ? "server_error" : "service_unavailable");
-              put(serve::sse(serve::error_body(e)));
+            if (auto e = failure(u)) {
+              put(serve::sse(serve::error_body(*e)));
               put("data: [DONE]\n\n");
               sink.done();
               return cancel_all();
@@ -344,15 +348,7 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
                   "SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cancelled "
                   "(default 30)")
       ->check(CLI::Range(0.0, 3600.0));
-  cmd->add_option("--buckets", s.buckets,
-                  "Prompt-length buckets for the prefill: auto (pow2 on PJRT devices, exact on cpu), pow2, "
-                  "exact, or a list like 16,32,64,128");
-  cmd->add_option("--max-recompiles", s.max_recompiles,
-                  "After warm-up, more than N new compiled shapes is an error (default: "
-                  "$TESSERA_MAX_RECOMPILES, else no limit)")
-      ->check(CLI::Range(0, 1000000));
-  cmd->add_option("--compile-cache-dir", s.compile_cache_dir,
-                  "Keep compiled programs in DIR across runs (PJRT devices; default: $TESSERA_COMPILE_CACHE)");
+  add_compile_flags(cmd, s.compile);
 }
 
 int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr<ServedLoad>()>& load) {
@@ -459,7 +455,6 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
   sigwait(&sigs, &sig);
   loader.join();
   s.phase.store(Phase::Draining);
-  int rc = 0;
   if (!load_error.empty()) {
     http.stop();
     listener.join();
@@ -471,7 +466,7 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
   http.stop();
   listener.join();
   if (!settings.quiet) std::fprintf(stderr, "tessera serve: stopped\n");
-  return rc;
+  return 0;
 }
 
 }  // namespace tessera::cli

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "compile_flags.h"
 #include "serve/engine.h"
 #include "tessera/model.h"
 #include "tessera/tokenizer.h"
@@ -22,9 +23,7 @@ struct ServeSettings {
   size_t max_body_bytes = 4u << 20;
   int read_timeout_s = 30;
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long to finish, then are cancelled
-  // Load options of the compiled programs (as generate's flags).
-  std::string buckets = "auto", compile_cache_dir;
-  int max_recompiles = -1;
+  CompileFlags compile;  // buckets, recompile guard, disk cache (as generate's flags)
 };
 
 // The serve flags (not the model flags, which the command shares with generate).

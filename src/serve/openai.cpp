@@ -199,8 +199,6 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
   if (has(max_field)) {
     g.max_new_tokens = static_cast<int>(integer(body[max_field], max_field, 1, 1 << 24));
     r.max_tokens_given = true;
-  } else if (!g.max_new_tokens && !g.max_length_is_default) {
-    r.max_tokens_given = false;  // the model's max_length stands (new_token_budget applies it)
   }
   if (has("temperature")) {
     const double t = number(body["temperature"], "temperature", 0, 2, "[0, 2]");
