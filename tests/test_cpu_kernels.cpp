@@ -169,6 +169,42 @@ TEST_P(CpuKernels, MatmulBf16PrefillShapes) {
   }
 }
 
+TEST_P(CpuKernels, MatmulRowsEachRowEqualsItAlone) {
+  // Decode steps (matmul_rows): each row of a batch of any size, below and past the prefill gemm's 8 rows,
+  // is bit-identical to the row computed alone (M = 1), in both bf16 modes and for f32 weights; K tails, N
+  // remainders of the 4-row tiles and the 32-row blocks, two products in one call, with and without bias.
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (Bf16Dot mode : {Bf16Dot::Exact, Bf16Dot::RoundX}) {
+      for (int64_t K : {33, 576}) {
+        const int64_t Ns[2] = {70, 301};
+        std::vector<Weights> w;
+        std::vector<float> bias = random_vec(Ns[1], 61);
+        for (int i = 0; i < 2; ++i) w.push_back(make_weights(Ns[i] * K, dt, 62 + i));
+        const int64_t maxM = 17;
+        std::vector<float> x = random_vec(maxM * K, 60, -3.0f, 3.0f);
+        std::vector<std::vector<float>> alone(2);
+        for (int i = 0; i < 2; ++i) alone[i].assign(static_cast<size_t>(maxM * Ns[i]), NAN);
+        for (int64_t m = 0; m < maxM; ++m) {
+          const MatmulOut outs[2] = {{w[0].raw.data(), Ns[0], nullptr, alone[0].data() + m * Ns[0]},
+                                     {w[1].raw.data(), Ns[1], bias.data(), alone[1].data() + m * Ns[1]}};
+          matmul_rows(x.data() + m * K, 1, K, dt, outs, 2, mode);
+        }
+        for (int64_t M : {2, 4, 7, 8, 9, 13, 16, 17}) {
+          std::vector<std::vector<float>> batch(2);
+          for (int i = 0; i < 2; ++i) batch[i].assign(static_cast<size_t>(M * Ns[i]), NAN);
+          const MatmulOut outs[2] = {{w[0].raw.data(), Ns[0], nullptr, batch[0].data()},
+                                     {w[1].raw.data(), Ns[1], bias.data(), batch[1].data()}};
+          matmul_rows(x.data(), M, K, dt, outs, 2, mode);
+          for (int i = 0; i < 2; ++i) {
+            const std::vector<float> want(alone[i].begin(), alone[i].begin() + M * Ns[i]);
+            EXPECT_EQ(batch[i], want) << dtype_name(dt) << " K=" << K << " M=" << M << " #" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(CpuKernels, MatmulMultiEqualsSeparateMatmuls) {
   // q/k/v-like products of one x in one call give exactly what separate calls give (same kernels).
   for (DType dt : {DType::BF16, DType::F32}) {

@@ -437,6 +437,11 @@ class CpuExecutable : public Executable {
         }
         const Node& w = g_.at(in[1]);
         const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
+        if (g_.key.phase == graph::Phase::Decode) {  // each row as it would be alone, at any batch size
+          const cpu::MatmulOut out{weight(in[1]), w.shape[0], bias, f32(r, id)};
+          cpu::matmul_rows(f32(r, in[0]), rows, w.shape[1], w.dtype, &out, 1, bf16_dot_);
+          return;
+        }
         cpu::matmul(f32(r, in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(r, id),
                     bf16_dot_);
         return;
@@ -548,8 +553,8 @@ class CpuExecutable : public Executable {
                  m.inputs.size() > 2 ? static_cast<const float*>(weight(m.inputs[2])) : nullptr,
                  f32(r, group[i])};
     }
-    cpu::matmul_multi(f32(r, g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs,
-                      static_cast<int>(group.size()), bf16_dot_);
+    cpu::matmul_rows(f32(r, g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs,
+                     static_cast<int>(group.size()), bf16_dot_);
   }
 
   // Marks ids[b, s] (s >= seen_from[b] in a prefill) in the seen mask [cache rows, vocab] of the row's cache

@@ -47,6 +47,12 @@ struct MatmulOut {
 // each, but in one fork-join over the threads where the decode kernel runs (x is prepared once).
 void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
                   Bf16Dot bf16 = Bf16Dot::Exact);
+// matmul_multi for decode steps: every row of y is bit-identical to what the row alone (M = 1) gives, for
+// any M (the small-M kernels, never the prefill gemm; each block of weight rows is used by all M rows before
+// the next is read, so the weights come from memory once per step). Below kGemmMinRows rows it is
+// matmul_multi.
+void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
+                 Bf16Dot bf16 = Bf16Dot::Exact);
 // Whether Bf16Dot::RoundX rounds x on the active instruction set.
 bool matmul_rounds_bf16();
 

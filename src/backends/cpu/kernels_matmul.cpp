@@ -93,6 +93,39 @@ void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulO
   for (int i = 0; i < count; ++i) matmul(x, M, K, outs[i].w, wdt, outs[i].N, outs[i].bias, outs[i].y, bf16);
 }
 
+void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
+                 [[maybe_unused]] Bf16Dot bf16) {
+  if (M < kGemmMinRows || K == 0) return matmul_multi(x, M, K, wdt, outs, count, bf16);
+#if TESSERA_CPU_WIDE
+  if (active_isa() == Isa::Avx512Bf16 && bf16 == Bf16Dot::RoundX && wdt == DType::BF16 && count >= 1 &&
+      count <= 8) {
+    return isa_avx512bf16::matmul_bf16_small_m(x, M, K, outs, count);
+  }
+#endif
+  for (int i = 0; i < count; ++i) {
+    const MatmulOut& o = outs[i];
+    if (o.N == 0) continue;
+    switch (active_isa()) {
+#if TESSERA_CPU_WIDE
+      case Isa::Avx512Bf16:
+      case Isa::Avx512:
+        isa_avx512::matmul_impl(x, M, K, o.w, wdt, o.N, o.bias, o.y, true);
+        break;
+      case Isa::Avx2:
+        isa_avx2::matmul_impl(x, M, K, o.w, wdt, o.N, o.bias, o.y, true);
+        break;
+#else
+      case Isa::Avx512Bf16:
+      case Isa::Avx512:
+      case Isa::Avx2:
+#endif
+      case Isa::Scalar:
+        isa_scalar::matmul_impl(x, M, K, o.w, wdt, o.N, o.bias, o.y, true);
+        break;
+    }
+  }
+}
+
 bool matmul_rounds_bf16() { return active_isa() == Isa::Avx512Bf16; }
 
 }  // namespace tessera::cpu

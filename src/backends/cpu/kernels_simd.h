@@ -76,7 +76,7 @@ struct VAvx2 {
   static constexpr int kLanes = 8;
   static constexpr int kGemmMR = 6;  // 6 x 2 accumulators + 2 weights + 1 broadcast = 15 registers
   static constexpr int kGemmNV = 2;
-  static constexpr int kGemvRows = 2;  // 2 x 4 accumulators + 4 weights + 1 input
+  static constexpr int kGemvRows = 6;  // 6 x 2 accumulators + 2 weights + 1 input (one w row at a time)
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float a) { return _mm256_set1_ps(a); }
   static R load(const float* p) { return _mm256_loadu_ps(p); }
