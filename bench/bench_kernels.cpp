@@ -1,6 +1,6 @@
 // Micro-benchmark of the CPU kernels: read bandwidth, thread-pool fork-join cost, matmul at M=1 (weights
 // streamed from memory: GB/s) and M=512 (GFLOP/s) for SmolLM2 / Qwen3-0.6B shapes, attention.
-// Usage: bench_kernels [--quick] [--attention-only] [--threads N] [--isa scalar|avx2|avx512]
+// Usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--threads N] [--isa scalar|avx2|avx512]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -92,16 +92,60 @@ void bench_attention(int64_t T, int64_t ctx, DType kv_dtype, bool quick) {
               static_cast<long long>(ctx), dtype_name(kv_dtype), s * 1e6);
 }
 
+
+// One SmolLM2-135M decode step's matmuls (30 layers of q/k/v, o, gate/up, down and the 49152-row LM head,
+// bf16 weights, distinct per layer as in the model) over M rows: ms per step.
+void bench_decode_rows(bool quick) {
+  const int64_t d = 576, kv = 192, ff = 1536, vocab = 49152, layers = 30;
+  const int64_t per_layer = d * d + 2 * kv * d + d * d + 2 * ff * d + d * ff;
+  Tensor wt = Tensor::empty(DType::BF16, {per_layer * layers + vocab * d});
+  auto* w = static_cast<uint16_t*>(wt.data);
+  for (int64_t i = 0; i < wt.numel(); ++i) w[i] = static_cast<uint16_t>(0x3c00 + (i % 7));
+  const int64_t maxM = 16;
+  std::vector<float> x(static_cast<size_t>(maxM * ff), 0.5f), q(static_cast<size_t>(maxM * d)),
+      k(static_cast<size_t>(maxM * kv)), v(k.size()), g(static_cast<size_t>(maxM * ff)), u(g.size()),
+      logits(static_cast<size_t>(maxM * vocab));
+  for (int64_t M : {1, 2, 4, 8, 16}) {
+    double tl = 0;
+    double t = time_it(quick ? 2 : 7, [&] {
+      const uint16_t* p = w;
+      for (int64_t l = 0; l < layers; ++l) {
+        const MatmulOut qkv[3] = {{p, d, nullptr, q.data()}, {p + d * d, kv, nullptr, k.data()},
+                                  {p + d * d + kv * d, kv, nullptr, v.data()}};
+        p += d * d + 2 * kv * d;
+        matmul_rows(x.data(), M, d, DType::BF16, qkv, 3, Bf16Dot::RoundX);
+        const MatmulOut o{p, d, nullptr, x.data()};
+        matmul_rows(q.data(), M, d, DType::BF16, &o, 1, Bf16Dot::RoundX);
+        p += d * d;
+        const MatmulOut gu[2] = {{p, ff, nullptr, g.data()}, {p + ff * d, ff, nullptr, u.data()}};
+        p += 2 * ff * d;
+        matmul_rows(x.data(), M, d, DType::BF16, gu, 2, Bf16Dot::RoundX);
+        const MatmulOut dn{p, d, nullptr, x.data()};
+        matmul_rows(g.data(), M, ff, DType::BF16, &dn, 1, Bf16Dot::RoundX);
+        p += d * ff;
+      }
+      const double t0 = now_s();
+      const MatmulOut lm{p, vocab, nullptr, logits.data()};
+      matmul_rows(x.data(), M, d, DType::BF16, &lm, 1, Bf16Dot::RoundX);
+      tl = now_s() - t0;
+    });
+    std::printf("  smollm2 decode-step matmuls M=%-3lld %8.2f ms/step (lm head %6.2f ms)  %7.2f ms/row\n",
+                static_cast<long long>(M), t * 1e3, tl * 1e3, t * 1e3 / static_cast<double>(M));
+  }
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
-  bool quick = false, matmuls = true;
+  bool quick = false, matmuls = true, decode_rows = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
     } else if (a == "--attention-only") {
       matmuls = false;
+    } else if (a == "--decode-rows") {
+      decode_rows = true;
     } else if (a == "--threads" && i + 1 < argc) {
       ThreadPool::instance().set_num_threads(std::atoi(argv[++i]));
     } else if (a == "--isa" && i + 1 < argc) {
@@ -109,11 +153,15 @@ int run(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: bench_kernels [--quick] [--attention-only] [--threads N] [--isa scalar|avx2|avx512]\n");
+          "usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--threads N] [--isa scalar|avx2|avx512]\n");
       return 2;
     }
   }
   std::printf("isa %s, %d threads\n", isa_name(active_isa()), ThreadPool::instance().num_threads());
+  if (decode_rows) {
+    bench_decode_rows(quick);
+    return 0;
+  }
   std::printf("  read bandwidth: %.1f GB/s\n", tessera::bench::read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20, 5));
   std::printf("  thread-pool fork-join: %.0f ns\n", fork_join_ns());
   const MatShape shapes[] = {{"smollm2 q 576x576", 576, 576},
