@@ -182,10 +182,15 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
     }
     g.max_new_tokens = budget;
   }
+  if (r.logprobs >= 0 && !s.engine->logprobs_available())
+    throw ApiError(400,
+                   "'logprobs' is not available on this device: its tokens are sampled inside the compiled step and no "
+                       "logits come back (start the server with --host-sampling)",
+                   "logprobs");
   std::vector<std::shared_ptr<serve::Stream>> streams;
   try {
     for (int i = 0; i < r.n; ++i) {
-      serve::EngineRequest er{r.prompt, g, r.stop, true};
+      serve::EngineRequest er{r.prompt, g, r.stop, true, r.logprobs};
       if (g.seed && i > 0) er.config.seed = *g.seed + static_cast<uint64_t>(i);
       streams.push_back(s.engine->submit(std::move(er)));
     }
@@ -235,9 +240,11 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
   if (!r.stream) {
     std::vector<serve::ChoiceResult> choices(streams.size());
     for (size_t i = 0; i < streams.size(); ++i) {
+      std::vector<serve::TokenLogprob> lps;
       while (true) {
         serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(200));
         choices[i].text += u.text;
+        for (auto& l : u.logprobs) lps.push_back(std::move(l));
         choices[i].completion_tokens = u.completion_tokens;
         if (!u.done) continue;
         if (auto e = failure(u)) {
@@ -246,6 +253,10 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
           return;
         }
         choices[i].finish_reason = u.finish_reason;
+        if (r.logprobs >= 0) {
+          size_t offset = 0;
+          choices[i].logprobs = serve::logprobs_json(endpoint, *s.served.tokenizer, lps, offset);
+        }
         count_finish(s, u.finish_reason);
         break;
       }
@@ -254,13 +265,14 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
                     "application/json");
     return;
   }
-  const bool usage = r.include_usage;
+  const bool usage = r.include_usage, logprobs = r.logprobs >= 0;
   const std::string model = s.served.name;
   Server* sp = &s;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", [sp, streams, endpoint, id, created, model, usage, prompt_tokens](size_t,
-                                                                                             httplib::DataSink& sink) {
+      "text/event-stream", [sp, streams, endpoint, id, created, model, usage, logprobs,
+                            prompt_tokens](size_t, httplib::DataSink& sink) {
+        std::vector<size_t> offsets(streams.size(), 0);  // completions' text_offset per choice
         auto cancel_all = [&] {
           for (auto& st : streams) st->cancel();
           return false;
@@ -281,10 +293,14 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
             if (done[i]) continue;
             if (!sink.is_writable()) return cancel_all();
             serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
-            if (!u.text.empty() &&
-                !put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &u.text, false,
-                                                  "", usage))))
-              return cancel_all();
+            if (!u.text.empty() || !u.logprobs.empty()) {
+              const nlohmann::ordered_json lp =
+                  logprobs ? serve::logprobs_json(endpoint, *sp->served.tokenizer, u.logprobs, offsets[i])
+                           : nlohmann::ordered_json(nullptr);
+              if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &u.text, false,
+                                                    "", usage, lp))))
+                return cancel_all();
+            }
             if (!u.done) continue;
             done[i] = true;
             --left;
@@ -339,6 +355,9 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
          "(only the running slots: a program per count), auto (running on the cpu device, all on PJRT "
          "devices; default)")
       ->check(CLI::IsMember({"all", "running", "auto"}));
+  cmd->add_flag("--host-sampling", s.engine.host_sampling,
+                "Sample tokens on the host from the logits where the device would sample inside the compiled "
+                "step (PJRT devices): needed there for requests with logprobs; costs the logits' transfer per step");
   cmd->add_option("--served-model-name", s.served_model_name,
                   "The model name clients send and /v1/models lists (default: the model's path)");
   cmd->add_option("--api-key", s.api_key, "Require Authorization: Bearer KEY on /v1/* (default: no key)");

@@ -103,6 +103,27 @@ def main():
                                       temperature=0, stop=[stop])
         check(s.choices[0].text == full[:full.find(stop)] and s.choices[0].finish_reason == "stop",
               f"stop {stop!r}: {s.choices[0].text!r}")
+        # logprobs: one entry per token, the greedy token the likeliest, streamed equal to whole.
+        lp = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=8, temperature=0,
+                                            logprobs=True, top_logprobs=3)
+        content = lp.choices[0].logprobs.content
+        check(len(content) == lp.usage.completion_tokens and all(len(t.top_logprobs) == 3 for t in content),
+              f"chat logprobs: {len(content)} entries for {lp.usage.completion_tokens} tokens")
+        check("".join(t.token for t in content).startswith(lp.choices[0].message.content.rstrip()[:4]),
+              "logprob tokens spell the text")
+        check(all(t.logprob <= 0 and t.top_logprobs[0].logprob >= t.logprob and
+                  bytes(t.bytes).decode("utf-8", "replace") == t.token for t in content), "logprob values")
+        streamed_lp = []
+        for chunk in client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=8, temperature=0,
+                                                    logprobs=True, top_logprobs=3, stream=True):
+            for c in chunk.choices:
+                if c.logprobs and c.logprobs.content:
+                    streamed_lp += [(t.token, round(t.logprob, 4)) for t in c.logprobs.content]
+        check(streamed_lp == [(t.token, round(t.logprob, 4)) for t in content], "streamed logprobs equal whole")
+        cl = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=4,
+                                       temperature=0, logprobs=2)
+        check(len(cl.choices[0].logprobs.tokens) == 4 and len(cl.choices[0].logprobs.top_logprobs[0]) <= 2 and
+              cl.choices[0].logprobs.text_offset[0] == 0, f"completions logprobs: {cl.choices[0].logprobs}")
         try:
             client.chat.completions.create(model="smollm2", messages=msgs, tools=[
                 {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "default_model.h"
@@ -110,7 +111,13 @@ TEST(ServeOpenAi, EveryBadFieldIsA400NamingIt) {
       {chat, R"({"messages": [{"role": "user", "content": "hi", "tool_calls": []}]})", "messages[0].tool_calls"},
       {chat, "{" + m + R"(, "tools": [{"type": "function"}]})", "tools"},
       {chat, "{" + m + R"(, "response_format": {"type": "json_object"}})", "response_format"},
-      {chat, "{" + m + R"(, "logprobs": true})", "logprobs"},
+      {chat, "{" + m + R"(, "logprobs": 1})", "logprobs"},
+      {chat, "{" + m + R"(, "top_logprobs": 2})", "top_logprobs"},
+      {chat, "{" + m + R"(, "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
+      {chat, "{" + m + R"(, "echo": true})", "echo"},
+      {comp, R"({"prompt": "a", "logprobs": true})", "logprobs"},
+      {comp, R"({"prompt": "a", "logprobs": 21})", "logprobs"},
+      {comp, R"({"prompt": "a", "top_logprobs": 2})", "top_logprobs"},
       {chat, "{" + m + R"(, "frobnicate": 1})", "frobnicate"},
       {chat, "{" + m + R"(, "max_tokens": 0})", "max_tokens"},
       {chat, "{" + m + R"(, "max_tokens": "10"})", "max_tokens"},
@@ -253,6 +260,77 @@ TEST(ServeEngine, StaggeredRequestsEachEqualGenerateAlone) {
   EXPECT_EQ(st.running, 0);
   EXPECT_EQ(st.waiting, 0);
   EXPECT_EQ(st.requests_finished, prompts.size());
+}
+
+TEST(ServeLogprobs, LogSoftmaxOfTheRawLogitsAndTheLikeliestFirst) {
+  const std::vector<float> logits = {1.5f, -2.0f, 3.25f, 3.25f, 0.0f, -30.0f};
+  long double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<long double>(x));
+  auto ref = [&](int i) { return static_cast<double>(static_cast<long double>(logits[i]) - std::log(sum)); };
+  const serve::TokenLogprob t = serve::token_logprob(logits.data(), 6, 4, 3);
+  EXPECT_EQ(t.token, 4);
+  EXPECT_NEAR(t.logprob, ref(4), 1e-6);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, 2);  // equal logits: the lower id first
+  EXPECT_EQ(t.top[1].first, 3);
+  EXPECT_EQ(t.top[2].first, 0);
+  for (const auto& [id, lp] : t.top) EXPECT_NEAR(lp, ref(id), 1e-6) << id;
+  EXPECT_TRUE(serve::token_logprob(logits.data(), 6, 5, 0).top.empty());
+  EXPECT_THROW(serve::token_logprob(logits.data(), 6, 6, 0), Error);
+  EXPECT_THROW(serve::token_logprob(logits.data(), 6, 0, 7), Error);
+}
+
+TEST(ServeEngine, LogprobsAreThoseOfTheModelForEveryToken) {
+  REQUIRE_SMOLLM2(l);
+  CausalLM& m = *l->model;
+  const std::vector<int32_t> prompt = l->tok->encode("The capital of France is", true);
+  GenerationConfig g = greedy(m, 6);
+  g.repetition_penalty = 1.0f;  // greedy on the raw logits: the chosen token is the likeliest
+  GenerateOutput ref = m.generate({prompt}, {}, g);
+  const std::vector<int32_t>& seq = ref.sequences[0];
+  serve::Engine engine(m, *l->tok, {.max_num_seqs = 2, .max_model_len = 64, .max_queue = 4});
+  engine.start();
+  serve::EngineRequest req{prompt, g, {}, true, 2};
+  auto s = engine.submit(req);
+  std::vector<serve::TokenLogprob> got;
+  for (int i = 0; i < 600; ++i) {
+    serve::StreamUpdate u = s->wait(std::chrono::milliseconds(100));
+    for (auto& x : u.logprobs) got.push_back(x);
+    if (u.done) break;
+  }
+  ASSERT_EQ(got.size(), seq.size() - prompt.size());
+  const int64_t vocab = m.info().vocab_size;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const size_t at = prompt.size() + i;
+    EXPECT_EQ(got[i].token, seq[at]) << i;
+    // The reference: log-softmax of forward() over the sequence so far, last position.
+    std::vector<int32_t> upto(seq.begin(), seq.begin() + static_cast<long>(at));
+    const std::vector<float> lg = m.forward(upto);
+    const serve::TokenLogprob want = serve::token_logprob(lg.data() + (at - 1) * static_cast<size_t>(vocab), vocab,
+                                                          seq[at], 2);
+    EXPECT_NEAR(got[i].logprob, want.logprob, 1e-3) << i;
+    ASSERT_EQ(got[i].top.size(), 2u);
+    EXPECT_EQ(got[i].top[0].first, seq[at]) << i;
+    EXPECT_EQ(got[i].top[0].first, want.top[0].first) << i;
+  }
+  // With a stop string the entries stop with the text: their tokens spell at least the text, at most one more.
+  const std::string full = l->tok->decode(std::vector<int32_t>(seq.begin() + static_cast<long>(prompt.size()), seq.end()), true);
+  ASSERT_GT(full.size(), 4u) << full;
+  req.stop = {full.substr(3, 2)};
+  auto cut = engine.submit(req);
+  std::string text;
+  std::vector<serve::TokenLogprob> part;
+  for (int i = 0; i < 600; ++i) {
+    serve::StreamUpdate u = cut->wait(std::chrono::milliseconds(100));
+    text += u.text;
+    for (auto& x : u.logprobs) part.push_back(x);
+    if (u.done) break;
+  }
+  std::string spelled;
+  for (const auto& x : part) spelled += l->tok->token_bytes(x.token, true);
+  EXPECT_EQ(text, full.substr(0, full.find(req.stop[0])));
+  EXPECT_EQ(spelled.rfind(text, 0), 0u) << spelled << " vs " << text;
+  EXPECT_LT(part.size(), got.size());
 }
 
 TEST(ServeEngine, AStopStringIsNeverEmittedNorPartly) {

@@ -1,6 +1,9 @@
 #include "serve/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
 
 #include "tessera/error.h"
 
@@ -10,10 +13,13 @@ namespace tessera::serve {
 
 StreamUpdate Stream::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || (done_ && !taken_done_); });
+  cv_.wait_for(lk, timeout,
+               [&] { return !pending_.empty() || !pending_logprobs_.empty() || (done_ && !taken_done_); });
   StreamUpdate u;
   u.text = std::move(pending_);
   pending_.clear();
+  u.logprobs = std::move(pending_logprobs_);
+  pending_logprobs_.clear();
   u.prompt_tokens = prompt_tokens_;
   u.completion_tokens = completion_tokens_;
   if (done_ && !taken_done_) {
@@ -27,10 +33,11 @@ StreamUpdate Stream::wait(std::chrono::milliseconds timeout) {
 
 void Stream::cancel() { cancelled_.store(true); }
 
-void Stream::push(const std::string& text, int completion_tokens) {
+void Stream::push(const std::string& text, std::vector<TokenLogprob> logprobs, int completion_tokens) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_ += text;
+    for (auto& l : logprobs) pending_logprobs_.push_back(std::move(l));
     completion_tokens_ = completion_tokens;
   }
   cv_.notify_all();
@@ -83,14 +90,61 @@ std::string StopMatcher::flush() {
   return out;
 }
 
+// ---- logprobs ----
+
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int top) {
+  if (token < 0 || token >= vocab) fail("token_logprob: token ", token, " is outside the vocabulary (", vocab, ")");
+  if (top < 0 || top > vocab) fail("token_logprob: top must be in 0..", vocab, ", got ", top);
+  // log-softmax in double: x - (max + log sum exp(x - max)).
+  const float mx = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - mx);
+  const double lse = static_cast<double>(mx) + std::log(sum);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
+  if (top > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + top, ids.end(), [logits](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < top; ++i) {
+      const int32_t id = ids[static_cast<size_t>(i)];
+      out.top.emplace_back(id, static_cast<float>(static_cast<double>(logits[id]) - lse));
+    }
+  }
+  return out;
+}
+
 // ---- Engine ----
 
 struct Engine::Active {
   Active(const Tokenizer& tok, const EngineRequest& r, std::shared_ptr<Stream> s, Clock::time_point arrived)
-      : stream(std::move(s)), decoder(tok, r.skip_special_tokens), stops(r.stop), arrived(arrived) {}
+      : stream(std::move(s)), decoder(tok, r.skip_special_tokens), stops(r.stop), logprobs(r.logprobs),
+        arrived(arrived) {}
   std::shared_ptr<Stream> stream;
   StreamDecoder decoder;
   StopMatcher stops;
+  // logprobs >= 0: each token's entry waits here until its text is out (stop strings hold text back), with
+  // the byte range [begin, end) of its text in the decoded sequence.
+  int logprobs = -1;
+  struct Held {
+    size_t begin, end;
+    TokenLogprob lp;
+  };
+  std::deque<Held> held;
+  size_t decoded = 0, emitted = 0;  // bytes out of the decoder / out to the stream
+  // The entries whose text is out (at the end, `all`: every one left; a stop string: those with text before it).
+  std::vector<TokenLogprob> released(bool all) {
+    std::vector<TokenLogprob> out;
+    while (!held.empty() && (all || held.front().end <= emitted || (stops.stopped() && held.front().begin < emitted))) {
+      out.push_back(std::move(held.front().lp));
+      held.pop_front();
+    }
+    if (stops.stopped()) held.clear();
+    return out;
+  }
   size_t delivered = 0;  // tokens of the slot already turned into text
   uint64_t counted = 0;  // of those, counted in EngineStats::generation_tokens
   Clock::time_point arrived, admitted, last;
@@ -102,7 +156,7 @@ Engine::Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions&
       tok_(tokenizer),
       options_(options),
       batch_(model, options.max_num_seqs, options.max_model_len,
-             {.decode_rows = options.decode_rows}) {
+             {.host_sampling = options.host_sampling, .keep_logits = true, .decode_rows = options.decode_rows}) {
   if (options.max_queue < 0) fail("serve: max_queue must be >= 0, got ", options.max_queue);
   if (options.prefill_chunk < 0 || options.prefill_chunk > options.max_model_len)
     fail("serve: prefill_chunk must be in 0..", options.max_model_len, " (max_model_len), got ",
@@ -142,6 +196,9 @@ int Engine::max_new_tokens_that_fit(int prompt_len) const {
 std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
   const int len = static_cast<int>(request.prompt.size());
   if (len == 0) fail("the prompt is empty");
+  if (request.logprobs >= 0 && !logprobs_available())
+    fail("logprobs are not available on this device: tokens are sampled inside the compiled step");
+  if (request.logprobs > 20) fail("logprobs: at most 20 alternatives, got ", request.logprobs);
   const int budget = request.config.new_token_budget(len, model_.info().max_position_embeddings);
   const int padded = padded_prompt(len);
   if (padded + budget - 1 > options_.max_model_len)
@@ -246,7 +303,17 @@ void Engine::sync(int slot) {
     else
       a->times.inter_token_s.push_back(std::chrono::duration<double>(now - a->last).count());
     a->last = now;
-    text += a->stops.push(a->decoder.push(ids[a->delivered]));
+    const std::string piece = a->decoder.push(ids[a->delivered]);
+    if (a->logprobs >= 0) {
+      // One token arrives per prefill or step, so the kept logits are this token's.
+      const int64_t vocab = model_.info().vocab_size;
+      a->held.push_back({a->decoded, a->decoded + piece.size(),
+                         token_logprob(batch_.last_logits(slot).data(), vocab, ids[a->delivered], a->logprobs)});
+    }
+    a->decoded += piece.size();
+    const std::string out = a->stops.push(piece);
+    a->emitted += out.size();
+    text += out;
     stopped = a->stops.stopped();
   }
   const int count = static_cast<int>(a->delivered);
@@ -257,20 +324,21 @@ void Engine::sync(int slot) {
   a->counted = static_cast<uint64_t>(count);
   const SlotState st = batch_.state(slot);
   if (stopped) {
-    a->stream->push(text, count);
+    a->stream->push(text, a->released(false), count);
     batch_.release(slot);
     end_slot(slot, "stop", "");
     return;
   }
   if (st.finish == FinishReason::None) {
-    if (!text.empty()) a->stream->push(text, count);
+    std::vector<TokenLogprob> lps = a->released(false);
+    if (!text.empty() || !lps.empty()) a->stream->push(text, std::move(lps), count);
     return;
   }
   if (st.finish != FinishReason::Error) {
     text += a->stops.push(a->decoder.flush());
     text += a->stops.flush();
   }
-  a->stream->push(text, count);
+  a->stream->push(text, a->released(true), count);
   batch_.release(slot);
   end_slot(slot, st.finish == FinishReason::Length ? "length" : st.finish == FinishReason::Error ? "error" : "stop",
            st.finish == FinishReason::Error ? "the model produced a non-finite logit" : "");

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tessera/batch.h"
@@ -29,6 +30,9 @@ struct EngineOptions {
   int max_queue = 64;     // requests that may wait while every slot is busy; beyond, submit() throws QueueFull
   int prefill_chunk = 0;  // > 0: prompts run this many tokens per step (SlotBatch::prefill_chunked)
   SlotBatchOptions::DecodeRows decode_rows = SlotBatchOptions::DecodeRows::Auto;
+  // Sample on the host from the logits even where the backend samples inside the step (PJRT devices): what
+  // logprobs need there, at the cost of the logits crossing back every step.
+  bool host_sampling = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -39,11 +43,24 @@ struct EngineRequest {
   GenerationConfig config;
   std::vector<std::string> stop;  // stop strings (text); the text stops before the first one found
   bool skip_special_tokens = true;
+  int logprobs = -1;  // >= 0: each new token's log-probability and this many most likely alternatives (<= 20)
 };
+
+// A generated token's log-probability under the model's raw distribution (log-softmax of its logits before
+// temperature, penalties or truncation, as vLLM reports them), with the `top` most likely tokens (most likely
+// first; equal logits: the lower id first).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+// From one row of logits [vocab]. Errors: token outside the vocabulary, top < 0 or > vocab.
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int top);
 
 // What a request's consumer sees. Filled by the scheduler thread; read through Stream::wait().
 struct StreamUpdate {
   std::string text;                          // new text since the previous update ("" possible)
+  std::vector<TokenLogprob> logprobs;        // EngineRequest::logprobs >= 0: the tokens whose text is out
   bool done = false;                         // no more updates follow
   std::string finish_reason;                 // when done: "stop" (eos or stop string), "length", "cancelled", "error"
   std::string error;                         // finish_reason "error": the message
@@ -64,12 +81,13 @@ class Stream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string pending_;  // text not yet taken by wait()
+  std::vector<TokenLogprob> pending_logprobs_;
   bool done_ = false;
   bool taken_done_ = false;
   std::string finish_reason_, error_;
   int prompt_tokens_ = 0, completion_tokens_ = 0;
   std::atomic<bool> cancelled_{false};
-  void push(const std::string& text, int completion_tokens);
+  void push(const std::string& text, std::vector<TokenLogprob> logprobs, int completion_tokens);
   void finish(const std::string& reason, const std::string& error, int completion_tokens);
 };
 
@@ -97,6 +115,9 @@ class Engine {
   int warmup();
   // Starts the scheduler thread. Requests submitted before wait in the queue.
   void start();
+  // Whether requests may ask for logprobs (EngineRequest::logprobs): not where tokens are sampled inside the
+  // compiled step (no logits come back to the host).
+  bool logprobs_available() const { return !batch_.device_sampling(); }
   // The most new tokens a prompt of `prompt_len` tokens can get in one slot (< 1: the prompt does not fit).
   int max_new_tokens_that_fit(int prompt_len) const;
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "tessera/auto_tokenizer.h"
+#include "tokenizer/unicode_util.h"
 #include "tessera/error.h"
 
 namespace tessera::serve {
@@ -75,7 +76,7 @@ const std::set<std::string>& unsupported() {
   static const std::set<std::string> s = {"tools",       "tool_choice", "functions",     "function_call",
                                           "response_format", "logit_bias", "parallel_tool_calls", "best_of",
                                           "suffix",      "audio",       "modalities",    "prediction",
-                                          "logprobs",    "top_logprobs", "echo",         "store",
+                                          "echo",        "store",
                                           "metadata",    "service_tier", "reasoning_effort", "web_search_options"};
   return s;
 }
@@ -172,7 +173,10 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
                                                "min_p",       "repetition_penalty", "user"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k)) continue;
-    if (chat && (k == "messages" || k == "max_completion_tokens" || k == "chat_template_kwargs")) continue;
+    if (chat && (k == "messages" || k == "max_completion_tokens" || k == "chat_template_kwargs" || k == "logprobs" ||
+                 k == "top_logprobs"))
+      continue;
+    if (!chat && k == "logprobs") continue;
     if (!chat && k == "prompt") continue;
     if (unsupported().count(k)) {
       // Explicit "off" values are what clients send by default: those are fine.
@@ -251,6 +255,14 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
     for (const auto& x : r.stop)
       if (x.empty()) bad("stop", "'stop' strings must not be empty");
   }
+  if (chat) {
+    const bool on = has("logprobs") && boolean(body["logprobs"], "logprobs");
+    const int top = has("top_logprobs") ? static_cast<int>(integer(body["top_logprobs"], "top_logprobs", 0, 20)) : 0;
+    if (top > 0 && !on) bad("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+    if (on) r.logprobs = top;
+  } else if (has("logprobs")) {
+    r.logprobs = static_cast<int>(integer(body["logprobs"], "logprobs", 0, 20));
+  }
   if (has("user") && !body["user"].is_string()) wrong_type("user", body["user"], "a string");
   g.disable_compile = false;
   if (auto bad_field = g.invalid_field()) bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);
@@ -283,7 +295,7 @@ ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t cre
       c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     else
       c["text"] = choices[i].text;
-    c["logprobs"] = nullptr;
+    c["logprobs"] = choices[i].logprobs;
     c["finish_reason"] = choices[i].finish_reason;
     cs.push_back(std::move(c));
     completion += choices[i].completion_tokens;
@@ -295,7 +307,7 @@ ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t cre
 
 ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                         int index, const std::string* text, bool role, const std::string& finish_reason,
-                        bool with_usage) {
+                        bool with_usage, const ordered_json& logprobs) {
   const bool chat = endpoint == Endpoint::Chat;
   ordered_json out = envelope(id, chat ? "chat.completion.chunk" : "text_completion", created, model);
   ordered_json c;
@@ -308,7 +320,7 @@ ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t create
   } else {
     c["text"] = text ? *text : std::string();
   }
-  c["logprobs"] = nullptr;
+  c["logprobs"] = logprobs;
   c["finish_reason"] = finish_reason.empty() ? ordered_json(nullptr) : ordered_json(finish_reason);
   out["choices"] = ordered_json::array({std::move(c)});
   if (with_usage) out["usage"] = nullptr;
@@ -322,6 +334,60 @@ ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t 
   out["choices"] = ordered_json::array();
   out["usage"] = usage_json(prompt_tokens, completion_tokens);
   return out;
+}
+
+namespace {
+// A token's text as JSON can hold it (invalid UTF-8, e.g. half a character, repaired to U+FFFD) and its raw bytes.
+std::string token_text(const std::string& raw) {
+  if (tok::utf8_is_valid(raw)) return raw;
+  std::string out;
+  tok::utf8_repair_append(raw, out);
+  return out;
+}
+ordered_json byte_list(const std::string& raw) {
+  ordered_json b = ordered_json::array();
+  for (unsigned char c : raw) b.push_back(static_cast<int>(c));
+  return b;
+}
+}  // namespace
+
+ordered_json logprobs_json(Endpoint endpoint, const Tokenizer& tok, const std::vector<TokenLogprob>& tokens,
+                           size_t& text_offset) {
+  if (endpoint == Endpoint::Chat) {
+    ordered_json content = ordered_json::array();
+    for (const TokenLogprob& t : tokens) {
+      const std::string raw = tok.token_bytes(t.token, false);
+      ordered_json e = {{"token", token_text(raw)}, {"logprob", t.logprob}, {"bytes", byte_list(raw)}};
+      ordered_json top = ordered_json::array();
+      for (const auto& [id, lp] : t.top) {
+        const std::string r = tok.token_bytes(id, false);
+        top.push_back({{"token", token_text(r)}, {"logprob", lp}, {"bytes", byte_list(r)}});
+      }
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+      text_offset += raw.size();
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  ordered_json toks = ordered_json::array(), lps = ordered_json::array(), tops = ordered_json::array(),
+               offsets = ordered_json::array();
+  for (const TokenLogprob& t : tokens) {
+    const std::string raw = tok.token_bytes(t.token, false);
+    toks.push_back(token_text(raw));
+    lps.push_back(t.logprob);
+    ordered_json top = ordered_json::object();
+    for (const auto& [id, lp] : t.top) {
+      const std::string key = token_text(tok.token_bytes(id, false));
+      if (!top.contains(key)) top[key] = lp;  // two ids with one text: the likelier one
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += raw.size();
+  }
+  return {{"tokens", std::move(toks)},
+          {"token_logprobs", std::move(lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
 }
 
 std::string sse(const ordered_json& j) { return "data: " + j.dump() + "\n\n"; }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/engine.h"
 #include "tessera/generation.h"
 #include "tessera/tokenizer.h"
 
@@ -35,6 +36,7 @@ struct ParsedRequest {
   GenerationConfig config;         // the model's defaults with the request's fields
   bool max_tokens_given = false;   // max_tokens / max_completion_tokens (else: what fits the context)
   std::vector<std::string> stop;   // up to 4
+  int logprobs = -1;               // chat logprobs + top_logprobs, completions logprobs: alternatives; -1 off
 };
 
 // What the server answers to: its model name, the model's defaults and tokenizer.
@@ -52,16 +54,23 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Se
 struct ChoiceResult {
   std::string text, finish_reason;
   int completion_tokens = 0;
+  nlohmann::ordered_json logprobs;  // null, or logprobs_json() of its tokens
 };
+// A choice's "logprobs" for `tokens` as the endpoint writes it: chat {"content": [{token, logprob, bytes,
+// top_logprobs}]}; completions {tokens, token_logprobs, top_logprobs, text_offset}, where `text_offset` (the
+// bytes of the choice's tokens before these) advances past them, so stream chunks continue the count.
+nlohmann::ordered_json logprobs_json(Endpoint endpoint, const Tokenizer& tok, const std::vector<TokenLogprob>& tokens,
+                                     size_t& text_offset);
 nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens);
 nlohmann::ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t created,
                                      const std::string& model, const std::vector<ChoiceResult>& choices,
                                      int prompt_tokens);
 // One SSE chunk's JSON for choice `index`: `text` (the first chat chunk carries the role), and `finish_reason`
-// ("" = null). `with_usage`: the chunk carries "usage": null (include_usage was asked for).
+// ("" = null). `with_usage`: the chunk carries "usage": null (include_usage was asked for). `logprobs`: those of
+// the chunk's tokens (logprobs_json), or null.
 nlohmann::ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                                   int index, const std::string* text, bool role, const std::string& finish_reason,
-                                  bool with_usage);
+                                  bool with_usage, const nlohmann::ordered_json& logprobs = nullptr);
 // The last chunk of a stream with include_usage: empty choices and the totals.
 nlohmann::ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created,
                                         const std::string& model, int prompt_tokens, int completion_tokens);
