@@ -3,7 +3,8 @@
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 target_link_libraries(tessera_cli PRIVATE PkgConfig::HTTPLIB)
 if(TARGET tessera_tests)
-  target_link_libraries(tessera_tests PRIVATE PkgConfig::HTTPLIB)  # tests/test_serve_http.cpp: a real client
+  # tests/serve_test_util.h (test_serve_http.cpp, test_serve_concurrent.cpp): a real client
+  target_link_libraries(tessera_tests PRIVATE PkgConfig::HTTPLIB)
 endif()
 if(TARGET tessera_tests AND NOT TESSERA_TSAN)
   # The openai Python client and curl against the real server (scripts/test.sh installs .venv-test).
