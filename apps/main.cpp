@@ -18,6 +18,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "bench_command.h"
+#include "chat_client.h"
 #include "cli_env.h"
 #include "compile_flags.h"
 #include "serve_command.h"
@@ -557,6 +558,20 @@ int run_chat(GenerateFlags& f) {
   return 0;
 }
 
+// ---- chat --server ----
+int run_chat_with_server(const GenerateFlags& f, const std::string& url, const std::string& api_key) {
+  cli::check_chat_server_flags(*f.cmd);
+  cli::ChatClientOptions o;
+  o.url = url;
+  o.api_key = api_key;
+  o.model = f.m.model;  // the request's "model" when given
+  o.system = f.system;
+  o.sampling = flag_overrides(f);
+  o.stop = f.stop;
+  o.quiet = f.m.quiet;
+  return cli::run_chat_client(o);
+}
+
 // ---- serve ----
 int run_serve_command(const ModelFlags& mf, const cli::ServeSettings& settings) {
   ModelFlags m = mf;
@@ -733,10 +748,20 @@ int main(int argc, char** argv) {
   add_sampling_flags(g, gen);
 
   GenerateFlags chat;
-  auto* c = app.add_subcommand("chat", "Interactive conversation in the terminal (streams tokens)");
+  std::string chat_server, chat_api_key;
+  auto* c = app.add_subcommand(
+      "chat",
+      "Interactive conversation in the terminal (streams tokens; with --server, through a running server)");
   add_model_flags(c, chat.m, true);
   c->add_option("--system", chat.system, "System message");
   add_sampling_flags(c, chat);
+  c->add_option("--server", chat_server,
+                "Chat through a running OpenAI-compatible server (tessera serve, vLLM, ...) at URL, "
+                "http://HOST:PORT or a base URL ending in /v1, instead of loading a model here; MODEL, when "
+                "given, is sent as the request's model; the sampling flags, --system and --stop apply, the "
+                "model and device flags do not")
+      ->check(non_empty());
+  c->add_option("--api-key", chat_api_key, "With --server: send Authorization: Bearer KEY");
 
   ModelFlags srv_m;
   cli::ServeSettings srv;
@@ -802,7 +827,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (g->parsed()) return run_generate(gen);
-    if (c->parsed()) return run_chat(chat);
+    if (c->parsed()) {
+      if (!chat_server.empty()) return run_chat_with_server(chat, chat_server, chat_api_key);
+      if (c->count("--api-key")) fail("chat: --api-key needs --server URL");
+      return run_chat(chat);
+    }
     if (f->parsed()) return run_forward(fwd, fwd_ids, fwd_json);
     if (sv->parsed()) return run_serve_command(srv_m, srv);
     if (t->parsed()) return run_tokenize(tok_path, jsonl, add_special);

@@ -4,6 +4,7 @@
 // leaves subprocess runs to stage 1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "serve_test_util.h"
@@ -181,6 +182,79 @@ TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
   // 200 tokens take longer than the 1 s it was given: the stream ends with an error event, then [DONE].
   EXPECT_NE(body.find("\"type\":\"service_unavailable\""), std::string::npos) << body;
   EXPECT_NE(body.find("data: [DONE]\n\n"), std::string::npos) << body;
+}
+
+// `tessera chat --server URL`: two user turns piped in, then /reset and the first again. The printed replies
+// must be the server's non-streamed answers to the same conversations (each reply a line, no prompt: stdin
+// is not a terminal).
+TEST(Cli, ChatServerPrintsTheServersAnswersToTheConversation) {
+  START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "512", "--api-key", "sekret"});
+  auto c = client(s.port);
+  const httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
+  const std::string system = "You are a geography teacher.";
+  const std::string q1 = "What is the capital of France?", q2 = "And what is the capital of Italy?";
+  auto answer = [&](const json& msgs) {
+    json body = {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}};
+    auto r = c->Post("/v1/chat/completions", auth, body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return std::string();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>();
+  };
+  json msgs = {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", q1}}};
+  const std::string a1 = answer(msgs);
+  msgs.push_back({{"role", "assistant"}, {"content", a1}});
+  msgs.push_back({{"role", "user"}, {"content", q2}});
+  const std::string a2 = answer(msgs);
+  ASSERT_FALSE(a1.empty());
+  ASSERT_NE(a1, a2);  // the second turn is answered with the first in view, not alone
+
+  const std::string url = "http://127.0.0.1:" + std::to_string(s.port);
+  const std::string flags = " --api-key sekret --greedy --max-new-tokens 12 --system " + shell_quoted(system);
+  auto r = tessera::testing::run_cli("chat --server " + url + flags, q1 + "\n" + q2 + "\n/reset\n" + q1 + "\n");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, a1 + "\n" + a2 + "\n" + a1 + "\n");
+  EXPECT_NE(r.err.find(" tokens, "), std::string::npos) << r.err;  // the stats lines, from the usage chunk
+  // The same through the base URL ending in /v1, quiet, with the model named.
+  r = tessera::testing::run_cli("chat smollm2 -q --server " + url + "/v1/" + flags, q1 + "\n/exit\n" + q2 + "\n");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, a1 + "\n");
+  EXPECT_EQ(r.err, "");
+
+  // Errors: one line on stderr, exit 1; a non-200 answer with the server's own message.
+  auto one_error_line = [](const tessera::testing::CliResult& e, const std::string& has) {
+    EXPECT_EQ(e.code, 1) << e.err;
+    EXPECT_EQ(e.err.rfind("tessera: error: ", 0), 0u) << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+    EXPECT_NE(e.err.find(has), std::string::npos) << "wanted '" << has << "' in: " << e.err;
+  };
+  auto no_key = c->Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})",
+                        "application/json");
+  ASSERT_TRUE(no_key);
+  ASSERT_EQ(no_key->status, 401);
+  const std::string no_key_message = json::parse(no_key->body)["error"]["message"];
+  r = tessera::testing::run_cli("chat --server " + url, "hi\n");
+  one_error_line(r, "answered 401: " + no_key_message);
+  EXPECT_EQ(r.out, "");
+  r = tessera::testing::run_cli("chat nosuchmodel --api-key sekret --server " + url, "hi\n");
+  one_error_line(r, "answered 404: ");
+  EXPECT_NE(r.err.find("nosuchmodel"), std::string::npos) << r.err;  // the server's message names it
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+  // Nothing listens there now.
+  one_error_line(tessera::testing::run_cli("chat --server " + url, "hi\n"), "cannot reach " + url);
+  for (const std::string bad : {"127.0.0.1:8080", "ftp://127.0.0.1", "http://:8080", "http://127.0.0.1:99999",
+                                "http://127.0.0.1:80x", "http://user:pw@127.0.0.1", "http://127.0.0.1/?q=1"})
+    one_error_line(tessera::testing::run_cli("chat --server " + shell_quoted(bad), "hi\n"), "--server");
+  // Flags that choose what the server already chose are refused, by name.
+  for (const std::string flag : {"--device xla-cpu", "--dtype float32", "--threads 2", "--warmup",
+                                 "--buckets 16", "--max-length 50", "--cache-implementation dynamic"})
+    one_error_line(tessera::testing::run_cli("chat --server " + url + " " + flag, "hi\n"),
+                   flag.substr(0, flag.find(' ')));
+  one_error_line(tessera::testing::run_cli("chat --api-key k", "hi\n"), "--server");
+  r = tessera::testing::run_cli("chat --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--server"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--api-key"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ServeFlagErrors) {
