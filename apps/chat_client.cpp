@@ -136,6 +136,25 @@ void add_sampling_fields(const ChatClientOptions& opt, ordered_json& body) {
   if (!opt.stop.empty()) body["stop"] = opt.stop;
 }
 
+// What went wrong on the wire, in words (httplib's own names are one word: "Connection").
+std::string transport_error(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "could not connect (is a server listening there?)";
+    case httplib::Error::ConnectionTimeout:
+      return "the connection timed out";
+    case httplib::Error::Read:
+      return "reading the answer failed (connection closed or timed out)";
+    case httplib::Error::Write:
+      return "sending the request failed";
+    case httplib::Error::SSLConnection:
+    case httplib::Error::SSLServerVerification:
+      return "TLS failed (" + httplib::to_string(e) + ")";
+    default:
+      return httplib::to_string(e);
+  }
+}
+
 std::string repaired(const std::string& text) {
   std::string out;
   tok::utf8_repair_append(text, out);
@@ -263,7 +282,7 @@ int run_chat_client(const ChatClientOptions& opt) {
     }
     if (!res)
       fail(status ? "the stream from " + where + " broke off: " : "cannot reach " + where + ": ",
-           httplib::to_string(res.error()));
+           transport_error(res.error()));
     if (status != 200) fail(where, " answered ", status, ": ", error_message(error_body));
     if (!done) {
       if (!reply.empty()) std::fputc('\n', stdout), std::fflush(stdout);
