@@ -118,6 +118,10 @@ std::string metrics_text(Server& s) {
         st.slots ? static_cast<double>(st.running) / st.slots : 0.0);
   counter("prompt_tokens_total", "Prompt tokens prefilled.", static_cast<double>(st.prompt_tokens));
   counter("generation_tokens_total", "Tokens generated.", static_cast<double>(st.generation_tokens));
+  counter("prefix_cache_queries_total", "Prompt tokens looked up in the slots' kept caches.",
+          static_cast<double>(st.prefix_queries));
+  counter("prefix_cache_hits_total", "Prompt tokens taken from a slot's kept cache instead of prefilled.",
+          static_cast<double>(st.prefix_hits));
   counter("num_decode_steps_total", "Batched decode steps run.", static_cast<double>(st.steps));
   counter("request_cancelled_total", "Requests cancelled (client gone, shutdown).",
           static_cast<double>(st.requests_cancelled));
@@ -355,6 +359,10 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
          "(only the running slots: a program per count), auto (running on the cpu device, all on PJRT "
          "devices; default)")
       ->check(CLI::IsMember({"all", "running", "auto"}));
+  cmd->add_flag("--prefix-reuse", s.engine.prefix_reuse,
+                "A request whose prompt starts with what a free slot's cache holds (the previous turn of a chat) "
+                "prefills only the rest (default off: logits may then differ from a full prefill in the last "
+                "bits; not with --prefill-chunk)");
   cmd->add_flag("--host-sampling", s.engine.host_sampling,
                 "Sample tokens on the host from the logits where the device would sample inside the compiled "
                 "step (PJRT devices): needed there for requests with logprobs; costs the logits' transfer per step");

@@ -398,6 +398,60 @@ void expect_chunked_equals_alone(const std::string& device) {
   EXPECT_LE(worst, 1e-5f) << "the first token's logits: chunked against one prefill";
 }
 
+// Prefix reuse: the second turn of a chat (the first turn's prompt and answer, then more) prefills only what the
+// slot does not hold, and its tokens equal the request alone.
+void expect_prefix_reuse_equals_alone(const std::string& device) {
+  CausalLM m = load("llama_gqa", device);
+  const bool host = device == "cpu";
+  SlotBatch batch(m, 2, 96, {.keep_logits = host, .prefix_reuse = true});
+  const std::vector<int32_t> first = prompt(21, 1);
+  batch.prefill(0, first, greedy(6));
+  batch.prefill(1, prompt(9, 4), greedy(12));  // company in the batch
+  while (batch.running(0)) batch.step();
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), batch.tokens(0).begin(), batch.tokens(0).end());
+  const std::vector<int32_t> more = prompt(7, 5);
+  second.insert(second.end(), more.begin(), more.end());
+  batch.release(0);
+  // The slot holds the first prompt and 5 of its 6 new tokens (the last was never fed back).
+  EXPECT_EQ(batch.kept_tokens(0), 21 + 5);
+  const int reuse = batch.reusable(0, second, greedy(8));
+  const int rest = static_cast<int>(second.size()) - (21 + 5);
+  EXPECT_EQ(reuse, static_cast<int>(second.size()) - m.prompt_bucket(rest)) << device;
+  EXPECT_EQ(batch.reusable(0, prompt(30, 9), greedy(8)), 0) << "another prompt: nothing in common";
+  EXPECT_EQ(batch.reusable(1, second, greedy(8)), 0) << "a busy slot holds nothing to reuse";
+  batch.prefill(0, second, greedy(8));
+  EXPECT_EQ(batch.reused_tokens(), reuse);
+  std::vector<float> reused_first;
+  if (host) reused_first = batch.last_logits(0);
+  while (batch.running_count() > 0) batch.step();
+  const auto alone = m.generate({second}, {}, greedy(8)).sequences[0];
+  EXPECT_EQ(batch.tokens(0), std::vector<int32_t>(alone.begin() + static_cast<long>(second.size()), alone.end()))
+      << device;
+  // A prompt that parts from the kept tokens midway reuses the common part only (exact lengths on cpu).
+  batch.release(0);
+  std::vector<int32_t> parted(second.begin(), second.begin() + 15);
+  parted.push_back(second[15] == 3 ? 4 : 3);
+  parted.insert(parted.end(), more.begin(), more.end());
+  if (!host) return;
+  EXPECT_EQ(batch.reusable(0, parted, greedy(4)), 15);
+  SlotBatch one(m, 1, 96, {.keep_logits = true});
+  one.prefill(0, second, greedy(8));
+  float worst = 0;
+  for (size_t v = 0; v < reused_first.size(); ++v)
+    worst = std::max(worst, std::fabs(reused_first[v] - one.last_logits(0)[v]));
+  EXPECT_LE(worst, 1e-5f) << "the first token's logits: reused prefix against one prefill";
+}
+
+TEST(SlotBatchPrefixReuse, TheNextTurnPrefillsOnlyTheRestAndEqualsAloneOnCpu) {
+  expect_prefix_reuse_equals_alone("cpu");
+}
+
+TEST(SlotBatchPrefixReuse, TheNextTurnPrefillsOnlyTheRestAndEqualsAloneOnXlaCpu) {
+  REQUIRE_XLA_CPU();
+  expect_prefix_reuse_equals_alone("xla-cpu");
+}
+
 TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnCpu) { expect_chunked_equals_alone("cpu"); }
 
 TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnXlaCpu) {

@@ -333,6 +333,26 @@ TEST(ServeEngine, LogprobsAreThoseOfTheModelForEveryToken) {
   EXPECT_LT(part.size(), got.size());
 }
 
+TEST(ServeEngine, PrefixReuseTakesThePreviousTurnFromItsSlot) {
+  REQUIRE_SMOLLM2(l);
+  CausalLM& m = *l->model;
+  serve::Engine engine(m, *l->tok, {.max_num_seqs = 2, .max_model_len = 128, .max_queue = 4, .prefix_reuse = true});
+  engine.start();
+  const std::vector<int32_t> first = l->tok->encode("The capital of France is", true);
+  Finished a = drain_stream(*engine.submit({first, greedy(m, 8), {}, true}));
+  ASSERT_EQ(a.reason, "length");
+  GenerateOutput ref = m.generate({first}, {}, greedy(m, 8));
+  std::vector<int32_t> second = ref.sequences[0];  // the first turn, its answer, then more
+  const std::vector<int32_t> more = l->tok->encode(" And the capital of Spain is", false);
+  second.insert(second.end(), more.begin(), more.end());
+  Finished b = drain_stream(*engine.submit({second, greedy(m, 8), {}, true}));
+  EXPECT_EQ(b.text, alone(*l, second, 8).first);
+  const serve::EngineStats st = engine.stats();
+  EXPECT_EQ(st.prefix_queries, first.size() + second.size());
+  // The slot kept the first prompt and 7 of its 8 new tokens; on cpu (exact lengths) all of them are reused.
+  EXPECT_EQ(st.prefix_hits, first.size() + 7);
+}
+
 TEST(ServeEngine, AStopStringIsNeverEmittedNorPartly) {
   REQUIRE_SMOLLM2(l);
   const std::vector<int32_t> prompt = l->tok->encode("Once upon a time,", true);

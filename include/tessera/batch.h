@@ -42,6 +42,10 @@ struct SlotBatchOptions {
   // All. Greedy tokens are the same either way.
   enum class DecodeRows { All, Running, Auto };
   DecodeRows decode_rows = DecodeRows::All;
+  // Prefix reuse: a released slot keeps what its cache holds, and a prefill() into it whose prompt starts with
+  // those tokens runs only the rest (on bucketed backends: the rest padded back into the prefix to a bucket,
+  // those prefix positions recomputed). See reusable().
+  bool prefix_reuse = false;
 };
 
 // The token one running slot got from a step.
@@ -99,6 +103,14 @@ class SlotBatch {
   std::vector<SlotToken> step();
   // Frees a busy slot (finished, or still running: that cancels it). Error when the slot is not busy.
   void release(int slot);
+
+  // prefix_reuse: how many leading tokens of `prompt` prefill(slot, prompt, config) would take from what free
+  // slot `slot` still holds (0: none; it runs the whole prompt). Never the whole prompt: its last token runs.
+  int reusable(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config) const;
+  // prefix_reuse: how many tokens free slot `slot` still holds (0 for a busy slot).
+  int kept_tokens(int slot) const;
+  // Prompt tokens taken from a slot's cache instead of prefilled, over the batch's life.
+  int64_t reused_tokens() const;
 
   bool busy(int slot) const;
   bool running(int slot) const;

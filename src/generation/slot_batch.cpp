@@ -32,6 +32,7 @@ struct Slot {
   int32_t last = 0;     // the last token (the next step's input)
   std::vector<float> logits;  // keep_logits: those of the last token
   std::vector<int32_t> padded;  // the prompt padded on the left, until its prefill is done
+  std::vector<int32_t> prompt;  // prefix_reuse: the prompt, for what the cache row holds once released
   int chunk = 0;                // prefill_chunked: chunk length (0: one prefill)
   int chunks_done = 0;
   bool prefilling() const { return !padded.empty(); }
@@ -42,6 +43,12 @@ struct Slot {
 
 }  // namespace
 
+// What a released slot's cache row still holds (prefix_reuse): `tokens[i]` at cache position kv_begin + i.
+struct Kept {
+  int kv_begin = 0;
+  std::vector<int32_t> tokens;
+};
+
 struct SlotBatch::Impl {
   runtime::ModelCore* m = nullptr;
   int n = 0, cache_len = 0;
@@ -51,6 +58,8 @@ struct SlotBatch::Impl {
   graph::Sampling sampling = graph::Sampling::Off;
   std::unique_ptr<backends::DeviceCache> cache;
   std::vector<Slot> slots;
+  std::vector<Kept> kept;  // per slot (prefix_reuse)
+  int64_t reused = 0;
   int steps = 0;
   // Reused step buffers.
   StepInputs in;
@@ -77,8 +86,43 @@ struct SlotBatch::Impl {
   }
 
   // A new sequence for `slot` checked and set up (not yet run); chunk 0: one prefill at the prompt's bucket.
+  // `reuse` (chunk 0 only): prompt tokens taken from kept[slot].
   Slot start(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
-             const TokenCallback& on_token, int chunk, const char* what);
+             const TokenCallback& on_token, int chunk, const char* what, int reuse = 0);
+  // The run of a prefill that reuses: [from, len) of the prompt, len - from a prompt bucket (or exact).
+  struct Reuse {
+    int tokens = 0;  // prompt tokens not recomputed
+    int from = 0;    // first prompt token run
+  };
+  Reuse plan_reuse(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg) const {
+    Reuse r;
+    if (!options.prefix_reuse || slot < 0 || slot >= n) return r;
+    const Slot& s = slots[static_cast<size_t>(slot)];
+    const Kept& k = kept[static_cast<size_t>(slot)];
+    if (s.busy || k.tokens.empty()) return r;
+    // In-step sampling starts its repetition mask at each prefill program: only the run's tokens would count.
+    if (on_device && cfg.repetition_penalty != 1.0f) return r;
+    const size_t len = prompt.size();
+    size_t common = 0;
+    while (common < k.tokens.size() && common + 1 < len && k.tokens[common] == prompt[common]) ++common;
+    if (common == 0) return r;
+    const int rest = static_cast<int>(len - common);
+    const int run = m->bucket_for(rest, false);
+    const int from = static_cast<int>(len) - run;
+    if (from < 0) return r;  // the bucket reaches before the prompt: a plain prefill
+    // The cache row must still fit the prompt and its budget from kv_begin on (a config that cannot say its
+    // budget gets a plain prefill, which names what is wrong with it).
+    int budget = 0;
+    try {
+      budget = cfg.new_token_budget(static_cast<int>(len), m->config.max_position_embeddings);
+    } catch (const Error&) {
+      return r;
+    }
+    if (k.kv_begin + static_cast<int64_t>(len) + budget - 1 > cache_len) return r;
+    r.tokens = from;
+    r.from = from;
+    return r;
+  }
   // Runs positions [from, from + count) of the slot's padded prompt (one row-mapped prefill program).
   void run_prompt(const Slot& s, int slot, int from, int count);
   // The first token, from the last prompt run: chosen, checked, broadcast, streamed and accepted.
@@ -112,6 +156,7 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
                         (options.decode_rows == Rows::Auto && !b.m->caps.prefers_buckets);
   b.sampling = b.on_device ? graph::Sampling::Sample : graph::Sampling::Off;
   b.slots.resize(static_cast<size_t>(slots));
+  b.kept.resize(static_cast<size_t>(slots));
   b.cache = b.m->make_cache(slots, cache_len);
 }
 
@@ -125,7 +170,7 @@ bool SlotBatch::device_sampling() const { return impl_->on_device; }
 int SlotBatch::steps() const { return impl_->steps; }
 
 Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
-                            const TokenCallback& on_token, int chunk, const char* what) {
+                            const TokenCallback& on_token, int chunk, const char* what, int reuse) {
   const Slot& s = at(slot, what);
   if (s.busy)
     fail("SlotBatch::", what, ": slot ", slot, " is busy (", s.row.running() ? "running" : "finished", "; release(",
@@ -147,8 +192,11 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   if (len + budget > max_pos)
     fail("SlotBatch::", what, ": slot ", slot, ": prompt (", len, " tokens) + max_new_tokens (", budget,
          ") exceeds max_position_embeddings (", max_pos, ")");
-  // The prompt is padded on the left to its bucket (one prefill) or to whole chunks.
-  const int64_t padded = chunk > 0 ? (static_cast<int64_t>(len) + chunk - 1) / chunk * chunk : m->bucket_for(len, true);
+  // The prompt is padded on the left to its bucket (one prefill) or to whole chunks; reusing, it sits where the
+  // slot's kept sequence sits (that padding before it).
+  const int64_t padded = reuse > 0    ? kept[static_cast<size_t>(slot)].kv_begin + static_cast<int64_t>(len)
+                         : chunk > 0 ? (static_cast<int64_t>(len) + chunk - 1) / chunk * chunk
+                                     : m->bucket_for(len, true);
   if (padded + budget - 1 > cache_len)
     fail("SlotBatch::", what, ": slot ", slot, ": a prompt of ", len, " tokens (",
          chunk > 0 ? "in chunks of " : "prefill bucket ", chunk > 0 ? chunk : padded,
@@ -162,6 +210,7 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   fresh.row.start(cfg, cfg.seed ? *cfg.seed : generation::fresh_seed(), prompt, 0, budget);
   fresh.on_token = on_token;
   fresh.prompt_tokens = len;
+  if (options.prefix_reuse) fresh.prompt = prompt;
   fresh.prefill_len = static_cast<int>(padded);
   fresh.kv_begin = static_cast<int>(padded) - len;
   fresh.chunk = chunk;
@@ -210,9 +259,17 @@ int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
 int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
                            const TokenCallback& on_token) {
   Impl& b = *impl_;
-  Slot fresh = b.start(slot, prompt, cfg, on_token, 0, "prefill");
+  const Impl::Reuse reuse = b.plan_reuse(slot, prompt, cfg);
+  Slot fresh = b.start(slot, prompt, cfg, on_token, 0, "prefill", reuse.tokens);
   auto lock = b.m->step_lock();
-  b.run_prompt(fresh, slot, 0, fresh.prefill_len);  // the whole prompt at its bucket
+  if (reuse.tokens > 0) {
+    // The kept tokens [0, from) stay in the cache; the rest of the prompt runs after them.
+    b.run_prompt(fresh, slot, fresh.kv_begin + reuse.from, fresh.prompt_tokens - reuse.from);
+    b.reused += reuse.tokens;
+  } else {
+    b.run_prompt(fresh, slot, 0, fresh.prefill_len);  // the whole prompt at its bucket
+  }
+  b.kept[static_cast<size_t>(slot)] = Kept{};
   const int32_t tok = b.first_token(fresh, slot, "prefill");
   fresh.busy = true;
   b.slots[static_cast<size_t>(slot)] = std::move(fresh);
@@ -225,6 +282,7 @@ void SlotBatch::prefill_chunked(int slot, const std::vector<int32_t>& prompt, co
   if (chunk < 1 || chunk > b.cache_len)
     fail("SlotBatch::prefill_chunked: chunk must be in 1..", b.cache_len, " (cache_len), got ", chunk);
   Slot fresh = b.start(slot, prompt, cfg, on_token, chunk, "prefill_chunked");
+  b.kept[static_cast<size_t>(slot)] = Kept{};
   fresh.busy = true;
   b.slots[static_cast<size_t>(slot)] = std::move(fresh);
 }
@@ -362,8 +420,28 @@ int SlotBatch::warmup(int max_prompt) {
 void SlotBatch::release(int slot) {
   Slot& s = impl_->at(slot, "release");
   if (!s.busy) fail("SlotBatch::release: slot ", slot, " is not busy (it is free already)");
+  Kept& k = impl_->kept[static_cast<size_t>(slot)];
+  k = Kept{};
+  if (impl_->options.prefix_reuse && !s.prefilling() && !s.out.empty() && s.row.finish != FinishReason::Error) {
+    // The cache row holds the prompt and every new token but the last (never fed back).
+    k.kv_begin = s.kv_begin;
+    k.tokens = std::move(s.prompt);
+    k.tokens.insert(k.tokens.end(), s.out.begin(), s.out.end() - 1);
+  }
   s = Slot{};
 }
+
+int SlotBatch::reusable(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config) const {
+  impl_->at(slot, "reusable");
+  return impl_->plan_reuse(slot, prompt, config).tokens;
+}
+
+int SlotBatch::kept_tokens(int slot) const {
+  const Slot& s = impl_->at(slot, "kept_tokens");
+  return s.busy ? 0 : static_cast<int>(impl_->kept[static_cast<size_t>(slot)].tokens.size());
+}
+
+int64_t SlotBatch::reused_tokens() const { return impl_->reused; }
 
 bool SlotBatch::busy(int slot) const { return impl_->at(slot, "busy").busy; }
 

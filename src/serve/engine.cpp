@@ -156,7 +156,10 @@ Engine::Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions&
       tok_(tokenizer),
       options_(options),
       batch_(model, options.max_num_seqs, options.max_model_len,
-             {.host_sampling = options.host_sampling, .keep_logits = true, .decode_rows = options.decode_rows}) {
+             {.host_sampling = options.host_sampling,
+              .keep_logits = true,
+              .decode_rows = options.decode_rows,
+              .prefix_reuse = options.prefix_reuse && options.prefill_chunk == 0}) {
   if (options.max_queue < 0) fail("serve: max_queue must be >= 0, got ", options.max_queue);
   if (options.prefill_chunk < 0 || options.prefill_chunk > options.max_model_len)
     fail("serve: prefill_chunk must be in 0..", options.max_model_len, " (max_model_len), got ",
@@ -247,10 +250,26 @@ std::vector<RequestTimes> Engine::take_times() {
   return out;
 }
 
+// The free slot for `r`: the one whose kept cache gives it the longest prefix; with none, the one keeping the
+// least (so a useful prefix stays for its next turn); -1 when none is free.
+int Engine::choose_slot(const EngineRequest& r) const {
+  int best = -1, best_reuse = 0, least_kept = 0;
+  for (int s = 0; s < options_.max_num_seqs; ++s) {
+    if (batch_.busy(s)) continue;
+    const int reuse = options_.prefix_reuse ? batch_.reusable(s, r.prompt, r.config) : 0;
+    const int kept = batch_.kept_tokens(s);
+    if (best < 0 || reuse > best_reuse || (reuse == best_reuse && best_reuse == 0 && kept < least_kept)) {
+      best = s;
+      best_reuse = reuse;
+      least_kept = kept;
+    }
+  }
+  return best;
+}
+
 void Engine::admit_waiting() {
   while (true) {
-    const int slot = batch_.free_slot();
-    if (slot < 0) return;
+    if (batch_.free_slot() < 0) return;
     Waiting w;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -259,6 +278,7 @@ void Engine::admit_waiting() {
       waiting_.pop_front();
       stats_.waiting = static_cast<int>(waiting_.size());
     }
+    const int slot = choose_slot(w.request);
     if (w.stream->cancelled()) {
       w.stream->finish("cancelled", "", 0);
       std::lock_guard<std::mutex> lk(mu_);
@@ -275,10 +295,15 @@ void Engine::admit_waiting() {
       stats_.prompt_tokens += w.request.prompt.size();
     }
     try {
-      if (options_.prefill_chunk > 0)
+      if (options_.prefill_chunk > 0) {
         batch_.prefill_chunked(slot, w.request.prompt, w.request.config, options_.prefill_chunk);
-      else
+      } else {
+        const int64_t before = batch_.reused_tokens();
         batch_.prefill(slot, w.request.prompt, w.request.config);
+        std::lock_guard<std::mutex> lk(mu_);
+        stats_.prefix_queries += w.request.prompt.size();
+        stats_.prefix_hits += static_cast<uint64_t>(batch_.reused_tokens() - before);
+      }
     } catch (const std::exception& e) {
       if (batch_.busy(slot)) batch_.release(slot);
       end_slot(slot, "error", e.what());

@@ -33,6 +33,11 @@ struct EngineOptions {
   // Sample on the host from the logits even where the backend samples inside the step (PJRT devices): what
   // logprobs need there, at the cost of the logits crossing back every step.
   bool host_sampling = false;
+  // A request whose prompt starts with what a free slot's cache still holds (the previous turn of a chat) runs
+  // only the rest (SlotBatchOptions::prefix_reuse). Off by default: the kept tokens' K/V were computed by
+  // other kernels (decode steps, another prefill) than a full prefill would use, so logits may differ in the
+  // last bits (<= 1e-5 measured) and a near-tie could flip a greedy token.
+  bool prefix_reuse = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -95,6 +100,7 @@ struct EngineStats {
   int running = 0, waiting = 0, slots = 0;
   uint64_t prompt_tokens = 0, generation_tokens = 0, requests_finished = 0, requests_cancelled = 0;
   uint64_t steps = 0;
+  uint64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / taken from a slot's cache
 };
 
 // Latencies of finished requests, in seconds, for the metrics endpoint.
@@ -141,6 +147,7 @@ class Engine {
   struct Active;
   void loop();
   void admit_waiting();
+  int choose_slot(const EngineRequest& r) const;
   void sync(int slot);
   int padded_prompt(int len) const;
   void end_slot(int slot, const std::string& reason, const std::string& error);
