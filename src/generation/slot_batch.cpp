@@ -128,6 +128,12 @@ struct SlotBatch::Impl {
   // The first token, from the last prompt run: chosen, checked, broadcast, streamed and accepted.
   int32_t first_token(Slot& s, int slot, const char* what);
 
+  // The decode program for `batch` step rows (fewer than n: row-mapped into the cache).
+  ShapeKey decode_key(int batch) const {
+    return {.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m->info.dtype,
+            .sampling = sampling, .cache_rows = batch != n ? n : 0};
+  }
+
   void run(const ShapeKey& key) {
     std::unique_ptr<backends::Executable> scratch;
     const backends::Executable& exe = m->executable(key, false, scratch);
@@ -349,8 +355,7 @@ std::vector<SlotToken> SlotBatch::step() {
       if (b.on_device) (run ? s.row.params : idle).append_encoded(run ? s.row.produced : 0, in.sample_params);
     }
     if (mapped) in.cache_rows = rows;
-    b.run({.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = b.cache_len, .dtype = m.info.dtype,
-           .sampling = b.sampling, .cache_rows = mapped ? b.n : 0});
+    b.run(b.decode_key(batch));
     ++b.steps;
 
     std::vector<int32_t> next(static_cast<size_t>(b.n), 0), keep(static_cast<size_t>(b.n), 1);
@@ -408,10 +413,7 @@ int SlotBatch::warmup(int max_prompt) {
                   .dtype = m.info.dtype, .sampling = b.sampling, .cache_rows = mapped ? b.n : 0},
                  build);
   }
-  for (int batch = b.running_rows_only ? 1 : b.n; batch <= b.n; ++batch)
-    m.cache->get({.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = b.cache_len,
-                  .dtype = m.info.dtype, .sampling = b.sampling, .cache_rows = batch != b.n ? b.n : 0},
-                 build);
+  for (int batch = b.running_rows_only ? 1 : b.n; batch <= b.n; ++batch) m.cache->get(b.decode_key(batch), build);
   m.cache->arm_guard();
   const graph::CompileStats after = m.compile_stats();
   return after.compiles + after.disk_hits - before.compiles - before.disk_hits;
