@@ -370,7 +370,8 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
                   "The model name clients send and /v1/models lists (default: the model's path)");
   cmd->add_option("--api-key", s.api_key, "Require Authorization: Bearer KEY on /v1/* (default: no key)");
   cmd->add_flag("--warmup", s.warmup,
-                "Compile the decode step and every prompt bucket's prefill before /health says ready");
+                "Compile the decode step and every prompt bucket's prefill before /health says ready (on cpu, "
+                "whose prompts run at their exact length, a prefill plan is still made per new prompt length)");
   cmd->add_option("--shutdown-timeout", s.shutdown_timeout_s,
                   "SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cancelled "
                   "(default 30)")
