@@ -51,6 +51,7 @@ async def one_request(host, port, path, body, timeout):
     last = None
     gaps = []
     tokens = 0
+    chunks = 0  # text chunks: the token count where a server sends no usage chunk (one token a chunk)
     done = False
 
     async def read_more():
@@ -83,6 +84,7 @@ async def one_request(host, port, path, body, timeout):
                 tokens = j["usage"]["completion_tokens"]
             for c in j.get("choices", []):
                 if c.get("text"):
+                    chunks += 1
                     now = time.perf_counter()
                     if first is None:
                         first = now - t0
@@ -90,7 +92,7 @@ async def one_request(host, port, path, body, timeout):
                         gaps.append(now - last)
                     last = now
     writer.close()
-    return first if first is not None else float("nan"), gaps, tokens
+    return first if first is not None else float("nan"), gaps, tokens or chunks
 
 
 async def level(args, clients):
@@ -103,7 +105,11 @@ async def level(args, clients):
     async def client(ci):
         nonlocal total_tokens, errors
         for _ in range(args.requests_per_client):
-            prompt = [rng.randrange(100, args.vocab) for _ in range(args.prompt_tokens)]
+            if args.text_prompt:  # llama-cpp-python's server takes text only: the same text for every engine
+                words = ["the", "river", "north", "city", "old", "bridge", "light", "market", "stone", "winter"]
+                prompt = " ".join(rng.choice(words) for _ in range(args.prompt_tokens - 1))
+            else:
+                prompt = [rng.randrange(100, args.vocab) for _ in range(args.prompt_tokens)]
             body = {"prompt": prompt, "max_tokens": args.new_tokens, "temperature": 0, "stream": True,
                     "stream_options": {"include_usage": True}}
             if args.model:
@@ -140,6 +146,8 @@ def main():
     ap.add_argument("--requests-per-client", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=49152, help="prompt ids are drawn from [100, VOCAB)")
     ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (llama-server, vLLM)")
+    ap.add_argument("--text-prompt", action="store_true",
+                    help="a text prompt of about --prompt-tokens words instead of token ids (llama-cpp-python)")
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args()
     rows = []
