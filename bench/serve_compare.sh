@@ -57,7 +57,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_health() {  # PORT SECONDS
   local i
   for ((i = 0; i < $2 * 2; i++)); do
+    # /health where the server has it (tessera, vLLM); llama-cpp-python's server has only /v1/models.
     curl -sf -m 3 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    curl -sf -m 3 "http://127.0.0.1:$1/v1/models" >/dev/null 2>&1 && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || return 1
     sleep 0.5
   done
