@@ -48,6 +48,29 @@ using V = VAvx512;
 #pragma GCC pop_options
 #endif  // TESSERA_CPU_WIDE
 
+namespace {
+// The f32-accumulating kernel of the active instruction set (avx512bf16 machines run the avx512 one);
+// `rows_invariant`: each output row as it would be alone, whatever M.
+void isa_matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
+                float* y, bool rows_invariant) {
+  switch (active_isa()) {
+#if TESSERA_CPU_WIDE
+    case Isa::Avx512Bf16:
+    case Isa::Avx512:
+      return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y, rows_invariant);
+    case Isa::Avx2:
+      return isa_avx2::matmul_impl(x, M, K, w, wdt, N, bias, y, rows_invariant);
+#else
+    case Isa::Avx512Bf16:
+    case Isa::Avx512:
+    case Isa::Avx2:
+#endif
+    case Isa::Scalar:
+      return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y, rows_invariant);
+  }
+}
+}  // namespace
+
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
             float* y, [[maybe_unused]] Bf16Dot bf16) {
   TS_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul shape M=", M, " K=", K, " N=", N);
@@ -58,28 +81,16 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
     }
     return;
   }
-  switch (active_isa()) {
 #if TESSERA_CPU_WIDE
-    case Isa::Avx512Bf16:
-      if (bf16 == Bf16Dot::RoundX && wdt == DType::BF16 && M < kGemmMinRows) {
-        const MatmulOut out{w, N, bias, y};
-        return isa_avx512bf16::matmul_bf16_small_m(x, M, K, &out, 1);
-      }
-      if (bf16 == Bf16Dot::RoundX && wdt == DType::BF16)
-        return isa_avx512bf16::matmul_bf16_gemm(x, M, K, static_cast<const uint16_t*>(w), N, bias, y);
-      return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
-    case Isa::Avx512:
-      return isa_avx512::matmul_impl(x, M, K, w, wdt, N, bias, y);
-    case Isa::Avx2:
-      return isa_avx2::matmul_impl(x, M, K, w, wdt, N, bias, y);
-#else
-    case Isa::Avx512Bf16:
-    case Isa::Avx512:
-    case Isa::Avx2:
-#endif
-    case Isa::Scalar:
-      return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y);
+  if (active_isa() == Isa::Avx512Bf16 && bf16 == Bf16Dot::RoundX && wdt == DType::BF16) {
+    if (M < kGemmMinRows) {
+      const MatmulOut out{w, N, bias, y};
+      return isa_avx512bf16::matmul_bf16_small_m(x, M, K, &out, 1);
+    }
+    return isa_avx512bf16::matmul_bf16_gemm(x, M, K, static_cast<const uint16_t*>(w), N, bias, y);
   }
+#endif
+  isa_matmul(x, M, K, w, wdt, N, bias, y, false);
 }
 
 void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
@@ -102,28 +113,8 @@ void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOu
     return isa_avx512bf16::matmul_bf16_small_m(x, M, K, outs, count);
   }
 #endif
-  for (int i = 0; i < count; ++i) {
-    const MatmulOut& o = outs[i];
-    if (o.N == 0) continue;
-    switch (active_isa()) {
-#if TESSERA_CPU_WIDE
-      case Isa::Avx512Bf16:
-      case Isa::Avx512:
-        isa_avx512::matmul_impl(x, M, K, o.w, wdt, o.N, o.bias, o.y, true);
-        break;
-      case Isa::Avx2:
-        isa_avx2::matmul_impl(x, M, K, o.w, wdt, o.N, o.bias, o.y, true);
-        break;
-#else
-      case Isa::Avx512Bf16:
-      case Isa::Avx512:
-      case Isa::Avx2:
-#endif
-      case Isa::Scalar:
-        isa_scalar::matmul_impl(x, M, K, o.w, wdt, o.N, o.bias, o.y, true);
-        break;
-    }
-  }
+  for (int i = 0; i < count; ++i)
+    if (outs[i].N > 0) isa_matmul(x, M, K, outs[i].w, wdt, outs[i].N, outs[i].bias, outs[i].y, true);
 }
 
 bool matmul_rounds_bf16() { return active_isa() == Isa::Avx512Bf16; }
