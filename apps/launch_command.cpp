@@ -13,8 +13,8 @@
 namespace {
 
 struct LaunchFlags {
-  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = "29500", master_addr, hostfile,
-              status_file;
+  std::string nproc = "1", nnodes = "1", node_rank = "0", master_port = "29500", signal_grace = "35",
+              master_addr, hostfile, status_file;
   bool no_mpi = false, all_output = false, rank_shim = false;
   std::vector<std::string> command;
 };
@@ -41,6 +41,7 @@ tessera::launch::Options to_options(const LaunchFlags& f, const CLI::App& cmd) {
   o.nnodes = parse_int("--nnodes", f.nnodes);
   o.node_rank = parse_int("--node-rank", f.node_rank);
   o.master_port = parse_int("--master-port", f.master_port);
+  o.signal_grace_s = parse_int("--signal-grace", f.signal_grace);
   o.master_addr = f.master_addr;
   o.hostfile = f.hostfile;
   o.use_mpi = !f.no_mpi;
@@ -82,6 +83,10 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("--hostfile", f->hostfile,
                   "mpirun hostfile for --nnodes > 1 (lines 'HOST slots=N'); run on node 0")
       ->type_name("FILE");
+  cmd->add_option("--signal-grace", f->signal_grace,
+                  "Seconds the ranks get to exit after a SIGINT/SIGTERM passed on to them, before SIGKILL "
+                  "(default 35: tessera serve drains its requests first; a second signal kills at once)")
+      ->type_name("S");
   cmd->add_flag("--no-mpi", f->no_mpi,
                 "Fork/exec the ranks directly instead of through mpirun (non-MPI commands)");
   cmd->add_flag("--all-output", f->all_output,

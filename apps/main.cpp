@@ -21,12 +21,12 @@
 #include "chat_client.h"
 #include "cli_env.h"
 #include "compile_flags.h"
-#include "serve_command.h"
 #include "default_model.h"
 #include "distributed/tp_plan.h"
 #include "io/io_util.h"
 #include "io/json_util.h"
 #include "launch_command.h"
+#include "serve_command.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -236,7 +236,8 @@ class StopStrings {
   // Feeds the next token; false once the text holds a stop string.
   bool push(int32_t id) {
     if (!decoder_) return true;
-    const size_t from = text_.size() > longest_ ? text_.size() - longest_ : 0;  // a match ends in the new text
+    const size_t from =
+        text_.size() > longest_ ? text_.size() - longest_ : 0;  // a match ends in the new text
     text_ += decoder_->push(id);
     for (const auto& s : stops_)
       if (text_.find(s, from) != std::string::npos) return false;
@@ -297,12 +298,12 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
                 "Plan every step afresh (no executable reuse), for debugging");
   cli::add_compile_flags(cmd, f.compile);
   cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");
-  cmd->add_option("--stop", f.stop,
-                  "Stop the reply once its text contains STRING (repeatable; needs a tokenizer). The token that "
-                  "completes it is kept")
+  cmd->add_option(
+         "--stop", f.stop,
+         "Stop the reply once its text contains STRING (repeatable; needs a tokenizer). The token that "
+         "completes it is kept")
       ->allow_extra_args(false);
 }
-
 
 // The settings the command line names, and only those.
 GenerationOverrides flag_overrides(const GenerateFlags& f) {
@@ -576,12 +577,18 @@ int run_chat_with_server(const GenerateFlags& f, const std::string& url, const s
 int run_serve_command(const ModelFlags& mf, const cli::ServeSettings& settings) {
   ModelFlags m = mf;
   m.quiet = true;  // no progress bar: the server's log is its stderr
-  return cli::run_serve(settings, [&]() {
+  auto load = [&]() {
     const std::string path = model_path(m);
     Tokenizer tok = AutoTokenizer::from_pretrained(path);
     CausalLM model = load_model(m, [&](LoadOptions& o) { cli::apply_compile_flags(settings.compile, o); });
     return std::make_unique<cli::ServedLoad>(cli::ServedLoad{std::move(model), std::move(tok), path});
-  });
+  };
+  // Under tessera launch rank 0 serves; the other ranks follow its steps.
+  LoadOptions job;
+  cli::apply_environment(job);
+  if (job.distributed.world_size > 1 && job.distributed.rank > 0)
+    return cli::run_serve_follower(settings, load);
+  return cli::run_serve(settings, load);
 }
 
 // ---- forward ----
@@ -726,7 +733,8 @@ std::vector<std::string> boolean_values_attached(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cli::use_environment_hub_dirs();  // where a repo id argument is looked up: $HF_HUB_CACHE, $HF_HOME, ~/.cache
+  cli::use_environment_hub_dirs();  // where a repo id argument is looked up: $HF_HUB_CACHE, $HF_HOME,
+                                    // ~/.cache
   CLI::App app{
       "tessera: run Hugging Face causal language models natively: the CPU backend, or TPU/GPU/XLA-CPU "
       "through PJRT"};
@@ -766,7 +774,8 @@ int main(int argc, char** argv) {
   ModelFlags srv_m;
   cli::ServeSettings srv;
   auto* sv = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server with continuous batching (/v1/chat/completions, /v1/completions)");
+      "serve",
+      "OpenAI-compatible HTTP server with continuous batching (/v1/chat/completions, /v1/completions)");
   add_model_flags(sv, srv_m, true);
   cli::add_serve_flags(sv, srv);
 

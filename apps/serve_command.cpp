@@ -46,7 +46,8 @@ struct Histogram {
 };
 
 std::vector<double> latency_bounds() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+          0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 }
 
 struct Server {
@@ -94,8 +95,8 @@ bool authorised(const Server& s, const httplib::Request& req, httplib::Response&
 bool ready(const Server& s, httplib::Response& res) {
   const Phase p = s.phase.load();
   if (p == Phase::Ready) return true;
-  send_error(res, ApiError(503, p == Phase::Loading ? "the model is loading" : "the server is shutting down", "",
-                           "service_unavailable"));
+  send_error(res, ApiError(503, p == Phase::Loading ? "the model is loading" : "the server is shutting down",
+                           "", "service_unavailable"));
   return false;
 }
 
@@ -109,8 +110,8 @@ std::string metrics_text(Server& s) {
       << label << " " << v << "\n";
   };
   auto counter = [&](const char* name, const char* help, double v) {
-    o << "# HELP tessera:" << name << " " << help << "\n# TYPE tessera:" << name << " counter\ntessera:" << name
-      << label << " " << v << "\n";
+    o << "# HELP tessera:" << name << " " << help << "\n# TYPE tessera:" << name
+      << " counter\ntessera:" << name << label << " " << v << "\n";
   };
   gauge("num_requests_running", "Requests in decode slots.", st.running);
   gauge("num_requests_waiting", "Requests waiting for a slot.", st.waiting);
@@ -131,8 +132,8 @@ std::string metrics_text(Server& s) {
          "# TYPE tessera:request_success_total counter\n";
     for (const char* r : {"stop", "length"}) {
       const auto it = s.finished.find(r);
-      o << "tessera:request_success_total{model_name=\"" << s.served.name << "\",finished_reason=\"" << r << "\"} "
-        << (it == s.finished.end() ? 0 : it->second) << "\n";
+      o << "tessera:request_success_total{model_name=\"" << s.served.name << "\",finished_reason=\"" << r
+        << "\"} " << (it == s.finished.end() ? 0 : it->second) << "\n";
     }
     counter("request_rejected_queue_full_total", "Requests answered 429 (queue full).",
             static_cast<double>(s.rejected_queue_full));
@@ -141,10 +142,11 @@ std::string metrics_text(Server& s) {
       uint64_t cum = 0;
       for (size_t i = 0; i < h.le.size(); ++i) {
         cum += h.counts[i];
-        o << "tessera:" << name << "_bucket{model_name=\"" << s.served.name << "\",le=\"" << h.le[i] << "\"} " << cum
-          << "\n";
+        o << "tessera:" << name << "_bucket{model_name=\"" << s.served.name << "\",le=\"" << h.le[i] << "\"} "
+          << cum << "\n";
       }
-      o << "tessera:" << name << "_bucket{model_name=\"" << s.served.name << "\",le=\"+Inf\"} " << h.count << "\n";
+      o << "tessera:" << name << "_bucket{model_name=\"" << s.served.name << "\",le=\"+Inf\"} " << h.count
+        << "\n";
       o << "tessera:" << name << "_sum" << label << " " << h.sum << "\n";
       o << "tessera:" << name << "_count" << label << " " << h.count << "\n";
     };
@@ -168,11 +170,12 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
   GenerationConfig& g = r.config;
   const int fit = s.engine->max_new_tokens_that_fit(len);
   if (fit < 1)
-    throw ApiError(400,
-                   detail::concat("the prompt has ", len, " tokens; this server's context (max_model_len) is ",
-                                  s.engine->options().max_model_len, " tokens"),
-                   r.endpoint == Endpoint::Chat ? "messages" : "prompt", "invalid_request_error",
-                   "context_length_exceeded");
+    throw ApiError(
+        400,
+        detail::concat("the prompt has ", len, " tokens; this server's context (max_model_len) is ",
+                       s.engine->options().max_model_len, " tokens"),
+        r.endpoint == Endpoint::Chat ? "messages" : "prompt", "invalid_request_error",
+        "context_length_exceeded");
   if (!r.max_tokens_given) {
     // No max_tokens: the model's generation_config.json length when it sets one, else what fits the context;
     // never more than fits.
@@ -187,10 +190,11 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
     g.max_new_tokens = budget;
   }
   if (r.logprobs >= 0 && !s.engine->logprobs_available())
-    throw ApiError(400,
-                   "'logprobs' is not available on this device: its tokens are sampled inside the compiled step and no "
-                       "logits come back (start the server with --host-sampling)",
-                   "logprobs");
+    throw ApiError(
+        400,
+        "'logprobs' is not available on this device: its tokens are sampled inside the compiled step and no "
+        "logits come back (start the server with --host-sampling)",
+        "logprobs");
   std::vector<std::shared_ptr<serve::Stream>> streams;
   try {
     for (int i = 0; i < r.n; ++i) {
@@ -273,60 +277,61 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
   const std::string model = s.served.name;
   Server* sp = &s;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [sp, streams, endpoint, id, created, model, usage, logprobs,
-                            prompt_tokens](size_t, httplib::DataSink& sink) {
-        std::vector<size_t> offsets(streams.size(), 0);  // completions' text_offset per choice
-        auto cancel_all = [&] {
-          for (auto& st : streams) st->cancel();
-          return false;
-        };
-        auto put = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
-        if (endpoint == Endpoint::Chat) {
-          const std::string empty;
-          for (size_t i = 0; i < streams.size(); ++i)
-            if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &empty, true, "",
-                                                  usage))))
-              return cancel_all();
+  res.set_chunked_content_provider("text/event-stream", [sp, streams, endpoint, id, created, model, usage,
+                                                         logprobs,
+                                                         prompt_tokens](size_t, httplib::DataSink& sink) {
+    std::vector<size_t> offsets(streams.size(), 0);  // completions' text_offset per choice
+    auto cancel_all = [&] {
+      for (auto& st : streams) st->cancel();
+      return false;
+    };
+    auto put = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
+    if (endpoint == Endpoint::Chat) {
+      const std::string empty;
+      for (size_t i = 0; i < streams.size(); ++i)
+        if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &empty, true,
+                                              "", usage))))
+          return cancel_all();
+    }
+    std::vector<bool> done(streams.size(), false);
+    size_t left = streams.size();
+    int completion = 0;
+    while (left > 0) {
+      for (size_t i = 0; i < streams.size(); ++i) {
+        if (done[i]) continue;
+        if (!sink.is_writable()) return cancel_all();
+        serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
+        if (!u.text.empty() || !u.logprobs.empty()) {
+          const nlohmann::ordered_json lp =
+              logprobs ? serve::logprobs_json(endpoint, *sp->served.tokenizer, u.logprobs, offsets[i])
+                       : nlohmann::ordered_json(nullptr);
+          if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &u.text,
+                                                false, "", usage, lp))))
+            return cancel_all();
         }
-        std::vector<bool> done(streams.size(), false);
-        size_t left = streams.size();
-        int completion = 0;
-        while (left > 0) {
-          for (size_t i = 0; i < streams.size(); ++i) {
-            if (done[i]) continue;
-            if (!sink.is_writable()) return cancel_all();
-            serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
-            if (!u.text.empty() || !u.logprobs.empty()) {
-              const nlohmann::ordered_json lp =
-                  logprobs ? serve::logprobs_json(endpoint, *sp->served.tokenizer, u.logprobs, offsets[i])
-                           : nlohmann::ordered_json(nullptr);
-              if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &u.text, false,
-                                                    "", usage, lp))))
-                return cancel_all();
-            }
-            if (!u.done) continue;
-            done[i] = true;
-            --left;
-            completion += u.completion_tokens;
-            if (auto e = failure(u)) {
-              put(serve::sse(serve::error_body(*e)));
-              put("data: [DONE]\n\n");
-              sink.done();
-              return cancel_all();
-            }
-            count_finish(*sp, u.finish_reason);
-            if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), nullptr, false,
-                                                  u.finish_reason, usage))))
-              return cancel_all();
-          }
+        if (!u.done) continue;
+        done[i] = true;
+        --left;
+        completion += u.completion_tokens;
+        if (auto e = failure(u)) {
+          put(serve::sse(serve::error_body(*e)));
+          put("data: [DONE]\n\n");
+          sink.done();
+          return cancel_all();
         }
-        if (usage && !put(serve::sse(serve::usage_chunk_json(endpoint, id, created, model, prompt_tokens, completion))))
-          return false;
-        put("data: [DONE]\n\n");
-        sink.done();
-        return true;
-      });
+        count_finish(*sp, u.finish_reason);
+        if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), nullptr,
+                                              false, u.finish_reason, usage))))
+          return cancel_all();
+      }
+    }
+    if (usage &&
+        !put(serve::sse(serve::usage_chunk_json(endpoint, id, created, model, prompt_tokens, completion))))
+      return false;
+    put("data: [DONE]\n\n");
+    sink.done();
+    return true;
+  });
 }
 
 }  // namespace
@@ -359,24 +364,60 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
          "(only the running slots: a program per count), auto (running on the cpu device, all on PJRT "
          "devices; default)")
       ->check(CLI::IsMember({"all", "running", "auto"}));
-  cmd->add_flag("--prefix-reuse", s.engine.prefix_reuse,
-                "A request whose prompt starts with what a free slot's cache holds (the previous turn of a chat) "
-                "prefills only the rest (default off: logits may then differ from a full prefill in the last "
-                "bits; not with --prefill-chunk)");
-  cmd->add_flag("--host-sampling", s.engine.host_sampling,
-                "Sample tokens on the host from the logits where the device would sample inside the compiled "
-                "step (PJRT devices): needed there for requests with logprobs; costs the logits' transfer per step");
+  cmd->add_flag(
+      "--prefix-reuse", s.engine.prefix_reuse,
+      "A request whose prompt starts with what a free slot's cache holds (the previous turn of a chat) "
+      "prefills only the rest (default off: logits may then differ from a full prefill in the last "
+      "bits; not with --prefill-chunk)");
+  cmd->add_flag(
+      "--host-sampling", s.engine.host_sampling,
+      "Sample tokens on the host from the logits where the device would sample inside the compiled "
+      "step (PJRT devices): needed there for requests with logprobs; costs the logits' transfer per step");
   cmd->add_option("--served-model-name", s.served_model_name,
                   "The model name clients send and /v1/models lists (default: the model's path)");
   cmd->add_option("--api-key", s.api_key, "Require Authorization: Bearer KEY on /v1/* (default: no key)");
-  cmd->add_flag("--warmup", s.warmup,
-                "Compile the decode step and every prompt bucket's prefill before /health says ready (on cpu, "
-                "whose prompts run at their exact length, a prefill plan is still made per new prompt length)");
+  cmd->add_flag(
+      "--warmup", s.warmup,
+      "Compile the decode step and every prompt bucket's prefill before /health says ready (on cpu, "
+      "whose prompts run at their exact length, a prefill plan is still made per new prompt length)");
   cmd->add_option("--shutdown-timeout", s.shutdown_timeout_s,
                   "SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cancelled "
                   "(default 30)")
       ->check(CLI::Range(0.0, 3600.0));
   add_compile_flags(cmd, s.compile);
+}
+
+namespace {
+// The engine options for this model: --max-model-len resolved (default min(max_position_embeddings, 4096)).
+serve::EngineOptions engine_options(const ServeSettings& settings, const CausalLM& model) {
+  serve::EngineOptions eo = settings.engine;
+  const int64_t max_pos = model.info().max_position_embeddings;
+  if (eo.max_model_len <= 0) eo.max_model_len = static_cast<int>(std::min<int64_t>(max_pos, 4096));
+  if (eo.max_model_len > max_pos)
+    fail("--max-model-len ", eo.max_model_len, " exceeds the model's max_position_embeddings (", max_pos,
+         ")");
+  return eo;
+}
+}  // namespace
+
+int run_serve_follower(const ServeSettings& settings,
+                       const std::function<std::unique_ptr<ServedLoad>()>& load) {
+  // Signals are rank 0's to act on: it drains, then tells this rank to stop (tessera launch passes a SIGTERM
+  // to every rank and waits --signal-grace before SIGKILL).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  auto l = load();
+  if (l->model.info().tp_size < 2)
+    fail("serve: this process is rank ", l->model.info().tp_rank,
+         " of a job started by tessera launch, but "
+         "--tp-size is 1: under tessera launch, serve runs one tensor-parallel model (--tp-size N for N "
+         "ranks); "
+         "start independent servers without launch");
+  serve::follow_engine(l->model, engine_options(settings, l->model));
+  return 0;
 }
 
 int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr<ServedLoad>()>& load) {
@@ -409,7 +450,8 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
                       {"created", s.started},
                       {"owned_by", "tessera"},
                       {"max_model_len", s.engine->options().max_model_len}};
-    res.set_content(ordered_json({{"object", "list"}, {"data", ordered_json::array({m})}}).dump(), "application/json");
+    res.set_content(ordered_json({{"object", "list"}, {"data", ordered_json::array({m})}}).dump(),
+                    "application/json");
   });
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(s), "text/plain; version=0.0.4");
@@ -426,7 +468,8 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
                              : res.status == 413 ? "the request body is too large"
                              : res.status == 405 ? "method not allowed: " + req.method + " " + req.path
                                                  : "bad request";
-    send_error(res, ApiError(res.status, what, "", res.status == 404 ? "not_found_error" : "invalid_request_error"));
+    send_error(
+        res, ApiError(res.status, what, "", res.status == 404 ? "not_found_error" : "invalid_request_error"));
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
@@ -444,7 +487,8 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
     port = http.bind_to_any_port(settings.host);
     if (port < 0) fail("serve: cannot listen on ", settings.host, " (--host)");
   } else if (!http.bind_to_port(settings.host, port)) {
-    fail("serve: cannot listen on ", settings.host, ":", port, " (--host/--port: in use, or not an address here)");
+    fail("serve: cannot listen on ", settings.host, ":", port,
+         " (--host/--port: in use, or not an address here)");
   }
   std::thread listener([&] { http.listen_after_bind(); });
   std::fprintf(stderr, "tessera serve: listening on http://%s:%d\n", settings.host.c_str(), port);
@@ -453,11 +497,7 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
   std::thread loader([&] {
     try {
       auto l = load();
-      serve::EngineOptions eo = settings.engine;
-      const int64_t max_pos = l->model.info().max_position_embeddings;
-      if (eo.max_model_len <= 0) eo.max_model_len = static_cast<int>(std::min<int64_t>(max_pos, 4096));
-      if (eo.max_model_len > max_pos)
-        fail("--max-model-len ", eo.max_model_len, " exceeds the model's max_position_embeddings (", max_pos, ")");
+      const serve::EngineOptions eo = engine_options(settings, l->model);
       s.served.name = settings.served_model_name.empty() ? l->name : settings.served_model_name;
       s.served.tokenizer = &l->tokenizer;
       s.served.defaults = l->model.generation_config();
@@ -471,8 +511,8 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
       s.loaded = std::move(l);
       s.engine = std::move(engine);
       s.phase.store(Phase::Ready);
-      std::fprintf(stderr, "tessera serve: ready: model '%s', %d slots of %d positions\n", s.served.name.c_str(),
-                   eo.max_num_seqs, eo.max_model_len);
+      std::fprintf(stderr, "tessera serve: ready: model '%s', %d slots of %d positions\n",
+                   s.served.name.c_str(), eo.max_num_seqs, eo.max_model_len);
     } catch (const std::exception& e) {
       load_error = e.what();
       ::kill(::getpid(), SIGUSR1);
@@ -488,7 +528,8 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
     listener.join();
     fail(load_error);
   }
-  if (!settings.quiet) std::fprintf(stderr, "tessera serve: %s: draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (!settings.quiet)
+    std::fprintf(stderr, "tessera serve: %s: draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   if (s.engine)
     s.engine->drain(std::chrono::milliseconds(static_cast<int64_t>(settings.shutdown_timeout_s * 1000)));
   http.stop();

@@ -23,7 +23,7 @@ struct ServeSettings {
   size_t max_body_bytes = 4u << 20;
   int read_timeout_s = 30;
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long to finish, then are cancelled
-  CompileFlags compile;  // buckets, recompile guard, disk cache (as generate's flags)
+  CompileFlags compile;            // buckets, recompile guard, disk cache (as generate's flags)
 };
 
 // The serve flags (not the model flags, which the command shares with generate).
@@ -39,5 +39,9 @@ struct ServedLoad {
 // Listens first (so /health answers 503 while the model loads), then loads, warms up when asked, and serves
 // until SIGTERM or SIGINT; then drains and returns 0. Errors before listening or while loading: Error.
 int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr<ServedLoad>()>& load);
+// Tensor parallelism under tessera launch, ranks other than 0: loads the same model, runs no HTTP server and
+// replays rank 0's engine (serve::follow_engine) until rank 0 stops; returns 0 then.
+int run_serve_follower(const ServeSettings& settings,
+                       const std::function<std::unique_ptr<ServedLoad>()>& load);
 
 }  // namespace tessera::cli

@@ -26,7 +26,8 @@ using nlohmann::json;
 // A `tessera serve` process. Its stderr goes to a file, read for the port it chose.
 class ServeProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& args) {
+  // `ranks` > 1: `tessera launch --nproc-per-node RANKS -- tessera serve ARGS` (rank 0 serves).
+  explicit ServeProcess(const std::vector<std::string>& args, int ranks = 1) {
     static int n = 0;
     err_path_ =
         ::testing::TempDir() + "tessera_serve_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
@@ -34,7 +35,10 @@ class ServeProcess {
     if (pid_ == 0) {
       std::FILE* f = std::freopen(err_path_.c_str(), "w", stderr);
       (void)f;
-      std::vector<std::string> all = {TESSERA_CLI_PATH, "serve"};
+      std::vector<std::string> all = {TESSERA_CLI_PATH};
+      if (ranks > 1)
+        all.insert(all.end(), {"launch", "--nproc-per-node", std::to_string(ranks), "--", TESSERA_CLI_PATH});
+      all.push_back("serve");
       all.insert(all.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
@@ -129,10 +133,10 @@ struct Server {
   int port = 0;
 };
 
-inline Server start(std::vector<std::string> args) {
+inline Server start(std::vector<std::string> args, int ranks = 1) {
   Server s;
   args.insert(args.end(), {"--port", "0", "--served-model-name", "smollm2"});
-  s.proc = std::make_unique<ServeProcess>(args);
+  s.proc = std::make_unique<ServeProcess>(args, ranks);
   s.port = s.proc->port();
   return s;
 }

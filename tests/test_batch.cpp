@@ -2,10 +2,7 @@
 // what the request gives alone through generate() (greedy ids) and the same float32 logits as the request
 // alone in a batch of one slot; a staggered workload of mixed prompt lengths compiles its prompt buckets and
 // one decode program; callbacks stop rows (generate() and SlotBatch); bad step-API inputs are clear errors.
-#include "tessera/batch.h"
-
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +16,7 @@
 
 #include "golden_util.h"
 #include "pjrt_test_util.h"
+#include "tessera/batch.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -68,8 +66,8 @@ struct Served {
   int slot = -1;
 };
 
-// Runs `requests` through `batch`: each joins at its arrival step (or as soon as a slot frees), finished slots
-// are released at once. Returns what each request got.
+// Runs `requests` through `batch`: each joins at its arrival step (or as soon as a slot frees), finished
+// slots are released at once. Returns what each request got.
 std::vector<Served> serve(SlotBatch& batch, const std::vector<Request>& requests, bool logits) {
   std::vector<Served> out(requests.size());
   std::vector<int> owner(static_cast<size_t>(batch.slots()), -1);  // request in each slot
@@ -85,7 +83,9 @@ std::vector<Served> serve(SlotBatch& batch, const std::vector<Request>& requests
       ++next;
     }
     for (const SlotToken& t : batch.step())
-      if (logits) out[static_cast<size_t>(owner[static_cast<size_t>(t.slot)])].logits.push_back(batch.last_logits(t.slot));
+      if (logits)
+        out[static_cast<size_t>(owner[static_cast<size_t>(t.slot)])].logits.push_back(
+            batch.last_logits(t.slot));
     for (int s = 0; s < batch.slots(); ++s) {
       if (!batch.busy(s) || batch.running(s)) continue;
       out[static_cast<size_t>(owner[static_cast<size_t>(s)])].tokens = batch.tokens(s);
@@ -109,7 +109,8 @@ std::vector<Request> staggered(bool one_budget) {
 void expect_each_equals_alone(CausalLM& m, const std::string& device, bool host_sampling,
                               SlotBatchOptions::DecodeRows rows = SlotBatchOptions::DecodeRows::All) {
   const std::vector<Request> reqs = staggered(device != "cpu");
-  SlotBatch batch(m, 3, 40, {.host_sampling = host_sampling, .keep_logits = host_sampling, .decode_rows = rows});
+  SlotBatch batch(m, 3, 40,
+                  {.host_sampling = host_sampling, .keep_logits = host_sampling, .decode_rows = rows});
   EXPECT_EQ(batch.device_sampling(), !host_sampling && device != "cpu");
   const std::vector<Served> got = serve(batch, reqs, host_sampling);
   EXPECT_GE(batch.steps(), 14);
@@ -132,9 +133,9 @@ void expect_each_equals_alone(CausalLM& m, const std::string& device, bool host_
       for (size_t v = 0; v < solo[0].logits[t].size(); ++v)
         worst = std::max(worst, std::fabs(got[i].logits[t][v] - solo[0].logits[t][v]));
     }
-    // The native backend's kernels are batch-invariant: bit-equal. XLA's CPU dot emitter reduces a 3-row and a
-    // 1-row matmul in different orders, which on AVX-512 machines reaches 1.0014e-05 on these logits (|logit|
-    // up to ~10, a few ulps); its bound is 2e-5.
+    // The native backend's kernels are batch-invariant: bit-equal. XLA's CPU dot emitter reduces a 3-row and
+    // a 1-row matmul in different orders, which on AVX-512 machines reaches 1.0014e-05 on these logits
+    // (|logit| up to ~10, a few ulps); its bound is 2e-5.
     EXPECT_LE(worst, device == "cpu" ? 0.0f : 2e-5f) << device << " request " << i;
   }
   EXPECT_EQ(slots_used.size(), 3u) << "every slot served a request";
@@ -201,10 +202,10 @@ TEST(SlotBatchCompiles, StaggeredMixedWorkloadCompilesBucketsPlusOneDecodeOnCpu)
   expect_buckets_plus_one_decode("cpu", "16,32,64");
 }
 
-// warmup() makes every bucket's prefill and the decode ahead; the staggered workload then compiles nothing, and
-// the armed guard (max_recompiles 0) stays quiet.
-// warmup() returns `programs` made ahead (and 0 a second time); the workload then compiles nothing under the
-// armed guard (max_recompiles 0), and another shape is refused.
+// warmup() makes every bucket's prefill and the decode ahead; the staggered workload then compiles nothing,
+// and the armed guard (max_recompiles 0) stays quiet. warmup() returns `programs` made ahead (and 0 a second
+// time); the workload then compiles nothing under the armed guard (max_recompiles 0), and another shape is
+// refused.
 void expect_warmup_makes_every_program(SlotBatchOptions::DecodeRows rows, int programs, const char* what) {
   LoadOptions opt;
   opt.dtype = DType::F32;
@@ -244,7 +245,8 @@ TEST(StopCallback, GenerateStopsOneRowAndKeepsTheOthers) {
   const std::vector<std::vector<int32_t>> ids = {prompt(6, 1), prompt(6, 2)};
   const GenerateOutput full = m.generate(ids, {}, greedy(10));
   int seen0 = 0;
-  const GenerateOutput out = m.generate(ids, {}, greedy(10), [&](int row, int32_t) { return row != 0 || ++seen0 < 3; });
+  const GenerateOutput out =
+      m.generate(ids, {}, greedy(10), [&](int row, int32_t) { return row != 0 || ++seen0 < 3; });
   EXPECT_EQ(seen0, 3) << "row 0 is not called after it stopped";
   const int32_t pad = *m.generation_config().effective_pad_token_id();
   for (size_t i = 0; i < 16; ++i) {
@@ -311,7 +313,8 @@ TEST(SlotBatchEos, AnEosEndsTheSlot) {
 
 TEST(SlotBatchErrors, BadInputsGiveClearErrors) {
   CausalLM m = load("qwen3_tied", "cpu", "16,32");
-  EXPECT_NE(error_of([&] { SlotBatch(m, 0, 32); }).find("slots must be in 1..4096, got 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { SlotBatch(m, 0, 32); }).find("slots must be in 1..4096, got 0"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { SlotBatch(m, 2, 0); }).find("cache_len must be in 1..256"), std::string::npos);
   EXPECT_NE(error_of([&] { SlotBatch(m, 2, 300); }).find("got 300"), std::string::npos);
   SlotBatch b(m, 2, 40);
@@ -323,13 +326,17 @@ TEST(SlotBatchErrors, BadInputsGiveClearErrors) {
   EXPECT_EQ(error_of([&] { b.prefill(0, prompt(3, 1), greedy(4)); }),
             "SlotBatch::prefill: slot 0 is busy (running; release(0) frees it)");
   // Bucket 32 + 12 new tokens need 43 cache positions.
-  EXPECT_EQ(error_of([&] { b.prefill(1, prompt(20, 1), greedy(12)); }),
-            "SlotBatch::prefill: slot 1: a prompt of 20 tokens (prefill bucket 32) and 12 new tokens need 43 cache "
-            "positions; the batch has cache_len 40");
+  EXPECT_EQ(
+      error_of([&] { b.prefill(1, prompt(20, 1), greedy(12)); }),
+      "SlotBatch::prefill: slot 1: a prompt of 20 tokens (prefill bucket 32) and 12 new tokens need 43 cache "
+      "positions; the batch has cache_len 40");
   EXPECT_NE(error_of([&] { b.prefill(1, prompt(200, 1), greedy(12)); }).find("need 211 cache positions"),
-            std::string::npos) << "longer than the largest bucket: its exact length";
+            std::string::npos)
+      << "longer than the largest bucket: its exact length";
   EXPECT_EQ(error_of([&] { b.prefill(1, {}, greedy(4)); }), "SlotBatch::prefill: slot 1: empty prompt");
-  EXPECT_EQ(error_of([&] { b.prefill(1, {5, 1024}, greedy(4)); }),
+  EXPECT_EQ(error_of([&] {
+              b.prefill(1, {5, 1024}, greedy(4));
+            }),
             "SlotBatch::prefill: slot 1: prompt id 1024 (index 1) is out of range for vocab size 1024");
   GenerationConfig bad = greedy(4);
   bad.top_p = 0;
@@ -337,8 +344,9 @@ TEST(SlotBatchErrors, BadInputsGiveClearErrors) {
   bad = greedy(4);
   bad.disable_compile = true;
   EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), bad); }).find("disable_compile"), std::string::npos);
-  EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), greedy(300)); }).find("exceeds max_position_embeddings"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { b.prefill(1, prompt(3, 1), greedy(300)); }).find("exceeds max_position_embeddings"),
+      std::string::npos);
   EXPECT_FALSE(b.busy(1)) << "a refused prefill leaves the slot free";
   EXPECT_EQ(error_of([&] { b.release(1); }), "SlotBatch::release: slot 1 is not busy (it is free already)");
   b.release(0);  // cancels the running sequence
@@ -347,6 +355,9 @@ TEST(SlotBatchErrors, BadInputsGiveClearErrors) {
             "SlotBatch::release: slot 7 is out of range (the batch has 2 slots: 0..1)");
   EXPECT_NE(error_of([&] { b.state(5); }).find("slot 5 is out of range"), std::string::npos);
   EXPECT_NE(error_of([&] { b.last_logits(0); }).find("keep_logits"), std::string::npos);
+  EXPECT_EQ(error_of([&] { b.follow(); }),
+            "SlotBatch::follow: the model is not tensor-parallel over MPI (nothing to follow)");
+  b.stop_followers();  // nobody follows: nothing to do
   EXPECT_EQ(b.free_slot(), 0);
   EXPECT_TRUE(b.step().empty());
 }
@@ -379,14 +390,17 @@ void expect_chunked_equals_alone(const std::string& device) {
   batch.prefill_chunked(2, d, greedy(5), 16);  // 20 tokens: 2 chunks of the same program
   while (batch.running_count() > 0) batch.step();
   const CompileReport after = m.compile_stats();
-  EXPECT_EQ(after.compiles + after.disk_hits, mid.compiles + mid.disk_hits) << "no new program for another length";
-  // The chunk program (batch 1, seq 16) and the decode; on a device that pads prompts to pow2 buckets the first
-  // prompt's prefill (bucket 16) was that program already.
-  EXPECT_EQ(mid.compiles + mid.disk_hits - before.compiles - before.disk_hits, m.prompt_bucket(6) == 16 ? 1 : 2)
+  EXPECT_EQ(after.compiles + after.disk_hits, mid.compiles + mid.disk_hits)
+      << "no new program for another length";
+  // The chunk program (batch 1, seq 16) and the decode; on a device that pads prompts to pow2 buckets the
+  // first prompt's prefill (bucket 16) was that program already.
+  EXPECT_EQ(mid.compiles + mid.disk_hits - before.compiles - before.disk_hits,
+            m.prompt_bucket(6) == 16 ? 1 : 2)
       << "the chunk program + decode";
   for (const auto& [slot, p, n] : {std::tuple{0, a, 20}, std::tuple{1, c, 8}, std::tuple{2, d, 5}}) {
     const auto alone = m.generate({p}, {}, greedy(n)).sequences[0];
-    EXPECT_EQ(batch.tokens(slot), std::vector<int32_t>(alone.begin() + static_cast<long>(p.size()), alone.end()))
+    EXPECT_EQ(batch.tokens(slot),
+              std::vector<int32_t>(alone.begin() + static_cast<long>(p.size()), alone.end()))
         << device << " slot " << slot;
   }
   if (!host) return;
@@ -398,8 +412,8 @@ void expect_chunked_equals_alone(const std::string& device) {
   EXPECT_LE(worst, 1e-5f) << "the first token's logits: chunked against one prefill";
 }
 
-// Prefix reuse: the second turn of a chat (the first turn's prompt and answer, then more) prefills only what the
-// slot does not hold, and its tokens equal the request alone.
+// Prefix reuse: the second turn of a chat (the first turn's prompt and answer, then more) prefills only what
+// the slot does not hold, and its tokens equal the request alone.
 void expect_prefix_reuse_equals_alone(const std::string& device) {
   CausalLM m = load("llama_gqa", device);
   const bool host = device == "cpu";
@@ -426,7 +440,8 @@ void expect_prefix_reuse_equals_alone(const std::string& device) {
   if (host) reused_first = batch.last_logits(0);
   while (batch.running_count() > 0) batch.step();
   const auto alone = m.generate({second}, {}, greedy(8)).sequences[0];
-  EXPECT_EQ(batch.tokens(0), std::vector<int32_t>(alone.begin() + static_cast<long>(second.size()), alone.end()))
+  EXPECT_EQ(batch.tokens(0),
+            std::vector<int32_t>(alone.begin() + static_cast<long>(second.size()), alone.end()))
       << device;
   // A prompt that parts from the kept tokens midway reuses the common part only (exact lengths on cpu).
   batch.release(0);
@@ -452,7 +467,9 @@ TEST(SlotBatchPrefixReuse, TheNextTurnPrefillsOnlyTheRestAndEqualsAloneOnXlaCpu)
   expect_prefix_reuse_equals_alone("xla-cpu");
 }
 
-TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnCpu) { expect_chunked_equals_alone("cpu"); }
+TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnCpu) {
+  expect_chunked_equals_alone("cpu");
+}
 
 TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnXlaCpu) {
   REQUIRE_XLA_CPU();
@@ -461,7 +478,9 @@ TEST(SlotBatchChunked, ChunkedPromptEqualsAloneAndDoesNotStallTheOthersOnXlaCpu)
   SlotBatch b(m, 2, 64);
   GenerationConfig g = greedy(4);
   g.repetition_penalty = 1.3f;
-  EXPECT_NE(error_of([&] { b.prefill_chunked(0, prompt(20, 1), g, 16); }).find("cannot carry the repetition penalty"),
+  EXPECT_NE(error_of([&] {
+              b.prefill_chunked(0, prompt(20, 1), g, 16);
+            }).find("cannot carry the repetition penalty"),
             std::string::npos);
 }
 
@@ -470,12 +489,15 @@ TEST(SlotBatchChunked, BadChunksAreErrors) {
   SlotBatch b(m, 2, 40);
   EXPECT_EQ(error_of([&] { b.prefill_chunked(0, prompt(20, 1), greedy(4), 0); }),
             "SlotBatch::prefill_chunked: chunk must be in 1..40 (cache_len), got 0");
-  EXPECT_NE(error_of([&] { b.prefill_chunked(0, prompt(20, 1), greedy(4), 41); }).find("got 41"), std::string::npos);
-  EXPECT_EQ(error_of([&] { b.prefill_chunked(0, prompt(30, 1), greedy(10), 16); }),
-            "SlotBatch::prefill_chunked: slot 0: a prompt of 30 tokens (in chunks of 16, padded to 32) and 10 new "
-            "tokens need 41 cache positions; the batch has cache_len 40");
+  EXPECT_NE(error_of([&] { b.prefill_chunked(0, prompt(20, 1), greedy(4), 41); }).find("got 41"),
+            std::string::npos);
+  EXPECT_EQ(
+      error_of([&] { b.prefill_chunked(0, prompt(30, 1), greedy(10), 16); }),
+      "SlotBatch::prefill_chunked: slot 0: a prompt of 30 tokens (in chunks of 16, padded to 32) and 10 new "
+      "tokens need 41 cache positions; the batch has cache_len 40");
   b.prefill_chunked(1, prompt(3, 1), greedy(2), 16);
-  EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), greedy(2)); }).find("slot 1 is busy"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.prefill(1, prompt(3, 1), greedy(2)); }).find("slot 1 is busy"),
+            std::string::npos);
 }
 
 // A copy of a fixture model with the embedding row of one token id set to NaN (llama_gqa: float16, untied),
@@ -524,9 +546,10 @@ TEST(SlotBatchErrors, NonFiniteLogitsEndTheSlotAndNameIt) {
   b.prefill(0, q, greedy(4));
   EXPECT_EQ(b.prefill(1, p, greedy(4)), t);
   const std::string e = error_of([&] { b.step(); });
-  EXPECT_NE(e.find("SlotBatch::step: step 0, slot 1 (its token 1): the model produced a non-finite logit (nan at "
-                   "vocabulary index 0)"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("SlotBatch::step: step 0, slot 1 (its token 1): the model produced a non-finite logit (nan at "
+             "vocabulary index 0)"),
+      std::string::npos)
       << e;
   EXPECT_EQ(b.state(1).finish, FinishReason::Error);
   EXPECT_FALSE(b.running(1));
@@ -535,7 +558,8 @@ TEST(SlotBatchErrors, NonFiniteLogitsEndTheSlotAndNameIt) {
   EXPECT_EQ(b.tokens(0), std::vector<int32_t>(q_alone.begin() + 5, q_alone.end()));
   b.release(1);
   const std::string pe = error_of([&] { b.prefill(1, {5, t, 6}, greedy(4)); });
-  EXPECT_NE(pe.find("SlotBatch::prefill: slot 1, step 0: the model produced a non-finite logit"), std::string::npos)
+  EXPECT_NE(pe.find("SlotBatch::prefill: slot 1, step 0: the model produced a non-finite logit"),
+            std::string::npos)
       << pe;
   EXPECT_FALSE(b.busy(1));
 }

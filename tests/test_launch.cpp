@@ -1,8 +1,8 @@
 // `tessera launch`: the checks and per-rank environment (Launch.*), and the CLI end to end on both paths,
 // mpirun and --no-mpi (LaunchCli.*: they spawn the CLI, so scripts/test.sh's sanitizer stage skips them with
-// the other Cli. suites). Devices are faked with TESSERA_LAUNCH_SYSROOT (test-only), which the tessera command
-// passes as launch::Options::sysroot: a directory standing in for / when /dev and /proc are searched for TPU
-// chips and GPUs.
+// the other Cli. suites). Devices are faked with TESSERA_LAUNCH_SYSROOT (test-only), which the tessera
+// command passes as launch::Options::sysroot: a directory standing in for / when /dev and /proc are searched
+// for TPU chips and GPUs.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -564,10 +564,21 @@ TEST_P(LaunchCli, ForwardsSigintToTheRanks) {
   ASSERT_TRUE(wait_for_files({dir / "ready.0", dir / "ready.1"})) << slurp(r.err_path);
   ASSERT_EQ(::kill(r.pid, SIGINT), 0);
   Finished f = wait_cli(r, 15);
-  EXPECT_EQ(f.code, 128 + SIGINT) << f.err;
+  // Every rank took the signal and exited 0 (as tessera serve does after draining): the job ended cleanly.
+  EXPECT_EQ(f.code, 0) << f.err;
   EXPECT_LT(f.seconds, 10.0);
   EXPECT_TRUE(fs::exists(dir / "int.0")) << f.err;
   EXPECT_TRUE(fs::exists(dir / "int.1")) << f.err;
+}
+
+TEST_P(LaunchCli, RanksEndedByAForwardedSignalGiveItsCode) {
+  Running r = start_cli(dir, args({"--nproc-per-node", "2", "--", "sh", "-c",
+                                   "touch \"$0/ready.$RANK\"; exec sleep 60", dir.path()}));
+  ASSERT_TRUE(wait_for_files({dir / "ready.0", dir / "ready.1"})) << slurp(r.err_path);
+  ASSERT_EQ(::kill(r.pid, SIGINT), 0);
+  Finished f = wait_cli(r, 15);
+  EXPECT_EQ(f.code, 128 + SIGINT) << f.err;
+  EXPECT_LT(f.seconds, 10.0);
 }
 
 TEST_P(LaunchCli, TooManyRanksForTheDevicesStartsNothing) {
@@ -601,6 +612,8 @@ TEST(LaunchCli, BadFlagsAreOneLineErrors) {
       {{"--no-mpi", "--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "--", "true"},
        "launch: --node-rank 2 is out of range for --nnodes 2 (0..1)"},
       {{"--master-port", "70000", "--", "true"}, "launch: --master-port 70000 is not a TCP port (1..65535)"},
+      {{"--signal-grace", "-1", "--", "true"}, "launch: --signal-grace must be 0..86400 seconds (got -1)"},
+      {{"--signal-grace", "soon", "--", "true"}, "launch: --signal-grace 'soon' is not an integer"},
       {{"--nproc-per-node", "2"},
        "launch: no command given (usage: tessera launch --nproc-per-node N -- COMMAND [ARGS...])"},
       {{"--", "/nonexistent/tool"}, "launch: cannot run '/nonexistent/tool': not an executable file"},

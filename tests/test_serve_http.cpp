@@ -30,12 +30,9 @@ TEST(Cli, ServeChatStreamedAndNotEqualsGenerateAlone) {
   for (size_t i = 0; i < prompts.size(); ++i)
     threads.emplace_back([&, i] {
       auto ci = client(s.port);
-      json body = {{"model", "smollm2"},
-                   {"messages", {{{"role", "user"}, {"content", prompts[i]}}}},
-                   {"max_tokens", 16},
-                   {"temperature", 0},
-                   {"stream", true},
-                   {"stream_options", {{"include_usage", true}}}};
+      json body = {{"model", "smollm2"}, {"messages", {{{"role", "user"}, {"content", prompts[i]}}}},
+                   {"max_tokens", 16},   {"temperature", 0},
+                   {"stream", true},     {"stream_options", {{"include_usage", true}}}};
       auto r = ci->Post("/v1/chat/completions", body.dump(), "application/json");
       ASSERT_TRUE(r);
       ASSERT_EQ(r->status, 200) << r->body;
@@ -59,7 +56,8 @@ TEST(Cli, ServeChatStreamedAndNotEqualsGenerateAlone) {
     EXPECT_EQ(streamed[i], want["text"]) << prompts[i];
     EXPECT_EQ(usage[i]["prompt_tokens"], want["prompt_tokens"]) << prompts[i];
     EXPECT_EQ(usage[i]["completion_tokens"], want["new_tokens"]) << prompts[i];
-    json body = {{"messages", {{{"role", "user"}, {"content", prompts[i]}}}}, {"max_tokens", 16}, {"temperature", 0}};
+    json body = {
+        {"messages", {{{"role", "user"}, {"content", prompts[i]}}}}, {"max_tokens", 16}, {"temperature", 0}};
     auto r = c->Post("/v1/chat/completions", body.dump(), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -96,14 +94,16 @@ TEST(Cli, ServeChatStreamedAndNotEqualsGenerateAlone) {
 
   auto m = c->Get("/metrics");
   ASSERT_TRUE(m);
-  EXPECT_NE(m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 0"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 0"), std::string::npos)
+      << m->body;
   EXPECT_NE(m->body.find("tessera:time_to_first_token_seconds_count"), std::string::npos);
   EXPECT_NE(m->body.find("tessera:generation_tokens_total"), std::string::npos);
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
 }
 
 TEST(Cli, ServeRefusesWhatItCannotDoWithTheRightStatus) {
-  START_OR_FAIL(s, {"--max-num-seqs", "1", "--max-queue", "0", "--max-model-len", "128", "--api-key", "sekret"});
+  START_OR_FAIL(s,
+                {"--max-num-seqs", "1", "--max-queue", "0", "--max-model-len", "128", "--api-key", "sekret"});
   auto c = client(s.port);
   const httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
   const std::string ok = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})";
@@ -118,9 +118,11 @@ TEST(Cli, ServeRefusesWhatItCannotDoWithTheRightStatus) {
   };
   const std::vector<Case> cases = {
       {"/v1/chat/completions", "not json", 400, ""},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "tools": []})", 400, "tools"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "tools": []})", 400,
+       "tools"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "n": "2"})", 400, "n"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "model": "x"})", 404, "model"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "model": "x"})", 404,
+       "model"},
       {"/v1/completions", R"({"prompt": "hi", "max_tokens": 500})", 400, "max_tokens"},
       {"/v1/completions", R"({"prompt": []})", 400, "prompt"},
       {"/v1/nothing", "{}", 404, ""},
@@ -169,8 +171,9 @@ TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
   std::string body;
   std::thread t([&] {
     auto c = client(s.port);
-    auto r = c->Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 200, "stream": true})",
-                     "application/json");
+    auto r =
+        c->Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 200, "stream": true})",
+                "application/json");
     if (r) body = r->body;
   });
   const bool running = one_running(s.port);  // SIGTERM once the stream runs, not while it is on its way
@@ -211,12 +214,14 @@ TEST(Cli, ChatServerPrintsTheServersAnswersToTheConversation) {
 
   const std::string url = "http://127.0.0.1:" + std::to_string(s.port);
   const std::string flags = " --api-key sekret --greedy --max-new-tokens 12 --system " + shell_quoted(system);
-  auto r = tessera::testing::run_cli("chat --server " + url + flags, q1 + "\n" + q2 + "\n/reset\n" + q1 + "\n");
+  auto r =
+      tessera::testing::run_cli("chat --server " + url + flags, q1 + "\n" + q2 + "\n/reset\n" + q1 + "\n");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, a1 + "\n" + a2 + "\n" + a1 + "\n");
   EXPECT_NE(r.err.find(" tokens, "), std::string::npos) << r.err;  // the stats lines, from the usage chunk
   // The same through the base URL ending in /v1, quiet, with the model named.
-  r = tessera::testing::run_cli("chat smollm2 -q --server " + url + "/v1/" + flags, q1 + "\n/exit\n" + q2 + "\n");
+  r = tessera::testing::run_cli("chat smollm2 -q --server " + url + "/v1/" + flags,
+                                q1 + "\n/exit\n" + q2 + "\n");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, a1 + "\n");
   EXPECT_EQ(r.err, "");
@@ -255,6 +260,57 @@ TEST(Cli, ChatServerPrintsTheServersAnswersToTheConversation) {
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--server"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--api-key"), std::string::npos) << r.out;
+}
+
+// Tensor parallelism: two ranks under tessera launch, rank 0 serving and rank 1 following its steps. Four
+// concurrent greedy chat requests (two streamed, two whole) each equal one process's `tessera generate`
+// alone; SIGTERM to the launcher drains rank 0, stops rank 1 and the job exits 0. SmolLM2's 3 KV heads do not
+// divide 2, so --tp-plan auto replicates attention and splits the MLP and LM head; float32 on both sides.
+TEST(Cli, ServeUnderLaunchWithTensorParallelismEqualsGenerateAlone) {
+  START_OR_FAIL(s,
+                {"--tp-size", "2", "--tp-plan", "auto", "--dtype", "float32", "--max-num-seqs", "4",
+                 "--max-model-len", "256"},
+                2);
+  const std::vector<std::string> prompts = {"What is the capital of France?", "Name three colours.",
+                                            "Say hello in Spanish.", "What is 2 + 2?"};
+  std::vector<std::string> got(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      json body = {{"messages", {{{"role", "user"}, {"content", prompts[i]}}}},
+                   {"max_tokens", 12},
+                   {"temperature", 0},
+                   {"stream", i % 2 == 0}};
+      auto r = client(s.port)->Post("/v1/chat/completions", body.dump(), "application/json");
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      if (i % 2 == 0) {
+        for (const json& e : events(r->body))
+          if (!e["choices"].empty() && e["choices"][0]["delta"].contains("content"))
+            got[i] += e["choices"][0]["delta"]["content"].get<std::string>();
+      } else {
+        got[i] = json::parse(r->body)["choices"][0]["message"]["content"];
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(got[i], generate_alone(prompts[i], 12, "--dtype float32")["text"]) << prompts[i];
+  auto m = client(s.port)->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 0"), std::string::npos)
+      << m->body;
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+  EXPECT_NE(s.proc->err().find("tessera serve: stopped"), std::string::npos) << s.proc->err();
+}
+
+// Under tessera launch without --tp-size: rank 1 says so and the job fails (rank 0 is stopped with it).
+TEST(Cli, ServeUnderLaunchNeedsTensorParallelism) {
+  auto r = tessera::testing::run_cli("launch --nproc-per-node 2 -- " + std::string(TESSERA_CLI_PATH) +
+                                     " serve --port 0 --max-model-len 64");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--tp-size is 1: under tessera launch, serve runs one tensor-parallel model"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(Cli, ServeFlagErrors) {

@@ -1,5 +1,5 @@
-// The step API for a scheduler (JetStream's prefill / insert / generate): a fixed set of decode slots over one
-// multi-sequence KV cache, which requests join and leave between steps with no recompile.
+// The step API for a scheduler (JetStream's prefill / insert / generate): a fixed set of decode slots over
+// one multi-sequence KV cache, which requests join and leave between steps with no recompile.
 //
 //   tessera::SlotBatch batch(model, /*slots=*/8, /*cache_len=*/1024);
 //   int32_t first = batch.prefill(batch.free_slot(), prompt_ids, config);  // a request joins
@@ -38,14 +38,20 @@ struct SlotBatchOptions {
   // Which rows a decode step runs. All (the default): every slot, one decode program whatever runs (the
   // static shape a TPU or GPU wants). Running: only the running slots, row-mapped into the cache (a program
   // per count of running slots, 1..slots), so a half-empty batch costs half. Auto: Running where the backend
-  // plans cheaply and pads with real FLOPs (the native cpu backend: Capabilities::prefers_buckets false), else
-  // All. Greedy tokens are the same either way.
+  // plans cheaply and pads with real FLOPs (the native cpu backend: Capabilities::prefers_buckets false),
+  // else All. Greedy tokens are the same either way.
   enum class DecodeRows { All, Running, Auto };
   DecodeRows decode_rows = DecodeRows::All;
-  // Prefix reuse: a released slot keeps what its cache holds, and a prefill() into it whose prompt starts with
-  // those tokens runs only the rest (on bucketed backends: the rest padded back into the prefix to a bucket,
-  // those prefix positions recomputed). See reusable().
+  // Prefix reuse: a released slot keeps what its cache holds, and a prefill() into it whose prompt starts
+  // with those tokens runs only the rest (on bucketed backends: the rest padded back into the prefix to a
+  // bucket, those prefix positions recomputed). See reusable().
   bool prefix_reuse = false;
+  // Tensor parallelism over MPI driven by one caller (a server): rank 0's batch sends each operation
+  // (prefill, prefill_chunked, step, release, warmup) with its inputs to the other ranks, whose batches (made
+  // with the same slots, cache_len and options) replay it in follow(). Unset, every rank must call the same
+  // operations itself. Without an MPI group (one process, or a PJRT device driving its chips) it changes
+  // nothing.
+  bool lead_followers = false;
 };
 
 // The token one running slot got from a step.
@@ -57,8 +63,8 @@ struct SlotToken {
 
 // What a slot holds.
 struct SlotState {
-  bool busy = false;     // holds a sequence (running or finished) until release()
-  bool running = false;  // step() produces its next token (or, prefilling, runs its next prompt chunk)
+  bool busy = false;        // holds a sequence (running or finished) until release()
+  bool running = false;     // step() produces its next token (or, prefilling, runs its next prompt chunk)
   bool prefilling = false;  // prefill_chunked: chunks of its prompt are still to run
   FinishReason finish = FinishReason::None;
   int prompt_tokens = 0;  // the prompt's length
@@ -94,8 +100,8 @@ class SlotBatch {
   // whole chunks (one prefill program of `chunk` tokens serves every chunk of every prompt); the step that
   // runs the last chunk returns the slot's first token. Same checks as prefill(); with in-step sampling the
   // repetition penalty must be 1 (the step's seen mask restarts at every prefill program).
-  void prefill_chunked(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config, int chunk,
-                       const TokenCallback& on_token = {});
+  void prefill_chunked(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config,
+                       int chunk, const TokenCallback& on_token = {});
   // One step: the next chunk of every chunked prompt, then one decode step over every other running slot;
   // returns the new tokens in slot order (empty, running nothing, when no slot runs). A non-finite logit in a
   // slot ends that slot (FinishReason::Error) after the other slots' tokens are taken, and then throws Error
@@ -130,7 +136,19 @@ class SlotBatch {
   // Decode programs run so far (steps that ran only prompt chunks do not count).
   int steps() const;
 
+  // SlotBatchOptions::lead_followers, on a tensor-parallel rank other than 0: runs every operation rank 0's
+  // batch runs, in its order, with its inputs (its drawn seeds included), until rank 0 calls stop_followers()
+  // (or its batch is destroyed); then returns. Waiting for the next operation has no deadline (a server may
+  // idle for hours); the collectives inside one do. An operation that fails as it failed on rank 0 (a step
+  // with a non-finite logit) is taken as rank 0's engine takes it; any other error is thrown.
+  // Errors: rank 0, a model that is not tensor-parallel over MPI, or options without lead_followers.
+  void follow();
+  // Rank 0 of SlotBatchOptions::lead_followers: tells the followers to return from follow(). Idempotent; the
+  // destructor calls it. No-op anywhere else.
+  void stop_followers();
+
  private:
+  void stop_followers_quietly() noexcept;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -19,6 +19,9 @@ class Communicator {
   virtual void all_gather(const float* in, size_t count, float* out) = 0;
   // Rank `root`'s bytes copied to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // broadcast() without the collective deadline: a rank waiting for its leader's next command, which may come
+  // after any idle time (SlotBatch::follow()).
+  virtual void broadcast_untimed(void* data, size_t bytes, int root) { broadcast(data, bytes, root); }
 };
 
 }  // namespace tessera::backends

@@ -325,7 +325,8 @@ std::vector<pid_t> list_children(pid_t parent) {
 
 class Supervisor {
  public:
-  Supervisor(bool mpi, std::string status_path) : mpi_(mpi), status_path_(std::move(status_path)) {}
+  Supervisor(bool mpi, std::string status_path, std::chrono::seconds signal_grace)
+      : mpi_(mpi), status_path_(std::move(status_path)), signal_grace_(signal_grace) {}
   ~Supervisor() { restore(); }
 
   int run(std::vector<Spawn> spawns) {
@@ -438,7 +439,7 @@ class Supervisor {
   // rank, which mpirun made the leader of a group of its own) with its group; SIGKILL also kills mpirun.
   // mpirun itself is not sent SIGINT/SIGTERM: it would turn them into SIGTERM, a second later, and its exit
   // code into 1.
-  void stop(int sig) {
+  void stop(int sig, std::chrono::seconds grace = kStopGrace) {
     if (mpi_) {
       for (const Proc& p : procs_) {
         if (p.done) continue;
@@ -452,11 +453,11 @@ class Supervisor {
       ::killpg(pgid_, sig);
     }
     // A stopped rank (SIGSTOP, Ctrl-Z in its own terminal) acts on nothing but SIGKILL until continued.
-    if (sig != SIGKILL && sig != SIGCONT) stop(SIGCONT);
+    if (sig != SIGKILL && sig != SIGCONT) stop(SIGCONT, grace);
     if (sig == SIGKILL) {
       kill_at_.reset();
     } else if (sig != SIGCONT && !kill_at_) {
-      kill_at_ = Clock::now() + kStopGrace;
+      kill_at_ = Clock::now() + grace;
     }
   }
 
@@ -517,7 +518,7 @@ class Supervisor {
     interrupted_ = sig;
     std::fprintf(stderr, "tessera: launch: SIG%s received; passing it to the ranks\n",
                  sigabbrev_np(sig) ? sigabbrev_np(sig) : std::to_string(sig).c_str());
-    stop(sig);
+    stop(sig, signal_grace_);
   }
 
   void loop() {
@@ -604,7 +605,14 @@ class Supervisor {
 
   int exit_code() {
     if (failed_ >= 0) return status_code(procs_[static_cast<size_t>(failed_)].status);
-    if (interrupted_) return 128 + interrupted_;
+    if (interrupted_) {
+      // Ranks that took the signal and exited 0 (a server that drained its requests) ended the job cleanly.
+      read_status();
+      const bool clean = !rank_failure_ && std::all_of(procs_.begin(), procs_.end(), [](const Proc& p) {
+        return p.done && status_code(p.status) == 0;
+      });
+      return clean ? 0 : 128 + interrupted_;
+    }
     const bool reported = rank_failure_.has_value();
     read_status();  // a failure recorded just before mpirun exited
     if (rank_failure_) {
@@ -628,6 +636,7 @@ class Supervisor {
 
   const bool mpi_;
   const std::string status_path_;
+  const std::chrono::seconds signal_grace_;
   std::optional<RankFailure> rank_failure_;
   bool set_up_ = false, tty_ = false;
   sigset_t watched_{}, old_mask_{};
@@ -760,6 +769,8 @@ void validate(const Options& o) {
     fail("launch: --master-port ", o.master_port, " is not a TCP port (1..65535)");
   if (static_cast<long long>(o.nproc_per_node) * o.nnodes > (1 << 20))
     fail("launch: ", o.nproc_per_node, " x ", o.nnodes, " ranks are too many");
+  if (o.signal_grace_s < 0 || o.signal_grace_s > 86400)
+    fail("launch: --signal-grace must be 0..86400 seconds (got ", o.signal_grace_s, ")");
   if (o.command.empty() || o.command[0].empty())
     fail("launch: no command given (usage: tessera launch --nproc-per-node N -- COMMAND [ARGS...])");
   if (o.nnodes > 1 && o.master_addr.empty())
@@ -827,8 +838,7 @@ DevicePlan plan_devices(const Options& o) {
       plan.cuda_ids = split_list(*o.cuda_visible_devices);
       if (static_cast<int>(plan.cuda_ids.size()) < n)
         fail("launch: --nproc-per-node ", n, " but CUDA_VISIBLE_DEVICES='", *o.cuda_visible_devices,
-             "' lists only ",
-             plural(static_cast<int>(plan.cuda_ids.size()), "GPU"));
+             "' lists only ", plural(static_cast<int>(plan.cuda_ids.size()), "GPU"));
       plan.cuda_ids.resize(static_cast<size_t>(n));
     } else {
       for (int i = 0; i < n; ++i) plan.cuda_ids.push_back(std::to_string(i));
@@ -944,7 +954,7 @@ int run(const Options& o) {
       spawns.push_back(std::move(s));
     }
   }
-  Supervisor sup(o.use_mpi, status_file);
+  Supervisor sup(o.use_mpi, status_file, std::chrono::seconds(o.signal_grace_s));
   return sup.run(std::move(spawns));
 }
 

@@ -18,7 +18,11 @@ struct Options {
   int master_port = 29500;
   bool use_mpi = true;      // false: --no-mpi, fork/exec the ranks directly
   bool all_output = false;  // every rank's stdout, lines prefixed "[rank N] " (stderr too)
-  std::string hostfile;     // mpirun --hostfile, for --nnodes > 1 on the mpirun path
+  // After a SIGINT/SIGTERM/SIGHUP/SIGQUIT passed on to the ranks, how long they get to exit before SIGKILL (a
+  // second signal kills at once). A server drains its requests first (tessera serve --shutdown-timeout, 30 s
+  // by default). A failed rank's peers get 2 s.
+  int signal_grace_s = 35;
+  std::string hostfile;  // mpirun --hostfile, for --nnodes > 1 on the mpirun path
   // Internal (mpirun path): the file where each rank's shim appends one line when its rank fails, so that the
   // launcher can name the rank, host and status (mpirun's own exit code says none of it). Empty: not used.
   std::string status_file;

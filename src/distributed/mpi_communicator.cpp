@@ -92,6 +92,11 @@ class MpiCommunicator : public backends::Communicator {
     check(MPI_Ibcast(data, as_count(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD, &req), "broadcast");
     wait(req, "broadcast");
   }
+  void broadcast_untimed(void* data, size_t bytes, int root) override {
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data, as_count(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD, &req), "broadcast");
+    wait(req, "broadcast", /*untimed=*/true);
+  }
 
   // Before MPI_Finalize: the standing ping receive is withdrawn and the answers sent are completed.
   void shutdown() {
@@ -135,10 +140,11 @@ class MpiCommunicator : public backends::Communicator {
   // Polls `req` until it completes or the deadline passes. The backoff yields the core at once and sleeps
   // after a few hundred polls (up to 1 ms): with more ranks than cores a spinning waiter starves the rank
   // whose result it waits for.
-  void wait(MPI_Request& req, const char* what) {
+  // `untimed`: no deadline (and a longer sleep once idle: such a wait may last hours).
+  void wait(MPI_Request& req, const char* what, bool untimed = false) {
     ++seq_;
     const auto start = Clock::now();
-    double limit = timeout_s_;
+    double limit = untimed ? 0 : timeout_s_;
     if (limit > 0 && seq_ == 1) limit = std::max(limit, kFirstCollectiveTimeoutS);
     auto sleep = std::chrono::microseconds(0);
     for (int polls = 0;; ++polls) {
@@ -152,7 +158,8 @@ class MpiCommunicator : public backends::Communicator {
       if (polls < 256) {
         std::this_thread::yield();
       } else {
-        sleep = std::min(std::chrono::microseconds(1000), std::max(sleep * 2, std::chrono::microseconds(20)));
+        const auto most = std::chrono::microseconds(untimed && polls > 4096 ? 5000 : 1000);
+        sleep = std::min(most, std::max(sleep * 2, std::chrono::microseconds(20)));
         std::this_thread::sleep_for(sleep);
       }
     }

@@ -1,15 +1,16 @@
 // SlotBatch (include/tessera/batch.h): one KV cache of N rows, a row-mapped prefill per joining sequence and
-// one decode program for all rows. Per-row choice of the next token and the stop rules are generation::RowState
-// (rows.h), shared with generate().
-#include "tessera/batch.h"
-
+// one decode program for all rows. Per-row choice of the next token and the stop rules are
+// generation::RowState (rows.h), shared with generate().
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "generation/rows.h"
 #include "generation/sampling_params.h"
 #include "runtime/model_core.h"
+#include "tessera/batch.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -28,9 +29,9 @@ struct Slot {
   TokenCallback on_token;
   std::vector<int32_t> out;  // new tokens
   int prompt_tokens = 0, prefill_len = 0;
-  int kv_begin = 0;     // first cache position the row attends to (its bucket padding before it)
-  int32_t last = 0;     // the last token (the next step's input)
-  std::vector<float> logits;  // keep_logits: those of the last token
+  int kv_begin = 0;             // first cache position the row attends to (its bucket padding before it)
+  int32_t last = 0;             // the last token (the next step's input)
+  std::vector<float> logits;    // keep_logits: those of the last token
   std::vector<int32_t> padded;  // the prompt padded on the left, until its prefill is done
   std::vector<int32_t> prompt;  // prefix_reuse: the prompt, for what the cache row holds once released
   int chunk = 0;                // prefill_chunked: chunk length (0: one prefill)
@@ -40,6 +41,100 @@ struct Slot {
   int next_slot() const { return prefill_len + row.produced - 1; }
   int next_position() const { return prompt_tokens + row.produced - 1; }
 };
+
+// What rank 0 sends its followers before each operation (SlotBatchOptions::lead_followers); `bytes` of
+// payload follow it: the prompt's ids, then the encoded GenerationConfig.
+enum class Op : int32_t { Prefill = 1, PrefillChunked, Step, Release, Warmup, Stop };
+struct Command {
+  Op op = Op::Stop;
+  int32_t slot = 0, arg = 0;  // arg: the chunk (PrefillChunked) or max_prompt (Warmup)
+  int32_t callback = 0;       // rank 0's sequence has a token callback (so its keep flags are broadcast)
+  int32_t prompt_len = 0, config_bytes = 0;
+};
+
+// GenerationConfig as bytes for the followers (every field; they run the same RowState from it).
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    const char* p = reinterpret_cast<const char*>(&v);
+    bytes.insert(bytes.end(), p, p + sizeof v);
+  }
+  template <typename T>
+  void put_opt(const std::optional<T>& v) {
+    put<int32_t>(v.has_value());
+    put(v.value_or(T{}));
+  }
+  std::vector<char> bytes;
+};
+class Reader {
+ public:
+  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
+  template <typename T>
+  T get() {
+    if (static_cast<size_t>(end_ - p_) < sizeof(T))
+      fail("SlotBatch::follow: a truncated command from rank 0");
+    T v;
+    std::memcpy(&v, p_, sizeof v);
+    p_ += sizeof v;
+    return v;
+  }
+  template <typename T>
+  std::optional<T> get_opt() {
+    const bool has = get<int32_t>() != 0;
+    const T v = get<T>();
+    return has ? std::optional<T>(v) : std::nullopt;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+std::vector<char> encode_config(const GenerationConfig& c) {
+  Writer w;
+  w.put_opt(c.max_new_tokens);
+  w.put<int32_t>(c.max_length);
+  w.put<int32_t>(c.max_length_is_default);
+  w.put<int32_t>(c.do_sample);
+  w.put(c.temperature);
+  w.put<int32_t>(c.top_k);
+  w.put(c.top_p);
+  w.put(c.min_p);
+  w.put(c.repetition_penalty);
+  w.put_opt(c.seed);
+  w.put<int32_t>(static_cast<int32_t>(c.eos_token_id.size()));
+  for (int32_t e : c.eos_token_id) w.put(e);
+  w.put_opt(c.pad_token_id);
+  w.put_opt(c.bos_token_id);
+  w.put<int32_t>(static_cast<int32_t>(c.cache_implementation.size()));
+  w.bytes.insert(w.bytes.end(), c.cache_implementation.begin(), c.cache_implementation.end());
+  w.put<int32_t>(c.disable_compile);
+  return std::move(w.bytes);
+}
+
+GenerationConfig decode_config(const char* p, size_t n) {
+  Reader r(p, n);
+  GenerationConfig c;
+  c.max_new_tokens = r.get_opt<int>();
+  c.max_length = r.get<int32_t>();
+  c.max_length_is_default = r.get<int32_t>() != 0;
+  c.do_sample = r.get<int32_t>() != 0;
+  c.temperature = r.get<float>();
+  c.top_k = r.get<int32_t>();
+  c.top_p = r.get<float>();
+  c.min_p = r.get<float>();
+  c.repetition_penalty = r.get<float>();
+  c.seed = r.get_opt<uint64_t>();
+  c.eos_token_id.resize(static_cast<size_t>(std::max(0, r.get<int32_t>())));
+  for (int32_t& e : c.eos_token_id) e = r.get<int32_t>();
+  c.pad_token_id = r.get_opt<int32_t>();
+  c.bos_token_id = r.get_opt<int32_t>();
+  c.cache_implementation.resize(static_cast<size_t>(std::max(0, r.get<int32_t>())));
+  for (char& ch : c.cache_implementation) ch = r.get<char>();
+  c.disable_compile = r.get<int32_t>() != 0;
+  return c;
+}
 
 }  // namespace
 
@@ -61,6 +156,32 @@ struct SlotBatch::Impl {
   std::vector<Kept> kept;  // per slot (prefix_reuse)
   int64_t reused = 0;
   int steps = 0;
+  bool leading = false;  // rank 0 of an MPI group with lead_followers: operations are announced
+  bool followers_stopped = false;
+  // Rank 0 (leading): sends the followers the operation about to run.
+  void announce(Op op, int slot = 0, int arg = 0, const std::vector<int32_t>* prompt = nullptr,
+                const GenerationConfig* cfg = nullptr, bool callback = false) {
+    if (!leading || followers_stopped) return;
+    Command c;
+    c.op = op;
+    c.slot = slot;
+    c.arg = arg;
+    c.callback = callback;
+    std::vector<char> payload;
+    if (prompt) {
+      c.prompt_len = static_cast<int32_t>(prompt->size());
+      const char* p = reinterpret_cast<const char*>(prompt->data());
+      payload.assign(p, p + prompt->size() * sizeof(int32_t));
+    }
+    if (cfg) {
+      const std::vector<char> bytes = encode_config(*cfg);
+      c.config_bytes = static_cast<int32_t>(bytes.size());
+      payload.insert(payload.end(), bytes.begin(), bytes.end());
+    }
+    m->comm->broadcast(&c, sizeof c, 0);
+    if (!payload.empty()) m->comm->broadcast(payload.data(), payload.size(), 0);
+    if (op == Op::Stop) followers_stopped = true;
+  }
   // Reused step buffers.
   StepInputs in;
   std::vector<float> logits;
@@ -68,7 +189,8 @@ struct SlotBatch::Impl {
 
   const Slot& at(int slot, const char* what) const {
     if (slot < 0 || slot >= n)
-      fail("SlotBatch::", what, ": slot ", slot, " is out of range (the batch has ", n, " slots: 0..", n - 1, ")");
+      fail("SlotBatch::", what, ": slot ", slot, " is out of range (the batch has ", n, " slots: 0..", n - 1,
+           ")");
     return slots[static_cast<size_t>(slot)];
   }
   Slot& at(int slot, const char* what) { return const_cast<Slot&>(std::as_const(*this).at(slot, what)); }
@@ -130,8 +252,13 @@ struct SlotBatch::Impl {
 
   // The decode program for `batch` step rows (fewer than n: row-mapped into the cache).
   ShapeKey decode_key(int batch) const {
-    return {.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m->info.dtype,
-            .sampling = sampling, .cache_rows = batch != n ? n : 0};
+    return {.phase = Phase::Decode,
+            .batch = batch,
+            .seq = 1,
+            .cache_len = cache_len,
+            .dtype = m->info.dtype,
+            .sampling = sampling,
+            .cache_rows = batch != n ? n : 0};
   }
 
   void run(const ShapeKey& key) {
@@ -164,11 +291,25 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.slots.resize(static_cast<size_t>(slots));
   b.kept.resize(static_cast<size_t>(slots));
   b.cache = b.m->make_cache(slots, cache_len);
+  b.leading = options.lead_followers && b.m->comm && b.m->comm->size() > 1 && b.m->comm->rank() == 0;
 }
 
 SlotBatch::SlotBatch(SlotBatch&&) noexcept = default;
-SlotBatch& SlotBatch::operator=(SlotBatch&&) noexcept = default;
-SlotBatch::~SlotBatch() = default;
+SlotBatch& SlotBatch::operator=(SlotBatch&& other) noexcept {
+  if (this != &other) {
+    stop_followers_quietly();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+SlotBatch::~SlotBatch() { stop_followers_quietly(); }
+
+void SlotBatch::stop_followers_quietly() noexcept {
+  try {
+    if (impl_) stop_followers();
+  } catch (...) {  // a follower gone: the job is ending anyway (the launcher stops the ranks)
+  }
+}
 
 int SlotBatch::slots() const { return impl_->n; }
 int SlotBatch::cache_len() const { return impl_->cache_len; }
@@ -179,8 +320,8 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
                             const TokenCallback& on_token, int chunk, const char* what, int reuse) {
   const Slot& s = at(slot, what);
   if (s.busy)
-    fail("SlotBatch::", what, ": slot ", slot, " is busy (", s.row.running() ? "running" : "finished", "; release(",
-         slot, ") frees it)");
+    fail("SlotBatch::", what, ": slot ", slot, " is busy (", s.row.running() ? "running" : "finished",
+         "; release(", slot, ") frees it)");
   cfg.validate();
   if (cfg.disable_compile)
     fail("SlotBatch::", what, ": disable_compile is not supported (the batch runs compiled programs only)");
@@ -192,25 +333,28 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   const int len = static_cast<int>(prompt.size());
   const int64_t max_pos = m->config.max_position_embeddings;
   if (len > max_pos)
-    fail("SlotBatch::", what, ": slot ", slot, ": prompt of ", len, " tokens exceeds max_position_embeddings (",
-         max_pos, ")");
+    fail("SlotBatch::", what, ": slot ", slot, ": prompt of ", len,
+         " tokens exceeds max_position_embeddings (", max_pos, ")");
   const int budget = cfg.new_token_budget(len, max_pos);
   if (len + budget > max_pos)
     fail("SlotBatch::", what, ": slot ", slot, ": prompt (", len, " tokens) + max_new_tokens (", budget,
          ") exceeds max_position_embeddings (", max_pos, ")");
-  // The prompt is padded on the left to its bucket (one prefill) or to whole chunks; reusing, it sits where the
-  // slot's kept sequence sits (that padding before it).
-  const int64_t padded = reuse > 0    ? kept[static_cast<size_t>(slot)].kv_begin + static_cast<int64_t>(len)
+  // The prompt is padded on the left to its bucket (one prefill) or to whole chunks; reusing, it sits where
+  // the slot's kept sequence sits (that padding before it).
+  const int64_t padded = reuse > 0   ? kept[static_cast<size_t>(slot)].kv_begin + static_cast<int64_t>(len)
                          : chunk > 0 ? (static_cast<int64_t>(len) + chunk - 1) / chunk * chunk
                                      : m->bucket_for(len, true);
   if (padded + budget - 1 > cache_len)
     fail("SlotBatch::", what, ": slot ", slot, ": a prompt of ", len, " tokens (",
          chunk > 0 ? "in chunks of " : "prefill bucket ", chunk > 0 ? chunk : padded,
-         chunk > 0 ? detail::concat(", padded to ", padded) : std::string(), ") and ", budget, " new tokens need ",
-         padded + budget - 1, " cache positions; the batch has cache_len ", cache_len);
+         chunk > 0 ? detail::concat(", padded to ", padded) : std::string(), ") and ", budget,
+         " new tokens need ", padded + budget - 1, " cache positions; the batch has cache_len ", cache_len);
   if (chunk > 0 && on_device && cfg.repetition_penalty != 1.0f)
-    fail("SlotBatch::", what, ": slot ", slot, ": with in-step sampling a chunked prompt cannot carry the "
-         "repetition penalty (", cfg.repetition_penalty, "): the step's seen mask starts at each prefill; use "
+    fail("SlotBatch::", what, ": slot ", slot,
+         ": with in-step sampling a chunked prompt cannot carry the "
+         "repetition penalty (",
+         cfg.repetition_penalty,
+         "): the step's seen mask starts at each prefill; use "
          "prefill(), or SlotBatchOptions::host_sampling");
   Slot fresh;
   fresh.row.start(cfg, cfg.seed ? *cfg.seed : generation::fresh_seed(), prompt, 0, budget);
@@ -232,7 +376,8 @@ void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
   in = StepInputs{};
   for (int i = from; i < from + count; ++i) {
     in.ids.push_back(s.padded[static_cast<size_t>(i)]);
-    in.positions.push_back(i < s.kv_begin ? 1 : i - s.kv_begin);  // padding: masked, position 1 as Transformers
+    in.positions.push_back(i < s.kv_begin ? 1
+                                          : i - s.kv_begin);  // padding: masked, position 1 as Transformers
     in.slots.push_back(i);
   }
   in.kv_begin = {s.kv_begin};
@@ -242,8 +387,13 @@ void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
   }
   const bool mapped = n > 1;
   if (mapped) in.cache_rows = {slot};
-  run({.phase = Phase::Prefill, .batch = 1, .seq = count, .cache_len = cache_len, .dtype = m->info.dtype,
-       .sampling = sampling, .cache_rows = mapped ? n : 0});
+  run({.phase = Phase::Prefill,
+       .batch = 1,
+       .seq = count,
+       .cache_len = cache_len,
+       .dtype = m->info.dtype,
+       .sampling = sampling,
+       .cache_rows = mapped ? n : 0});
 }
 
 int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
@@ -262,11 +412,14 @@ int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
   return tok;
 }
 
-int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
+int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config,
                            const TokenCallback& on_token) {
   Impl& b = *impl_;
+  GenerationConfig cfg = config;
+  if (b.leading && !cfg.seed) cfg.seed = generation::fresh_seed();  // the followers draw the same
   const Impl::Reuse reuse = b.plan_reuse(slot, prompt, cfg);
   Slot fresh = b.start(slot, prompt, cfg, on_token, 0, "prefill", reuse.tokens);
+  b.announce(Op::Prefill, slot, 0, &prompt, &cfg, static_cast<bool>(on_token));
   auto lock = b.m->step_lock();
   if (reuse.tokens > 0) {
     // The kept tokens [0, from) stay in the cache; the rest of the prompt runs after them.
@@ -282,12 +435,15 @@ int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const G
   return tok;
 }
 
-void SlotBatch::prefill_chunked(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
+void SlotBatch::prefill_chunked(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config,
                                 int chunk, const TokenCallback& on_token) {
   Impl& b = *impl_;
   if (chunk < 1 || chunk > b.cache_len)
     fail("SlotBatch::prefill_chunked: chunk must be in 1..", b.cache_len, " (cache_len), got ", chunk);
+  GenerationConfig cfg = config;
+  if (b.leading && !cfg.seed) cfg.seed = generation::fresh_seed();
   Slot fresh = b.start(slot, prompt, cfg, on_token, chunk, "prefill_chunked");
+  b.announce(Op::PrefillChunked, slot, chunk, &prompt, &cfg, static_cast<bool>(on_token));
   b.kept[static_cast<size_t>(slot)] = Kept{};
   fresh.busy = true;
   b.slots[static_cast<size_t>(slot)] = std::move(fresh);
@@ -298,6 +454,7 @@ std::vector<SlotToken> SlotBatch::step() {
   runtime::ModelCore& m = *b.m;
   std::vector<SlotToken> out;
   if (running_count() == 0) return out;
+  b.announce(Op::Step);
   auto lock = m.step_lock();
   int bad_slot = -1, bad_count = 0;
   std::string bad_why;
@@ -366,7 +523,7 @@ std::vector<SlotToken> SlotBatch::step() {
       const int32_t tok = b.choose(s, step_row[static_cast<size_t>(r)], r, why);
       if (tok < 0)
         bad(r, detail::concat("SlotBatch::step: step ", step, ", slot ", r, " (its token ", s.row.produced,
-                           "): the model produced a non-finite logit (", why, ")"));
+                              "): the model produced a non-finite logit (", why, ")"));
       next[static_cast<size_t>(r)] = tok;
     }
     if (m.comm) m.comm->broadcast(next.data(), next.size() * sizeof(int32_t), 0);
@@ -394,9 +551,11 @@ std::vector<SlotToken> SlotBatch::step() {
   }
   std::sort(out.begin(), out.end(), [](const SlotToken& a, const SlotToken& c) { return a.slot < c.slot; });
   if (bad_slot >= 0)
-    fail(bad_why, bad_count > 1 ? detail::concat("; ", bad_count - 1, " more slot(s) likewise") : std::string(),
+    fail(bad_why,
+         bad_count > 1 ? detail::concat("; ", bad_count - 1, " more slot(s) likewise") : std::string(),
          "; the slot has ended (FinishReason::Error), the other slots' tokens are taken");
-  m.generation_done();  // the recompile guard counts from here (a prefill and the decode program are compiled)
+  m.generation_done();  // the recompile guard counts from here (a prefill and the decode program are
+                        // compiled)
   return out;
 }
 
@@ -404,16 +563,23 @@ int SlotBatch::warmup(int max_prompt) {
   Impl& b = *impl_;
   runtime::ModelCore& m = *b.m;
   if (max_prompt < 0) fail("SlotBatch::warmup: max_prompt must be >= 0, got ", max_prompt);
+  b.announce(Op::Warmup, 0, max_prompt);
   const graph::CompileStats before = m.compile_stats();
   auto build = [&m](const ShapeKey& k) { return m.build(k); };
   const bool mapped = b.n > 1;
   for (int bucket : m.buckets) {
     if (bucket > b.cache_len || (max_prompt > 0 && bucket > m.bucket_for(max_prompt, false))) break;
-    m.cache->get({.phase = Phase::Prefill, .batch = 1, .seq = bucket, .cache_len = b.cache_len,
-                  .dtype = m.info.dtype, .sampling = b.sampling, .cache_rows = mapped ? b.n : 0},
+    m.cache->get({.phase = Phase::Prefill,
+                  .batch = 1,
+                  .seq = bucket,
+                  .cache_len = b.cache_len,
+                  .dtype = m.info.dtype,
+                  .sampling = b.sampling,
+                  .cache_rows = mapped ? b.n : 0},
                  build);
   }
-  for (int batch = b.running_rows_only ? 1 : b.n; batch <= b.n; ++batch) m.cache->get(b.decode_key(batch), build);
+  for (int batch = b.running_rows_only ? 1 : b.n; batch <= b.n; ++batch)
+    m.cache->get(b.decode_key(batch), build);
   m.cache->arm_guard();
   const graph::CompileStats after = m.compile_stats();
   return after.compiles + after.disk_hits - before.compiles - before.disk_hits;
@@ -422,9 +588,11 @@ int SlotBatch::warmup(int max_prompt) {
 void SlotBatch::release(int slot) {
   Slot& s = impl_->at(slot, "release");
   if (!s.busy) fail("SlotBatch::release: slot ", slot, " is not busy (it is free already)");
+  impl_->announce(Op::Release, slot);
   Kept& k = impl_->kept[static_cast<size_t>(slot)];
   k = Kept{};
-  if (impl_->options.prefix_reuse && !s.prefilling() && !s.out.empty() && s.row.finish != FinishReason::Error) {
+  if (impl_->options.prefix_reuse && !s.prefilling() && !s.out.empty() &&
+      s.row.finish != FinishReason::Error) {
     // The cache row holds the prompt and every new token but the last (never fed back).
     k.kv_begin = s.kv_begin;
     k.tokens = std::move(s.prompt);
@@ -480,15 +648,65 @@ SlotState SlotBatch::state(int slot) const {
   return st;
 }
 
-const std::vector<int32_t>& SlotBatch::tokens(int slot) const {
-  return impl_->at(slot, "tokens").out;
-}
+const std::vector<int32_t>& SlotBatch::tokens(int slot) const { return impl_->at(slot, "tokens").out; }
 
 const std::vector<float>& SlotBatch::last_logits(int slot) const {
   const Slot& s = impl_->at(slot, "last_logits");
   if (!impl_->options.keep_logits || impl_->on_device)
     fail("SlotBatch::last_logits: logits are kept only with SlotBatchOptions::keep_logits and host sampling");
   return s.logits;
+}
+
+void SlotBatch::stop_followers() { impl_->announce(Op::Stop); }
+
+void SlotBatch::follow() {
+  Impl& b = *impl_;
+  backends::Communicator* comm = b.m->comm.get();
+  if (!comm || comm->size() < 2)
+    fail("SlotBatch::follow: the model is not tensor-parallel over MPI (nothing to follow)");
+  if (comm->rank() == 0) fail("SlotBatch::follow: rank 0 leads; follow() runs on the other ranks");
+  if (!b.options.lead_followers)
+    fail("SlotBatch::follow: the batch needs SlotBatchOptions::lead_followers, as rank 0's has");
+  const TokenCallback stand_in = [](int, int32_t) { return true; };  // rank 0's answers are broadcast into it
+  while (true) {
+    Command c;
+    comm->broadcast_untimed(&c, sizeof c, 0);
+    if (c.prompt_len < 0 || c.config_bytes < 0) fail("SlotBatch::follow: a malformed command from rank 0");
+    std::vector<char> payload(static_cast<size_t>(c.prompt_len) * sizeof(int32_t) +
+                              static_cast<size_t>(c.config_bytes));
+    if (!payload.empty()) comm->broadcast(payload.data(), payload.size(), 0);
+    std::vector<int32_t> prompt(static_cast<size_t>(c.prompt_len));
+    if (!prompt.empty()) std::memcpy(prompt.data(), payload.data(), prompt.size() * sizeof(int32_t));
+    const char* cfg_bytes = payload.data() + prompt.size() * sizeof(int32_t);
+    const TokenCallback none;
+    const TokenCallback& cb = c.callback ? stand_in : none;
+    switch (c.op) {
+      case Op::Prefill:
+        prefill(c.slot, prompt, decode_config(cfg_bytes, static_cast<size_t>(c.config_bytes)), cb);
+        break;
+      case Op::PrefillChunked:
+        prefill_chunked(c.slot, prompt, decode_config(cfg_bytes, static_cast<size_t>(c.config_bytes)), c.arg,
+                        cb);
+        break;
+      case Op::Step:
+        try {
+          step();
+        } catch (const Error&) {
+          // A non-finite logit ended a slot: rank 0 met the same one (the ranks' logits agree) and goes on.
+        }
+        break;
+      case Op::Release:
+        release(c.slot);
+        break;
+      case Op::Warmup:
+        warmup(c.arg);
+        break;
+      case Op::Stop:
+        return;
+      default:
+        fail("SlotBatch::follow: unknown command ", static_cast<int32_t>(c.op), " from rank 0");
+    }
+  }
 }
 
 }  // namespace tessera

@@ -93,7 +93,8 @@ std::string StopMatcher::flush() {
 // ---- logprobs ----
 
 TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int top) {
-  if (token < 0 || token >= vocab) fail("token_logprob: token ", token, " is outside the vocabulary (", vocab, ")");
+  if (token < 0 || token >= vocab)
+    fail("token_logprob: token ", token, " is outside the vocabulary (", vocab, ")");
   if (top < 0 || top > vocab) fail("token_logprob: top must be in 0..", vocab, ", got ", top);
   // log-softmax in double: x - (max + log sum exp(x - max)).
   const float mx = *std::max_element(logits, logits + vocab);
@@ -121,7 +122,10 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, in
 
 struct Engine::Active {
   Active(const Tokenizer& tok, const EngineRequest& r, std::shared_ptr<Stream> s, Clock::time_point arrived)
-      : stream(std::move(s)), decoder(tok, r.skip_special_tokens), stops(r.stop), logprobs(r.logprobs),
+      : stream(std::move(s)),
+        decoder(tok, r.skip_special_tokens),
+        stops(r.stop),
+        logprobs(r.logprobs),
         arrived(arrived) {}
   std::shared_ptr<Stream> stream;
   StreamDecoder decoder;
@@ -135,10 +139,12 @@ struct Engine::Active {
   };
   std::deque<Held> held;
   size_t decoded = 0, emitted = 0;  // bytes out of the decoder / out to the stream
-  // The entries whose text is out (at the end, `all`: every one left; a stop string: those with text before it).
+  // The entries whose text is out (at the end, `all`: every one left; a stop string: those with text before
+  // it).
   std::vector<TokenLogprob> released(bool all) {
     std::vector<TokenLogprob> out;
-    while (!held.empty() && (all || held.front().end <= emitted || (stops.stopped() && held.front().begin < emitted))) {
+    while (!held.empty() &&
+           (all || held.front().end <= emitted || (stops.stopped() && held.front().begin < emitted))) {
       out.push_back(std::move(held.front().lp));
       held.pop_front();
     }
@@ -151,15 +157,26 @@ struct Engine::Active {
   RequestTimes times;
 };
 
+namespace {
+SlotBatchOptions batch_options(const EngineOptions& o) {
+  return {.host_sampling = o.host_sampling,
+          .keep_logits = true,
+          .decode_rows = o.decode_rows,
+          .prefix_reuse = o.prefix_reuse && o.prefill_chunk == 0,
+          .lead_followers = true};
+}
+}  // namespace
+
+void follow_engine(CausalLM& model, const EngineOptions& options) {
+  SlotBatch batch(model, options.max_num_seqs, options.max_model_len, batch_options(options));
+  batch.follow();
+}
+
 Engine::Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions& options)
     : model_(model),
       tok_(tokenizer),
       options_(options),
-      batch_(model, options.max_num_seqs, options.max_model_len,
-             {.host_sampling = options.host_sampling,
-              .keep_logits = true,
-              .decode_rows = options.decode_rows,
-              .prefix_reuse = options.prefix_reuse && options.prefill_chunk == 0}) {
+      batch_(model, options.max_num_seqs, options.max_model_len, batch_options(options)) {
   if (options.max_queue < 0) fail("serve: max_queue must be >= 0, got ", options.max_queue);
   if (options.prefill_chunk < 0 || options.prefill_chunk > options.max_model_len)
     fail("serve: prefill_chunk must be in 0..", options.max_model_len, " (max_model_len), got ",
@@ -216,9 +233,9 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
     // Room: the free slots (a request waits here until the scheduler admits it) plus max_queue.
     const int room = options_.max_queue + options_.max_num_seqs - stats_.running;
     if (static_cast<int>(waiting_.size()) >= room)
-      throw QueueFull(detail::concat("the server is at capacity (", stats_.running, " running, ", waiting_.size(),
-                                     " waiting; max_num_seqs ", options_.max_num_seqs, ", max_queue ",
-                                     options_.max_queue, ")"));
+      throw QueueFull(detail::concat("the server is at capacity (", stats_.running, " running, ",
+                                     waiting_.size(), " waiting; max_num_seqs ", options_.max_num_seqs,
+                                     ", max_queue ", options_.max_queue, ")"));
     waiting_.push_back({std::move(request), stream, Clock::now()});
     stats_.waiting = static_cast<int>(waiting_.size());
   }
@@ -332,8 +349,9 @@ void Engine::sync(int slot) {
     if (a->logprobs >= 0) {
       // One token arrives per prefill or step, so the kept logits are this token's.
       const int64_t vocab = model_.info().vocab_size;
-      a->held.push_back({a->decoded, a->decoded + piece.size(),
-                         token_logprob(batch_.last_logits(slot).data(), vocab, ids[a->delivered], a->logprobs)});
+      a->held.push_back(
+          {a->decoded, a->decoded + piece.size(),
+           token_logprob(batch_.last_logits(slot).data(), vocab, ids[a->delivered], a->logprobs)});
     }
     a->decoded += piece.size();
     const std::string out = a->stops.push(piece);
@@ -365,7 +383,10 @@ void Engine::sync(int slot) {
   }
   a->stream->push(text, a->released(true), count);
   batch_.release(slot);
-  end_slot(slot, st.finish == FinishReason::Length ? "length" : st.finish == FinishReason::Error ? "error" : "stop",
+  end_slot(slot,
+           st.finish == FinishReason::Length  ? "length"
+           : st.finish == FinishReason::Error ? "error"
+                                              : "stop",
            st.finish == FinishReason::Error ? "the model produced a non-finite logit" : "");
 }
 
@@ -428,6 +449,10 @@ void Engine::loop() {
     stats_.requests_cancelled += left.size();
   }
   for (auto& w : left) w.stream->finish("cancelled", "the server is shutting down", 0);
+  try {
+    batch_.stop_followers();  // tensor parallelism: the other ranks' follow_engine() returns
+  } catch (const std::exception&) {
+  }
 }
 
 }  // namespace tessera::serve

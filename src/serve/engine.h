@@ -1,8 +1,8 @@
 // The serving engine: continuous batching of many requests over one SlotBatch (a fixed set of decode slots
 // in one static KV cache), run by one scheduler thread. Requests join free slots between decode steps
 // (prefill), leave when they finish, stop on a stop string or are cancelled; one decode program serves all
-// slots. Text comes out incrementally with stop strings held back until they cannot match, so a stop string is
-// never emitted, not even partly. No HTTP here: apps/serve_command.cpp speaks OpenAI's protocol over it.
+// slots. Text comes out incrementally with stop strings held back until they cannot match, so a stop string
+// is never emitted, not even partly. No HTTP here: apps/serve_command.cpp speaks OpenAI's protocol over it.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -27,16 +27,16 @@ namespace tessera::serve {
 struct EngineOptions {
   int max_num_seqs = 4;   // decode slots
   int max_model_len = 0;  // cache positions per slot (prompt + new tokens); must be > 0
-  int max_queue = 64;     // requests that may wait while every slot is busy; beyond, submit() throws QueueFull
+  int max_queue = 64;  // requests that may wait while every slot is busy; beyond, submit() throws QueueFull
   int prefill_chunk = 0;  // > 0: prompts run this many tokens per step (SlotBatch::prefill_chunked)
   SlotBatchOptions::DecodeRows decode_rows = SlotBatchOptions::DecodeRows::Auto;
   // Sample on the host from the logits even where the backend samples inside the step (PJRT devices): what
   // logprobs need there, at the cost of the logits crossing back every step.
   bool host_sampling = false;
-  // A request whose prompt starts with what a free slot's cache still holds (the previous turn of a chat) runs
-  // only the rest (SlotBatchOptions::prefix_reuse). Off by default: the kept tokens' K/V were computed by
-  // other kernels (decode steps, another prefill) than a full prefill would use, so logits may differ in the
-  // last bits (<= 1e-5 measured) and a near-tie could flip a greedy token.
+  // A request whose prompt starts with what a free slot's cache still holds (the previous turn of a chat)
+  // runs only the rest (SlotBatchOptions::prefix_reuse). Off by default: the kept tokens' K/V were computed
+  // by other kernels (decode steps, another prefill) than a full prefill would use, so logits may differ in
+  // the last bits (<= 1e-5 measured) and a near-tie could flip a greedy token.
   bool prefix_reuse = false;
 };
 
@@ -64,11 +64,11 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, in
 
 // What a request's consumer sees. Filled by the scheduler thread; read through Stream::wait().
 struct StreamUpdate {
-  std::string text;                          // new text since the previous update ("" possible)
-  std::vector<TokenLogprob> logprobs;        // EngineRequest::logprobs >= 0: the tokens whose text is out
-  bool done = false;                         // no more updates follow
-  std::string finish_reason;                 // when done: "stop" (eos or stop string), "length", "cancelled", "error"
-  std::string error;                         // finish_reason "error": the message
+  std::string text;                    // new text since the previous update ("" possible)
+  std::vector<TokenLogprob> logprobs;  // EngineRequest::logprobs >= 0: the tokens whose text is out
+  bool done = false;                   // no more updates follow
+  std::string finish_reason;  // when done: "stop" (eos or stop string), "length", "cancelled", "error"
+  std::string error;          // finish_reason "error": the message
   int prompt_tokens = 0, completion_tokens = 0;
 };
 
@@ -127,8 +127,8 @@ class Engine {
   // The most new tokens a prompt of `prompt_len` tokens can get in one slot (< 1: the prompt does not fit).
   int max_new_tokens_that_fit(int prompt_len) const;
 
-  // Queues a request. Throws QueueFull when every slot is busy and max_queue requests wait, Error when the engine is
-  // stopping or the request cannot fit a slot (the message names the lengths).
+  // Queues a request. Throws QueueFull when every slot is busy and max_queue requests wait, Error when the
+  // engine is stopping or the request cannot fit a slot (the message names the lengths).
   std::shared_ptr<Stream> submit(EngineRequest request);
   struct QueueFull : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -172,6 +172,11 @@ class Engine {
   std::vector<std::unique_ptr<Active>> active_;  // per slot; scheduler thread only
   std::thread thread_;
 };
+
+// Tensor parallelism over MPI: rank 0 runs the Engine (whose batch leads, SlotBatchOptions::lead_followers);
+// every other rank calls this with the same model options and EngineOptions. It replays rank 0's batch
+// operations (warmup included) until rank 0's engine stops, then returns.
+void follow_engine(CausalLM& model, const EngineOptions& options);
 
 // Holds back text that may be the start of a stop string: push() returns what is safe to emit; once a stop
 // string is complete it returns the text before it and stopped() is true.
