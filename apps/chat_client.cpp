@@ -2,20 +2,18 @@
 #include "chat_client.h"
 
 #include <httplib.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
+#include "chat_loop.h"
 #include "io/io_util.h"
 #include "tessera/error.h"
-#include "tokenizer/unicode_util.h"
 
 namespace tessera::cli {
 
@@ -155,12 +153,6 @@ std::string transport_error(httplib::Error e) {
   }
 }
 
-std::string repaired(const std::string& text) {
-  std::string out;
-  tok::utf8_repair_append(text, out);
-  return out;
-}
-
 }  // namespace
 
 void check_chat_server_flags(const CLI::App& chat) {
@@ -191,29 +183,8 @@ int run_chat_client(const ChatClientOptions& opt) {
   http.set_write_timeout(30, 0);
   const std::string where = ep.origin + ep.path;
 
-  const std::string system = repaired(opt.system);
-  ordered_json msgs = ordered_json::array();
-  auto reset = [&] {
-    msgs = ordered_json::array();
-    if (!system.empty()) msgs.push_back({{"role", "system"}, {"content", system}});
-  };
-  reset();
-  const bool tty = isatty(STDIN_FILENO);
-  if (tty && !opt.quiet)
-    std::fprintf(stderr, "Chatting with %s%s. /reset clears the history, /exit or Ctrl-D quits.\n",
-                 ep.origin.c_str(), opt.model.empty() ? "" : (" (model " + opt.model + ")").c_str());
-  std::string line;
-  while (true) {
-    if (tty) std::fputs("> ", stdout), std::fflush(stdout);
-    if (!std::getline(std::cin, line)) break;
-    if (line == "/exit" || line == "/quit") break;
-    if (line == "/reset") {
-      reset();
-      continue;
-    }
-    if (line.empty()) continue;
-    msgs.push_back({{"role", "user"}, {"content", repaired(line)}});
-
+  const std::string who = ep.origin + (opt.model.empty() ? "" : " (model " + opt.model + ")");
+  run_chat_loop(who, opt.system, opt.quiet, [&](const ordered_json& msgs) {
     ordered_json body;
     if (!opt.model.empty()) body["model"] = opt.model;
     body["messages"] = msgs;
@@ -290,7 +261,6 @@ int run_chat_client(const ChatClientOptions& opt) {
     }
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    msgs.push_back({{"role", "assistant"}, {"content", reply}});
     if (!opt.quiet) {
       const double s =
           first ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *first).count() : 0;
@@ -300,7 +270,8 @@ int run_chat_client(const ChatClientOptions& opt) {
       else
         std::fprintf(stderr, "[%.1f s]\n", s);
     }
-  }
+    return reply;
+  });
   return 0;
 }
 

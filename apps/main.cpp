@@ -19,6 +19,7 @@
 #include "backends/pjrt/pjrt_info.h"
 #include "bench_command.h"
 #include "chat_client.h"
+#include "chat_loop.h"
 #include "cli_env.h"
 #include "compile_flags.h"
 #include "default_model.h"
@@ -31,7 +32,6 @@
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/tokenizer.h"
-#include "tokenizer/unicode_util.h"
 
 using namespace tessera;
 using ordered_json = nlohmann::ordered_json;
@@ -386,14 +386,6 @@ ordered_json generation_config_json(const GenerationConfig& g, int prompt_tokens
   return j;
 }
 
-// Text from the command line or a terminal, with invalid UTF-8 replaced by U+FFFD as the tokenizer does for a
-// plain prompt (the chat template needs valid text).
-std::string repaired(const std::string& text) {
-  std::string out;
-  tok::utf8_repair_append(text, out);
-  return out;
-}
-
 int run_generate(GenerateFlags& f) {
   if (f.prompt.empty() == f.input_ids.empty())
     fail(f.prompt.empty() ? "generate: give --prompt TEXT or --input-ids 1,2,3"
@@ -406,8 +398,8 @@ int run_generate(GenerateFlags& f) {
     std::string text = f.prompt;
     if (f.chat) {
       ordered_json msgs = ordered_json::array();
-      if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", repaired(f.system)}});
-      msgs.push_back({{"role", "user"}, {"content", repaired(f.prompt)}});
+      if (!f.system.empty()) msgs.push_back({{"role", "system"}, {"content", cli::repaired(f.system)}});
+      msgs.push_back({{"role", "user"}, {"content", cli::repaired(f.prompt)}});
       text = apply_chat_template(*tok, msgs, true);
       ids = tok->encode(text, false);
     } else {
@@ -516,25 +508,7 @@ int run_chat(GenerateFlags& f) {
                    "each prompt; give --max-new-tokens\n",
                    g.max_length);
   }
-  const std::string system = repaired(f.system);
-  ordered_json msgs = ordered_json::array();
-  if (!system.empty()) msgs.push_back({{"role", "system"}, {"content", system}});
-  const bool tty = isatty(STDIN_FILENO);
-  if (tty && !f.m.quiet)
-    std::fprintf(stderr, "Chatting with %s. /reset clears the history, /exit or Ctrl-D quits.\n",
-                 path.c_str());
-  std::string line;
-  while (true) {
-    if (tty) std::fputs("> ", stdout), std::fflush(stdout);
-    if (!std::getline(std::cin, line)) break;
-    if (line == "/exit" || line == "/quit") break;
-    if (line == "/reset") {
-      msgs = ordered_json::array();
-      if (!system.empty()) msgs.push_back({{"role", "system"}, {"content", system}});
-      continue;
-    }
-    if (line.empty()) continue;
-    msgs.push_back({{"role", "user"}, {"content", repaired(line)}});
+  cli::run_chat_loop(path, f.system, f.m.quiet, [&](const ordered_json& msgs) {
     std::vector<int32_t> ids = tok.encode(apply_chat_template(tok, msgs, true), false);
     StreamDecoder stream(tok, true);
     StopStrings stops(&tok, f.stop);
@@ -552,10 +526,10 @@ int run_chat(GenerateFlags& f) {
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    msgs.push_back({{"role", "assistant"}, {"content", reply}});
     if (!f.m.quiet)
       std::fprintf(stderr, "[%d tokens, %.1f tok/s]\n", out.new_tokens, out.decode_tokens_per_s);
-  }
+    return reply;
+  });
   return 0;
 }
 

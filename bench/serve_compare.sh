@@ -7,7 +7,7 @@
 # Engines alternate round by round (tessera, llama, tessera, llama ...) since bandwidth moves with neighbours; the
 # table takes each engine's median tok/s round per client count. Every server is bounded in time and killed on exit.
 #
-#   bench/serve_compare.sh                 clients 1,4,16; prompt 128, 128 new tokens; 2 rounds; 16 slots
+#   bench/serve_compare.sh                 clients 1,4,16,64; prompt 128, 128 new tokens; 2 rounds; 16 slots
 #   bench/serve_compare.sh --quick         CI: Tessera only, the default model (SmolLM2 Q4_1), clients 1,2, 8 new tokens
 #                                          (keeps the harness working; not in the test suite)
 # Options: --clients 1,4,16,64  --rounds N  --slots N  --prompt-tokens N  --new-tokens N  --requests-per-client N
@@ -22,7 +22,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/tessera}"
 PY="${PY:-$ROOT/venv-bench/bin/python}"
 MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
-QUICK=0 CLIENTS="1,4,16" ROUNDS=2 SLOTS=16 PROMPT=128 NEW=128 RPC=2 VLLM=1 OUT="$ROOT/bench/results.md"
+QUICK=0 CLIENTS="1,4,16,64" ROUNDS=2 SLOTS=16 PROMPT=128 NEW=128 RPC=2 VLLM=1 OUT="$ROOT/bench/results.md"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;
