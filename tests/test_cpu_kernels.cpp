@@ -318,6 +318,7 @@ struct AttnCase {
   std::vector<int32_t> q_slot;
   int32_t kv_begin;
   int64_t window = 0;  // > 0: sliding window, keys j > q_slot - window
+  float softcap = 0;   // > 0: scaled scores s -> tanh(s / softcap) * softcap
 
   int64_t lo(int64_t t) const {
     return window > 0 ? std::max<int64_t>(kv_begin, q_slot[static_cast<size_t>(t)] - window + 1) : kv_begin;
@@ -355,10 +356,10 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
       v[i] = bf16_to_f32(vb[i]);
     }
     attention(q.data(), c.T, c.nh, c.hd, kb.data(), vb.data(), DType::BF16, c.nkv, c.cache_len,
-              c.q_slot.data(), c.kv_begin, scale, out.data(), c.window);
+              c.q_slot.data(), c.kv_begin, scale, out.data(), c.window, c.softcap);
   } else {
     attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), DType::F32, c.nkv, c.cache_len, c.q_slot.data(),
-              c.kv_begin, scale, out.data(), c.window);
+              c.kv_begin, scale, out.data(), c.window, c.softcap);
   }
   const int64_t group = c.nh / c.nkv;
   for (int64_t t = 0; t < c.T; ++t) {
@@ -373,7 +374,7 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
         for (int64_t j = c.lo(t); j <= c.q_slot[t]; ++j) {
           double d = 0;
           for (int64_t i = 0; i < c.hd; ++i) d += static_cast<double>(qh[i]) * kb[j * c.hd + i];
-          s.push_back(d * scale);
+          s.push_back(c.softcap > 0 ? std::tanh(d * scale / c.softcap) * c.softcap : d * scale);
           mx = std::max(mx, s.back());
         }
         for (double& e : s) sum += (e = std::exp(e - mx));
@@ -445,6 +446,16 @@ TEST_P(CpuKernels, AttentionSlidingWindowPrefill) {
   c.nh = 12;  // 12 query heads per kv head: blocks of 8 tokens
   c.window = 200;
   check_attention(c);
+}
+
+// Gemma 2's attention logit soft-capping: prefill (with a window and left padding), decode, split decode.
+TEST_P(CpuKernels, AttentionSoftCap) {
+  std::vector<int32_t> slots(24);
+  for (int32_t i = 0; i < 24; ++i) slots[static_cast<size_t>(i)] = i;
+  check_attention({24, 4, 2, 16, 32, slots, 3, 8, 0.5f});  // caps hard: |q.k * scale| reaches ~10
+  check_attention({24, 6, 2, 33, 32, slots, 0, 0, 2.0f}, DType::BF16);
+  check_attention({1, 4, 2, 16, 40, {30}, 2, 0, 1.0f});
+  check_attention({1, 4, 2, 64, 800, {700}, 5, 0, 3.0f});  // decode split into key chunks
 }
 
 // ------------------------------------------------------------------ elementwise
@@ -520,6 +531,19 @@ TEST_P(CpuKernels, AddIsExact) {
   }
 }
 
+TEST_P(CpuKernels, SoftCap) {
+  for (int64_t n : {1, 7, 577, 70001}) {
+    std::vector<float> x = random_vec(n, 53, -200.0f, 200.0f), y(static_cast<size_t>(n));
+    softcap(x.data(), n, 30.0f, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = std::tanh(static_cast<double>(x[i]) / 30.0) * 30.0;
+      ASSERT_NEAR(y[i], ref, 1e-6 * 30.0) << "x=" << x[i];
+    }
+    softcap(x.data(), n, 30.0f, x.data());  // in place
+    EXPECT_EQ(x, y);
+  }
+}
+
 TEST_P(CpuKernels, Softmax) {
   for (int64_t n : {1, 7, 577}) {
     std::vector<float> x = random_vec(3 * n, 61, -30.0f, 30.0f), y = x;  // [3, n]
@@ -557,6 +581,14 @@ TEST_P(CpuKernels, EmbeddingAllDtypes) {
     for (size_t i = 0; i < ids.size(); ++i) {
       for (int64_t d = 0; d < dim; ++d)
         ASSERT_EQ(y[i * dim + d], table.f32[ids[i] * dim + d]) << dtype_name(dt);
+    }
+    // Gemma's scaled embedding: the f32 product, one rounding.
+    const float scale = 5.65685415f;  // sqrt(32) in f32
+    embedding(ids.data(), static_cast<int64_t>(ids.size()), table.raw.data(), dt, vocab, dim, y.data(),
+              scale);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t d = 0; d < dim; ++d)
+        ASSERT_EQ(y[i * dim + d], table.f32[ids[i] * dim + d] * scale) << dtype_name(dt);
     }
   }
 }

@@ -13,7 +13,7 @@ const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "deco
 constexpr const char* kOpNames[] = {"input",      "weight",    "cache_state",   "embedding", "rms_norm",
                                     "matmul",     "rope",      "cache_update",  "attention", "gated_act",
                                     "add",        "last_row",  "sampler_state", "mark_seen", "sample",
-                                    "all_reduce", "all_gather"};
+                                    "all_reduce", "all_gather", "soft_cap"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
 }  // namespace
@@ -102,6 +102,7 @@ std::string weight_key(const Node& n) {
   if (v.split_dim >= 0) os << "[" << (v.split_dim == 0 ? "rows" : "cols") << " split " << v.shards << "]";
   if (v.rank0_only) os << "[rank 0 only]";
   if (v.rope_head > 0) os << "[rotary pairs " << v.rope_head << "/" << v.rope_rot << "]";
+  if (v.offset != 0.f) os << "[+" << v.offset << "]";
   return os.str();
 }
 
@@ -159,6 +160,8 @@ std::string Graph::dump() const {
        << (n.op == Op::Weight ? weight_key(n) : n.name);
     if (n.op == Op::GatedAct) os << " (" << activation_name(n.act) << ")";
     if (n.op == Op::Attention && n.window > 0) os << " (window " << n.window << ")";
+    if ((n.op == Op::Attention || n.op == Op::SoftCap) && n.softcap > 0) os << " (softcap " << n.softcap << ")";
+    if (n.op == Op::Embedding && n.scale != 0.f) os << " (scale " << n.scale << ")";
     os << "\n";
   }
   os << "outputs:";

@@ -50,7 +50,7 @@ enum class Op : uint8_t {
   Input,        // step input bound at run time (ids, positions, slots, kv_begin, cache rows, ...)
   Weight,       // a named model weight
   CacheState,   // KV cache of one layer, [cache_batch, kv_heads, cache_len, head_dim]
-  Embedding,    // (table, ids) -> [rows, dim]
+  Embedding,    // (table, ids) -> [rows, dim], times Node::scale when it is not 0 (Gemma's sqrt(hidden))
   RmsNorm,      // (x, weight) -> x normalised over groups of `dim`
   MatMul,       // (x [rows, in], weight [out, in], bias? [out]) -> [rows, out]
   Rope,         // (x [rows, heads*head_dim], positions [rows]) -> rotated
@@ -61,7 +61,8 @@ enum class Op : uint8_t {
                 // cache[rows[b], :, slots[b*seq+s], :] = new[b*seq+s]
   Attention,  // (q, k_cache, v_cache, slots [batch*seq], kv_begin [batch], rows? [batch]) -> [rows, heads*
               // head_dim]: row b's query in slot q sees cache row rows[b]'s keys j with kv_begin[b] <= j <= q;
-              // `window` > 0: only keys j > q - window (sliding-window attention)
+              // `window` > 0: only keys j > q - window (sliding-window attention); `softcap` > 0: the scaled
+              // scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2)
   GatedAct,   // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
   Add,        // (a, b) -> a + b
   LastRow,    // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
@@ -77,6 +78,7 @@ enum class Op : uint8_t {
   AllReduce,  // (x) -> elementwise sum of x over all ranks (after a row-parallel matmul)
   AllGather,  // (x [rows, c]) -> [rows, c * tp_size]: rank r's columns at [r*c, (r+1)*c) (vocab-parallel
               // lm_head)
+  SoftCap,    // (x) -> tanh(x / softcap) * softcap elementwise, in f32 (Gemma's final logit soft-capping)
   kCount
 };
 const char* op_name(Op op);
@@ -127,8 +129,11 @@ struct WeightView {
   // (0,1), (2,3), ...; they are reordered to the rotate-half layout (0,2,4,...,1,3,5,...) so one Rope op
   // serves both conventions (q . k is unchanged when q and k are permuted alike).
   int64_t rope_head = 0, rope_rot = 0;
+  // Added to every element when loaded (float32 vectors only): Gemma's RMSNorm scales by (1 + weight), which
+  // in float32 is exactly the stored weight plus 1 computed once at load.
+  float offset = 0.f;
 
-  bool whole() const { return rows < 0 && split_dim < 0 && !rank0_only && rope_head == 0; }
+  bool whole() const { return rows < 0 && split_dim < 0 && !rank0_only && rope_head == 0 && offset == 0.f; }
   bool operator==(const WeightView&) const = default;
 };
 
@@ -145,7 +150,8 @@ struct Node {
   int64_t dim = 0;                                             // RmsNorm: normalised group size
   float eps = 0.f;                                             // RmsNorm
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
-  float scale = 0.f;                                           // Attention
+  float scale = 0.f;                                           // Attention; Embedding (0: none)
+  float softcap = 0.f;                                         // Attention (0: none), SoftCap
   int64_t window = 0;                 // Attention: sliding window in keys (0: the whole prefix)
   Activation act = Activation::Silu;  // GatedAct
   int rope_table = -1;                // Rope: index into Graph::rope_tables

@@ -101,6 +101,14 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
                   bool zero_copy) {
   const size_t es = dtype_size(full.dtype);
   if (v.rank0_only && rank != 0) return Tensor::empty(full.dtype, local);
+  if (v.offset != 0.f) {  // a float32 vector plus a constant (Gemma's 1 + weight), computed in float32
+    TS_ASSERT(full.dtype == DType::F32 && full.shape.size() == 1 && local == full.shape && v.rows < 0 &&
+                  v.split_dim < 0 && v.rope_head == 0,
+              "offset view of ", shape_str(full.shape));
+    Tensor out = Tensor::empty(DType::F32, local);
+    for (int64_t i = 0; i < local[0]; ++i) out.ptr<float>()[i] = full.ptr<float>()[i] + v.offset;
+    return out;
+  }
   if (v.whole() || (v.rank0_only && v.rows < 0 && v.split_dim < 0 && v.rope_head == 0)) return full;
   const int64_t stored_cols = full.shape.size() > 1 ? full.shape[1] : 1;
   int64_t row0 = v.rows >= 0 ? v.row_begin : 0, col0 = 0;

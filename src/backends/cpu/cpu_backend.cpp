@@ -267,7 +267,7 @@ class CpuExecutable : public Executable {
       }
     };
 
-    // Pass 1: which arena buffer each node writes. Rope, RmsNorm and Add reuse their
+    // Pass 1: which arena buffer each node writes. Rope, RmsNorm, Add and SoftCap reuse their
     // first input's buffer when they are its last reader.
     std::vector<int> buffer(n, -1);
     std::vector<size_t> buffer_size, buffer_last;
@@ -278,7 +278,8 @@ class CpuExecutable : public Executable {
         continue;
       int src = node.inputs.empty() ? -1 : node.inputs[0];
       bool in_place =
-          (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add || node.op == Op::AllReduce) &&
+          (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add || node.op == Op::AllReduce ||
+           node.op == Op::SoftCap) &&
           src >= 0 && buffer[static_cast<size_t>(src)] >= 0 && last_use[static_cast<size_t>(src)] == i;
       if (in_place) {
         buffer[i] = buffer[static_cast<size_t>(src)];
@@ -422,7 +423,8 @@ class CpuExecutable : public Executable {
         return;
       case Op::Embedding: {
         const Node& t = g_.at(in[0]);
-        cpu::embedding(ints(r, in[1]), rows, weight(in[0]), t.dtype, t.shape[0], t.shape[1], f32(r, id));
+        cpu::embedding(ints(r, in[1]), rows, weight(in[0]), t.dtype, t.shape[0], t.shape[1], f32(r, id),
+                       n.scale != 0.f ? n.scale : 1.0f);
         return;
       }
       case Op::RmsNorm:
@@ -490,7 +492,7 @@ class CpuExecutable : public Executable {
           cpu::attention(f32(r, in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
                          kc.ptr<uint8_t>() + cb * per_row, vc.ptr<uint8_t>() + cb * per_row, kc.dtype,
                          n.kv_heads, len, row_slots(r, slots, b), kv_begin[b], n.scale, f32(r, id) + b * seq * cols,
-                         n.window);
+                         n.window, n.softcap);
         }
         return;
       }
@@ -535,6 +537,9 @@ class CpuExecutable : public Executable {
                         static_cast<size_t>(c) * 4);
         return;
       }
+      case Op::SoftCap:
+        cpu::softcap(f32(r, in[0]), rows * cols, n.softcap, f32(r, id));
+        return;
       case Op::kCount:
         break;
     }

@@ -76,9 +76,11 @@ void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot
 // q_slot[t] (slots and positions differ by kv_begin alone, so this is Transformers' kv_pos > pos - window).
 // A query with no key in range (q_slot[t] < kv_begin, e.g. a padding row) gets zeros. Slots past q_slot[t],
 // and slots before the first window start of a block of queries, are never read.
+// softcap > 0 (Gemma 2's attention logit soft-capping): each scaled score s becomes tanh(s / softcap) *
+// softcap (f32, in that order, as Transformers' eager attention) before the softmax.
 void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v,
                DType kv_dtype, int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin,
-               float scale, float* out, int64_t window = 0);
+               float scale, float* out, int64_t window = 0, float softcap = 0.0f);
 
 // ---- elementwise ----
 // y = silu(gate) * up, elementwise over n; silu(x) = x / (1 + exp(-x)) in f32 as PyTorch. y may alias inputs.
@@ -93,15 +95,17 @@ enum class GateAct : uint8_t { Silu, Gelu, GeluTanh, Relu };
 void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float* y);
 // y = a + b over n; y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);
+// y = tanh(x / cap) * cap over n, in f32 (divide, tanh, multiply: PyTorch's order); y may alias x.
+void softcap(const float* x, int64_t n, float cap, float* y);
 // In-place softmax over each row of x [rows, n] (f32, max-subtracted).
 void softmax(float* x, int64_t rows, int64_t n);
 // Index of the largest value in x[0, n) (the first one on ties; NaN is never chosen unless all are NaN).
 int64_t argmax(const float* x, int64_t n);
 
 // ---- embedding ----
-// y[i, :] = table[ids[i], :] converted to f32; table [vocab, dim] in dt. ids outside [0, vocab) are an
-// internal error (the caller validates).
+// y[i, :] = table[ids[i], :] converted to f32, times `scale` (an f32 multiply) unless it is 1; table [vocab,
+// dim] in dt. ids outside [0, vocab) are an internal error (the caller validates).
 void embedding(const int32_t* ids, int64_t n, const void* table, DType dt, int64_t vocab, int64_t dim,
-               float* y);
+               float* y, float scale = 1.0f);
 
 }  // namespace tessera::cpu

@@ -4,7 +4,8 @@
 //   scores S[R, n] = Q[R, hd] · K[kv_begin .. last]^T   (the matmul kernel with K as the weights, f32 or
 //                                                        bf16 widened exactly: its gemm path for a prefill
 //                                                        block, its gemv path for decode)
-//   P = softmax(S * scale) per row over that row's own keys kv_begin .. q_slot[t], in f32;
+//   P = softmax(S * scale) per row over that row's own keys kv_begin .. q_slot[t], in f32 (with softcap > 0,
+//       S * scale soft-capped to tanh(S * scale / softcap) * softcap first);
 //   O[r, :] = sum_j P[r, j] V[j, :]                      (six rows per pass over V).
 // `last` is the block's largest q_slot: a row's scores past its own q_slot are computed but never used, and
 // its weighted sum stops at its own q_slot. Slots outside kv_begin .. max(q_slot) are never read.
@@ -40,6 +41,14 @@ struct AttnArgs {
   float scale;
   float* out;      // [T, nh * hd]
   int64_t window;  // > 0: sliding window (keys j > q_slot - window)
+  float softcap;   // > 0: scores s -> tanh(s / softcap) * softcap
+
+  // Scales n scores (and soft-caps them).
+  void scale_scores(const VecOps& ops, float* s, int64_t n) const {
+    ops.scale(scale, s, n);
+    if (softcap > 0.0f)
+      for (int64_t j = 0; j < n; ++j) s[j] = std::tanh(s[j] / softcap) * softcap;
+  }
 
   // The first slot query t may see.
   int64_t lo(int64_t t) const {
@@ -111,7 +120,7 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     const int64_t j0 = start(r);
     std::fill(s + r * n, s + r * n + j0, 0.0f);  // keys before this row's window
     float* sr = s + r * n + j0;
-    ops.scale(a.scale, sr, nr - j0);
+    a.scale_scores(ops, sr, nr - j0);
     const float mx = *std::max_element(sr, sr + nr - j0);
     ops.scale(1.0f / ops.exp_sum(sr, nr - j0, mx), sr, nr - j0);
   }
@@ -154,7 +163,7 @@ void attend_chunk(const AttnArgs& a, const VecOps& ops, int64_t g, int64_t j0, i
          s);  // inline: inside a pool job
   for (int64_t r = 0; r < G; ++r) {
     float* sr = s + r * n;
-    ops.scale(a.scale, sr, n);
+    a.scale_scores(ops, sr, n);
     const float mx = *std::max_element(sr, sr + n);
     part[r * (2 + hd)] = mx;
     part[r * (2 + hd) + 1] = ops.exp_sum(sr, n, mx);
@@ -209,7 +218,7 @@ constexpr int64_t kDecodeChunkKeys = 128;
 
 void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v,
                DType kv_dtype, int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin,
-               float scale, float* out, int64_t window) {
+               float scale, float* out, int64_t window, float softcap) {
   TS_ASSERT(nkv > 0 && nh % nkv == 0, "attention nh=", nh, " nkv=", nkv);
   TS_ASSERT(window >= 0, "attention window=", window);
   TS_ASSERT(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention KV cache dtype ",
@@ -218,7 +227,9 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
   for (int64_t t = 0; t < T; ++t) {
     TS_ASSERT(q_slot[t] < cache_len, "attention q_slot[", t, "]=", q_slot[t], " cache_len=", cache_len);
   }
-  const AttnArgs a{q, k, v, kv_dtype, nh, hd, cache_len, nh / nkv, q_slot, kv_begin, scale, out, window};
+  TS_ASSERT(softcap >= 0.0f, "attention softcap=", softcap);
+  const AttnArgs a{q,        k,      v,        kv_dtype, nh,  hd,     cache_len,
+                   nh / nkv, q_slot, kv_begin, scale,    out, window, softcap};
   const VecOps& ops = vec_ops();
   if (T == 1 && q_slot[0] >= kv_begin) {
     // Enough chunks for every thread to take a few (so a preempted thread holds up little), none shorter

@@ -1,4 +1,4 @@
-// Elementwise kernels (gated activations, add), row softmax and argmax.
+// Elementwise kernels (gated activations, add, soft-capping), row softmax and argmax.
 #include <algorithm>
 #include <cmath>
 
@@ -50,6 +50,12 @@ void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float
 void add(const float* a, const float* b, int64_t n, float* y) {
   const VecOps& ops = vec_ops();
   for_chunks(n, [&](int64_t i, int64_t len) { ops.add(a + i, b + i, len, y + i); });
+}
+
+void softcap(const float* x, int64_t n, float cap, float* y) {
+  for_chunks(n, [&](int64_t i, int64_t len) {
+    for (int64_t j = i; j < i + len; ++j) y[j] = std::tanh(x[j] / cap) * cap;
+  });
 }
 
 void softmax(float* x, int64_t rows, int64_t n) {

@@ -6,7 +6,7 @@
 namespace tessera::cpu {
 
 void embedding(const int32_t* ids, int64_t n, const void* table, DType dt, int64_t vocab, int64_t dim,
-               float* y) {
+               float* y, float scale) {
   TS_ASSERT(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, "embedding dtype ", dtype_name(dt));
   const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(dt);
   for (int64_t i = 0; i < n; ++i) {
@@ -17,6 +17,8 @@ void embedding(const int32_t* ids, int64_t n, const void* table, DType dt, int64
     for (int64_t i = i0; i < i1; ++i) {
       const auto* row = static_cast<const uint8_t*>(table) + static_cast<size_t>(ids[i]) * row_bytes;
       convert(row, dt, y + i * dim, DType::F32, dim);  // [dim]
+      if (scale != 1.0f)
+        for (int64_t d = 0; d < dim; ++d) y[i * dim + d] *= scale;
     }
   });
 }

@@ -330,6 +330,10 @@ class Lowering {
       case Op::AllGather:
         vals_[static_cast<size_t>(id)] = all_gather(n);
         break;
+      case Op::SoftCap:
+        b_.comment(n.name + ": soft_cap");
+        vals_[static_cast<size_t>(id)] = soft_cap(val(n.inputs[0]), n.softcap);
+        break;
       case Op::kCount:
         fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
@@ -366,7 +370,12 @@ class Lowering {
     return converted_[id] = b_.convert(val(id), "f32");
   }
 
-  // (table [V, D], ids [R]) -> [R, D]: a gather of whole rows.
+  // tanh(x / cap) * cap elementwise (PyTorch's order: divide, tanh, multiply).
+  Val soft_cap(const Val& x, float cap) {
+    return b_.mul(b_.unary("tanh", b_.div(x, b_.splat_f32(cap, x.shape))), b_.splat_f32(cap, x.shape));
+  }
+
+  // (table [V, D], ids [R]) -> [R, D]: a gather of whole rows (times n.scale when set).
   Val embedding(const Node& n) {
     b_.comment(n.name + ": embedding");
     const Val& table = val(n.inputs[0]);
@@ -379,7 +388,8 @@ class Lowering {
                        "slice_sizes = array<i64: 1, " +
                            std::to_string(dim) + ">",
                        {rows, dim}, table.et);  // [R, D]
-    return b_.convert(rows_v, "f32");
+    Val y = b_.convert(rows_v, "f32");
+    return n.scale != 0.f ? b_.mul(y, b_.splat_f32(n.scale, y.shape)) : y;
   }
 
   // x [R, C] normalised over groups of n.dim: (x * (1 / sqrt(mean(x^2) + eps))) * w, in f32.
@@ -517,7 +527,9 @@ class Lowering {
     const Shape s5{B, KV, G, S, L}, s4{B, KV, G, S};
     Val q4 = b_.reshape(b_.transpose(b_.reshape(q, {B, S, KV, G, hd}), {0, 2, 3, 1, 4}), {B, KV, G * S, hd});
     Val scores = b_.dot(q4, kc, {0, 1}, {0, 1}, {3}, {3}, {B, KV, G * S, L});  // [B, KV, G*S, L]
-    scores = b_.reshape(b_.mul(scores, b_.splat_f32(n.scale, scores.shape)), s5);
+    scores = b_.mul(scores, b_.splat_f32(n.scale, scores.shape));
+    if (n.softcap > 0.f) scores = soft_cap(scores, n.softcap);  // before the mask, as Transformers
+    scores = b_.reshape(scores, s5);
 
     // mask[b, s, j] = kv_begin[b] <= j && j <= slots[b*S + s]. One row: slots [S] broadcast along dim 1;
     // several: slots as [B, S].
