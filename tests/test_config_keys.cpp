@@ -30,6 +30,7 @@ namespace {
 const std::map<std::string, std::string> kFixtureOf = {
     {"Qwen3ForCausalLM", "qwen3_tied"}, {"LlamaForCausalLM", "llama_gqa"}, {"Glm4ForCausalLM", "glm4"},
     {"Qwen2ForCausalLM", "qwen2"},      {"MistralForCausalLM", "mistral"}, {"Phi3ForCausalLM", "phi3"},
+    {"Gemma2ForCausalLM", "gemma2"},
 };
 
 json fixture_config(const std::string& fixture) {
@@ -183,12 +184,29 @@ TEST(ConfigResolution, MatchesTransformers) {
         EXPECT_EQ(got.sliding_window, windows[l].get<int64_t>());
       }
     }
-    // The rotary table, float32, as Transformers' rotary embedding module built it.
-    const std::vector<float> inv = rope_inv_freq(got);
-    const auto want = hf["inv_freq"].get<std::vector<float>>();
-    ASSERT_EQ(inv.size(), want.size());
-    for (size_t i = 0; i < inv.size(); ++i)
-      EXPECT_NEAR(inv[i], want[i], 1e-6f * std::abs(want[i])) << "inv_freq " << i;
+    // The rotary table, float32, as Transformers' rotary embedding module built it (Gemma 3: the full
+    // attention layers' one, and the sliding layers' local one).
+    auto expect_table = [](const std::vector<float>& inv, const json& want_json, const char* what) {
+      const auto want = want_json.get<std::vector<float>>();
+      ASSERT_EQ(inv.size(), want.size()) << what;
+      for (size_t i = 0; i < inv.size(); ++i)
+        EXPECT_NEAR(inv[i], want[i], 1e-6f * std::abs(want[i])) << what << i;
+    };
+    if (!hf["inv_freq"].is_null()) expect_table(rope_inv_freq(got), hf["inv_freq"], "inv_freq ");
+    if (hf.contains("local_inv_freq") && !hf["local_inv_freq"].is_null()) {
+      EXPECT_FALSE(got.layer_local_rope.empty());
+      expect_table(rope_inv_freq(got, got.local_rope), hf["local_inv_freq"], "local inv_freq ");
+    }
+    // Gemma's attention scale and soft-capping (null: none); every other architecture's scale is
+    // head_dim^-0.5.
+    if (hf.contains("attention_scaling")) {
+      const double scale = got.query_pre_attn_scalar > 0 ? std::pow(got.query_pre_attn_scalar, -0.5)
+                                                         : std::pow(got.head_dim, -0.5);
+      EXPECT_EQ(static_cast<float>(scale), hf["attention_scaling"].get<float>());  // the f32 multiplier
+      auto cap = [](const json& v) { return v.is_null() ? 0.0 : v.get<double>(); };
+      EXPECT_EQ(got.attn_logit_softcapping, cap(hf["attn_logit_softcapping"]));
+      EXPECT_EQ(got.final_logit_softcapping, cap(hf["final_logit_softcapping"]));
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 // TESSERA_UPDATE_FIXTURES=1 rewrites the fixture instead of comparing.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -163,6 +164,29 @@ TEST(PjrtEmitter, SlidingLayersMaskKeysBeforeTheWindow) {
   for (const auto& n : g.nodes)
     if (n.op == graph::Op::Attention) windows.push_back(n.window);
   EXPECT_EQ(windows, (std::vector<int64_t>{0, 8}));
+}
+
+// Gemma 2's op options: the scaled embedding, the (1 + weight) norms (a load-time view), soft-capped
+// attention scores in every layer and the soft-capped logits (graph::Op::SoftCap), each lowered to StableHLO.
+TEST(PjrtEmitter, Gemma2ScalesEmbeddingsAndSoftCaps) {
+  const graph::Graph g = tiny_graph("gemma2", kDecode16);
+  int embed = 0, caps = 0, attn = 0, plus_one = 0;
+  for (const auto& n : g.nodes) {
+    if (n.op == graph::Op::Embedding && n.scale == 8.0f) ++embed;  // sqrt(64)
+    if (n.op == graph::Op::SoftCap && n.softcap == 30.0f) ++caps;
+    if (n.op == graph::Op::Attention && n.softcap == 50.0f &&
+        n.scale == static_cast<float>(std::pow(24.0, -0.5)))
+      ++attn;
+    if (n.op == graph::Op::Weight && n.view.offset == 1.0f) ++plus_one;
+  }
+  EXPECT_EQ(embed, 1);
+  EXPECT_EQ(caps, 1);
+  EXPECT_EQ(attn, 2);
+  EXPECT_EQ(plus_one, 2 * 4 + 1);  // four norms a layer and the final norm
+  EXPECT_EQ(g.at(g.outputs[0]).op, graph::Op::SoftCap);
+  const std::string text = pjrt::emit_stablehlo(g);
+  EXPECT_EQ(count(text, "\"stablehlo.tanh\""), 5u);  // 2 GeGLU, 2 attention soft-caps, the logits
+  EXPECT_EQ(count(text, "logits_softcap: soft_cap"), 1u);
 }
 
 }  // namespace

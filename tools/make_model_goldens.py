@@ -35,7 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
+from transformers import Gemma2Config, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -293,6 +293,24 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75},
         **common,
     )
+    # Gemma 2 (Gemma2ForCausalLM): (1 + weight) norms before and after each sublayer, embeddings scaled by
+    # sqrt(hidden), GeGLU (hidden_activation gelu_pytorch_tanh), attention scale query_pre_attn_scalar^-0.5
+    # (24, not head_dim), Gemma2Config's soft-capping (attention 50, logits 30), layer 0 sliding (window 4096)
+    # and layer 1 full, tied. hidden_act is not a Gemma2Config field, so `common` minus it.
+    gemma_common = {k: v for k, v in common.items() if k != "hidden_act"}
+    gemma2 = Gemma2Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=24,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **gemma_common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -306,6 +324,7 @@ def spec_list():
         ("qwen2", qwen2, torch.float32, 1, 1010),
         ("mistral", mistral, torch.bfloat16, 1, 1011),
         ("phi3", phi3, torch.float32, 1, 1012),
+        ("gemma2", gemma2, torch.bfloat16, 1, 1013),
     ]
 
 
@@ -618,7 +637,8 @@ def _tiny(arch, **kw):
     """A small config.json dict of `arch` (hidden 32, 4 heads, 3 layers, vocab 128), `kw` on top; a value of
     None removes the key (so Transformers' class default applies)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4",
-                  "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3"}[arch]
+                  "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3",
+                  "Gemma2ForCausalLM": "gemma2"}[arch]
     cfg = {
         "architectures": [arch],
         "model_type": model_type,
@@ -661,6 +681,11 @@ def resolution_cases():
     checks it does) or "ambiguous" / "unsupported" (Transformers picks silently or runs a rope we lack)."""
     L, Q, G = "LlamaForCausalLM", "Qwen3ForCausalLM", "Glm4ForCausalLM"
     Q2, M, P = "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"
+    G2 = "Gemma2ForCausalLM"
+
+    def gemma2(**kw):  # Gemma 2 reads hidden_activation, not hidden_act
+        return _tiny(G2, **dict(dict(hidden_act=None, hidden_activation="gelu_pytorch_tanh"), **kw))
+
     v4 = dict(rope_parameters=None, rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE))
     cases = [
         ("llama_v5_default", _tiny(L), None),
@@ -913,6 +938,32 @@ def resolution_cases():
                rope_scaling={"type": "su", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
                              "original_max_position_embeddings": 64}),
          ("unsupported", ["su", "longrope", "not supported"])),
+        # Gemma 2 (issue 16): pre/post norms, soft-capping, query_pre_attn_scalar, alternating sliding layers.
+        ("gemma2_v5_as_saved",
+         gemma2(query_pre_attn_scalar=16, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+         | {"use_bidirectional_attention": None}, None),
+        ("gemma2_v4_hub_layout",  # google/gemma-2-2b's keys: hidden_act beside hidden_activation, rope_theta
+         gemma2(rope_parameters=None, rope_theta=10000.0, hidden_act="gelu_pytorch_tanh", query_pre_attn_scalar=8,
+                attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window=4,
+                cache_implementation="hybrid", attention_bias=False, attention_dropout=0.0), None),
+        ("gemma2_class_defaults",
+         gemma2(head_dim=None, num_key_value_heads=None, max_position_embeddings=None, rms_norm_eps=None,
+                bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=None,
+                rope_parameters=None, hidden_activation=None), None),
+        ("gemma2_softcapping_null",
+         gemma2() | {"attn_logit_softcapping": None, "final_logit_softcapping": None}, None),
+        ("gemma2_attention_bias_gelu", gemma2(attention_bias=True, hidden_activation="gelu"), None),
+        ("gemma2_layer_types_given",
+         gemma2(sliding_window=4, layer_types=["full_attention", "sliding_attention", "sliding_attention"]), None),
+        ("gemma2_bidirectional_false", gemma2(use_bidirectional_attention=False), None),
+        ("gemma2_sliding_window_null", gemma2() | {"sliding_window": None},
+         ("transformers_fails", ["sliding_window", "null"])),
+        ("gemma2_head_dim_null", gemma2() | {"head_dim": None}, ("transformers_fails", ["head_dim", "null"])),
+        ("gemma2_bidirectional", gemma2(use_bidirectional_attention=True),
+         ("unsupported", ["use_bidirectional_attention", "true"])),
+        ("gemma2_hidden_act_disagrees", gemma2(hidden_act="gelu"),
+         ("ambiguous", ["hidden_act", "hidden_activation", "gelu"])),
     ]
     return cases
 
@@ -962,11 +1013,16 @@ def hf_resolve(cfg_dict, tmp):
     first = mlp.gate_up_proj if hasattr(mlp, "gate_up_proj") else mlp.gate_proj
     act = mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn
     eos = config.eos_token_id
+    norm = inner.layers[0].input_layernorm
+    rotary = inner.rotary_emb
     return {
         "head_dim": attn.head_dim,
         "num_key_value_heads": kv_rows // attn.head_dim,
         "max_position_embeddings": config.max_position_embeddings,
-        "rms_norm_eps": inner.layers[0].input_layernorm.variance_epsilon,
+        "rms_norm_eps": norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps,
+        "attention_scaling": attn.scaling,
+        "attn_logit_softcapping": getattr(config, "attn_logit_softcapping", None),
+        "final_logit_softcapping": getattr(config, "final_logit_softcapping", None),
         "attention_bias": q_proj.bias is not None,
         "mlp_bias": first.bias is not None,
         "tie_word_embeddings": model.lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr(),
@@ -976,7 +1032,12 @@ def hf_resolve(cfg_dict, tmp):
         "pad_token_id": config.pad_token_id,
         "layer_sliding_window": [layer_window(config, layer) for layer in inner.layers],
         "rope_parameters": dict(config.rope_parameters),
-        "inv_freq": inner.rotary_emb.inv_freq.float().tolist(),
+        # Gemma 3 keeps one table per layer type: the full_attention layers' here, the sliding ones' beside it.
+        "inv_freq": (rotary.inv_freq.float().tolist() if hasattr(rotary, "inv_freq")
+                     else rotary.full_attention_inv_freq.float().tolist()
+                     if hasattr(rotary, "full_attention_inv_freq") else None),
+        "local_inv_freq": (rotary.sliding_attention_inv_freq.float().tolist()
+                           if hasattr(rotary, "sliding_attention_inv_freq") else None),
     }
 
 

@@ -20,6 +20,10 @@ Each checkpoint is written exactly as save_pretrained writes it (transformers 5 
                     left-padded batch
   phi3_sliding      Phi3ForCausalLM (fused qkv_proj / gate_up_proj, untied), sliding_window 8 in every layer,
                     prompts up to 24 tokens, a left-padded batch
+  gemma2_sliding    Gemma2ForCausalLM, sliding_window 8 in layers 0 and 2 (layer_types' default), prompts up to
+                    24 tokens, a left-padded batch
+  gemma2_softcap    Gemma2ForCausalLM with soft-capping that bites (attention 1.5, logits 2.0) and q/k/v/o
+                    biases (attention_bias)
 
 Seeded and offline: a re-run gives byte-identical files for the versions pinned in tools/requirements.txt.
 Schema: tests/fixtures/variants/README.md. Helpers (JSON writer, weight randomiser, generate wrappers) are
@@ -39,7 +43,7 @@ import make_model_goldens as mg  # noqa: E402  (sets HF offline mode before tran
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
+from transformers import Gemma2Config, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = mg.BOS, mg.EOS, mg.PAD
 VOCAB = 256
@@ -96,6 +100,15 @@ def spec_list():
         ("phi3_sliding", Phi3Config,
          common(hidden_act="silu", tie_word_embeddings=False, sliding_window=8, num_hidden_layers=3), 2009,
          {"full_attention": {"sliding_window": None}}),
+        ("gemma2_sliding", Gemma2Config,
+         common(hidden_activation="gelu_pytorch_tanh", sliding_window=8, num_hidden_layers=3,
+                query_pre_attn_scalar=8), 2010,
+         {"full_attention": {"layer_types": ["full_attention"] * 3}}),
+        ("gemma2_softcap", Gemma2Config,
+         common(hidden_activation="gelu_pytorch_tanh", num_hidden_layers=2, query_pre_attn_scalar=8,
+                attn_logit_softcapping=1.5, final_logit_softcapping=2.0, attention_bias=True), 2011,
+         {"no_attn_softcap": {"attn_logit_softcapping": None},
+          "no_final_softcap": {"final_logit_softcapping": None}}),
     ]
 
 
@@ -149,6 +162,8 @@ def sliding_window_of(cfg):
     marks the sliding layers); Mistral and Phi-3 in every layer whenever sliding_window is set."""
     if cfg.model_type in ("mistral", "phi3"):
         return cfg.sliding_window
+    if cfg.model_type in ("gemma2", "gemma3_text"):  # the layers layer_types marks slide
+        return cfg.sliding_window if "sliding_attention" in cfg.layer_types else None
     return cfg.sliding_window if getattr(cfg, "use_sliding_window", False) else None
 
 
@@ -164,7 +179,7 @@ def variant_golden(name, cls, kwargs, seed, alternatives, d):
         "saved_dtype": "bfloat16",
         "versions": mg.versions(),
         "config": {
-            "hidden_act": cfg.hidden_act,
+            "hidden_act": getattr(cfg, "hidden_activation", None) or cfg.hidden_act,
             "sliding_window": window,
             "layer_types": list(getattr(cfg, "layer_types", None) or []),
         },
@@ -185,6 +200,7 @@ def variant_golden(name, cls, kwargs, seed, alternatives, d):
         with torch.no_grad():
             reference = [m(torch.tensor([prompt])).logits[0].float().numpy()]
     else:
+        window = window if window is not None and window < 24 else None  # a window no prompt reaches
         lengths = (1, 7, 24) if window else (1, 7, 19)
         fwd_inputs = [mg.rand_ids(gen, n, VOCAB) for n in lengths]
         golden["forward"] = mg.forward_cases(m, fwd_inputs)
@@ -202,7 +218,7 @@ def variant_golden(name, cls, kwargs, seed, alternatives, d):
     for alt, v in golden["distinct_from"].items():
         # The erf and tanh GELUs differ by at most ~5e-4 per activation: 10x the tests' 1e-4 tolerance is the
         # bar there, 100x everywhere else.
-        gelu_pair = {alt, cfg.hidden_act} <= {"gelu", "gelu_pytorch_tanh", "gelu_new"}
+        gelu_pair = {alt, golden["config"]["hidden_act"]} <= {"gelu", "gelu_pytorch_tanh", "gelu_new"}
         if v["max_abs_logit_diff"] < (1e-3 if gelu_pair else 1e-2):
             raise RuntimeError(f"{name}: logits as {alt} differ by only {v['max_abs_logit_diff']}: the golden "
                                "would not tell them apart")
@@ -223,7 +239,7 @@ def main():
         config = make_config(cls, kwargs)
         d = save_checkpoint(name, config, seed, args.out)
         reloaded = AutoConfig.from_pretrained(d)
-        for key in ("hidden_act", "sliding_window", "layer_types"):
+        for key in ("hidden_act", "hidden_activation", "sliding_window", "layer_types"):
             if getattr(reloaded, key, None) != getattr(config, key, None):
                 raise RuntimeError(f"{name}: config.json reloads {key} as {getattr(reloaded, key, None)}")
         variant_golden(name, cls, kwargs, seed, alternatives, d)

@@ -34,6 +34,7 @@ GraphBuilder::GraphBuilder(const DecoderConfig& c, const graph::ShapeKey& key) :
   g_.key = key;
   rows_ = key.batch * key.seq;
   g_.rope_tables.push_back(rope_inv_freq(c));
+  if (!c.layer_local_rope.empty()) g_.rope_tables.push_back(rope_inv_freq(c, c.local_rope));  // table 1
 }
 
 graph::Graph GraphBuilder::finish(int logits) {
@@ -83,9 +84,10 @@ int GraphBuilder::cache_state(int layer, int which) {
   return g_.add(std::move(n));
 }
 
-int GraphBuilder::embedding(int table, int ids, const std::string& name) {
-  return g_.add(
-      Node{.op = Op::Embedding, .name = name, .inputs = {table, ids}, .shape = {rows_, c_.hidden_size}});
+int GraphBuilder::embedding(int table, int ids, const std::string& name, float scale) {
+  Node n{.op = Op::Embedding, .name = name, .inputs = {table, ids}, .shape = {rows_, c_.hidden_size}};
+  n.scale = scale;
+  return g_.add(std::move(n));
 }
 
 int GraphBuilder::rms_norm(int x, int w, int64_t dim, const std::string& name) {
@@ -97,7 +99,9 @@ int GraphBuilder::rms_norm(int x, int w, int64_t dim, const std::string& name) {
 }
 
 int GraphBuilder::norm(int x, const std::string& module, int64_t dim, const std::string& name) {
-  return rms_norm(x, weight(module + ".weight", {dim}), dim, name);
+  graph::WeightView v;
+  if (c_.norm_plus_one) v.offset = 1.0f;  // Gemma: x_normed * (1 + weight)
+  return rms_norm(x, weight(module + ".weight", {dim}, v), dim, name);
 }
 
 int GraphBuilder::matmul(int x, int w, int bias, const std::string& name) {
@@ -148,12 +152,13 @@ int GraphBuilder::all_gather(int x, const std::string& name) {
       Node{.op = Op::AllGather, .name = name, .inputs = {x}, .shape = {s[0], s[1] * g_.key.tp_size}});
 }
 
-int GraphBuilder::rope(int x, int positions, int64_t heads, const std::string& name) {
+int GraphBuilder::rope(int x, int positions, int64_t heads, const std::string& name, int table) {
+  TS_ASSERT(table >= 0 && table < static_cast<int>(g_.rope_tables.size()), name, " rope table ", table);
   Node n{.op = Op::Rope, .name = name, .inputs = {x, positions}, .shape = g_.at(x).shape};
   n.heads = heads;
   n.head_dim = c_.head_dim;
   n.rot_dim = c_.rot_dim();
-  n.rope_table = 0;
+  n.rope_table = table;
   return g_.add(std::move(n));
 }
 
@@ -175,7 +180,10 @@ int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_b
   n.heads = c_.local_heads();
   n.kv_heads = c_.local_kv_heads();
   n.head_dim = c_.head_dim;
-  n.scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+  // Transformers: head_dim**-0.5, or query_pre_attn_scalar**-0.5 (Gemma), as an f32 multiplier.
+  n.scale = c_.query_pre_attn_scalar > 0 ? static_cast<float>(std::pow(c_.query_pre_attn_scalar, -0.5))
+                                         : 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+  n.softcap = static_cast<float>(c_.attn_logit_softcapping);
   TS_ASSERT(window >= 0, name, " window ", window);
   n.window = window;
   return g_.add(std::move(n));
@@ -190,6 +198,13 @@ int GraphBuilder::gated_act(int gate, int up, graph::Activation act, const std::
 
 int GraphBuilder::add(int a, int b, const std::string& name) {
   return g_.add(Node{.op = Op::Add, .name = name, .inputs = {a, b}, .shape = g_.at(a).shape});
+}
+
+int GraphBuilder::soft_cap(int x, double cap, const std::string& name) {
+  TS_ASSERT(cap > 0, name, " cap ", cap);
+  Node n{.op = Op::SoftCap, .name = name, .inputs = {x}, .shape = g_.at(x).shape};
+  n.softcap = static_cast<float>(cap);
+  return g_.add(std::move(n));
 }
 
 int GraphBuilder::last_row(int x, const std::string& name) {
@@ -236,8 +251,9 @@ int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, in
     q = b.norm(q, m + "q_norm", c.head_dim, n.node + "q_norm");
     k = b.norm(k, m + "k_norm", c.head_dim, n.node + "k_norm");
   }
-  q = b.rope(q, in.positions, c.local_heads(), n.node + "q_rope");
-  k = b.rope(k, in.positions, c.local_kv_heads(), n.node + "k_rope");
+  const int table = c.layer_uses_local_rope(l) ? 1 : 0;  // Gemma 3's sliding layers: the local rope
+  q = b.rope(q, in.positions, c.local_heads(), n.node + "q_rope", table);
+  k = b.rope(k, in.positions, c.local_kv_heads(), n.node + "k_rope", table);
   int kc = b.cache_update(b.cache_state(l, 0), k, in.slots, n.node + "k_cache_update");
   int vc = b.cache_update(b.cache_state(l, 1), v, in.slots, n.node + "v_cache_update");
   const int64_t window = c.layer_is_sliding(l) ? c.sliding_window : 0;
@@ -279,11 +295,34 @@ int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const
   return b.add(x, gated_mlp(b, n, h, m), n.node + "mlp_residual");
 }
 
+int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a) {
+  const DecoderConfig& c = b.config();
+  const LayerNames n = layer_names(layer);
+  const int64_t H = c.hidden_size;
+  int h = b.norm(x, n.module + "input_layernorm", H, n.node + "attn_norm");
+  int attn = self_attention(b, in, n, h, a);
+  attn = b.norm(attn, n.module + "post_attention_layernorm", H, n.node + "attn_post_norm");
+  x = b.add(x, attn, n.node + "attn_residual");
+  h = b.norm(x, n.module + "pre_feedforward_layernorm", H, n.node + "mlp_norm");
+  int mlp = gated_mlp(b, n, h, {});
+  mlp = b.norm(mlp, n.module + "post_feedforward_layernorm", H, n.node + "mlp_post_norm");
+  return b.add(x, mlp, n.node + "mlp_residual");
+}
+
+float embedding_scale(const DecoderConfig& c, DType dtype) {
+  // Transformers multiplies by a tensor of sqrt(hidden_size) in the weights' dtype.
+  const float s = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  if (dtype == DType::BF16) return bf16_to_f32(f32_to_bf16(s));
+  if (dtype == DType::F16) return f16_to_f32(f32_to_f16(s));
+  return s;
+}
+
 int token_embedding(GraphBuilder& b, const StepNodes& in) {
   const DecoderConfig& c = b.config();
   b.record_module("model.embed_tokens", Role::kEmbed);
   int table = b.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
-  return b.embedding(table, in.ids, "embed");  // [rows, hidden]
+  const float scale = c.scale_embeddings ? embedding_scale(c, b.key().dtype) : 0.0f;
+  return b.embedding(table, in.ids, "embed", scale);  // [rows, hidden]
 }
 
 int causal_lm_head(GraphBuilder& b, int x) {
@@ -292,8 +331,10 @@ int causal_lm_head(GraphBuilder& b, int x) {
   if (!b.key().all_logits) x = b.last_row(x, "last_position");  // [batch, hidden]
   // Tied embeddings: the LM head reads the embedding table (a block of its rows when vocab-parallel).
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
-  return b.linear(x, {head, Role::kLmHead, -1, c.vocab_size, c.hidden_size, false},
-                  "logits");  // [rows, vocab]
+  const int logits = b.linear(x, {head, Role::kLmHead, -1, c.vocab_size, c.hidden_size, false},
+                              "logits");  // [rows, vocab]
+  if (c.final_logit_softcapping > 0) return b.soft_cap(logits, c.final_logit_softcapping, "logits_softcap");
+  return logits;
 }
 
 graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, DecoderLayer layer,

@@ -32,9 +32,9 @@ class GraphBuilder {
   // (`name` up to its last '.') is recorded with Role::kOther unless already recorded.
   int weight(const std::string& name, Shape stored, graph::WeightView view = {});
   int cache_state(int layer, int which);
-  int embedding(int table, int ids, const std::string& name);
+  int embedding(int table, int ids, const std::string& name, float scale = 0.0f);  // scale 0: none
   int rms_norm(int x, int w, int64_t dim, const std::string& name);
-  // rms_norm over groups of `dim` with the weight `module`.weight [dim].
+  // rms_norm over groups of `dim` with the weight `module`.weight [dim] (plus 1 when config().norm_plus_one).
   int norm(int x, const std::string& module, int64_t dim, const std::string& name);
   int matmul(int x, int w, int bias, const std::string& name);  // bias = -1 for none
 
@@ -53,14 +53,16 @@ class GraphBuilder {
   int linear(int x, const Linear& l, const std::string& name);
   int all_reduce(int x, const std::string& name);
   int all_gather(int x, const std::string& name);
-  int rope(int x, int positions, int64_t heads, const std::string& name);
+  int rope(int x, int positions, int64_t heads, const std::string& name, int table = 0);  // table 1: local
   int cache_update(int cache, int x, int slots, const std::string& name);
-  // window > 0: sliding-window attention (a query sees the last `window` positions, itself included).
+  // window > 0: sliding-window attention (a query sees the last `window` positions, itself included). The
+  // scale and the score soft-capping come from the config (query_pre_attn_scalar, attn_logit_softcapping).
   int attention(int q, int k_cache, int v_cache, int slots, int kv_begin, int64_t window,
                 const std::string& name);
   int gated_act(int gate, int up, graph::Activation act, const std::string& name);  // act(gate) * up
   int add(int a, int b, const std::string& name);
   int last_row(int x, const std::string& name);
+  int soft_cap(int x, double cap, const std::string& name);  // tanh(x / cap) * cap
 
   // Records `module` with `role` unless already recorded (the first role stays: a tied LM head reads the
   // embedding module).
@@ -129,10 +131,18 @@ int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& m);
 int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
                    const GatedMlp& m);
 
-// model.embed_tokens: the token embeddings [rows, hidden] of the step's ids.
+// The Gemma 2 / Gemma 3 decoder layer: input_layernorm -> self_attention -> post_attention_layernorm ->
+// residual -> pre_feedforward_layernorm -> gated_mlp -> post_feedforward_layernorm -> residual.
+int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a);
+
+// The factor of config().scale_embeddings: sqrt(hidden_size) as an f32, rounded to `dtype` (Transformers
+// multiplies by a tensor of that dtype).
+float embedding_scale(const DecoderConfig& c, DType dtype);
+// model.embed_tokens: the token embeddings [rows, hidden] of the step's ids (scaled when the config says).
 int token_embedding(GraphBuilder& b, const StepNodes& in);
 // model.norm, the last position of each row (unless the key wants every position's logits), and the LM head
-// (lm_head, or the embedding table when tied; vocab-parallel when the plan says so): the logits.
+// (lm_head, or the embedding table when tied; vocab-parallel when the plan says so): the logits, soft-capped
+// when config().final_logit_softcapping is set.
 int causal_lm_head(GraphBuilder& b, int x);
 
 // One decoder layer: x [rows, hidden] -> [rows, hidden].

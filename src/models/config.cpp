@@ -304,8 +304,8 @@ void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& tab
 // ---------------------------------------------------------------------------------------------------------
 // Parsing
 
-Activation parse_activation(const ConfigReader& r, const char* key) {
-  const std::string act = r.string_or(key, "silu");
+Activation parse_activation(const ConfigReader& r, const char* key, const char* absent) {
+  const std::string act = r.string_or(key, absent);
   // Transformers' ACT2FN names whose function we implement exactly ("swish" is nn.SiLU).
   if (act == "silu" || act == "swish") return Activation::kSilu;
   if (act == "gelu") return Activation::kGelu;
@@ -524,6 +524,25 @@ void parse_sliding_every_layer(const ConfigReader& r, DecoderConfig& c, int64_t 
   set_sliding_layers(c, window, std::vector<uint8_t>(static_cast<size_t>(c.num_layers), 1));
 }
 
+std::vector<uint8_t> sliding_from_layer_types(const ConfigReader& r, const std::vector<std::string>& types,
+                                              int64_t num_layers) {
+  if (static_cast<int64_t>(types.size()) != num_layers)
+    r.fail_field("layer_types", "has " + std::to_string(types.size()) + " entries, num_hidden_layers is " +
+                                    std::to_string(num_layers));
+  std::vector<uint8_t> sliding(types.size(), 0);
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string& t = types[i];
+    if (t == "sliding_attention") {
+      sliding[i] = 1;
+    } else if (t != "full_attention" && t != "attention") {  // "attention": Transformers' legacy name
+      r.fail_field("layer_types", "has " + ConfigReader::show(nlohmann::json(t)) + " at index " +
+                                      std::to_string(i) +
+                                      ", which is not supported (full_attention, sliding_attention)");
+    }
+  }
+  return sliding;
+}
+
 void set_sliding_layers(DecoderConfig& c, int64_t window, std::vector<uint8_t> sliding) {
   bool any = false;
   for (uint8_t s : sliding) any = any || s;
@@ -561,10 +580,10 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
       r.int_or("max_position_embeddings", d.max_position_embeddings, 1, kMaxPositions);
   // eps 0 is legal (a zero row then divides by zero in Transformers too); >= 1 is no real model's.
   c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps, 0.0, 1.0);
-  c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+  c.tie_word_embeddings = r.bool_or("tie_word_embeddings", d.tie_word_embeddings);
   c.attention_bias = r.bool_or("attention_bias", d.attention_bias);
-  c.hidden_act = parse_activation(r, "hidden_act");
-  c.rope = parse_rope(r, d.partial_rotary_factor, c.max_position_embeddings);
+  c.hidden_act = parse_activation(r, d.activation_key, d.activation);
+  if (!d.own_rope) c.rope = parse_rope(r, d.partial_rotary_factor, c.max_position_embeddings);
   if (c.rot_dim() % 2 != 0 || c.rot_dim() <= 0)
     r.fail_field("partial_rotary_factor", "(" + fmt_number(c.rope.partial_rotary_factor) +
                                               ") times head_dim (" + std::to_string(c.head_dim) +
@@ -648,22 +667,24 @@ void validate(const DecoderConfig& c, const std::string& origin) {
          ") non-negative");
 }
 
-std::vector<float> rope_inv_freq(const DecoderConfig& c) {
+std::vector<float> rope_inv_freq(const DecoderConfig& c) { return rope_inv_freq(c, c.rope); }
+
+std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope) {
   const int64_t dim = c.rot_dim();
-  const float base = static_cast<float>(c.rope.theta);
+  const float base = static_cast<float>(rope.theta);
   std::vector<float> inv(static_cast<size_t>(dim / 2));
   for (int64_t i = 0; i < dim / 2; ++i) {
     // float32 as in Transformers: 1 / base ** (arange(0, dim, 2) / dim)
     float e = static_cast<float>(2 * i) / static_cast<float>(dim);
     inv[static_cast<size_t>(i)] = 1.0f / std::pow(base, e);
   }
-  if (c.rope.type == "linear") {
-    for (float& f : inv) f = f / static_cast<float>(c.rope.factor);
-  } else if (c.rope.type == "llama3") {
-    const float factor = static_cast<float>(c.rope.factor);
-    const float old_ctx = static_cast<float>(c.rope.original_max_position_embeddings);
-    const float low = static_cast<float>(c.rope.low_freq_factor),
-                high = static_cast<float>(c.rope.high_freq_factor);
+  if (rope.type == "linear") {
+    for (float& f : inv) f = f / static_cast<float>(rope.factor);
+  } else if (rope.type == "llama3") {
+    const float factor = static_cast<float>(rope.factor);
+    const float old_ctx = static_cast<float>(rope.original_max_position_embeddings);
+    const float low = static_cast<float>(rope.low_freq_factor),
+                high = static_cast<float>(rope.high_freq_factor);
     const float low_freq_wavelen = old_ctx / low, high_freq_wavelen = old_ctx / high;
     const float two_pi = 2.0f * static_cast<float>(M_PI);
     for (float& f : inv) {

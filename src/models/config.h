@@ -86,6 +86,18 @@ struct DecoderConfig {
   // whole prefix.
   int64_t sliding_window = 0;
   std::vector<uint8_t> layer_sliding;  // [num_layers] (or empty): 1 = this layer uses the sliding window
+  // Gemma 2 / Gemma 3 (0 / false: off): token embeddings times sqrt(hidden_size) rounded to the model dtype;
+  // every RMSNorm scales by (1 + weight) (the weight plus 1 in float32, at load); attention scale
+  // query_pre_attn_scalar^-0.5 instead of head_dim^-0.5; tanh soft-capping of the attention scores and of the
+  // logits (x -> tanh(x / cap) * cap).
+  bool scale_embeddings = false;
+  bool norm_plus_one = false;
+  double query_pre_attn_scalar = 0;
+  double attn_logit_softcapping = 0, final_logit_softcapping = 0;
+  // Gemma 3: the rope of the sliding layers (layer_local_rope marks them, empty: none); `rope` is the
+  // others'.
+  RopeConfig local_rope;
+  std::vector<uint8_t> layer_local_rope;
   std::optional<DType> torch_dtype;
   std::optional<int32_t> bos_token_id, pad_token_id;
   std::vector<int32_t> eos_token_ids;
@@ -94,6 +106,10 @@ struct DecoderConfig {
   bool layer_is_sliding(int64_t layer) const {
     return sliding_window > 0 && layer < static_cast<int64_t>(layer_sliding.size()) &&
            layer_sliding[static_cast<size_t>(layer)] != 0;
+  }
+  bool layer_uses_local_rope(int64_t layer) const {
+    return layer < static_cast<int64_t>(layer_local_rope.size()) &&
+           layer_local_rope[static_cast<size_t>(layer)];
   }
   int64_t local_heads() const { return tp.attn_split ? num_heads / tp.size : num_heads; }
   int64_t local_kv_heads() const { return tp.attn_split ? num_kv_heads / tp.size : num_kv_heads; }
@@ -194,6 +210,12 @@ struct ConfigDefaults {
       partial_rotary_factor;  // nullopt: the rotary dim is the whole head, whatever the file says
   std::optional<int32_t> bos_token_id, pad_token_id;
   std::vector<int32_t> eos_token_ids;
+  bool tie_word_embeddings = false;
+  // The MLP activation's key and its value when absent (Gemma: hidden_activation, gelu_pytorch_tanh).
+  const char* activation_key = "hidden_act";
+  const char* activation = "silu";
+  // The architecture reads its rope itself in its finish hook (Gemma 3: one rope per layer type).
+  bool own_rope = false;
 };
 
 // Sizes (with sane upper bounds), eps, tie, dtype, special ids, hidden_act and rope (both layouts) into `c`.
@@ -205,7 +227,7 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
                       int64_t max_position_embeddings);
 // `hidden_act`: silu/swish, gelu, gelu_pytorch_tanh, gelu_new, relu; anything else refused by name.
-Activation parse_activation(const ConfigReader& r, const char* key);
+Activation parse_activation(const ConfigReader& r, const char* key, const char* absent = "silu");
 // Sliding-window layers exactly as Transformers' Qwen2Config and Qwen3Config decide them (the same code):
 // `use_sliding_window`, `sliding_window`, `max_window_layers`, `layer_types`.
 void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c);
@@ -214,6 +236,14 @@ std::vector<ConfigKey> qwen_sliding_keys();
 // `sliding_window` in every layer (MistralConfig, Phi3Config): absent: `absent`; null: no window; 0 is
 // refused (it leaves a query no key; Transformers fails on it).
 void parse_sliding_every_layer(const ConfigReader& r, DecoderConfig& c, int64_t absent);
+// Gemma 2 and Gemma 3 (gemma2.cpp): embedding scale, (1 + weight) norms, query_pre_attn_scalar, the two
+// soft-cappings (absent: the given class defaults; null: none), hidden_act checked against hidden_activation,
+// use_bidirectional_attention true refused.
+void parse_gemma_common(const ConfigReader& r, DecoderConfig& c, std::optional<double> attn_softcap_absent,
+                        std::optional<double> final_softcap_absent);
+// Their sliding layers: layer_types, else layer i slides unless (i + 1) % pattern == 0; sliding_window
+// (absent: 4096). Returns the layers whose type is sliding_attention.
+std::vector<uint8_t> parse_gemma_sliding(const ConfigReader& r, DecoderConfig& c, int64_t pattern);
 // The layers marked in `sliding` (one per layer) slide over `window` positions; when none is marked or the
 // window is 0, no layer slides (sliding_window 0, layer_sliding empty).
 void set_sliding_layers(DecoderConfig& c, int64_t window, std::vector<uint8_t> sliding);
@@ -227,5 +257,11 @@ std::string architecture_name(const nlohmann::json& config, const std::string& o
 void validate(const DecoderConfig& c, const std::string& origin);
 // Rotary inverse frequencies [rot_dim / 2], computed in float32 as Transformers does.
 std::vector<float> rope_inv_freq(const DecoderConfig& c);
+// The same for `rope` over the config's rotary dims (Gemma 3's local rope).
+std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope);
+// layer_types as a per-layer sliding mask: one entry per layer, each full_attention (or the legacy
+// "attention") or sliding_attention; anything else refused naming the entry, `arch` and what it supports.
+std::vector<uint8_t> sliding_from_layer_types(const ConfigReader& r, const std::vector<std::string>& types,
+                                              int64_t num_layers);
 
 }  // namespace tessera::models

@@ -27,12 +27,15 @@ Architecture architecture();
 namespace phi3 {
 Architecture architecture();
 }
+namespace gemma2 {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
-      qwen3::architecture(), llama::architecture(),   glm4::architecture(),
-      qwen2::architecture(), mistral::architecture(), phi3::architecture(),
+      qwen3::architecture(),   llama::architecture(), glm4::architecture(),   qwen2::architecture(),
+      mistral::architecture(), phi3::architecture(),  gemma2::architecture(),
   };
   return t;
 }
