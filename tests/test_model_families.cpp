@@ -27,7 +27,7 @@ using namespace tessera::model_test;
 namespace {
 
 // One fixture per family (tools/make_model_goldens.py).
-const char* kFamilies[] = {"qwen2", "mistral", "phi3", "gemma2"};
+const char* kFamilies[] = {"qwen2", "mistral", "phi3", "gemma2", "gemma3"};
 
 constexpr double kTol = 1e-4;
 
@@ -162,12 +162,18 @@ TEST(Cli, TpFamiliesGemma2TwoRanks) {
   expect_tp_same_as_one_process({golden::variant_path("gemma2_sliding"), 2, "", kLongPrompt});
 }
 
+// Gemma 3: q/k norms on each rank's heads, two ropes, the soft-capped logits past the window.
+TEST(Cli, TpFamiliesGemma3TwoRanks) {
+  expect_tp_same_as_one_process({golden::variant_path("gemma3_sliding"), 2, "", kLongPrompt});
+}
+
 TEST(Cli, TpFamiliesXlaCpuTwoRanksGreedyEqualsOneDevice) {
   REQUIRE_XLA_CPU();
   expect_tp_same_as_one_process({golden::variant_path("qwen2_sliding"), 2, "", kLongPrompt, "xla-cpu"});
   expect_tp_same_as_one_process({golden::variant_path("mistral_sliding"), 2, "", kLongPrompt, "xla-cpu"});
   expect_tp_same_as_one_process({golden::variant_path("phi3_sliding"), 2, "", kLongPrompt, "xla-cpu"});
-  expect_tp_same_as_one_process({golden::variant_path("gemma2_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+  // Gemma 3 (soft-capped logits after the all-gather, two ropes); Gemma 2's layer is the same on cpu.
+  expect_tp_same_as_one_process({golden::variant_path("gemma3_sliding"), 2, "", kLongPrompt, "xla-cpu"});
 }
 
 }  // namespace

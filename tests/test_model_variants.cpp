@@ -106,10 +106,10 @@ TEST_P(SlidingVariants, LeftPaddedBatchEqualsTransformers) {
 
 const char* kModels[] = {"llama_gelu",    "llama_gelu_tanh",    "qwen3_gelu_new", "llama_relu",
                          "qwen3_sliding", "qwen3_sliding_long", "qwen2_sliding",  "mistral_sliding",
-                         "phi3_sliding",  "gemma2_sliding",     "gemma2_softcap"};
+                         "phi3_sliding",  "gemma2_sliding",     "gemma2_softcap", "gemma3_sliding"};
 // The sliding-window checkpoints with a left-padded batch golden.
-const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding", "mistral_sliding", "phi3_sliding",
-                          "gemma2_sliding"};
+const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding",  "mistral_sliding",
+                          "phi3_sliding",  "gemma2_sliding", "gemma3_sliding"};
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Variants,
                          ::testing::Combine(::testing::ValuesIn(kModels),

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import Gemma2Config, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
+from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -311,6 +311,22 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         **gemma_common,
     )
+    # Gemma 3 text (Gemma3ForCausalLM, model_type gemma3_text): Gemma 2's layer plus (1 + weight) q_norm /
+    # k_norm, layer 0 sliding and layer 1 full (sliding_window_pattern 2), two ropes (local theta 1e4 for the
+    # sliding layer, global 1e6 for the full one: Gemma3TextConfig's defaults), no soft-capping, tied.
+    gemma3 = Gemma3TextConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=24,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        sliding_window_pattern=2,
+        **gemma_common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -325,6 +341,7 @@ def spec_list():
         ("mistral", mistral, torch.bfloat16, 1, 1011),
         ("phi3", phi3, torch.float32, 1, 1012),
         ("gemma2", gemma2, torch.bfloat16, 1, 1013),
+        ("gemma3", gemma3, torch.float32, 1, 1014),
     ]
 
 
@@ -638,7 +655,7 @@ def _tiny(arch, **kw):
     None removes the key (so Transformers' class default applies)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4",
                   "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3",
-                  "Gemma2ForCausalLM": "gemma2"}[arch]
+                  "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text"}[arch]
     cfg = {
         "architectures": [arch],
         "model_type": model_type,
@@ -683,9 +700,18 @@ def resolution_cases():
     Q2, M, P = "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"
     G2 = "Gemma2ForCausalLM"
 
+    G3 = "Gemma3ForCausalLM"
+
     def gemma2(**kw):  # Gemma 2 reads hidden_activation, not hidden_act
         return _tiny(G2, **dict(dict(hidden_act=None, hidden_activation="gelu_pytorch_tanh"), **kw))
 
+    def gemma3(**kw):  # rope_parameters nested by layer type, as Gemma3TextConfig saves it
+        base = dict(hidden_act=None, hidden_activation="gelu_pytorch_tanh", sliding_window=4,
+                    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+        return _tiny(G3, **dict(base, **kw))
+
+    gemma3_v4 = dict(rope_parameters=None, rope_theta=1000000.0, rope_local_base_freq=10000.0)
     v4 = dict(rope_parameters=None, rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE))
     cases = [
         ("llama_v5_default", _tiny(L), None),
@@ -964,6 +990,40 @@ def resolution_cases():
          ("unsupported", ["use_bidirectional_attention", "true"])),
         ("gemma2_hidden_act_disagrees", gemma2(hidden_act="gelu"),
          ("ambiguous", ["hidden_act", "hidden_activation", "gelu"])),
+        # Gemma 3 text (issue 16): q/k norms, the sliding-window pattern, local and global ropes.
+        ("gemma3_v5_as_saved",
+         gemma3(query_pre_attn_scalar=16, sliding_window_pattern=2, _sliding_window_pattern=2,
+                layer_types=["sliding_attention", "full_attention", "sliding_attention"], use_bidirectional_attention=False)
+         | {"attn_logit_softcapping": None, "final_logit_softcapping": None}, None),
+        ("gemma3_v4_hub_layout_1b",  # google/gemma-3-1b-it's keys
+         gemma3(**gemma3_v4, sliding_window_pattern=2, query_pre_attn_scalar=8, cache_implementation="hybrid",
+                attention_bias=False, attention_dropout=0.0)
+         | {"rope_scaling": None, "attn_logit_softcapping": None, "final_logit_softcapping": None}, None),
+        ("gemma3_v4_linear_global",  # the text config of gemma-3-4b-it: the global layers' rope scaled by 8
+         gemma3(**gemma3_v4, sliding_window_pattern=2, rope_scaling={"factor": 8.0, "rope_type": "linear"}), None),
+        ("gemma3_class_defaults",  # sliding_window_pattern 6: all three layers slide
+         gemma3(head_dim=None, num_key_value_heads=None, max_position_embeddings=None, rms_norm_eps=None,
+                bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=None,
+                rope_parameters=None, hidden_activation=None, sliding_window=None), None),
+        ("gemma3_nested_full_only",
+         gemma3(sliding_window_pattern=2,
+                rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}},
+                rope_local_base_freq=20000.0), None),
+        ("gemma3_final_softcap_layer_types",
+         gemma3(final_logit_softcapping=30.0, layer_types=["full_attention", "sliding_attention", "full_attention"]),
+         None),
+        ("gemma3_attn_softcap", gemma3(attn_logit_softcapping=50.0),
+         ("ambiguous", ["attn_logit_softcapping", "50"])),
+        ("gemma3_bidirectional", gemma3(use_bidirectional_attention=True),
+         ("unsupported", ["use_bidirectional_attention", "true"])),
+        ("gemma3_flat_rope_parameters", gemma3(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+         ("ambiguous", ["rope_parameters", "rope_theta", "beside"])),
+        ("gemma3_local_base_disagrees", gemma3(rope_local_base_freq=5000.0),
+         ("ambiguous", ["rope_local_base_freq", "sliding_attention", "5000"])),
+        ("gemma3_global_theta_disagrees", gemma3(rope_theta=20000.0),
+         ("ambiguous", ["rope_theta", "1000000", "20000"])),
+        ("gemma3_hidden_act_disagrees", gemma3(hidden_act="silu"),
+         ("ambiguous", ["hidden_act", "hidden_activation", "silu"])),
     ]
     return cases
 

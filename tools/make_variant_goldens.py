@@ -24,6 +24,9 @@ Each checkpoint is written exactly as save_pretrained writes it (transformers 5 
                     24 tokens, a left-padded batch
   gemma2_softcap    Gemma2ForCausalLM with soft-capping that bites (attention 1.5, logits 2.0) and q/k/v/o
                     biases (attention_bias)
+  gemma3_sliding    Gemma3ForCausalLM, sliding_window 8 in layers 0 and 2 (sliding_window_pattern 2), the full
+                    layer's rope linear-scaled (factor 2, theta 1e6) apart from the sliding layers' (theta 1e4),
+                    logits soft-capped at 3.0; prompts up to 24 tokens, a left-padded batch
 
 Seeded and offline: a re-run gives byte-identical files for the versions pinned in tools/requirements.txt.
 Schema: tests/fixtures/variants/README.md. Helpers (JSON writer, weight randomiser, generate wrappers) are
@@ -43,12 +46,13 @@ import make_model_goldens as mg  # noqa: E402  (sets HF offline mode before tran
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen3Config  # noqa: E402
-from transformers import Gemma2Config, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
+from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 
 BOS, EOS, PAD = mg.BOS, mg.EOS, mg.PAD
 VOCAB = 256
 MAX_POS = 512
 GATE_SCALE = 2.5
+GEMMA3_GLOBAL_ROPE = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}
 
 
 def common(**kw):
@@ -108,6 +112,15 @@ def spec_list():
          common(hidden_activation="gelu_pytorch_tanh", num_hidden_layers=2, query_pre_attn_scalar=8,
                 attn_logit_softcapping=1.5, final_logit_softcapping=2.0, attention_bias=True), 2011,
          {"no_attn_softcap": {"attn_logit_softcapping": None},
+          "no_final_softcap": {"final_logit_softcapping": None}}),
+        ("gemma3_sliding", Gemma3TextConfig,
+         common(hidden_activation="gelu_pytorch_tanh", sliding_window=8, num_hidden_layers=3,
+                query_pre_attn_scalar=8, sliding_window_pattern=2, final_logit_softcapping=3.0,
+                rope_parameters={"full_attention": dict(GEMMA3_GLOBAL_ROPE),
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}), 2012,
+         {"full_attention": {"layer_types": ["full_attention"] * 3},
+          "global_rope_everywhere": {"rope_parameters": {"full_attention": dict(GEMMA3_GLOBAL_ROPE),
+                                                         "sliding_attention": dict(GEMMA3_GLOBAL_ROPE)}},
           "no_final_softcap": {"final_logit_softcapping": None}}),
     ]
 

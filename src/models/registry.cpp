@@ -30,12 +30,15 @@ Architecture architecture();
 namespace gemma2 {
 Architecture architecture();
 }
+namespace gemma3 {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
       qwen3::architecture(),   llama::architecture(), glm4::architecture(),   qwen2::architecture(),
-      mistral::architecture(), phi3::architecture(),  gemma2::architecture(),
+      mistral::architecture(), phi3::architecture(),  gemma2::architecture(), gemma3::architecture(),
   };
   return t;
 }
