@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,22 +130,26 @@ nb::object generate(tessera::CausalLM& lm, const IdArray& ids, std::optional<IdA
   if (on_token) {
     // A Python exception in the callback stops every row; it is raised again once generate() returns.
     std::optional<nb::python_error> failure;
+    std::optional<std::string> cast_failure;
     auto callback = [&](int row, int32_t token) -> bool {
       nb::gil_scoped_acquire gil;
-      if (failure) return false;
+      if (failure || cast_failure) return false;
       try {
         nb::object r = (*on_token)(row, token);
         return r.is_none() || nb::cast<bool>(r);
       } catch (nb::python_error& e) {
         failure.emplace(std::move(e));
-        return false;
+      } catch (const std::exception& e) {
+        cast_failure = std::string("token callback: ") + e.what();
       }
+      return false;
     };
     {
       nb::gil_scoped_release release;
       out = lm.generate(input, attention, cfg, callback);
     }
     if (failure) throw std::move(*failure);
+    if (cast_failure) throw std::runtime_error(*cast_failure);
   } else {
     nb::gil_scoped_release release;
     out = lm.generate(input, attention, cfg);

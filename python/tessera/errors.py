@@ -14,10 +14,6 @@ class TesseraFileNotFoundError(TesseraError, FileNotFoundError):
     """A model or tokenizer that is not there (also a FileNotFoundError)."""
 
 
-def _looks_local(path):
-    return path.startswith((".", "/", "~")) or path.count("/") != 1 or os.path.sep in path[:1]
-
-
 def reraise_load_error(err, path):
     """A TesseraError from loading `path`: a FileNotFoundError when nothing is at the path (or the repo id is not
     in the cache), else as it is."""

@@ -6,9 +6,14 @@ import os
 
 import pytest
 
-import tessera
-
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The XLA CPU plugin scripts/setup.sh installs into .venv (the package reads $TESSERA_XLA_CPU_PLUGIN at import).
+XLA_CPU = sorted(glob.glob(os.path.join(ROOT, ".venv", "lib", "python3*", "site-packages", "xla_plugins",
+                                        "xla_cpu_pjrt", "xla_cpu_pjrt.so")))
+if XLA_CPU and "TESSERA_XLA_CPU_PLUGIN" not in os.environ:
+    os.environ["TESSERA_XLA_CPU_PLUGIN"] = XLA_CPU[0]
+
+import tessera  # noqa: E402
 MODELS = os.path.join(ROOT, "tests", "fixtures", "models")
 TINY = sorted(d for d in os.listdir(MODELS) if os.path.isfile(os.path.join(MODELS, d, "golden.json")))
 

@@ -72,6 +72,8 @@ def test_devices():
     assert "cpu" in tessera.devices()
     assert isinstance(tessera.accelerator.is_available(), bool)
     assert tessera.accelerator.device_count() >= 0
+    counts = dict(tessera._tessera.probe_devices())  # what device_count() reads for an accelerator
+    assert counts["cpu"] == 1 and set(counts) == set(tessera.devices())
 
 
 def test_errors(smol_f32, smol_tok):
@@ -97,3 +99,14 @@ def test_errors(smol_f32, smol_tok):
         tessera.GenerationConfig(typical_p=0.5)
     with pytest.raises(tessera.TesseraError):
         smol_f32.generate(input_ids=ids, max_length=1)  # the prompt already reaches max_length
+
+
+def test_streamer_exception_stops_generation(smol_f32, smol_tok):
+    class Failing(tessera.TextStreamer):
+        def on_finalized_text(self, text, stream_end=False):
+            if not stream_end:
+                raise KeyError("from the streamer")
+
+    with pytest.raises(KeyError, match="from the streamer"):
+        smol_f32.generate(**smol_tok("Hello", return_tensors="np"), streamer=Failing(smol_tok, skip_prompt=True),
+                          do_sample=False, max_new_tokens=5, eos_token_id=[])

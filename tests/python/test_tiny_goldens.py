@@ -61,3 +61,19 @@ def test_left_padded_batch_and_eos(name):
                      max_new_tokens=e["max_new_tokens"], eos_token_id=e["eos_token_id"],
                      pad_token_id=e["pad_token_id"])
     assert out.tolist() == e["batched"]["output_ids"]
+
+
+def test_xla_cpu_device_map():
+    if "xla-cpu" not in tessera.devices():
+        pytest.skip("no XLA CPU plugin (scripts/setup.sh installs it into .venv)")
+    g = golden("qwen3_tied")
+    m = tessera.AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, "qwen3_tied"), dtype="float32",
+                                                     device_map="xla-cpu")
+    assert m.device == "xla-cpu"
+    case = g["forward"][1]
+    np.testing.assert_allclose(m([case["input_ids"]]).logits[0], np.array(case["logits"], dtype=np.float32),
+                               atol=1e-4, rtol=0)
+    case = g["greedy"][0]
+    out = m.generate(input_ids=[case["input_ids"]], do_sample=False, max_new_tokens=case["max_new_tokens"],
+                     eos_token_id=[])
+    assert out[0].tolist() == case["output_ids"]
