@@ -4,7 +4,7 @@
 #  2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #  3. the concurrency tests under ThreadSanitizer;
 #  4. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30).
-# QUICK=1 runs step 1 only.
+# QUICK=1 runs step 1 only (and the Python package's tests, which follow it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SKIP_BUILD=1 scripts/setup.sh
@@ -19,6 +19,16 @@ stage "release build and every CTest test"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
 ninja -C build -j"$JOBS"
 (cd build && ctest --output-on-failure -j"$JOBS" --timeout 600)
+
+stage "python package: wheel in a fresh .venv-py, then pytest tests/python"
+# The wheel compiles the library once more (Release, Ninja, position-independent) in build-py/, which is kept
+# between runs: without build isolation (the build tools come pinned from the requirements file) a re-run
+# recompiles only what changed.
+rm -rf .venv-py && python3 -m venv .venv-py
+.venv-py/bin/pip install -q --disable-pip-version-check -r scripts/requirements-python.txt
+CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" .venv-py/bin/pip install -q --disable-pip-version-check --no-build-isolation \
+  -C cmake.define.TESSERA_WERROR=ON ./python
+.venv-py/bin/python -m pytest -q -p no:cacheprovider tests/python
 [[ "${QUICK:-0}" == 1 ]] && exit 0
 
 # The instrumented builds use -O1 with line tables only (-g1): enough for symbolised stack traces, and about
