@@ -2,6 +2,7 @@
 // transformers' own GGUF loader, and every kind of broken file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,7 @@
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
+#include "tessera/model.h"
 #include "test_io_util.h"
 
 using namespace tessera;
@@ -165,7 +167,7 @@ TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   TempDir d;
   write_file(d / "m.gguf", llama_gguf({}, 0, "falcon"));
   expect_error([&] { open_gguf(d / "m.gguf"); },
-               {"m.gguf", "architecture 'falcon' is not supported (supported: llama)"});
+               {"m.gguf", "architecture 'falcon' is not supported (supported: llama, qwen2, qwen3)"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {
@@ -278,3 +280,50 @@ TEST(IoGgufBad, DuplicateKey) {
   Bytes b = GgufBuilder().header(3, 0, 2).kv_u32("k", 1).kv_u32("k", 2).bytes();
   expect_error([&] { GgufFile::parse(b.data(), b.size(), "d.gguf"); }, {"metadata key 'k'", "duplicate"});
 }
+
+namespace {
+
+// Qwen2 (q/k/v biases, untied) and Qwen3 (q/k norms, head_dim from attention.key_length, tied) GGUFs against
+// what Transformers makes of the same files (tools/make_io_fixtures.py): the config it derives, the tensor
+// names, and the float32 logits of the whole model at every position.
+class IoGgufQwen : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(IoGgufQwen, ConfigTensorsAndLogitsMatchTransformersGgufLoader) {
+  const std::string arch = GetParam();
+  const std::string path = fixture("tiny_" + arch + ".gguf");
+  const auto want = nlohmann::json::parse(read_text_file(fixture("tiny_" + arch + "_expected.json")));
+  auto src = open_gguf(path);
+  auto cfg = nlohmann::json::parse(src->config_json());
+  EXPECT_EQ(cfg["architectures"][0], want["model_class"]);
+  for (const auto& [k, v] : want["config"].items()) {
+    SCOPED_TRACE(k);
+    ASSERT_TRUE(cfg.contains(k));
+    if (v.is_number_float())
+      EXPECT_NEAR(cfg[k].get<double>(), v.get<double>(), 1e-9 * std::abs(v.get<double>()));
+    else
+      EXPECT_EQ(cfg[k], v);
+  }
+  std::vector<std::string> names;
+  for (const TensorMeta& m : src->tensors()) names.push_back(m.name);
+  auto hf = want["tensors"].get<std::vector<std::string>>();
+  if (want["config"]["tie_word_embeddings"] == true)  // Transformers lists the tied head; the file has none
+    hf.erase(std::remove(hf.begin(), hf.end(), "lm_head.weight"), hf.end());
+  EXPECT_EQ(names, hf);
+
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
+  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> got = model.forward(ids);
+  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
+  double worst = 0;
+  for (size_t t = 0; t < logits.size(); ++t)
+    for (size_t v = 0; v < logits[t].size(); ++v)
+      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
+  EXPECT_LE(worst, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, IoGgufQwen, ::testing::Values("qwen2", "qwen3"));
+
+}  // namespace

@@ -9,6 +9,11 @@ those libraries, never from Tessera.
   tiny_llama_expected.safetensors / tiny_llama_expected.json
                                transformers' load_gguf_checkpoint() tensors (q/k un-permuted) and config
   smollm2_golden.json          slices/sums of transformers' dequantised SmolLM2 GGUF tensors (if installed)
+  tiny_qwen2.gguf, tiny_qwen3.gguf
+                               2-layer Qwen2 (q/k/v biases, untied) and Qwen3 (q/k norms, tied) GGUFs
+  tiny_qwen2_expected.json / tiny_qwen3_expected.json
+                               transformers' config from the GGUF, its tensor names, and the float32 logits of
+                               AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) for one prompt
 
 Run: venv/bin/python tools/make_io_fixtures.py
 """
@@ -123,6 +128,79 @@ def hf_load_gguf(path):
     return load_gguf_checkpoint(path, return_tensors=True, model_to_load=model)
 
 
+def make_tiny_qwen(arch):
+    """A Qwen2 or Qwen3 GGUF as llama.cpp's converter writes them (no q/k permutation: NeoX rope), and what
+    transformers makes of it: config, tensor names, logits."""
+    qrng = np.random.default_rng({"qwen2": 2002, "qwen3": 3003}[arch])  # not the shared rng: earlier files stay
+    path = os.path.join(OUT, f"tiny_{arch}.gguf")
+    hidden, heads, kv_heads, ffn, vocab, layers = 64, 4, 2, 96, 48, 2
+    # Transformers reads no head_dim for qwen3 GGUFs (Qwen3Config's default, 128, applies): the file says 128.
+    head_dim = 128 if arch == "qwen3" else hidden // heads
+    w = gguf.GGUFWriter(path, arch)
+    w.add_context_length(256)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    if arch == "qwen3":
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1000000.0)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list([f"tok{i}" for i in range(vocab)])
+    w.add_eos_token_id(2)
+
+    def add(name, shape, qtype, scale=0.1, offset=0.0):
+        data = (qrng.standard_normal(shape) * scale + offset).astype(np.float32)
+        raw = data if qtype == Q.F32 else gguf.quants.quantize(data, qtype)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+
+    add("token_embd.weight", (vocab, hidden), Q.F16)
+    for b in range(layers):
+        p = f"blk.{b}."
+        add(p + "attn_norm.weight", (hidden,), Q.F32, 0.1, 1.0)
+        add(p + "attn_q.weight", (heads * head_dim, hidden), Q.Q8_0 if b == 0 else Q.F32)
+        add(p + "attn_k.weight", (kv_heads * head_dim, hidden), Q.F32)
+        add(p + "attn_v.weight", (kv_heads * head_dim, hidden), Q.F16)
+        if arch == "qwen2":
+            add(p + "attn_q.bias", (heads * head_dim,), Q.F32)
+            add(p + "attn_k.bias", (kv_heads * head_dim,), Q.F32)
+            add(p + "attn_v.bias", (kv_heads * head_dim,), Q.F32)
+        else:
+            add(p + "attn_q_norm.weight", (head_dim,), Q.F32, 0.1, 1.0)
+            add(p + "attn_k_norm.weight", (head_dim,), Q.F32, 0.1, 1.0)
+        add(p + "attn_output.weight", (hidden, heads * head_dim), Q.Q4_0 if b == 1 else Q.F32)
+        add(p + "ffn_norm.weight", (hidden,), Q.F32, 0.1, 1.0)
+        add(p + "ffn_gate.weight", (ffn, hidden), Q.F32)
+        add(p + "ffn_up.weight", (ffn, hidden), Q.BF16)
+        add(p + "ffn_down.weight", (hidden, ffn), Q.Q8_0)
+    add("output_norm.weight", (hidden,), Q.F32, 0.1, 1.0)
+    if arch == "qwen2":
+        add("output.weight", (vocab, hidden), Q.F32)
+    write_gguf(w)
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    parsed = hf_load_gguf(path)
+    model = AutoModelForCausalLM.from_pretrained(OUT, gguf_file=os.path.basename(path), dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+    ids = [3, 17, 5, 40, 11, 29, 7, 2, 33]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].numpy().astype(np.float64)
+    cfg = {k: v for k, v in parsed["config"].items() if isinstance(v, (int, float, str, bool, list))}
+    out = {"config": cfg, "tensors": sorted(parsed["tensors"]), "input_ids": ids,
+           "logits": [[float(x) for x in row] for row in logits],
+           "model_class": type(model).__name__,
+           "load": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=torch.float32, "
+                   "attn_implementation='eager')"}
+    with open(os.path.join(OUT, f"tiny_{arch}_expected.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+
+
 def find_smollm2():
     env = os.environ.get("TESSERA_SMOLLM2_GGUF")
     if env:
@@ -170,4 +248,6 @@ if __name__ == "__main__":
     make_quants()
     make_tiny_llama()
     make_smollm2_golden()
+    make_tiny_qwen("qwen2")
+    make_tiny_qwen("qwen3")
     print("wrote fixtures to", OUT)

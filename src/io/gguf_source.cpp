@@ -1,7 +1,8 @@
-// A llama-architecture GGUF seen as a Hugging Face checkpoint: config.json
-// derived from the metadata, tensor names mapped to HF's, and q/k projection
-// rows put back in HF order (the HF->GGUF converter interleaves each head's
-// two rotary halves; see unpermute_rows).
+// A GGUF of a supported architecture (llama, qwen2, qwen3) seen as a Hugging Face checkpoint: config.json
+// derived from the metadata (under the architecture's key prefix), tensor names mapped to HF's, and for llama
+// the q/k projection rows put back in HF order (the HF->GGUF converter interleaves each head's two rotary
+// halves for llama.cpp's rope; see unpermute_rows). Qwen2 and Qwen3 are stored unpermuted (llama.cpp runs
+// them with the NeoX rope, as Transformers does).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,7 +19,22 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-const char* const kSupportedArchs = "llama";
+// What differs between the GGUF architectures read here; the metadata keys are "<gguf>.<name>".
+struct ArchSpec {
+  const char* gguf;        // general.architecture
+  const char* hf_class;    // config.json architectures[0]
+  const char* model_type;  // config.json model_type
+  bool permuted_qk;        // q/k rows stored interleaved (llama)
+  bool bias_keys;          // the config class has attention_bias (and, llama, mlp_bias)
+  bool mlp_bias_key;
+};
+constexpr ArchSpec kArchs[] = {
+    {"llama", "LlamaForCausalLM", "llama", true, true, true},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", false, false,
+     false},  // q/k/v biases always (Qwen2Config has no key)
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false},
+};
+const char* const kSupportedArchs = "llama, qwen2, qwen3";
 
 struct Mapping {
   std::string gguf_name;
@@ -79,14 +95,16 @@ class GgufSource : public WeightSource {
     const std::string& path = origin_;
     const auto arch = g_->get_string("general.architecture");
     if (!arch) fail(path, ": GGUF metadata has no general.architecture");
-    if (*arch != "llama")
+    for (const ArchSpec& a : kArchs)
+      if (*arch == a.gguf) arch_ = &a;
+    if (!arch_)
       fail(path, ": GGUF architecture '", printable(*arch),
            "' is not supported (supported: ", kSupportedArchs, ")");
-    n_head_ = require_int("llama.attention.head_count");
-    n_head_kv_ = g_->get_int("llama.attention.head_count_kv").value_or(n_head_);
+    n_head_ = require_int(key("attention.head_count"));
+    n_head_kv_ = g_->get_int(key("attention.head_count_kv")).value_or(n_head_);
     if (n_head_ <= 0 || n_head_kv_ <= 0 || n_head_ > (1 << 20) || n_head_ % n_head_kv_ != 0)
-      fail(path, ": llama.attention.head_count ", n_head_, " / llama.attention.head_count_kv ", n_head_kv_,
-           " are inconsistent (both must be positive and the first a multiple of the second)");
+      fail(path, ": ", key("attention.head_count"), " ", n_head_, " / ", key("attention.head_count_kv"), " ",
+           n_head_kv_, " are inconsistent (both must be positive and the first a multiple of the second)");
     map_tensors();
     build_config();
   }
@@ -111,6 +129,8 @@ class GgufSource : public WeightSource {
   std::shared_ptr<const GgufFile> gguf() const override { return g_; }
 
  private:
+  // The metadata key `name` under this architecture's prefix ("qwen3.block_count").
+  std::string key(const char* name) const { return std::string(arch_->gguf) + "." + name; }
   int64_t require_int(const std::string& key) const {
     auto v = g_->get_int(key);
     if (!v) fail(origin_, ": GGUF metadata key '", key, "' is missing");
@@ -139,8 +159,8 @@ class GgufSource : public WeightSource {
         continue;
       }
       Mapping m{t.name, 0};
-      if (t.name.find(".attn_q.") != std::string::npos) m.permute_heads = n_head_;
-      if (t.name.find(".attn_k.") != std::string::npos) m.permute_heads = n_head_kv_;
+      if (arch_->permuted_qk && t.name.find(".attn_q.") != std::string::npos) m.permute_heads = n_head_;
+      if (arch_->permuted_qk && t.name.find(".attn_k.") != std::string::npos) m.permute_heads = n_head_kv_;
       if (m.permute_heads > 0 && t.shape[0] % (2 * m.permute_heads) != 0)
         fail(origin_, ": tensor '", printable(t.name), "' has ", t.shape[0], " rows, not a multiple of 2 x ",
              m.permute_heads, " heads");
@@ -154,26 +174,26 @@ class GgufSource : public WeightSource {
     const GgufTensorInfo* embd = g_->find_tensor("token_embd.weight");
     if (!embd || embd->shape.size() != 2) fail(origin_, ": GGUF has no 2-D token_embd.weight tensor");
     ojson c;
-    c["architectures"] = {"LlamaForCausalLM"};
-    c["model_type"] = "llama";
-    c["hidden_size"] = require_int("llama.embedding_length");
-    c["intermediate_size"] = require_int("llama.feed_forward_length");
-    c["num_hidden_layers"] = require_int("llama.block_count");
+    c["architectures"] = {arch_->hf_class};
+    c["model_type"] = arch_->model_type;
+    c["hidden_size"] = require_int(key("embedding_length"));
+    c["intermediate_size"] = require_int(key("feed_forward_length"));
+    c["num_hidden_layers"] = require_int(key("block_count"));
     check_against_tensors(*embd);
     c["num_attention_heads"] = n_head_;
     c["num_key_value_heads"] = n_head_kv_;
-    if (auto kl = g_->get_int("llama.attention.key_length")) c["head_dim"] = *kl;
+    if (auto kl = g_->get_int(key("attention.key_length"))) c["head_dim"] = *kl;
     c["hidden_act"] = "silu";
-    c["rms_norm_eps"] = require_float("llama.attention.layer_norm_rms_epsilon");
-    c["rope_theta"] = finite_float("llama.rope.freq_base").value_or(10000.0);
+    c["rms_norm_eps"] = require_float(key("attention.layer_norm_rms_epsilon"));
+    c["rope_theta"] = finite_float(key("rope.freq_base")).value_or(10000.0);
     add_rope_scaling(c);
-    c["max_position_embeddings"] = require_int("llama.context_length");
+    c["max_position_embeddings"] = require_int(key("context_length"));
     const auto n_tokens =
         g_->has("tokenizer.ggml.tokens") ? g_->array_size("tokenizer.ggml.tokens") : std::nullopt;
     c["vocab_size"] = n_tokens ? static_cast<int64_t>(*n_tokens) : embd->shape[0];
     c["tie_word_embeddings"] = g_->find_tensor("output.weight") == nullptr;
-    c["attention_bias"] = g_->find_tensor("blk.0.attn_q.bias") != nullptr;
-    c["mlp_bias"] = g_->find_tensor("blk.0.ffn_up.bias") != nullptr;
+    if (arch_->bias_keys) c["attention_bias"] = g_->find_tensor("blk.0.attn_q.bias") != nullptr;
+    if (arch_->mlp_bias_key) c["mlp_bias"] = g_->find_tensor("blk.0.ffn_up.bias") != nullptr;
     ojson gen;
     for (const char* k : {"bos", "eos", "padding"}) {
       const std::string hf_key = std::string(k == std::string("padding") ? "pad" : k) + "_token_id";
@@ -192,12 +212,13 @@ class GgufSource : public WeightSource {
   // Metadata the tensors contradict, or that no model can have, is refused here, naming the GGUF key (the
   // config reader would name the config.json field it maps to). Everything else passes through as stored.
   void check_against_tensors(const GgufTensorInfo& embd) const {
-    const int64_t hidden = require_int("llama.embedding_length");
+    const int64_t hidden = require_int(key("embedding_length"));
     if (hidden != embd.shape[1])
-      fail(origin_, ": llama.embedding_length is ", hidden, " but token_embd.weight is ",
+      fail(origin_, ": ", key("embedding_length"), " is ", hidden, " but token_embd.weight is ",
            shape_str(embd.shape), " (hidden size ", embd.shape[1], ")");
-    const int64_t blocks = require_int("llama.block_count");
-    if (blocks <= 0) fail(origin_, ": llama.block_count is ", blocks, "; a model needs at least one block");
+    const int64_t blocks = require_int(key("block_count"));
+    if (blocks <= 0)
+      fail(origin_, ": ", key("block_count"), " is ", blocks, "; a model needs at least one block");
     int64_t max_block = -1;
     for (const GgufTensorInfo& t : g_->tensors()) {
       if (t.name.rfind("blk.", 0) != 0) continue;
@@ -208,28 +229,29 @@ class GgufSource : public WeightSource {
       if (i > 4 && i < t.name.size() && t.name[i] == '.') max_block = std::max(max_block, n);
     }
     if (max_block + 1 != blocks)
-      fail(origin_, ": llama.block_count is ", blocks, " but the file holds tensors for ",
+      fail(origin_, ": ", key("block_count"), " is ", blocks, " but the file holds tensors for ",
            max_block < 0 ? std::string("no blk.N block") : "blocks 0 to " + std::to_string(max_block));
-    const int64_t ffn = require_int("llama.feed_forward_length");
+    const int64_t ffn = require_int(key("feed_forward_length"));
     if (const GgufTensorInfo* up = g_->find_tensor("blk.0.ffn_up.weight");
         up && up->shape.size() == 2 && up->shape[0] != ffn)
-      fail(origin_, ": llama.feed_forward_length is ", ffn, " but blk.0.ffn_up.weight is ",
+      fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, " but blk.0.ffn_up.weight is ",
            shape_str(up->shape));
-    if (ffn <= 0) fail(origin_, ": llama.feed_forward_length is ", ffn, ", expected a positive size");
-    const int64_t ctx = require_int("llama.context_length");
-    if (ctx <= 0) fail(origin_, ": llama.context_length is ", ctx, ", expected a positive length");
-    if (auto base = finite_float("llama.rope.freq_base"); base && *base <= 0)
-      fail(origin_, ": llama.rope.freq_base is ", *base, ", expected a positive rotary base");
-    if (const double eps = require_float("llama.attention.layer_norm_rms_epsilon"); eps < 0)
-      fail(origin_, ": llama.attention.layer_norm_rms_epsilon is ", eps, ", expected a non-negative epsilon");
+    if (ffn <= 0) fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, ", expected a positive size");
+    const int64_t ctx = require_int(key("context_length"));
+    if (ctx <= 0) fail(origin_, ": ", key("context_length"), " is ", ctx, ", expected a positive length");
+    if (auto base = finite_float(key("rope.freq_base")); base && *base <= 0)
+      fail(origin_, ": ", key("rope.freq_base"), " is ", *base, ", expected a positive rotary base");
+    if (const double eps = require_float(key("attention.layer_norm_rms_epsilon")); eps < 0)
+      fail(origin_, ": ", key("attention.layer_norm_rms_epsilon"), " is ", eps,
+           ", expected a non-negative epsilon");
   }
 
   // Only linear scaling has a metadata form; llama3-style scaling is stored as the
   // rope_freqs.weight tensor, which is reported in unmapped_tensors().
   void add_rope_scaling(ojson& c) const {
-    const auto type = g_->get_string("llama.rope.scaling.type");
+    const auto type = g_->get_string(key("rope.scaling.type"));
     if (!type || *type == "none") return;
-    const auto factor = finite_float("llama.rope.scaling.factor");
+    const auto factor = finite_float(key("rope.scaling.factor"));
     if (*type != "linear" || !factor)
       fail(origin_, ": rope scaling '", printable(*type),
            "' in GGUF metadata is not supported (supported: linear)");
@@ -238,6 +260,7 @@ class GgufSource : public WeightSource {
 
   std::shared_ptr<GgufFile> g_;
   std::string origin_;
+  const ArchSpec* arch_ = nullptr;
   int64_t n_head_ = 0, n_head_kv_ = 0;
   std::map<std::string, Mapping> map_;  // HF name -> GGUF tensor
   std::vector<TensorMeta> metas_;       // sorted by HF name
