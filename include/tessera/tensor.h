@@ -9,10 +9,23 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64 };
+// Q8_0, Q4_0 and Q4_1 are GGML's block-quantised formats, kept as a GGUF file stores them (weights only):
+// each row of K values (K a multiple of 32) is K / 32 blocks of 32 values, a block being an f16 scale d (Q4_1:
+// and an f16 offset m) followed by the quants; value = d * q (Q4_1: d * q + m).
+//   Q8_0 {f16 d; i8 q[32]}: 34 bytes.  Q4_0 {f16 d; u8 qs[16]}: 18 bytes, q = nibble - 8.
+//   Q4_1 {f16 d; f16 m; u8 qs[16]}: 20 bytes, q = nibble.  Low nibbles hold values 0..15, high ones 16..31.
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, Q8_0, Q4_0, Q4_1 };
 
+// Bytes per element of a plain dtype; an internal error for a block-quantised one (use dtype_bytes).
 size_t dtype_size(DType dt);
-const char* dtype_name(DType dt);  // "float32", "float16", "bfloat16", "int32", "int64"
+// Whether dt is block-quantised (Q8_0, Q4_0, Q4_1).
+bool is_quantized(DType dt);
+// Elements per block: 32 for the quantised dtypes, 1 otherwise.
+int64_t dtype_block(DType dt);
+// Bytes of n consecutive elements (n a multiple of dtype_block(dt)).
+size_t dtype_bytes(DType dt, int64_t n);
+// "float32", "float16", "bfloat16", "int32", "int64", "q8_0", "q4_0", "q4_1"
+const char* dtype_name(DType dt);
 // Accepts "float32"/"f32"/"fp32", "bfloat16"/"bf16", "float16"/"f16"/"fp16"; throws Error otherwise.
 DType parse_dtype(const std::string& s);
 
@@ -27,7 +40,7 @@ struct Tensor {
   std::shared_ptr<void> owner;  // keeps `data` alive (heap block or file mapping)
 
   int64_t numel() const { return shape_numel(shape); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const { return dtype_bytes(dtype, numel()); }
   template <typename T>
   T* ptr() const { return static_cast<T*>(data); }
 

@@ -13,22 +13,60 @@ namespace tessera {
 
 size_t dtype_size(DType dt) {
   switch (dt) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
+    case DType::F32:
+      return 4;
+    case DType::F16:
+      return 2;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+      break;
   }
+  TS_ASSERT(false, "dtype_size of block-quantised ", dtype_name(dt));
   return 0;
+}
+
+bool is_quantized(DType dt) { return dt == DType::Q8_0 || dt == DType::Q4_0 || dt == DType::Q4_1; }
+
+int64_t dtype_block(DType dt) { return is_quantized(dt) ? 32 : 1; }
+
+size_t dtype_bytes(DType dt, int64_t n) {
+  switch (dt) {
+    case DType::Q8_0:
+      return static_cast<size_t>(n / 32) * 34;
+    case DType::Q4_0:
+      return static_cast<size_t>(n / 32) * 18;
+    case DType::Q4_1:
+      return static_cast<size_t>(n / 32) * 20;
+    default:
+      return static_cast<size_t>(n) * dtype_size(dt);
+  }
 }
 
 const char* dtype_name(DType dt) {
   switch (dt) {
-    case DType::F32: return "float32";
-    case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
-    case DType::I32: return "int32";
-    case DType::I64: return "int64";
+    case DType::F32:
+      return "float32";
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::I32:
+      return "int32";
+    case DType::I64:
+      return "int64";
+    case DType::Q8_0:
+      return "q8_0";
+    case DType::Q4_0:
+      return "q4_0";
+    case DType::Q4_1:
+      return "q4_1";
   }
   return "?";
 }
@@ -196,17 +234,25 @@ void convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
   auto from_f16 = [&](int64_t i) { return f16_to_f32(h[i]); };
   auto with_store = [&](auto load) {
     switch (ddt) {
-      case DType::F32: return convert_loop(n, load, to_f32);
-      case DType::BF16: return convert_loop(n, load, to_bf16);
-      case DType::F16: return convert_loop(n, load, to_f16);
-      default: TS_ASSERT(false, "convert: non-float destination dtype ", dtype_name(ddt));
+      case DType::F32:
+        return convert_loop(n, load, to_f32);
+      case DType::BF16:
+        return convert_loop(n, load, to_bf16);
+      case DType::F16:
+        return convert_loop(n, load, to_f16);
+      default:
+        TS_ASSERT(false, "convert: non-float destination dtype ", dtype_name(ddt));
     }
   };
   switch (sdt) {
-    case DType::F32: return with_store(from_f32);
-    case DType::BF16: return with_store(from_bf16);
-    case DType::F16: return with_store(from_f16);
-    default: TS_ASSERT(false, "convert: non-float source dtype ", dtype_name(sdt));
+    case DType::F32:
+      return with_store(from_f32);
+    case DType::BF16:
+      return with_store(from_bf16);
+    case DType::F16:
+      return with_store(from_f16);
+    default:
+      TS_ASSERT(false, "convert: non-float source dtype ", dtype_name(sdt));
   }
 }
 

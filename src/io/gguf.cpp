@@ -490,8 +490,19 @@ Tensor GgufFile::load_tensor(const std::string& name, DType dtype) const {
   const GgufTensorInfo* t = find_tensor(name);
   if (!t) fail(impl_->path, ": no tensor named '", printable(name), "'");
   const std::string where = impl_->path + ": tensor '" + printable(name) + "'";
-  require_float_dtype(dtype, where);
   const GgmlTypeInfo& info = *ggml_type_info(t->ggml_type);
+  if (is_quantized(dtype)) {
+    const uint32_t want = dtype == DType::Q8_0 ? 8 : dtype == DType::Q4_0 ? 2 : 3;  // GGML type ids
+    if (info.id != want) fail(where, ": stored as ", info.name, ", cannot be read as ", dtype_name(dtype));
+    if (t->shape.empty() || t->shape.back() % 32 != 0)
+      fail(where, ": ", info.name, " tensor of shape ", shape_str(t->shape), " (rows not whole blocks)");
+    const uint8_t* blocks = impl_->data + t->offset;
+    if (impl_->file) return Tensor::view(dtype, t->shape, const_cast<uint8_t*>(blocks), impl_->file);
+    Tensor out = Tensor::empty(dtype, t->shape);  // an in-memory image: a copy that owns its bytes
+    std::memcpy(out.data, blocks, out.nbytes());
+    return out;
+  }
+  require_float_dtype(dtype, where);
   if (!info.dequant)
     fail(where, ": GGML type ", info.name, " is not supported (supported: ", ggml_supported_types(), ")");
   const uint8_t* src = impl_->data + t->offset;  // [nbytes] raw blocks

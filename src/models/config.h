@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -99,6 +100,10 @@ struct DecoderConfig {
   RopeConfig local_rope;
   std::vector<uint8_t> layer_local_rope;
   std::optional<DType> torch_dtype;
+  // Matrices kept block-quantised as the checkpoint stores them (a GGUF's Q8_0 / Q4_0 / Q4_1 tensors on the
+  // native cpu backend), by Hugging Face name; every other matrix is in the graph's dtype. Set by the loader,
+  // not read from config.json. A tensor-parallel column block that is not whole blocks stays in the dtype.
+  std::map<std::string, DType> quantized_weights;
   std::optional<int32_t> bos_token_id, pad_token_id;
   std::vector<int32_t> eos_token_ids;
   TpLayout tp;  // this rank's share (set after parsing, before building graphs)

@@ -109,7 +109,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   // with cross-device collectives), unless this process is one of several MPI ranks (one device each).
   const DistributedConfig& dist_cfg = opt.distributed;
   std::vector<std::string> notes;
-  impl->config.tp = distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, 0, src->origin(), &notes);
+  impl->config.tp =
+      distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, 0, src->origin(), &notes);
   std::shared_ptr<backends::Communicator> comm;
   int replicas = 1;
   if (dist_cfg.tp_size > 1) {
@@ -118,13 +119,13 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       fail("tp_size ", dist_cfg.tp_size, " with device_map '", opt.device_map,
            "': tensor parallelism runs on cpu, xla-cpu, tpu, cuda or pjrt:PATH devices (name one)");
     if (dist_cfg.mpi || !one_process) {
-      // One process per rank (the native cpu backend always; a PJRT device per rank under MPI). Not under MPI:
-      // mpi_world says how to start the ranks.
+      // One process per rank (the native cpu backend always; a PJRT device per rank under MPI). Not under
+      // MPI: mpi_world says how to start the ranks.
       const double timeout =
           opt.collective_timeout_s >= 0 ? opt.collective_timeout_s : distributed::kDefaultCollectiveTimeoutS;
       comm = distributed::mpi_world(dist_cfg.tp_size, timeout, dist_cfg.mpi, dist_cfg.rank);
-      impl->config.tp =
-          distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(), src->origin(), nullptr);
+      impl->config.tp = distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, comm->rank(),
+                                                     src->origin(), nullptr);
       if (comm->rank() == 0)
         for (const auto& n : notes) log_note(n);
     } else {
@@ -150,14 +151,26 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                                           .pjrt = pjrt_settings(opt.plugins)});
   impl->caps = impl->backend->capabilities();
   impl->comm = comm;
+  // A GGUF on the native cpu backend keeps its Q8_0 / Q4_0 / Q4_1 matrices as stored and computes from the
+  // blocks, unless a dtype was asked for (then everything is dequantised to it, as on PJRT devices, which
+  // always dequantise to `dtype` at load). Other GGML types are dequantised to `dtype`.
+  if (is_gguf && !opt.dtype && impl->backend->name() == "cpu") {
+    for (const auto& m : src->tensors()) {
+      if (m.shape.size() != 2) continue;
+      if (m.stored_type == "Q8_0") impl->config.quantized_weights[m.name] = DType::Q8_0;
+      if (m.stored_type == "Q4_0") impl->config.quantized_weights[m.name] = DType::Q4_0;
+      if (m.stored_type == "Q4_1") impl->config.quantized_weights[m.name] = DType::Q4_1;
+    }
+  }
   graph::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;
   cache_opt.max_recompiles = opt.max_recompiles;  // < 0: no limit
   cache_opt.verbose = opt.verbose_compiles;
   impl->cache = std::make_unique<graph::CompileCache>(*impl->backend, cache_opt);
-  impl->buckets =
-      parse_buckets(opt.buckets, impl->caps.prefers_buckets, static_cast<int>(impl->config.max_position_embeddings));
-  // The step samples by default where the backend can and logits would otherwise cross to the host every step.
+  impl->buckets = parse_buckets(opt.buckets, impl->caps.prefers_buckets,
+                                static_cast<int>(impl->config.max_position_embeddings));
+  // The step samples by default where the backend can and logits would otherwise cross to the host every
+  // step.
   impl->device_sampling = impl->caps.in_step_sampling && impl->caps.prefers_buckets;
   size_t bytes = 0;
   if (replicas > 1) {
@@ -168,14 +181,16 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
               replicas);
     for (int r = replicas - 1; r >= 0; --r) {
       models::DecoderConfig rank_config = impl->config;
-      rank_config.tp = distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, r, src->origin(), nullptr);
+      rank_config.tp =
+          distributed::resolve_tp_plan(*impl->arch, impl->config, dist_cfg, r, src->origin(), nullptr);
       size_t rank_bytes = 0;
       impl->backend->bind_replica_weights(
           r, runtime::load_weights(*src, *impl->arch, rank_config, dtype, opt.progress, rank_bytes));
       if (r == 0) bytes = rank_bytes;
     }
   } else {
-    backends::WeightMap weights = runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes);
+    backends::WeightMap weights =
+        runtime::load_weights(*src, *impl->arch, impl->config, dtype, opt.progress, bytes);
     // The checkpoint is closed before binding: a GGUF's weights are all owned copies, so its mapping can go
     // before the cpu backend packs them into its arena (peak memory: two copies at most, not three).
     src.reset();
@@ -192,7 +207,9 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                          impl->config.max_position_embeddings,
                          bytes,
                          impl->config.tp.rank,
-                         impl->config.tp.size};
+                         impl->config.tp.size,
+                         {}};
+  for (const auto& [name, q] : impl->config.quantized_weights) ++impl->info.quantized_matrices[dtype_name(q)];
   return CausalLM(std::move(impl));
 }
 

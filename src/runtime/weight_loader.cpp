@@ -92,14 +92,14 @@ Tensor owned_copy(const Tensor& t) {
 
 bool stored_as(const std::string& stored_type, DType dt) {
   return (stored_type == "F32" && dt == DType::F32) || (stored_type == "BF16" && dt == DType::BF16) ||
-         (stored_type == "F16" && dt == DType::F16);
+         (stored_type == "F16" && dt == DType::F16) || (stored_type == "Q8_0" && dt == DType::Q8_0) ||
+         (stored_type == "Q4_0" && dt == DType::Q4_0) || (stored_type == "Q4_1" && dt == DType::Q4_1);
 }
 
 }  // namespace
 
 Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, int rank,
                   bool zero_copy) {
-  const size_t es = dtype_size(full.dtype);
   if (v.rank0_only && rank != 0) return Tensor::empty(full.dtype, local);
   if (v.offset != 0.f) {  // a float32 vector plus a constant (Gemma's 1 + weight), computed in float32
     TS_ASSERT(full.dtype == DType::F32 && full.shape.size() == 1 && local == full.shape && v.rows < 0 &&
@@ -117,12 +117,18 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
   if (v.split_dim == 1) col0 = rank * cols;
   TS_ASSERT(row0 >= 0 && row0 + rows <= full.shape[0] && col0 >= 0 && col0 + cols <= stored_cols, "view of ",
             shape_str(full.shape));
+  // Byte offsets through dtype_bytes: block-quantised rows split only at whole blocks (the graph keeps a
+  // column block that is not whole blocks in a float dtype).
+  const int64_t blk = dtype_block(full.dtype);
+  TS_ASSERT(col0 % blk == 0 && cols % blk == 0, "column block of ", dtype_name(full.dtype), " ",
+            shape_str(full.shape), " at ", col0, " of ", cols);
+  const size_t stored_row_bytes = dtype_bytes(full.dtype, stored_cols);
   auto* base = static_cast<uint8_t*>(full.data);
   if (zero_copy && cols == stored_cols && v.rope_head == 0)
-    return Tensor::view(full.dtype, local, base + static_cast<size_t>(row0 * stored_cols) * es, full.owner);
+    return Tensor::view(full.dtype, local, base + static_cast<size_t>(row0) * stored_row_bytes, full.owner);
   Tensor out = Tensor::empty(full.dtype, local);
   auto* dst = static_cast<uint8_t*>(out.data);
-  const size_t row_bytes = static_cast<size_t>(cols) * es;
+  const size_t row_bytes = dtype_bytes(full.dtype, cols);
   for (int64_t r = 0; r < rows; ++r) {
     // Interleaved rotary rows (2i, 2i+1) of each head's first rope_rot rows go to i and i + rope_rot / 2.
     int64_t src_r = r;
@@ -131,7 +137,8 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
       if (j < v.rope_rot) src_r = head * v.rope_head + (j < half ? 2 * j : 2 * (j - half) + 1);
     }
     std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
-                base + (static_cast<size_t>((row0 + src_r) * stored_cols + col0)) * es, row_bytes);
+                base + static_cast<size_t>(row0 + src_r) * stored_row_bytes + dtype_bytes(full.dtype, col0),
+                row_bytes);
   }
   return out;
 }
@@ -160,6 +167,8 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     const std::string& name = order[i];
     const auto& views = by_tensor[name];
     const DType dt = views.front()->dtype;
+    for (const auto* n : views)
+      TS_ASSERT(n->dtype == dt, name, " read as ", dtype_name(dt), " and as ", dtype_name(n->dtype));
     // GGUF files are mostly quantised, so nearly every weight is a converted copy; copying the few tensors
     // stored as-is (norms) too lets the mapping go once loading is done instead of staying resident for them.
     const bool mapped = stored_as(src.find(name)->stored_type, dt);

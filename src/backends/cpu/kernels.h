@@ -31,7 +31,14 @@ Isa parse_isa(const char* name);
 // where matmul_rounds_bf16() (the avx512bf16 instruction set) and is Exact everywhere else.
 enum class Bf16Dot : uint8_t { Exact, RoundX };
 
-// y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16) row-major [N, K];
+// Block-quantised weights (wdt Q8_0, Q4_0 or Q4_1, K a multiple of 32; see kernels_quant.cpp) are computed
+// from their blocks: below kGemmMinRows rows (and always in matmul_rows) x is quantised per row and block of
+// 32 to int8 and dotted in integers, as llama.cpp does; from kGemmMinRows rows on (prefill) the weights are
+// dequantised to f32 chunk by chunk and x stays f32. For them `bf16` says whether decode may round x to int8:
+// RoundX (the default callers pass) does; Exact keeps x f32 there too (dequantised chunks and the f32 decode
+// kernel: what f32 weights give, bit for bit).
+//
+// y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16/quantised) row-major [N, K];
 // bias f32 or nullptr; y f32 (must not alias x). Accumulates in f32; x stays f32 unless `bf16` allows
 // rounding (above).
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
@@ -53,6 +60,8 @@ void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulO
 // matmul_multi.
 void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
                  Bf16Dot bf16 = Bf16Dot::Exact);
+// rows [rows, K] of block-quantised weights (Q8_0/Q4_0/Q4_1) to f32 y [rows, K] (value = d * q (+ m) in f32).
+void dequantize_rows(DType wdt, const void* w, int64_t K, int64_t rows, float* y);
 // Whether Bf16Dot::RoundX rounds x on the active instruction set.
 bool matmul_rounds_bf16();
 

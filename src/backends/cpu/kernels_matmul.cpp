@@ -69,6 +69,12 @@ void isa_matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, 
       return isa_scalar::matmul_impl(x, M, K, w, wdt, N, bias, y, rows_invariant);
   }
 }
+// matmul_quant over the products in groups of at most 8.
+void matmul_quant_groups(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
+                         bool rows_invariant, Bf16Dot dot) {
+  for (int i = 0; i < count; i += 8)
+    matmul_quant(x, M, K, wdt, outs + i, std::min(8, count - i), rows_invariant, dot == Bf16Dot::Exact);
+}
 }  // namespace
 
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
@@ -80,6 +86,10 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
       for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias ? bias[n] : 0.0f;
     }
     return;
+  }
+  if (is_quantized(wdt)) {
+    const MatmulOut out{w, N, bias, y};
+    return matmul_quant(x, M, K, wdt, &out, 1, false, bf16 == Bf16Dot::Exact);
   }
 #if TESSERA_CPU_WIDE
   if (active_isa() == Isa::Avx512Bf16 && bf16 == Bf16Dot::RoundX && wdt == DType::BF16) {
@@ -95,6 +105,7 @@ void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int6
 
 void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
                   Bf16Dot bf16) {
+  if (is_quantized(wdt)) return matmul_quant_groups(x, M, K, wdt, outs, count, false, bf16);
 #if TESSERA_CPU_WIDE
   if (active_isa() == Isa::Avx512Bf16 && bf16 == Bf16Dot::RoundX && wdt == DType::BF16 && M > 0 &&
       M < kGemmMinRows && K > 0 && count >= 1 && count <= 8) {
@@ -106,6 +117,7 @@ void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulO
 
 void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
                  [[maybe_unused]] Bf16Dot bf16) {
+  if (is_quantized(wdt)) return matmul_quant_groups(x, M, K, wdt, outs, count, true, bf16);
   if (M < kGemmMinRows || K == 0) return matmul_multi(x, M, K, wdt, outs, count, bf16);
 #if TESSERA_CPU_WIDE
   if (active_isa() == Isa::Avx512Bf16 && bf16 == Bf16Dot::RoundX && wdt == DType::BF16 && count >= 1 &&

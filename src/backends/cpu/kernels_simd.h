@@ -291,6 +291,12 @@ const VecOps& vec_ops();  // of active_isa()
 // buffers that are live at the same time (0..3).
 float* scratch(int slot, int64_t n);
 
+// kernels_quant.cpp: matmul_multi / matmul_rows for block-quantised weights (Q8_0, Q4_0, Q4_1). rows_invariant
+// (or M < kGemmMinRows): the decode kernel, each output row as it would be alone (int8 x, or with `exact` f32 x
+// on dequantised chunks); otherwise the dequantise-and-gemm prefill path.
+void matmul_quant(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
+                  bool rows_invariant, bool exact);
+
 #if TESSERA_CPU_WIDE
 namespace isa_avx512bf16 {
 // kernels_matmul_bf16.cpp: matmul_multi() (1..8 products) for bf16 weights, Bf16Dot::RoundX and

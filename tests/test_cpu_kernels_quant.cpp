@@ -1,0 +1,306 @@
+// Matmuls and lookups with block-quantised weights (Q8_0, Q4_0, Q4_1) against double-precision references
+// of the dequantised weights, for every instruction set this CPU supports and 1 and 2 threads, at odd shapes.
+//
+// References: the weights' exact values (d * q (+ m), from the block bytes, decoded here independently of the
+// kernels). The decode path (below 8 rows, and matmul_rows at any M) multiplies x as the kernel rounds it:
+// per row and block of 32, scale = max|x| / 127, q = round-half-even(x / scale) (kernels_quant.cpp); the
+// prefill path (8 rows and more in matmul) multiplies x as it is.
+// Tolerances: decode |y - ref| <= 3e-6 * sum_k |w_k xq_k| + 1.2e-7 |ref| (the integer dots are exact; each
+// block adds one f32 product of two scales and one FMA into one of 16 lanes, a few roundings of 6e-8 per
+// term at most); prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|. Dequantisation is exact
+// (d * q fits in f32's 24 bits), so it is checked for equality.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/thread_pool.h"
+#include "tessera/error.h"
+#include "tessera/tensor.h"
+
+namespace tessera::cpu {
+namespace {
+
+struct Target {
+  Isa isa;
+  int threads;
+};
+void PrintTo(const Target& t, std::ostream* os) { *os << isa_name(t.isa) << " x" << t.threads << " threads"; }
+
+std::vector<Target> all_targets() {
+  std::vector<Target> out;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+    if (!isa_supported(isa)) continue;
+    for (int t : {1, 2}) out.push_back({isa, t});
+  }
+  return out;
+}
+
+class CpuQuantKernels : public testing::TestWithParam<Target> {
+ protected:
+  void SetUp() override {
+    set_isa(GetParam().isa);
+    ThreadPool::instance().set_num_threads(GetParam().threads);
+  }
+  void TearDown() override {
+    set_isa(best_isa());
+    ThreadPool::instance().set_num_threads(0);
+  }
+};
+
+constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1};
+
+size_t block_bytes(DType dt) { return dt == DType::Q8_0 ? 34 : dt == DType::Q4_0 ? 18 : 20; }
+
+// Random blocks of [rows, K] and their exact values.
+struct QWeights {
+  std::vector<uint8_t> raw;
+  std::vector<double> value;  // [rows * K]
+};
+
+QWeights make_qweights(DType dt, int64_t rows, int64_t K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f), offset(-0.4f, 0.1f);
+  std::uniform_int_distribution<int> byte(0, 255), q8(-128, 127);
+  QWeights w;
+  const int64_t nb = K / 32;
+  w.raw.resize(static_cast<size_t>(rows * nb) * block_bytes(dt));
+  w.value.resize(static_cast<size_t>(rows * K));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = w.raw.data() + static_cast<size_t>(r * nb + b) * block_bytes(dt);
+      const uint16_t dh = f32_to_f16(scale(rng)), mh = f32_to_f16(offset(rng));
+      std::memcpy(blk, &dh, 2);
+      const double d = f16_to_f32(dh), m = f16_to_f32(mh);
+      double* out = w.value.data() + r * K + b * 32;
+      if (dt == DType::Q8_0) {
+        for (int j = 0; j < 32; ++j) {
+          const auto q = static_cast<int8_t>(q8(rng));
+          blk[2 + j] = static_cast<uint8_t>(q);
+          out[j] = d * q;
+        }
+        continue;
+      }
+      uint8_t* qs = blk + 2;
+      if (dt == DType::Q4_1) {
+        std::memcpy(blk + 2, &mh, 2);
+        qs = blk + 4;
+      }
+      for (int j = 0; j < 16; ++j) {
+        qs[j] = static_cast<uint8_t>(byte(rng));
+        const int lo = qs[j] & 0xf, hi = qs[j] >> 4;
+        out[j] = dt == DType::Q4_0 ? d * (lo - 8) : d * lo + m;
+        out[j + 16] = dt == DType::Q4_0 ? d * (hi - 8) : d * hi + m;
+      }
+    }
+  }
+  return w;
+}
+
+std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// x as the decode kernel multiplies it: per row and block of 32, scale * q.
+std::vector<double> round_x_as_kernel(const std::vector<float>& x, int64_t M, int64_t K) {
+  std::vector<double> out(x.size());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const float* xb = x.data() + m * K + b * 32;
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+      for (int j = 0; j < 32; ++j)
+        out[static_cast<size_t>(m * K + b * 32 + j)] =
+            static_cast<double>(scale) * std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f);
+    }
+  return out;
+}
+
+// y (from the kernel) against the reference of x (decode: rounded as the kernel does) and the exact weights.
+void expect_matmul_near(const std::vector<float>& y, const std::vector<float>& x, const QWeights& w,
+                        const std::vector<float>* bias, int64_t M, int64_t K, int64_t N, bool decode,
+                        const std::string& what) {
+  const std::vector<double> xr =
+      decode ? round_x_as_kernel(x, M, K) : std::vector<double>(x.begin(), x.end());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = bias ? (*bias)[static_cast<size_t>(n)] : 0.0, l1 = 0.0, rss = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = xr[static_cast<size_t>(m * K + k)] * w.value[static_cast<size_t>(n * K + k)];
+        ref += p;
+        l1 += std::abs(p);
+        rss += p * p;
+      }
+      const double tol = (decode ? 3e-6 * l1 : 1e-6 * std::sqrt(static_cast<double>(K)) * std::sqrt(rss)) +
+                         1.2e-7 * std::abs(ref) + 1e-30;
+      ASSERT_NEAR(y[static_cast<size_t>(m * N + n)], ref, tol)
+          << what << " M=" << M << " K=" << K << " N=" << N << " at [" << m << ", " << n << "]";
+    }
+}
+
+TEST_P(CpuQuantKernels, MatmulDecodeEveryFormat) {
+  uint32_t seed = 1;
+  for (DType dt : kFormats)
+    for (int64_t M : {1, 2, 3, 4, 5, 7})
+      for (int64_t K : {32, 96, 576, 1056})
+        for (int64_t N : {1, 7, 67, 130}) {
+          const QWeights w = make_qweights(dt, N, K, ++seed);
+          const std::vector<float> x = random_vec(M * K, ++seed), bias = random_vec(N, ++seed);
+          std::vector<float> y(static_cast<size_t>(M * N), NAN);
+          const bool with_bias = (N % 2) == 1;
+          matmul(x.data(), M, K, w.raw.data(), dt, N, with_bias ? bias.data() : nullptr, y.data(),
+                 Bf16Dot::RoundX);
+          expect_matmul_near(y, x, w, with_bias ? &bias : nullptr, M, K, N, true, dtype_name(dt));
+        }
+}
+
+TEST_P(CpuQuantKernels, MatmulPrefillEveryFormat) {
+  // 8 rows and more: dequantised chunks through the f32 gemm (K = 2048: chunks of 256 rows, so N = 600 takes
+  // three, the last one short).
+  struct Case {
+    int64_t M, K, N;
+  };
+  uint32_t seed = 100;
+  for (DType dt : kFormats)
+    for (const Case& c : {Case{8, 32, 5}, Case{13, 160, 67}, Case{40, 576, 300}, Case{9, 2048, 600}}) {
+      const QWeights w = make_qweights(dt, c.N, c.K, ++seed);
+      const std::vector<float> x = random_vec(c.M * c.K, ++seed), bias = random_vec(c.N, ++seed);
+      std::vector<float> y(static_cast<size_t>(c.M * c.N), NAN);
+      matmul(x.data(), c.M, c.K, w.raw.data(), dt, c.N, bias.data(), y.data());
+      expect_matmul_near(y, x, w, &bias, c.M, c.K, c.N, false, dtype_name(dt));
+    }
+}
+
+TEST_P(CpuQuantKernels, MatmulRowsEachRowEqualsItAlone) {
+  // matmul_rows (decode steps of a batch): each output row bit-identical to the row alone, at any M (here
+  // past kGemmMinRows and past whole passes of 4 rows).
+  const int64_t K = 576, N = 131;
+  uint32_t seed = 200;
+  for (DType dt : kFormats) {
+    const QWeights w = make_qweights(dt, N, K, ++seed);
+    const std::vector<float> bias = random_vec(N, ++seed);
+    for (int64_t M : {2, 5, 8, 11, 16}) {
+      const std::vector<float> x = random_vec(M * K, ++seed);
+      std::vector<float> y(static_cast<size_t>(M * N), NAN), alone(static_cast<size_t>(N), NAN);
+      const MatmulOut out{w.raw.data(), N, bias.data(), y.data()};
+      matmul_rows(x.data(), M, K, dt, &out, 1, Bf16Dot::RoundX);
+      expect_matmul_near(y, x, w, &bias, M, K, N, true, dtype_name(dt));
+      for (int64_t m = 0; m < M; ++m) {
+        const MatmulOut one{w.raw.data(), N, bias.data(), alone.data()};
+        matmul_rows(x.data() + m * K, 1, K, dt, &one, 1, Bf16Dot::RoundX);
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(y[static_cast<size_t>(m * N + n)], alone[static_cast<size_t>(n)])
+              << dtype_name(dt) << " M=" << M << " row " << m << " col " << n;
+      }
+    }
+  }
+}
+
+TEST_P(CpuQuantKernels, MatmulMultiEqualsSeparateMatmuls) {
+  const int64_t K = 192;
+  uint32_t seed = 300;
+  for (DType dt : kFormats)
+    for (int64_t M : {1, 3, 9}) {
+      const std::vector<float> x = random_vec(M * K, ++seed);
+      const int64_t Ns[3] = {64, 17, 200};
+      std::vector<QWeights> ws;
+      std::vector<std::vector<float>> ys, refs;
+      std::vector<MatmulOut> outs;
+      for (int64_t N : Ns) {
+        ws.push_back(make_qweights(dt, N, K, ++seed));
+        ys.emplace_back(static_cast<size_t>(M * N), NAN);
+        refs.emplace_back(static_cast<size_t>(M * N), NAN);
+      }
+      for (int i = 0; i < 3; ++i) outs.push_back({ws[i].raw.data(), Ns[i], nullptr, ys[i].data()});
+      matmul_multi(x.data(), M, K, dt, outs.data(), 3, Bf16Dot::RoundX);
+      for (int i = 0; i < 3; ++i) {
+        matmul(x.data(), M, K, ws[i].raw.data(), dt, Ns[i], nullptr, refs[i].data(), Bf16Dot::RoundX);
+        ASSERT_EQ(ys[i], refs[i]) << dtype_name(dt) << " M=" << M << " product " << i;
+      }
+    }
+}
+
+TEST_P(CpuQuantKernels, DequantizeAndEmbeddingAreExact) {
+  const int64_t K = 96, rows = 37;
+  uint32_t seed = 400;
+  for (DType dt : kFormats) {
+    const QWeights w = make_qweights(dt, rows, K, ++seed);
+    std::vector<float> y(static_cast<size_t>(rows * K), NAN);
+    dequantize_rows(dt, w.raw.data(), K, rows, y.data());
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(y[i], static_cast<float>(w.value[i])) << dtype_name(dt) << " element " << i;
+    const std::vector<int32_t> ids = {5, 0, 36, 5};
+    std::vector<float> e(ids.size() * K, NAN);
+    embedding(ids.data(), static_cast<int64_t>(ids.size()), w.raw.data(), dt, rows, K, e.data());
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t k = 0; k < K; ++k)
+        ASSERT_EQ(e[i * K + k], y[static_cast<size_t>(ids[i] * K + k)]) << dtype_name(dt) << " id " << ids[i];
+  }
+}
+
+TEST_P(CpuQuantKernels, ZeroAndHugeActivations) {
+  // A block of zeros (scale 0) contributes nothing; a block with one huge value keeps the others' sign.
+  const int64_t K = 64, N = 3;
+  for (DType dt : kFormats) {
+    const QWeights w = make_qweights(dt, N, K, 500);
+    std::vector<float> x(static_cast<size_t>(K), 0.0f);
+    x[40] = 1e30f;
+    x[41] = -1.0f;
+    std::vector<float> y(static_cast<size_t>(N), NAN);
+    matmul(x.data(), 1, K, w.raw.data(), dt, N, nullptr, y.data(), Bf16Dot::RoundX);
+    expect_matmul_near(y, x, w, nullptr, 1, K, N, true, dtype_name(dt));
+  }
+}
+
+TEST_P(CpuQuantKernels, ExactDecodeEqualsDequantisedF32) {
+  // Bf16Dot::Exact keeps x f32 in decode too: every output equals the f32 weights' (dequantised here) bit for
+  // bit, through matmul (below 8 rows), matmul_multi and matmul_rows at any M.
+  const int64_t K = 320, N = 150;
+  uint32_t seed = 600;
+  for (DType dt : kFormats) {
+    const QWeights w = make_qweights(dt, N, K, ++seed);
+    std::vector<float> wf(w.value.begin(), w.value.end());
+    const std::vector<float> bias = random_vec(N, ++seed);
+    for (int64_t M : {1, 3, 7, 12}) {
+      const std::vector<float> x = random_vec(M * K, ++seed);
+      std::vector<float> want(static_cast<size_t>(M * N)), got(static_cast<size_t>(M * N), NAN);
+      const MatmulOut f{wf.data(), N, bias.data(), want.data()};
+      matmul_rows(x.data(), M, K, DType::F32, &f, 1);
+      const MatmulOut q{w.raw.data(), N, bias.data(), got.data()};
+      matmul_rows(x.data(), M, K, dt, &q, 1, Bf16Dot::Exact);
+      ASSERT_EQ(got, want) << dtype_name(dt) << " matmul_rows M=" << M;
+      if (M < 8) {
+        std::fill(got.begin(), got.end(), NAN);
+        matmul(x.data(), M, K, w.raw.data(), dt, N, bias.data(), got.data(), Bf16Dot::Exact);
+        ASSERT_EQ(got, want) << dtype_name(dt) << " matmul M=" << M;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(all_targets()),
+                         [](const testing::TestParamInfo<Target>& info) {
+                           return std::string(isa_name(info.param.isa)) + "_t" +
+                                  std::to_string(info.param.threads);
+                         });
+
+TEST(CpuQuantKernelsDeathTest, KNotWholeBlocksIsAnInternalError) {
+  // The loader never builds such a graph (a GGUF row is whole blocks; a column block that is not stays in a
+  // float dtype), so the kernel asserts.
+  std::vector<uint8_t> w(64, 0);
+  std::vector<float> x(40, 1.0f), y(1);
+  EXPECT_DEATH(matmul(x.data(), 1, 40, w.data(), DType::Q8_0, 1, nullptr, y.data()), "not a multiple of 32");
+}
+
+}  // namespace
+}  // namespace tessera::cpu
