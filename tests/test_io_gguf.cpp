@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "io/gguf.h"
@@ -166,8 +167,10 @@ TEST(IoGgufLlama, LoadsAsBf16) {
 TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   TempDir d;
   write_file(d / "m.gguf", llama_gguf({}, 0, "falcon"));
-  expect_error([&] { open_gguf(d / "m.gguf"); },
-               {"m.gguf", "architecture 'falcon' is not supported (supported: llama, qwen2, qwen3)"});
+  expect_error(
+      [&] { open_gguf(d / "m.gguf"); },
+      {"m.gguf",
+       "architecture 'falcon' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {
@@ -325,5 +328,153 @@ TEST_P(IoGgufQwen, ConfigTensorsAndLogitsMatchTransformersGgufLoader) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, IoGgufQwen, ::testing::Values("qwen2", "qwen3"));
+
+}  // namespace
+
+namespace {
+
+// Gemma 2 (norms stored as 1 + weight, both soft-caps, sliding window 4), Gemma 3 text (6 layers, q/k norms,
+// five sliding layers and a global one), Phi-3 (fused attn_qkv and gate/up ffn_up, partial rotary, sliding
+// window) and a Mistral written as llama.cpp writes it (arch llama, head_dim 32 apart from hidden / heads)
+// against Transformers' GGUF loader on the same files (tools/make_io_fixtures.py). Where that loader leaves a
+// key llama.cpp reads at its config class's default (Gemma: query_pre_attn_scalar, which llama.cpp derives
+// from head_dim, and the soft-caps; Phi-3: sliding_window and rope.dimension_count) the golden was made with
+// llama.cpp's value set on its config, listed in the file's "overrides". The prompt (11 tokens) is longer
+// than the window. Checked: the config, the tensor names, f32 logits at every position within 1e-4, and 16
+// greedy tokens.
+class IoGgufLlamaCppArch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(IoGgufLlamaCppArch, ConfigTensorsLogitsAndGreedyMatchTransformers) {
+  const std::string arch = GetParam();
+  const std::string path = fixture("tiny_" + arch + ".gguf");
+  const auto want = nlohmann::json::parse(read_text_file(fixture("tiny_" + arch + "_expected.json")));
+  auto src = open_gguf(path);
+  auto cfg = nlohmann::json::parse(src->config_json());
+  EXPECT_EQ(cfg["architectures"][0], want["model_class"]);
+  auto expected_cfg = want["config"];
+  for (const auto& [k, v] : want["overrides"].items()) expected_cfg[k] = v;
+  for (const auto& [k, v] : expected_cfg.items()) {
+    SCOPED_TRACE(k);
+    ASSERT_TRUE(cfg.contains(k));
+    if (v.is_number_float())
+      EXPECT_NEAR(cfg[k].get<double>(), v.get<double>(), 1e-9 * std::abs(v.get<double>()));
+    else
+      EXPECT_EQ(cfg[k], v);
+  }
+  std::vector<std::string> names;
+  for (const TensorMeta& m : src->tensors()) names.push_back(m.name);
+  auto hf = want["tensors"].get<std::vector<std::string>>();
+  if (want["config"]["tie_word_embeddings"] == true)
+    hf.erase(std::remove(hf.begin(), hf.end(), "lm_head.weight"), hf.end());
+  EXPECT_EQ(names, hf);
+
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
+  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> got = model.forward(ids);
+  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
+  double worst = 0;
+  for (size_t t = 0; t < logits.size(); ++t)
+    for (size_t v = 0; v < logits[t].size(); ++v)
+      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
+  EXPECT_LE(worst, 1e-4);
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%.3g", worst);
+  RecordProperty("max_abs_logit_diff", shown);
+
+  GenerationConfig g;
+  g.max_new_tokens = 16;  // greedy, no eos: as the golden's loop
+  const auto out = model.generate({ids}, {}, g);
+  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
+                                     out.sequences[0].end());
+  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, IoGgufLlamaCppArch, ::testing::Values("gemma2", "gemma3", "phi3", "mistral"));
+
+// llama.cpp's converter stores Gemma's RMSNorm weights as 1 + weight; the source gives back HF's weight, so
+// the Gemma models' (1 + weight) is not applied twice.
+TEST(IoGgufGemma, NormWeightsLoadAsHuggingFaceStoresThem) {
+  for (const std::string arch : {"gemma2", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    auto g = GgufFile::open(fixture("tiny_" + arch + ".gguf"));
+    auto src = open_gguf(g);
+    const std::pair<const char*, const char*> norms[] = {
+        {"output_norm.weight", "model.norm.weight"},
+        {"blk.1.post_ffw_norm.weight", "model.layers.1.post_feedforward_layernorm.weight"},
+        {"blk.1.ffn_norm.weight", "model.layers.1.pre_feedforward_layernorm.weight"}};
+    for (const auto& [gguf_name, hf_name] : norms) {
+      const std::vector<float> stored = as_f32(g->load_tensor(gguf_name, DType::F32));
+      const std::vector<float> hf = as_f32(src->load(hf_name, DType::F32));
+      ASSERT_EQ(hf.size(), stored.size());
+      for (size_t i = 0; i < hf.size(); ++i) EXPECT_EQ(hf[i], stored[i] - 1.0f) << hf_name << "[" << i << "]";
+    }
+    // Other tensors are not shifted.
+    EXPECT_EQ(as_f32(src->load("model.embed_tokens.weight", DType::F32)),
+              as_f32(g->load_tensor("token_embd.weight", DType::F32)));
+  }
+}
+
+// A minimal GGUF of `arch` (hidden 32, 2 heads, one block): its required metadata, the u32 keys given,
+// token_embd, blk.0.attn_norm and the extra F32 tensors (GGUF dims order: columns first), zero data.
+Bytes arch_gguf(const std::string& arch, const std::vector<std::pair<std::string, uint32_t>>& keys,
+                const std::vector<std::pair<std::string, std::vector<uint64_t>>>& extra = {}) {
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors = {{"token_embd.weight", {32, 48}},
+                                                                        {"blk.0.attn_norm.weight", {32}}};
+  tensors.insert(tensors.end(), extra.begin(), extra.end());
+  GgufBuilder b;
+  b.header(3, tensors.size(), 7 + keys.size())
+      .kv_string("general.architecture", arch)
+      .kv_u32(arch + ".embedding_length", 32)
+      .kv_u32(arch + ".feed_forward_length", 64)
+      .kv_u32(arch + ".block_count", 1)
+      .kv_u32(arch + ".attention.head_count", 2)
+      .kv_u32(arch + ".context_length", 64)
+      .kv_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  for (const auto& [k, v] : keys) b.kv_u32(arch + "." + k, v);
+  uint64_t offset = 0;
+  for (const auto& [name, dims] : tensors) {
+    b.tensor(name, dims, 0, offset);
+    uint64_t n = 4;
+    for (uint64_t d : dims) n *= d;
+    offset += (n + 31) / 32 * 32;
+  }
+  b.align().zeros(offset);
+  return b.bytes();
+}
+
+TEST(IoGgufLlamaCppArch, BadInputsNameTheFileAndKey) {
+  TempDir d;
+  // Gemma 2: a value head size apart from the key head size (HF attention has one head_dim).
+  write_file(d / "g2.gguf",
+             arch_gguf("gemma2", {{"attention.key_length", 16}, {"attention.value_length", 8}}));
+  expect_error([&] { open_gguf(d / "g2.gguf"); },
+               {"g2.gguf", "gemma2.attention.value_length is 8 but the key length is 16",
+                "gemma2.attention.key_length"});
+  // Gemma 2: a soft-cap of 0 (tanh(s / 0)).
+  write_file(d / "g2c.gguf", arch_gguf("gemma2", {{"attn_logit_softcapping", 0}}));
+  expect_error([&] { open_gguf(d / "g2c.gguf"); },
+               {"g2c.gguf", "gemma2.attn_logit_softcapping is 0, expected a positive number"});
+  // Gemma 3: llama.cpp requires the sliding window.
+  write_file(d / "g3.gguf", arch_gguf("gemma3", {}));
+  expect_error([&] { open_gguf(d / "g3.gguf"); },
+               {"g3.gguf", "GGUF metadata key 'gemma3.attention.sliding_window' is missing"});
+  // Phi-3: separate q/k/v projections instead of the fused attn_qkv; the longrope factors of the 128k models.
+  write_file(d / "p.gguf", arch_gguf("phi3", {}, {{"blk.0.attn_q.weight", {32, 32}}}));
+  expect_error([&] { open_gguf(d / "p.gguf"); },
+               {"p.gguf", "tensor 'blk.0.attn_q.weight'", "phi3 GGUF with separate q/k/v", "attn_qkv"});
+  write_file(d / "pl.gguf", arch_gguf("phi3", {}, {{"rope_factors_long.weight", {4}}}));
+  expect_error([&] { open_gguf(d / "pl.gguf"); },
+               {"pl.gguf", "tensor 'rope_factors_long.weight'", "longrope scaling", "not supported"});
+  // Phi-3: a rotary part that is no even size within the head (16).
+  write_file(d / "pr.gguf", arch_gguf("phi3", {{"rope.dimension_count", 5}}));
+  expect_error([&] { open_gguf(d / "pr.gguf"); }, {"pr.gguf", "phi3.rope.dimension_count is 5"});
+  // llama (Mistral's GGUF architecture): a rotary part smaller than the head.
+  write_file(d / "m.gguf", arch_gguf("llama", {{"attention.key_length", 32}, {"rope.dimension_count", 16}}));
+  expect_error([&] { open_gguf(d / "m.gguf"); },
+               {"m.gguf", "llama.rope.dimension_count is 16 but the head size is 32", "not supported"});
+}
 
 }  // namespace

@@ -14,8 +14,18 @@ those libraries, never from Tessera.
   tiny_qwen2_expected.json / tiny_qwen3_expected.json
                                transformers' config from the GGUF, its tensor names, and the float32 logits of
                                AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) for one prompt
+  tiny_gemma2.gguf, tiny_gemma3.gguf, tiny_phi3.gguf, tiny_mistral.gguf
+                               llama.cpp's gemma2 (norms stored as 1 + weight, soft-caps, sliding window 4),
+                               gemma3 text (6 layers: 5 sliding + 1 global, q/k norms) and phi3 (fused attn_qkv,
+                               ffn_up holding gate then up, partial rotary, sliding window) layouts, and a Mistral
+                               (Nemo-style head_dim 32 != hidden / heads) as llama.cpp writes it: arch llama,
+                               q/k permuted
+  tiny_{gemma2,gemma3,phi3,mistral}_expected.json
+                               as for Qwen, plus greedy ids; where Transformers' GGUF loader does not read a
+                               key llama.cpp honours, the value is passed to from_pretrained and listed under
+                               "overrides"
 
-Run: venv/bin/python tools/make_io_fixtures.py
+Run: venv/bin/python tools/make_io_fixtures.py [fixture ...]   (no argument: all of them)
 """
 import glob
 import json
@@ -243,11 +253,175 @@ def make_smollm2_golden():
         json.dump(golden, f, indent=1, sort_keys=True)
 
 
+# The tiny checkpoints of the architectures llama.cpp defines beyond llama/qwen: dimensions and the metadata
+# llama.cpp's converter writes for each (convert_hf_to_gguf.py), in its tensor layout.
+LLAMACPP_ARCHS = {
+    # hidden, heads, kv heads, head_dim, ffn, layers
+    "gemma2": dict(hidden=32, heads=2, kv=1, head_dim=16, ffn=64, layers=2, seed=2222),
+    "gemma3": dict(hidden=32, heads=2, kv=1, head_dim=16, ffn=32, layers=6, seed=3333),
+    "phi3": dict(hidden=32, heads=4, kv=2, head_dim=8, ffn=64, layers=2, seed=3030),
+    "mistral": dict(hidden=32, heads=2, kv=1, head_dim=32, ffn=64, layers=2, seed=7070),
+}
+
+
+def permute_llama(w, n_head):
+    """llama.cpp's converter's q/k row order for llama (each head's two rotary halves interleaved)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def make_tiny_llamacpp_arch(arch):
+    """A GGUF of `arch` as llama.cpp's converter writes it, and what Transformers' GGUF loader makes of it.
+    Transformers' loader leaves some keys llama.cpp reads at its config class's defaults (Gemma:
+    query_pre_attn_scalar, which llama.cpp derives from head_dim, and the soft-caps; Phi-3: sliding_window
+    and rope.dimension_count); those values are given to from_pretrained and recorded as "overrides"."""
+    p = LLAMACPP_ARCHS[arch]
+    arng = np.random.default_rng(p["seed"])
+    hidden, heads, kv, hd, ffn, layers = (p[k] for k in ("hidden", "heads", "kv", "head_dim", "ffn", "layers"))
+    vocab, window = 48, 4
+    path = os.path.join(OUT, f"tiny_{arch}.gguf")
+    w = gguf.GGUFWriter(path, "llama" if arch == "mistral" else arch)
+    w.add_name({"mistral": "Tiny Mistral"}.get(arch, f"tiny {arch}"))
+    w.add_context_length(64)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    overrides = {}
+    if arch in ("gemma2", "gemma3", "mistral"):
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(1.5)
+        w.add_final_logit_softcapping(4.0)
+        w.add_sliding_window(window)
+        overrides = {"query_pre_attn_scalar": hd, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 4.0}
+    elif arch == "gemma3":
+        w.add_rope_freq_base(1000000.0)
+        w.add_sliding_window(window)
+        overrides = {"query_pre_attn_scalar": hd}
+    elif arch == "phi3":
+        w.add_rope_freq_base(10000.0)
+        w.add_rope_scaling_orig_ctx_len(64)
+        w.add_rope_dimension_count(hd // 2)  # partial_rotary_factor 0.5
+        w.add_sliding_window(window)
+        overrides = {"sliding_window": window, "partial_rotary_factor": 0.5}
+    else:
+        w.add_vocab_size(vocab)
+        w.add_rope_freq_base(1000000.0)
+        w.add_rope_dimension_count(hd)
+    w.add_tokenizer_model("llama" if arch != "mistral" else "gpt2")
+    w.add_token_list([f"tok{i}" for i in range(vocab)])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(0)
+
+    def add(name, shape, qtype, scale=0.2, offset=0.0, permute=0):
+        data = (arng.standard_normal(shape) * scale + offset).astype(np.float32)
+        if permute:
+            data = permute_llama(data, permute)
+        if len(shape) == 2 and name.startswith("blk.") and int(name.split(".")[1]) >= 2:
+            qtype = Q.Q8_0  # gemma3's layers past the first two: small, the types are covered before
+        raw = data if qtype == Q.F32 else gguf.quants.quantize(data, qtype)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+
+    gemma = arch.startswith("gemma")
+    # Norm weights around 1: for Gemma that is llama.cpp's stored 1 + weight (HF's weight around 0).
+    norm = 1.0
+    # Gemma scales the embeddings by sqrt(hidden) and ties the head: small rows keep the layers' share visible.
+    add("token_embd.weight", (vocab, hidden), Q.F16, 0.1 if gemma else 0.2)
+    for b in range(layers):
+        pre = f"blk.{b}."
+        qt = Q.Q8_0 if b % 2 == 0 else Q.F16
+        add(pre + "attn_norm.weight", (hidden,), Q.F32, 0.1, norm)
+        if arch == "phi3":
+            add(pre + "attn_qkv.weight", ((heads + 2 * kv) * hd, hidden), qt)
+        else:
+            perm = arch == "mistral"
+            qk = 0.6 if gemma else 0.2  # scores large enough for Gemma 2's attention soft-cap to bite
+            add(pre + "attn_q.weight", (heads * hd, hidden), qt, qk, permute=heads if perm else 0)
+            add(pre + "attn_k.weight", (kv * hd, hidden), Q.F32, qk, permute=kv if perm else 0)
+            add(pre + "attn_v.weight", (kv * hd, hidden), Q.F16)
+        if arch == "gemma3":
+            add(pre + "attn_q_norm.weight", (hd,), Q.F32, 0.1, norm)
+            add(pre + "attn_k_norm.weight", (hd,), Q.F32, 0.1, norm)
+        add(pre + "attn_output.weight", (hidden, heads * hd), Q.Q4_0 if b == 1 else Q.F32)
+        if gemma:
+            add(pre + "post_attention_norm.weight", (hidden,), Q.F32, 0.1, norm)
+        add(pre + "ffn_norm.weight", (hidden,), Q.F32, 0.1, norm)
+        if arch == "phi3":
+            add(pre + "ffn_up.weight", (2 * ffn, hidden), Q.BF16)  # gate rows, then up rows
+        else:
+            add(pre + "ffn_gate.weight", (ffn, hidden), Q.F32)
+            add(pre + "ffn_up.weight", (ffn, hidden), Q.BF16)
+        add(pre + "ffn_down.weight", (hidden, ffn), Q.Q8_0)
+        if gemma:
+            add(pre + "post_ffw_norm.weight", (hidden,), Q.F32, 0.1, norm)
+    add("output_norm.weight", (hidden,), Q.F32, 0.1, norm)
+    if arch in ("phi3", "mistral"):
+        add("output.weight", (vocab, hidden), Q.F32)
+    write_gguf(w)
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    parsed = hf_load_gguf(path)
+    config = AutoConfig.from_pretrained(OUT, gguf_file=os.path.basename(path))
+    for k, v in overrides.items():
+        if k == "partial_rotary_factor":
+            config.rope_parameters[k] = v
+        else:
+            setattr(config, k, v)
+    model = AutoModelForCausalLM.from_pretrained(OUT, gguf_file=os.path.basename(path), config=config,
+                                                 dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    ids = [3, 17, 5, 40, 11, 29, 7, 2, 33, 21, 8]  # longer than the window (4)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].numpy().astype(np.float64)
+        greedy = list(ids)
+        for _ in range(16):  # greedy without eos, each step recomputed from the whole sequence
+            greedy.append(int(model(torch.tensor([greedy])).logits[0, -1].argmax()))
+    cfg = {k: v for k, v in parsed["config"].items()
+           if isinstance(v, (int, float, str, bool, list)) and not k.startswith("_")}  # not general.name
+    out = {"config": cfg, "tensors": sorted(parsed["tensors"]), "input_ids": ids,
+           "logits": [[float(x) for x in row] for row in logits], "greedy_ids": greedy[len(ids):],
+           "model_class": type(model).__name__, "overrides": overrides,
+           "load": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., config=AutoConfig.from_pretrained("
+                   "dir, gguf_file=...) with the overrides set, dtype=torch.float32, attn_implementation='eager')"}
+    if arch == "mistral":
+        # The same weights as MistralForCausalLM (what the GGUF was converted from; v0.2+ have no window):
+        # Transformers' GGUF loader builds a LlamaForCausalLM, and the logits agree.
+        from transformers import MistralConfig, MistralForCausalLM
+        mc = MistralConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd, rms_norm_eps=1e-6,
+                           max_position_embeddings=64, rope_theta=1000000.0, sliding_window=None,
+                           tie_word_embeddings=False)
+        mistral = MistralForCausalLM(mc).eval()
+        mistral.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+        with torch.no_grad():
+            ml = mistral(torch.tensor([ids])).logits[0].numpy().astype(np.float64)
+        out["mistral_max_abs_diff"] = float(np.abs(ml - logits).max())
+        assert out["mistral_max_abs_diff"] < 1e-5, out["mistral_max_abs_diff"]
+    with open(os.path.join(OUT, f"tiny_{arch}_expected.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    print(arch, "logits range", float(logits.min()), float(logits.max()), "greedy", greedy[len(ids):],
+          "size", os.path.getsize(path))
+
+
+MAKERS = {
+    "quants": make_quants,
+    "tiny_llama": make_tiny_llama,
+    "smollm2": make_smollm2_golden,
+    "tiny_qwen2": lambda: make_tiny_qwen("qwen2"),
+    "tiny_qwen3": lambda: make_tiny_qwen("qwen3"),
+    "tiny_gemma2": lambda: make_tiny_llamacpp_arch("gemma2"),
+    "tiny_gemma3": lambda: make_tiny_llamacpp_arch("gemma3"),
+    "tiny_phi3": lambda: make_tiny_llamacpp_arch("phi3"),
+    "tiny_mistral": lambda: make_tiny_llamacpp_arch("mistral"),
+}
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    make_quants()
-    make_tiny_llama()
-    make_smollm2_golden()
-    make_tiny_qwen("qwen2")
-    make_tiny_qwen("qwen3")
+    for name in sys.argv[1:] or list(MAKERS):
+        MAKERS[name]()
     print("wrote fixtures to", OUT)
