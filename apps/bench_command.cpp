@@ -32,7 +32,7 @@ void apply_quick(BenchFlags& f, const CLI::App& cmd) {
 
 int run(BenchFlags& f, const CLI::App& cmd) {
   apply_quick(f, cmd);
-  if (!f.dtype.empty()) f.o.dtype = tessera::parse_dtype(f.dtype);
+  if (!f.dtype.empty()) f.o.dtype = tessera::parse_load_dtype(f.dtype);
   tessera::cli::apply_cpu_environment(f.o.threads);  // --threads, else $TESSERA_NUM_THREADS; $TESSERA_ISA
   if (f.o.model.empty()) f.o.model = tessera::cli::find_default_model();
   const tessera::bench::BenchReport r = tessera::bench::run_bench(f.o);
@@ -58,8 +58,9 @@ void add_bench_command(CLI::App& app) {
                   "Greedy tokens to generate, eos disabled (default 128)")
       ->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--dtype", flags->dtype,
-                  "Weight dtype: bfloat16, float32 or float16 (default: the checkpoint's)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16"}));
+                  "Weight dtype: bfloat16, float32 or float16 (default: the checkpoint's), or q8_0 / q4_0 "
+                  "(quantised at load)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0"}));
   cmd->add_option("--threads", flags->o.threads,
                   "Worker threads (default: all cores, or $TESSERA_NUM_THREADS)")
       ->check(CLI::Range(1, 1024));

@@ -65,8 +65,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   if (!model_optional) opt->required();
   cmd->add_option("--dtype", f.dtype,
                   "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16, and on the cpu "
-                  "device its Q8_0/Q4_0/Q4_1 matrices kept as stored; given, every matrix is dequantised to it)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16"}));
+                  "device its Q8_0/Q4_0/Q4_1 matrices kept as stored; given, every matrix is dequantised to it), "
+                  "or q8_0 / q4_0: matrices quantised at load (cpu device)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0"}));
   cmd->add_option(
       "--device", f.device,
       "Device: cpu (native, default), xla-cpu, tpu, cuda, pjrt:/path/plugin.so, or auto (TPU, then GPU, "
@@ -135,7 +136,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   }
   LoadOptions opt;
   if (more) more(opt);
-  if (!f.dtype.empty()) opt.dtype = parse_dtype(f.dtype);
+  if (!f.dtype.empty()) opt.dtype = parse_load_dtype(f.dtype);
   opt.device_map = f.device;
   opt.distributed = distributed_config(f);
   opt.exact_bf16_matmul = f.exact_bf16_matmul;

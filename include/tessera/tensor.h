@@ -28,6 +28,12 @@ size_t dtype_bytes(DType dt, int64_t n);
 const char* dtype_name(DType dt);
 // Accepts "float32"/"f32"/"fp32", "bfloat16"/"bf16", "float16"/"f16"/"fp16"; throws Error otherwise.
 DType parse_dtype(const std::string& s);
+// A dtype to load weights as: parse_dtype's names, or "q8_0" / "q4_0" (matrices quantised at load).
+DType parse_load_dtype(const std::string& s);
+// Quantises rows [rows, K] (K a multiple of 32) of f32 x into blocks of q (Q8_0 or Q4_0), as GGML's reference
+// quantisers define them: Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 d = m / -8 for the value m of largest
+// magnitude, q = min(15, trunc(x / d + 8.5)); d stored as f16.
+void quantize_rows(const float* x, int64_t rows, int64_t K, DType q, void* out);
 
 using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);

@@ -192,7 +192,10 @@ BenchReport run_bench(const BenchOptions& o) {
 
 double decode_weight_bytes_per_token(const BenchReport& r) {
   const ModelCounts& c = r.counts;
-  const double elem = static_cast<double>(dtype_size(parse_dtype(r.dtype)));
+  const DType dt = parse_load_dtype(r.dtype);
+  if (is_quantized(dt))  // quantised at load (rows that are not whole blocks, if any, are not counted apart)
+    return static_cast<double>(dtype_bytes(dt, c.layer_matrix_params + c.lm_head_params));
+  const double elem = static_cast<double>(dtype_size(dt));
   if (r.quantized)
     return static_cast<double>(c.quantized_bytes) + elem * static_cast<double>(c.unquantized_params);
   return elem * static_cast<double>(c.layer_matrix_params + c.lm_head_params);

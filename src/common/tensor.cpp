@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +78,47 @@ DType parse_dtype(const std::string& s) {
   if (s == "bfloat16" || s == "bf16") return DType::BF16;
   if (s == "float16" || s == "f16" || s == "fp16" || s == "half") return DType::F16;
   fail("unsupported dtype '", s, "' (expected float32, bfloat16 or float16)");
+}
+
+DType parse_load_dtype(const std::string& s) {
+  if (s == "q8_0") return DType::Q8_0;
+  if (s == "q4_0") return DType::Q4_0;
+  if (s == "float32" || s == "f32" || s == "fp32" || s == "bfloat16" || s == "bf16" || s == "float16" ||
+      s == "f16" || s == "fp16" || s == "half")
+    return parse_dtype(s);
+  fail("unsupported dtype '", s, "' (expected float32, bfloat16, float16, q8_0 or q4_0)");
+}
+
+void quantize_rows(const float* x, int64_t rows, int64_t K, DType q, void* out) {
+  TS_ASSERT((q == DType::Q8_0 || q == DType::Q4_0) && K % 32 == 0, "quantize_rows to ", dtype_name(q), " K ",
+            K);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (int64_t b = 0; b < rows * K / 32; ++b, x += 32) {
+    float amax = 0.0f, extreme = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (!std::isfinite(x[j])) fail("value ", x[j], " cannot be quantised to ", dtype_name(q));
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        extreme = x[j];
+      }
+    }
+    const float d = q == DType::Q8_0 ? amax / 127.0f : extreme / -8.0f;
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = f32_to_f16(d);
+    std::memcpy(dst, &dh, 2);
+    if (q == DType::Q8_0) {
+      for (int j = 0; j < 32; ++j)
+        dst[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(x[j] * inv)));
+      dst += 34;
+    } else {
+      for (int j = 0; j < 16; ++j) {
+        const auto lo = static_cast<uint8_t>(std::min(15, static_cast<int>(x[j] * inv + 8.5f)));
+        const auto hi = static_cast<uint8_t>(std::min(15, static_cast<int>(x[j + 16] * inv + 8.5f)));
+        dst[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+      dst += 18;
+    }
+  }
 }
 
 int64_t shape_numel(const Shape& s) {

@@ -59,10 +59,12 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
   record_module(dot == std::string::npos ? name : name.substr(0, dot), Role::kOther);
   // Matrices in the model dtype; vectors (norms, biases) stay float32.
   DType dt = stored.size() == 1 ? DType::F32 : g_.key.dtype;
+  const int64_t cols = stored.size() == 2 ? (view.split_dim == 1 ? stored[1] / view.shards : stored[1]) : 0;
   if (auto q = c_.quantized_weights.find(name); q != c_.quantized_weights.end() && stored.size() == 2) {
-    const int64_t cols = view.split_dim == 1 ? stored[1] / view.shards : stored[1];
     if (cols % dtype_block(q->second) == 0) dt = q->second;
   }
+  // Quantised at load (the graph's dtype is a block format): rows that are not whole blocks stay float32.
+  if (is_quantized(dt) && cols % dtype_block(dt) != 0) dt = DType::F32;
   Shape local = stored;
   if (view.rows >= 0) local[0] = view.rows;
   if (view.split_dim >= 0) {

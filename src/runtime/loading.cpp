@@ -141,6 +141,9 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   }
   // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
   // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
+  if (is_quantized(dtype) && backends::is_pjrt_device(opt.device_map))
+    fail("dtype ", dtype_name(dtype), " (quantised at load) runs on the cpu device, not '", opt.device_map,
+         "': use float32, bfloat16 or float16 there");
   backends::CpuBackendOptions cpu_options;
   cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
   cpu_options.bf16_kv_cache = dtype == DType::BF16 && !opt.exact_bf16_matmul;
@@ -151,6 +154,9 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                                           .pjrt = pjrt_settings(opt.plugins)});
   impl->caps = impl->backend->capabilities();
   impl->comm = comm;
+  if (is_quantized(dtype) && impl->backend->name() != "cpu")
+    fail("dtype ", dtype_name(dtype), " (quantised at load) runs on the cpu device, not '",
+         impl->backend->name(), "': use float32, bfloat16 or float16 there");
   // A GGUF on the native cpu backend keeps its Q8_0 / Q4_0 / Q4_1 matrices as stored and computes from the
   // blocks, unless a dtype was asked for (then everything is dequantised to it, as on PJRT devices, which
   // always dequantise to `dtype` at load). Other GGML types are dequantised to `dtype`.

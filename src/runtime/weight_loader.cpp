@@ -96,6 +96,18 @@ bool stored_as(const std::string& stored_type, DType dt) {
          (stored_type == "Q4_0" && dt == DType::Q4_0) || (stored_type == "Q4_1" && dt == DType::Q4_1);
 }
 
+// `name` quantised at load (--dtype q8_0 / q4_0): read as float32, then quantised row by row.
+Tensor quantized_copy(const io::WeightSource& src, const std::string& name, DType q) {
+  const Tensor f = src.load(name, DType::F32);
+  Tensor out = Tensor::empty(q, f.shape);
+  try {
+    quantize_rows(f.ptr<float>(), f.shape[0], f.numel() / f.shape[0], q, out.data);
+  } catch (const Error& e) {
+    fail(src.find(name)->file, ": tensor '", name, "': ", e.what());
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& local, int rank,
@@ -176,7 +188,9 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     // A tensor read only as zeros (a row-parallel bias off rank 0) is never loaded.
     bool only_zeros = c.tp.rank != 0;
     for (const auto* n : views) only_zeros = only_zeros && n->view.rank0_only;
-    Tensor full = only_zeros ? Tensor{dt, views.front()->view.stored, nullptr, nullptr} : src.load(name, dt);
+    Tensor full = only_zeros                    ? Tensor{dt, views.front()->view.stored, nullptr, nullptr}
+                  : is_quantized(dt) && !mapped ? quantized_copy(src, name, dt)
+                                                : src.load(name, dt);
     // When some node reads the whole tensor (a tied embedding), the others' row blocks alias it; from a GGUF
     // it is owned first, so they alias that copy and not the mapping.
     bool whole_kept = false;
