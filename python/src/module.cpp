@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/thread_pool.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "backends/registry.h"
 #include "tessera/auto_tokenizer.h"
@@ -179,12 +180,37 @@ nb::object forward(tessera::CausalLM& lm, const std::vector<int32_t>& ids) {
   return nb::cast(owned_array(std::move(logits), n, vocab));
 }
 
+// `distributed`: DistributedConfig's fields as the Python layer resolved them from its arguments and the
+// launcher's environment (tp_size, tp_plan [(pattern, style)], tp_plan_auto, world_size, rank, mpi,
+// collective_timeout_s); empty for one process.
 tessera::CausalLM load_model(const std::string& path, std::optional<std::string> dtype,
-                             const std::string& device_map, const std::string& buckets) {
+                             const std::string& device_map, const std::string& buckets,
+                             const nb::dict& distributed) {
   tessera::LoadOptions o;
   if (dtype) o.dtype = tessera::parse_dtype(*dtype);
   o.device_map = device_map;
   o.buckets = buckets;
+  tessera::DistributedConfig& d = o.distributed;
+  for (auto [key, value] : distributed) {
+    const std::string k = nb::cast<std::string>(key);
+    if (k == "tp_size")
+      d.tp_size = nb::cast<int>(value);
+    else if (k == "tp_plan")
+      for (const auto& [pattern, style] : nb::cast<std::vector<std::pair<std::string, std::string>>>(value))
+        d.tp_plan.push_back({pattern, style, "DistributedConfig.tp_plan"});
+    else if (k == "tp_plan_auto")
+      d.tp_plan_auto = nb::cast<bool>(value);
+    else if (k == "world_size")
+      d.world_size = nb::cast<int>(value);
+    else if (k == "rank")
+      d.rank = nb::cast<int>(value);
+    else if (k == "mpi")
+      d.mpi = nb::cast<bool>(value);
+    else if (k == "collective_timeout_s")
+      o.collective_timeout_s = nb::cast<double>(value);
+    else
+      throw nb::value_error(("unknown distributed setting '" + k + "'").c_str());
+  }
   nb::gil_scoped_release release;
   return tessera::AutoModelForCausalLM::from_pretrained(path, o);
 }
@@ -230,6 +256,12 @@ NB_MODULE(_tessera, m) {
     return tessera::backends::available_devices(tessera::pjrt::default_pjrt_settings());
   });
   m.def("probe_devices", &probe_devices);
+  // The cpu backend's worker threads (the tessera command's --threads; ranks of one node share its cores).
+  m.def("set_num_threads", [](int n) {
+    if (n < 1 || n > 1024) throw nb::value_error("a thread count must be in [1, 1024]");
+    tessera::cpu::ThreadPool::instance().set_num_threads(n);
+  });
+  m.def("num_threads", []() { return tessera::cpu::ThreadPool::instance().num_threads(); });
 
   nb::class_<tessera::Tokenizer>(m, "Tokenizer")
       .def_static("from_pretrained", &tessera::AutoTokenizer::from_pretrained, "path"_a,
@@ -273,7 +305,7 @@ NB_MODULE(_tessera, m) {
 
   nb::class_<tessera::CausalLM>(m, "CausalLM")
       .def_static("from_pretrained", &load_model, "path"_a, "dtype"_a = nb::none(), "device_map"_a = "cpu",
-                  "buckets"_a = "auto")
+                  "buckets"_a = "auto", "distributed"_a = nb::dict())
       .def("generate", &generate, "input_ids"_a, "attention_mask"_a = nb::none(), "overrides"_a = nb::dict(),
            "on_token"_a = nb::none())
       .def("forward", &forward, "ids"_a)
@@ -294,6 +326,8 @@ NB_MODULE(_tessera, m) {
         d["hidden_size"] = i.hidden_size;
         d["vocab_size"] = i.vocab_size;
         d["max_position_embeddings"] = i.max_position_embeddings;
+        d["tp_rank"] = i.tp_rank;
+        d["tp_size"] = i.tp_size;
         return d;
       });
 }

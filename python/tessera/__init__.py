@@ -10,7 +10,9 @@
 from . import _settings
 from .errors import TesseraError, TesseraFileNotFoundError, TesseraValueError
 from .generation import GenerationConfig
-from .modeling import AutoModelForCausalLM, CausalLMOutput, TesseraModelForCausalLM
+from .modeling import AutoModelForCausalLM, CausalLMOutput, TesseraModelForCausalLM, bfloat16, float16, float32
+from . import distributed
+from .distributed import DistributedConfig
 from .streamers import TextIteratorStreamer, TextStreamer
 from .tokenization import AutoTokenizer, BatchEncoding, TesseraTokenizer
 from .pipelines import pipeline
@@ -24,6 +26,7 @@ __all__ = [
     "AutoTokenizer",
     "BatchEncoding",
     "CausalLMOutput",
+    "DistributedConfig",
     "GenerationConfig",
     "TesseraError",
     "TesseraFileNotFoundError",
@@ -33,6 +36,10 @@ __all__ = [
     "TextIteratorStreamer",
     "TextStreamer",
     "accelerator",
+    "bfloat16",
     "devices",
+    "distributed",
+    "float16",
+    "float32",
     "pipeline",
 ]

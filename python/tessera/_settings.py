@@ -6,6 +6,7 @@ import os
 import sys
 
 from . import _tessera
+from .errors import value_error
 
 
 def _hub_dirs():
@@ -37,3 +38,20 @@ def apply_environment():
         os.environ.get("TPU_LIBRARY_PATH", ""),
         os.environ.get("TESSERA_XLA_CUDA_PLUGIN", ""),
     )
+
+    _apply_threads()
+
+
+def _apply_threads():
+    """$TESSERA_NUM_THREADS, else, under tessera launch, this node's cores divided by its ranks (as the tessera
+    command sizes its worker pool)."""
+    v = os.environ.get("TESSERA_NUM_THREADS")
+    if v:
+        if not v.isdigit() or not 1 <= int(v) <= 1024:
+            raise value_error(f"TESSERA_NUM_THREADS={v!r} is not a thread count in [1, 1024]")
+        _tessera.set_num_threads(int(v))
+        return
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    ranks = int(local) if local.isdigit() else 1
+    if ranks > 1:
+        _tessera.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from . import _tessera
+from . import _tessera, distributed
 from ._arrays import is_torch, like_input, to_numpy
 from .errors import TesseraError, TesseraValueError, reraise_load_error, value_error
 from .generation import FIELDS, GenerationConfig
@@ -11,7 +11,28 @@ _DTYPES = {"float32": "float32", "float": "float32", "bfloat16": "bfloat16", "fl
            "half": "float16", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+class DType:
+    """A weight dtype by name, for code written as `dtype=torch.bfloat16` without torch (tessera.bfloat16)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"tessera.{self.name}"
+
+    def __eq__(self, other):
+        return isinstance(other, DType) and other.name == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+float32, bfloat16, float16 = DType("float32"), DType("bfloat16"), DType("float16")
+
+
 def _dtype_name(dtype):
+    if isinstance(dtype, DType):
+        dtype = dtype.name
     if dtype is None or dtype == "auto":
         return None
     if not isinstance(dtype, str):
@@ -46,21 +67,23 @@ class TesseraModelForCausalLM:
         self.config = _Config(info)
         self.device = info["device"]
         self.dtype = info["dtype"]
+        self.tp_size = info["tp_size"]
+        self.tp_rank = info["tp_rank"]
         self.generation_config = GenerationConfig(**{k: v for k, v in native.generation_config().items()
                                                      if k in FIELDS})
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, dtype=None, device_map=None, torch_dtype=None,
-                        distributed_config=None, **kwargs):
+                        distributed_config=None, tp_plan=None, **kwargs):
         for k in kwargs:
             if k not in ("trust_remote_code", "revision", "local_files_only", "attn_implementation"):
                 raise value_error(f"AutoModelForCausalLM.from_pretrained: unknown argument {k!r}")
-        if distributed_config is not None:
-            raise value_error("distributed_config (tensor parallelism) is not available from Python yet")
         path = str(pretrained_model_name_or_path)
         name = _dtype_name(dtype if dtype is not None else torch_dtype)
+        device = _device_name(device_map)
+        dist = distributed.resolve(distributed_config, tp_plan, device)
         try:
-            native = _tessera.CausalLM.from_pretrained(path, name, _device_name(device_map))
+            native = _tessera.CausalLM.from_pretrained(path, name, device, distributed=dist)
         except TesseraError as e:
             reraise_load_error(e, path)
         return cls(native, path)
