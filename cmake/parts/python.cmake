@@ -3,7 +3,11 @@
 # linked into the shared `_tessera` module; nanobind is found through the Python that runs the build.
 option(TESSERA_PYTHON "Build the _tessera Python extension module (python/)" OFF)
 if(TESSERA_PYTHON)
-  set_target_properties(tessera PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # Hidden visibility: the library is linked whole into one module, which need export nothing but its init
+  # function; default-visibility symbols in a shared object are interposable (calls between the library's
+  # functions through the PLT, and no inlining of them), as they are not in the command's executable.
+  set_target_properties(tessera PROPERTIES POSITION_INDEPENDENT_CODE ON CXX_VISIBILITY_PRESET hidden
+                                           C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   find_package(Python 3.9 REQUIRED COMPONENTS Interpreter Development.Module)
   # Asked on every configure: pip's isolated build environment (and so nanobind's path) is new each time.
   execute_process(COMMAND ${Python_EXECUTABLE} -m nanobind --cmake_dir OUTPUT_STRIP_TRAILING_WHITESPACE
