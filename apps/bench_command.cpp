@@ -70,7 +70,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag(
       "--exact-bf16-matmul", flags->o.exact_bf16_matmul,
       "keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 dot products "
-      "(bfloat16 weights) or to int8 (a GGUF's Q8_0/Q4_0/Q4_1 blocks), and the KV cache float32");
+      "(bfloat16 weights) or to int8 (a GGUF's block-quantised matrices), and the KV cache float32");
   cmd->add_flag("--json", flags->json, "Print one JSON object");
   cmd->add_flag("--quick", flags->quick,
                 "CI mode: 16-token prompt, 8 new tokens, 1 run, short machine probes");

@@ -1,14 +1,15 @@
-// Matmuls and lookups with block-quantised weights (Q8_0, Q4_0, Q4_1) against double-precision references
-// of the dequantised weights, for every instruction set this CPU supports and 1 and 2 threads, at odd shapes.
+// Matmuls and lookups with block-quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) against
+// double-precision references of the dequantised weights, for every instruction set this CPU supports and 1
+// and 2 threads, at odd shapes.
 //
-// References: the weights' exact values (d * q (+ m), from the block bytes, decoded here independently of the
-// kernels). The decode path (below 8 rows, and matmul_rows at any M) multiplies x as the kernel rounds it:
-// per row and block of 32, scale = max|x| / 127, q = round-half-even(x / scale) (kernels_quant.cpp); the
-// prefill path (8 rows and more in matmul) multiplies x as it is.
-// Tolerances: decode |y - ref| <= 3e-6 * sum_k |w_k xq_k| + 1.2e-7 |ref| (the integer dots are exact; each
-// block adds one f32 product of two scales and one FMA into one of 16 lanes, a few roundings of 6e-8 per
-// term at most); prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|. Dequantisation is exact
-// (d * q fits in f32's 24 bits), so it is checked for equality.
+// References: the weights' values (d * q (+ m)) decoded from random block bytes by the GGUF reader's
+// dequantisers (src/io/gguf_quants.cpp, written apart from the kernels). The decode path (below 8 rows, and
+// matmul_rows at any M) multiplies x as the kernel rounds it: per row and block of 32, scale = max|x| / 127,
+// q = round-half-even(x / scale) (kernels_quant.cpp); the prefill path (8 rows and more in matmul) multiplies
+// x as it is. Tolerances: decode |y - ref| <= 3e-6 * sum_k |w_k xq_k| + 1.2e-7 |ref| (the integer dots are
+// exact; each block adds one f32 product of two scales and one FMA into one of 16 lanes, a few roundings of
+// 6e-8 per term at most); prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|. Dequantisation is
+// exact (d * q fits in f32's 24 bits), so it is checked for equality.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "io/gguf_quants.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
 
@@ -53,11 +55,38 @@ class CpuQuantKernels : public testing::TestWithParam<Target> {
   }
 };
 
-constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1};
+constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                              DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-size_t block_bytes(DType dt) { return dt == DType::Q8_0 ? 34 : dt == DType::Q4_0 ? 18 : 20; }
+// The GGML type id of a block format (the GGUF reader's dequantisers are indexed by it).
+uint32_t ggml_id(DType dt) {
+  switch (dt) {
+    case DType::Q8_0:
+      return 8;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q4_1:
+      return 3;
+    case DType::Q5_0:
+      return 6;
+    case DType::Q5_1:
+      return 7;
+    case DType::Q4_K:
+      return 12;
+    case DType::Q5_K:
+      return 13;
+    case DType::Q6_K:
+      return 14;
+    default:
+      ADD_FAILURE() << dtype_name(dt);
+      return 0;
+  }
+}
 
-// Random blocks of [rows, K] and their exact values.
+// K rounded up to whole blocks of dt (32 values, or 256 for the K-quants).
+int64_t kdim(DType dt, int64_t K) { return (K + dtype_block(dt) - 1) / dtype_block(dt) * dtype_block(dt); }
+
+// Random blocks of [rows, K] and their values.
 struct QWeights {
   std::vector<uint8_t> raw;
   std::vector<double> value;  // [rows * K]
@@ -65,40 +94,26 @@ struct QWeights {
 
 QWeights make_qweights(DType dt, int64_t rows, int64_t K, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(0.001f, 0.05f), offset(-0.4f, 0.1f);
-  std::uniform_int_distribution<int> byte(0, 255), q8(-128, 127);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f), offset(-0.4f, 0.1f), dmin(0.0f, 0.02f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const bool kquant = dtype_block(dt) == 256;
+  const size_t bytes = dtype_bytes(dt, dtype_block(dt));
+  const size_t nblocks = static_cast<size_t>(rows * K / dtype_block(dt));
   QWeights w;
-  const int64_t nb = K / 32;
-  w.raw.resize(static_cast<size_t>(rows * nb) * block_bytes(dt));
-  w.value.resize(static_cast<size_t>(rows * K));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = w.raw.data() + static_cast<size_t>(r * nb + b) * block_bytes(dt);
-      const uint16_t dh = f32_to_f16(scale(rng)), mh = f32_to_f16(offset(rng));
-      std::memcpy(blk, &dh, 2);
-      const double d = f16_to_f32(dh), m = f16_to_f32(mh);
-      double* out = w.value.data() + r * K + b * 32;
-      if (dt == DType::Q8_0) {
-        for (int j = 0; j < 32; ++j) {
-          const auto q = static_cast<int8_t>(q8(rng));
-          blk[2 + j] = static_cast<uint8_t>(q);
-          out[j] = d * q;
-        }
-        continue;
-      }
-      uint8_t* qs = blk + 2;
-      if (dt == DType::Q4_1) {
-        std::memcpy(blk + 2, &mh, 2);
-        qs = blk + 4;
-      }
-      for (int j = 0; j < 16; ++j) {
-        qs[j] = static_cast<uint8_t>(byte(rng));
-        const int lo = qs[j] & 0xf, hi = qs[j] >> 4;
-        out[j] = dt == DType::Q4_0 ? d * (lo - 8) : d * lo + m;
-        out[j + 16] = dt == DType::Q4_0 ? d * (hi - 8) : d * hi + m;
-      }
-    }
+  w.raw.resize(nblocks * bytes);
+  for (auto& b : w.raw) b = static_cast<uint8_t>(byte(rng));
+  // The f16 fields: d (last in Q6_K, first elsewhere), and Q4_1 / Q5_1's m or Q4_K / Q5_K's dmin.
+  for (size_t b = 0; b < nblocks; ++b) {
+    uint8_t* blk = w.raw.data() + b * bytes;
+    const uint16_t dh = f32_to_f16(kquant ? scale(rng) / 16 : scale(rng));
+    std::memcpy(blk + (dt == DType::Q6_K ? 208 : 0), &dh, 2);
+    const bool second = dt == DType::Q4_1 || dt == DType::Q5_1 || dt == DType::Q4_K || dt == DType::Q5_K;
+    const uint16_t mh = f32_to_f16(kquant ? dmin(rng) / 16 : offset(rng));
+    if (second) std::memcpy(blk + 2, &mh, 2);
   }
+  std::vector<float> f(static_cast<size_t>(rows * K));
+  io::dequantize_blocks(ggml_id(dt), w.raw.data(), f.data(), nblocks);
+  w.value.assign(f.begin(), f.end());
   return w;
 }
 
@@ -152,8 +167,9 @@ TEST_P(CpuQuantKernels, MatmulDecodeEveryFormat) {
   uint32_t seed = 1;
   for (DType dt : kFormats)
     for (int64_t M : {1, 2, 3, 4, 5, 7})
-      for (int64_t K : {32, 96, 576, 1056})
+      for (int64_t K0 : {32, 96, 576, 1056})
         for (int64_t N : {1, 7, 67, 130}) {
+          const int64_t K = kdim(dt, K0);
           const QWeights w = make_qweights(dt, N, K, ++seed);
           const std::vector<float> x = random_vec(M * K, ++seed), bias = random_vec(N, ++seed);
           std::vector<float> y(static_cast<size_t>(M * N), NAN);
@@ -172,7 +188,8 @@ TEST_P(CpuQuantKernels, MatmulPrefillEveryFormat) {
   };
   uint32_t seed = 100;
   for (DType dt : kFormats)
-    for (const Case& c : {Case{8, 32, 5}, Case{13, 160, 67}, Case{40, 576, 300}, Case{9, 2048, 600}}) {
+    for (Case c : {Case{8, 32, 5}, Case{13, 160, 67}, Case{40, 576, 300}, Case{9, 2048, 600}}) {
+      c.K = kdim(dt, c.K);
       const QWeights w = make_qweights(dt, c.N, c.K, ++seed);
       const std::vector<float> x = random_vec(c.M * c.K, ++seed), bias = random_vec(c.N, ++seed);
       std::vector<float> y(static_cast<size_t>(c.M * c.N), NAN);
@@ -184,9 +201,10 @@ TEST_P(CpuQuantKernels, MatmulPrefillEveryFormat) {
 TEST_P(CpuQuantKernels, MatmulRowsEachRowEqualsItAlone) {
   // matmul_rows (decode steps of a batch): each output row bit-identical to the row alone, at any M (here
   // past kGemmMinRows and past whole passes of 4 rows).
-  const int64_t K = 576, N = 131;
+  const int64_t N = 131;
   uint32_t seed = 200;
   for (DType dt : kFormats) {
+    const int64_t K = kdim(dt, 576);
     const QWeights w = make_qweights(dt, N, K, ++seed);
     const std::vector<float> bias = random_vec(N, ++seed);
     for (int64_t M : {2, 5, 8, 11, 16}) {
@@ -207,10 +225,10 @@ TEST_P(CpuQuantKernels, MatmulRowsEachRowEqualsItAlone) {
 }
 
 TEST_P(CpuQuantKernels, MatmulMultiEqualsSeparateMatmuls) {
-  const int64_t K = 192;
   uint32_t seed = 300;
   for (DType dt : kFormats)
     for (int64_t M : {1, 3, 9}) {
+      const int64_t K = kdim(dt, 192);
       const std::vector<float> x = random_vec(M * K, ++seed);
       const int64_t Ns[3] = {64, 17, 200};
       std::vector<QWeights> ws;
@@ -231,9 +249,10 @@ TEST_P(CpuQuantKernels, MatmulMultiEqualsSeparateMatmuls) {
 }
 
 TEST_P(CpuQuantKernels, DequantizeAndEmbeddingAreExact) {
-  const int64_t K = 96, rows = 37;
+  const int64_t rows = 37;
   uint32_t seed = 400;
   for (DType dt : kFormats) {
+    const int64_t K = kdim(dt, 96);
     const QWeights w = make_qweights(dt, rows, K, ++seed);
     std::vector<float> y(static_cast<size_t>(rows * K), NAN);
     dequantize_rows(dt, w.raw.data(), K, rows, y.data());
@@ -250,8 +269,9 @@ TEST_P(CpuQuantKernels, DequantizeAndEmbeddingAreExact) {
 
 TEST_P(CpuQuantKernels, ZeroAndHugeActivations) {
   // A block of zeros (scale 0) contributes nothing; a block with one huge value keeps the others' sign.
-  const int64_t K = 64, N = 3;
+  const int64_t N = 3;
   for (DType dt : kFormats) {
+    const int64_t K = kdim(dt, 64);
     const QWeights w = make_qweights(dt, N, K, 500);
     std::vector<float> x(static_cast<size_t>(K), 0.0f);
     x[40] = 1e30f;
@@ -265,9 +285,10 @@ TEST_P(CpuQuantKernels, ZeroAndHugeActivations) {
 TEST_P(CpuQuantKernels, ExactDecodeEqualsDequantisedF32) {
   // Bf16Dot::Exact keeps x f32 in decode too: every output equals the f32 weights' (dequantised here) bit for
   // bit, through matmul (below 8 rows), matmul_multi and matmul_rows at any M.
-  const int64_t K = 320, N = 150;
+  const int64_t N = 150;
   uint32_t seed = 600;
   for (DType dt : kFormats) {
+    const int64_t K = kdim(dt, 320);
     const QWeights w = make_qweights(dt, N, K, ++seed);
     std::vector<float> wf(w.value.begin(), w.value.end());
     const std::vector<float> bias = random_vec(N, ++seed);
@@ -300,6 +321,9 @@ TEST(CpuQuantKernelsDeathTest, KNotWholeBlocksIsAnInternalError) {
   std::vector<uint8_t> w(64, 0);
   std::vector<float> x(40, 1.0f), y(1);
   EXPECT_DEATH(matmul(x.data(), 1, 40, w.data(), DType::Q8_0, 1, nullptr, y.data()), "not a multiple of 32");
+  std::vector<float> x2(288, 1.0f);
+  EXPECT_DEATH(matmul(x2.data(), 1, 288, w.data(), DType::Q4_K, 1, nullptr, y.data()),
+               "not a multiple of 256");
 }
 
 }  // namespace

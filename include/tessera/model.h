@@ -53,7 +53,7 @@ struct PluginSettings {
 
 struct LoadOptions {
   std::optional<DType> dtype;        // unset: the checkpoint's torch_dtype (GGUF: bfloat16; on the cpu device
-                                     // its Q8_0/Q4_0/Q4_1 matrices stay as stored, see ModelInfo). Q8_0 or
+                                     // its block-quantised matrices stay as stored, see ModelInfo). Q8_0 or
                                      // Q4_0 (cpu device): matrices quantised at load (parse_load_dtype)
   std::string device_map = "cpu";    // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
   // Prompt-length buckets for generate()'s prefill (the prompt is left-padded up to its bucket, so mixed prompt

@@ -9,23 +9,32 @@
 
 namespace tessera {
 
-// Q8_0, Q4_0 and Q4_1 are GGML's block-quantised formats, kept as a GGUF file stores them (weights only):
-// each row of K values (K a multiple of 32) is K / 32 blocks of 32 values, a block being an f16 scale d (Q4_1:
-// and an f16 offset m) followed by the quants; value = d * q (Q4_1: d * q + m).
-//   Q8_0 {f16 d; i8 q[32]}: 34 bytes.  Q4_0 {f16 d; u8 qs[16]}: 18 bytes, q = nibble - 8.
-//   Q4_1 {f16 d; f16 m; u8 qs[16]}: 20 bytes, q = nibble.  Low nibbles hold values 0..15, high ones 16..31.
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, Q8_0, Q4_0, Q4_1 };
+// The block-quantised dtypes are GGML's formats, kept as a GGUF file stores them (weights only): each row of
+// K values is K / B blocks of B values (B = 32, or 256 for the K-quants Q4_K, Q5_K, Q6_K); f16 fields:
+//   Q8_0 {f16 d; i8 q[32]}: 34 bytes, d * q.     Q4_0 {f16 d; u8 qs[16]}: 18 bytes, d * (nibble - 8).
+//   Q4_1 {f16 d; f16 m; u8 qs[16]}: 20 bytes, d * nibble + m.  (Nibbles: low ones values 0..15, high 16..31.)
+//   Q5_0 {f16 d; u32 qh; u8 qs[16]}: 22 bytes, d * (q - 16), q = nibble | bit j of qh << 4.
+//   Q5_1 {f16 d; f16 m; u32 qh; u8 qs[16]}: 24 bytes, d * q + m.
+//   Q4_K {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}: 144 bytes; 8 sub-blocks of 32 with 6-bit scale sc and
+//        min mn: d * sc * q - dmin * mn.  Q5_K {.. as Q4_K; u8 qh[32] before qs}: 176 bytes, 5-bit q.
+//   Q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: 210 bytes, d * scale (per 16 values) * (q - 32).
+// (src/common/ggml_blocks.h and kernels_quant.cpp spell out where each value's bits are.)
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
 
 // Bytes per element of a plain dtype; an internal error for a block-quantised one (use dtype_bytes).
 size_t dtype_size(DType dt);
-// Whether dt is block-quantised (Q8_0, Q4_0, Q4_1).
+// Whether dt is block-quantised (Q8_0 .. Q6_K).
 bool is_quantized(DType dt);
-// Elements per block: 32 for the quantised dtypes, 1 otherwise.
+// Elements per block: 32 for Q8_0 .. Q5_1, 256 for the K-quants, 1 otherwise.
 int64_t dtype_block(DType dt);
 // Bytes of n consecutive elements (n a multiple of dtype_block(dt)).
 size_t dtype_bytes(DType dt, int64_t n);
-// "float32", "float16", "bfloat16", "int32", "int64", "q8_0", "q4_0", "q4_1"
+// "float32", "float16", "bfloat16", "int32", "int64", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
+// "q6_k"
 const char* dtype_name(DType dt);
+// The block-quantised dtype of a GGML type name as a GGUF stores it ("Q8_0", "Q4_K", ...); F32 for any other
+// name (a float type or one without a kernel).
+DType block_dtype_of_ggml(const std::string& ggml_type);
 // Accepts "float32"/"f32"/"fp32", "bfloat16"/"bf16", "float16"/"f16"/"fp16"; throws Error otherwise.
 DType parse_dtype(const std::string& s);
 // A dtype to load weights as: parse_dtype's names, or "q8_0" / "q4_0" (matrices quantised at load).
@@ -48,7 +57,9 @@ struct Tensor {
   int64_t numel() const { return shape_numel(shape); }
   size_t nbytes() const { return dtype_bytes(dtype, numel()); }
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 
   // A new zero-filled tensor owning its memory (64-byte aligned; from 2 MiB up, 2 MiB-aligned and backed by
   // transparent huge pages where the kernel allows them).

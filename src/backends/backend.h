@@ -77,6 +77,9 @@ struct Capabilities {
   bool op_by_op = false;      // compile_op_by_op() runs ops one by one (else it is compile())
   int replicas = 1;           // devices one tensor-parallel program runs on in this process
   bool counts_transfers = false;  // transfer_stats() counts host/device bytes (a device with its own memory)
+  // Weight matrices may be bound in GGML's block formats (DType Q8_0 .. Q6_K) and are computed from the
+  // blocks (else the loader dequantises them to a float dtype).
+  bool block_quantized_weights = false;
 };
 
 class Backend {

@@ -62,10 +62,8 @@ ModelCounts count_params(const std::string& path) {
     const int64_t numel = w.shape[0] * w.shape[1];
     const io::TensorMeta* m = src->find(w.name);
     const std::string stored = m ? m->stored_type : "";
-    const DType q = stored == "Q8_0" ? DType::Q8_0 : stored == "Q4_0" ? DType::Q4_0 : DType::Q4_1;
-    const int64_t qbytes = stored == "Q8_0" || stored == "Q4_0" || stored == "Q4_1"
-                               ? static_cast<int64_t>(dtype_bytes(q, numel))
-                               : -1;
+    const DType q = block_dtype_of_ggml(stored);
+    const int64_t qbytes = is_quantized(q) ? static_cast<int64_t>(dtype_bytes(q, numel)) : -1;
     const bool read_per_token = w.name.rfind("model.layers.", 0) == 0 || w.name == "lm_head.weight";
     if (read_per_token)
       (qbytes >= 0 ? n.quantized_bytes : n.unquantized_params) += qbytes >= 0 ? qbytes : numel;
@@ -227,7 +225,7 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["model"] = r.model_path;
   j["architecture"] = r.architecture;
   j["dtype"] = r.dtype;
-  j["quantized"] = r.quantized;  // Q8_0/Q4_0/Q4_1 matrices kept as stored (decode bytes count their blocks)
+  j["quantized"] = r.quantized;  // block-quantised matrices kept as stored (decode bytes count their blocks)
   j["threads"] = r.threads;
   j["isa"] = r.isa;
   j["matmul_inputs"] = matmul_inputs(r);

@@ -35,7 +35,7 @@ struct ModelCounts {
   int64_t embedding_params = 0;     // vocab × hidden
   int64_t lm_head_params = 0;       // = embedding_params when tied (the same matrix is read)
   bool tied = false;
-  // Of the layer matrices and the LM head: the bytes of those a GGUF stores as Q8_0/Q4_0/Q4_1 (what the cpu
+  // Of the layer matrices and the LM head: the bytes of those a GGUF stores block-quantised (what the cpu
   // backend reads when it keeps the blocks) and the parameters of the others.
   int64_t quantized_bytes = 0, unquantized_params = 0;
   int64_t num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, hidden = 0;

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -25,30 +26,51 @@ size_t dtype_size(DType dt) {
       return 4;
     case DType::I64:
       return 8;
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
+    default:
       break;
   }
   TS_ASSERT(false, "dtype_size of block-quantised ", dtype_name(dt));
   return 0;
 }
 
-bool is_quantized(DType dt) { return dt == DType::Q8_0 || dt == DType::Q4_0 || dt == DType::Q4_1; }
+bool is_quantized(DType dt) { return dt >= DType::Q8_0; }
 
-int64_t dtype_block(DType dt) { return is_quantized(dt) ? 32 : 1; }
+int64_t dtype_block(DType dt) {
+  if (dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K) return 256;
+  return is_quantized(dt) ? 32 : 1;
+}
 
 size_t dtype_bytes(DType dt, int64_t n) {
+  size_t block_bytes = 0;
   switch (dt) {
     case DType::Q8_0:
-      return static_cast<size_t>(n / 32) * 34;
+      block_bytes = 34;
+      break;
     case DType::Q4_0:
-      return static_cast<size_t>(n / 32) * 18;
+      block_bytes = 18;
+      break;
     case DType::Q4_1:
-      return static_cast<size_t>(n / 32) * 20;
+      block_bytes = 20;
+      break;
+    case DType::Q5_0:
+      block_bytes = 22;
+      break;
+    case DType::Q5_1:
+      block_bytes = 24;
+      break;
+    case DType::Q4_K:
+      block_bytes = 144;
+      break;
+    case DType::Q5_K:
+      block_bytes = 176;
+      break;
+    case DType::Q6_K:
+      block_bytes = 210;
+      break;
     default:
       return static_cast<size_t>(n) * dtype_size(dt);
   }
+  return static_cast<size_t>(n / dtype_block(dt)) * block_bytes;
 }
 
 const char* dtype_name(DType dt) {
@@ -69,8 +91,28 @@ const char* dtype_name(DType dt) {
       return "q4_0";
     case DType::Q4_1:
       return "q4_1";
+    case DType::Q5_0:
+      return "q5_0";
+    case DType::Q5_1:
+      return "q5_1";
+    case DType::Q4_K:
+      return "q4_k";
+    case DType::Q5_K:
+      return "q5_k";
+    case DType::Q6_K:
+      return "q6_k";
   }
   return "?";
+}
+
+DType block_dtype_of_ggml(const std::string& ggml_type) {
+  for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
+                   DType::Q6_K}) {
+    std::string upper = dtype_name(dt);
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (upper == ggml_type) return dt;
+  }
+  return DType::F32;
 }
 
 DType parse_dtype(const std::string& s) {

@@ -492,9 +492,9 @@ Tensor GgufFile::load_tensor(const std::string& name, DType dtype) const {
   const std::string where = impl_->path + ": tensor '" + printable(name) + "'";
   const GgmlTypeInfo& info = *ggml_type_info(t->ggml_type);
   if (is_quantized(dtype)) {
-    const uint32_t want = dtype == DType::Q8_0 ? 8 : dtype == DType::Q4_0 ? 2 : 3;  // GGML type ids
-    if (info.id != want) fail(where, ": stored as ", info.name, ", cannot be read as ", dtype_name(dtype));
-    if (t->shape.empty() || t->shape.back() % 32 != 0)
+    if (block_dtype_of_ggml(info.name) != dtype)
+      fail(where, ": stored as ", info.name, ", cannot be read as ", dtype_name(dtype));
+    if (t->shape.empty() || t->shape.back() % dtype_block(dtype) != 0)
       fail(where, ": ", info.name, " tensor of shape ", shape_str(t->shape), " (rows not whole blocks)");
     const uint8_t* blocks = impl_->data + t->offset;
     if (impl_->file) return Tensor::view(dtype, t->shape, const_cast<uint8_t*>(blocks), impl_->file);

@@ -50,7 +50,7 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const;
   const GgufTensorInfo* find_tensor(const std::string& name) const;
   // Dequantises/converts a tensor to `dtype` (F32/BF16/F16). Zero-copy when the type already matches; a
-  // block-quantised `dtype` (Q8_0/Q4_0/Q4_1) only for a tensor stored in it (its blocks as they are).
+  // block-quantised `dtype` (Q8_0 .. Q6_K) only for a tensor stored in it (its blocks as they are).
   Tensor load_tensor(const std::string& name, DType dtype) const;
 
   struct Impl;

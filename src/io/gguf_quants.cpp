@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "common/ggml_blocks.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
 
@@ -98,17 +99,6 @@ void deq_q8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
 }
 
-// K-quants pack 8 six-bit (scale, min) pairs into 12 bytes.
-void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 // Q4_K: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 256 values in 8 sub-blocks of 32.
 void deq_q4_k(const uint8_t* b, float* y) {
   const float d = half_at(b), dmin = half_at(b + 2);
@@ -116,9 +106,9 @@ void deq_q4_k(const uint8_t* b, float* y) {
   const uint8_t* q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32, y += 64) {
     uint8_t sc, m;
-    scale_min_k4(is, scales, &sc, &m);
+    k_quant_scale_min(is, scales, &sc, &m);
     const float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(is + 1, scales, &sc, &m);
+    k_quant_scale_min(is + 1, scales, &sc, &m);
     const float d2 = d * sc, m2 = dmin * m;
     for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0xf) - m1;
     for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -134,9 +124,9 @@ void deq_q5_k(const uint8_t* b, float* y) {
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32, y += 64) {
     uint8_t sc, m;
-    scale_min_k4(is, scales, &sc, &m);
+    k_quant_scale_min(is, scales, &sc, &m);
     const float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(is + 1, scales, &sc, &m);
+    k_quant_scale_min(is + 1, scales, &sc, &m);
     const float d2 = d * sc, m2 = dmin * m;
     for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
     for (int l = 0; l < 32; ++l)

@@ -100,7 +100,7 @@ struct DecoderConfig {
   RopeConfig local_rope;
   std::vector<uint8_t> layer_local_rope;
   std::optional<DType> torch_dtype;
-  // Matrices kept block-quantised as the checkpoint stores them (a GGUF's Q8_0 / Q4_0 / Q4_1 tensors on the
+  // Matrices kept block-quantised as the checkpoint stores them (a GGUF's block-quantised tensors on the
   // native cpu backend), by Hugging Face name; every other matrix is in the graph's dtype. Set by the loader,
   // not read from config.json. A tensor-parallel column block that is not whole blocks stays in the dtype.
   std::map<std::string, DType> quantized_weights;

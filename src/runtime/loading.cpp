@@ -141,9 +141,12 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   }
   // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
   // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
-  if (is_quantized(dtype) && backends::is_pjrt_device(opt.device_map))
-    fail("dtype ", dtype_name(dtype), " (quantised at load) runs on the cpu device, not '", opt.device_map,
+  // Quantised at load: refused before a PJRT device starts, and by any backend without block kernels.
+  auto refuse_quantized = [&](const std::string& device) {
+    fail("dtype ", dtype_name(dtype), " (quantised at load) runs on the cpu device, not '", device,
          "': use float32, bfloat16 or float16 there");
+  };
+  if (is_quantized(dtype) && backends::is_pjrt_device(opt.device_map)) refuse_quantized(opt.device_map);
   backends::CpuBackendOptions cpu_options;
   cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
   cpu_options.bf16_kv_cache = dtype == DType::BF16 && !opt.exact_bf16_matmul;
@@ -154,18 +157,15 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                                           .pjrt = pjrt_settings(opt.plugins)});
   impl->caps = impl->backend->capabilities();
   impl->comm = comm;
-  if (is_quantized(dtype) && impl->backend->name() != "cpu")
-    fail("dtype ", dtype_name(dtype), " (quantised at load) runs on the cpu device, not '",
-         impl->backend->name(), "': use float32, bfloat16 or float16 there");
-  // A GGUF on the native cpu backend keeps its Q8_0 / Q4_0 / Q4_1 matrices as stored and computes from the
-  // blocks, unless a dtype was asked for (then everything is dequantised to it, as on PJRT devices, which
-  // always dequantise to `dtype` at load). Other GGML types are dequantised to `dtype`.
-  if (is_gguf && !opt.dtype && impl->backend->name() == "cpu") {
+  if (is_quantized(dtype) && !impl->caps.block_quantized_weights) refuse_quantized(impl->backend->name());
+  // A GGUF on a backend with block kernels (the native cpu one) keeps its Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+  // Q5_K and Q6_K matrices as stored and computes from the blocks, unless a dtype was asked for (then
+  // everything is dequantised to it, as on PJRT devices, which always dequantise to `dtype` at load). Other
+  // GGML types are dequantised to `dtype`.
+  if (is_gguf && !opt.dtype && impl->caps.block_quantized_weights) {
     for (const auto& m : src->tensors()) {
-      if (m.shape.size() != 2) continue;
-      if (m.stored_type == "Q8_0") impl->config.quantized_weights[m.name] = DType::Q8_0;
-      if (m.stored_type == "Q4_0") impl->config.quantized_weights[m.name] = DType::Q4_0;
-      if (m.stored_type == "Q4_1") impl->config.quantized_weights[m.name] = DType::Q4_1;
+      const DType q = block_dtype_of_ggml(m.stored_type);
+      if (m.shape.size() == 2 && is_quantized(q)) impl->config.quantized_weights[m.name] = q;
     }
   }
   graph::CompileCacheOptions cache_opt;

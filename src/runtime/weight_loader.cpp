@@ -91,9 +91,9 @@ Tensor owned_copy(const Tensor& t) {
 }
 
 bool stored_as(const std::string& stored_type, DType dt) {
+  if (is_quantized(dt)) return block_dtype_of_ggml(stored_type) == dt;
   return (stored_type == "F32" && dt == DType::F32) || (stored_type == "BF16" && dt == DType::BF16) ||
-         (stored_type == "F16" && dt == DType::F16) || (stored_type == "Q8_0" && dt == DType::Q8_0) ||
-         (stored_type == "Q4_0" && dt == DType::Q4_0) || (stored_type == "Q4_1" && dt == DType::Q4_1);
+         (stored_type == "F16" && dt == DType::F16);
 }
 
 // `name` quantised at load (--dtype q8_0 / q4_0): read as float32, then quantised row by row.

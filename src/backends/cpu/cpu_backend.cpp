@@ -723,6 +723,7 @@ class CpuBackend : public Backend {
   Capabilities capabilities() const override {
     Capabilities c;
     c.in_step_sampling = true;  // Op::Sample runs the host sampler inside the step
+    c.block_quantized_weights = true;
     return c;
   }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }

@@ -60,7 +60,7 @@ void matmul_multi(const float* x, int64_t M, int64_t K, DType wdt, const MatmulO
 // matmul_multi.
 void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
                  Bf16Dot bf16 = Bf16Dot::Exact);
-// rows [rows, K] of block-quantised weights (Q8_0/Q4_0/Q4_1) to f32 y [rows, K] (value = d * q (+ m) in f32).
+// rows [rows, K] of block-quantised weights (Q8_0 .. Q6_K) to f32 y [rows, K] (value = d * q + m in f32).
 void dequantize_rows(DType wdt, const void* w, int64_t K, int64_t rows, float* y);
 // Whether Bf16Dot::RoundX rounds x on the active instruction set.
 bool matmul_rounds_bf16();

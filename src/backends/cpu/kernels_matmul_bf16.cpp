@@ -4,8 +4,8 @@
 //  * Decode (M < kGemmMinRows): each vdpbf16ps multiplies 32 weights with 32 x values; per 64 bytes of
 //    weights that is one load and one instruction (the AVX-512 kernel needs a widen, a mask and two FMAs), so
 //    one core streams weights well above its share of the memory bandwidth. Weights stay in the Hugging Face
-//    [N, K] row-major layout: pairs (w[n, k], w[n, k + 1]) meet (x[k], x[k + 1]) in the same lane whatever the
-//    alignment, and the K tail is a masked load.
+//    [N, K] row-major layout: pairs (w[n, k], w[n, k + 1]) meet (x[k], x[k + 1]) in the same lane whatever
+//    the alignment, and the K tail is a masked load.
 //  * Prefill (M >= kGemmMinRows): a gemm on panels of weight pairs, see matmul_bf16_gemm below.
 #include <algorithm>
 #include <cstdint>
@@ -78,7 +78,8 @@ inline void row_dot(const uint16_t* xb, int64_t Kp, const uint16_t* wr, int64_t 
       b[i] = _mm512_dpbf16_ps(b[i], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(xb + i * Kp + k + kStep));
     }
   }
-  for (; k < K; k += kStep) {  // x is zero-padded, so only the weights need the mask (they run into the next row)
+  // x is zero-padded, so only the weights need the mask (they run into the next row).
+  for (; k < K; k += kStep) {
     const __m512i w0 = _mm512_maskz_loadu_epi16(tail_mask(std::min<int64_t>(kStep, K - k)), wr + k);
 #pragma GCC unroll 16
     for (int i = 0; i < MX; ++i)
@@ -147,10 +148,10 @@ void gemv(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t 
 // as pairs: wp[p][j] = (w[n0 + j, k0 + 2p], w[n0 + j, k0 + 2p + 1]) as one 32-bit word, so one vdpbf16ps
 // with the broadcast pair (x[i, k0 + 2p], x[i, k0 + 2p + 1]) adds both products to 16 columns of row i.
 // The micro-tile is 6 x 64 (24 accumulators), as in the f32 gemm, with twice the products per instruction.
-constexpr int GMR = 6;          // x rows per micro-tile
-constexpr int GNV = 4;          // vectors of 16 columns per micro-tile
-constexpr int64_t GNR = 64;     // columns per packed panel
-constexpr int64_t kKcB = 512;   // bf16 values of K per block: a panel is 256 pairs x 64 columns = 64 KB
+constexpr int GMR = 6;         // x rows per micro-tile
+constexpr int GNV = 4;         // vectors of 16 columns per micro-tile
+constexpr int64_t GNR = 64;    // columns per packed panel
+constexpr int64_t kKcB = 512;  // bf16 values of K per block: a panel is 256 pairs x 64 columns = 64 KB
 
 // wp [kp][GNR] pair words of w rows n0 .. n0 + 63 (rows at or past N, and K past k0 + kc, are zeros);
 // kp = ceil(kc / 2) rounded up to 16.
@@ -162,10 +163,12 @@ void pack_pairs(const uint16_t* w, int64_t K, int64_t N, int64_t n0, int64_t k0,
       // 16 rows of 16 pair words, transposed as 32-bit lanes with the f32 transpose.
       __m512 r[16];
       for (int64_t i = 0; i < 16; ++i)
-        r[i] = j0 + i < cols ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, w + (n0 + j0 + i) * K + k0 + b))
-                             : _mm512_setzero_ps();
+        r[i] = j0 + i < cols
+                   ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, w + (n0 + j0 + i) * K + k0 + b))
+                   : _mm512_setzero_ps();
       VAvx512::transpose(r);
-      for (int64_t i = 0; i < 16; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(wp + (b / 2 + i) * GNR + j0), r[i]);
+      for (int64_t i = 0; i < 16; ++i)
+        _mm512_storeu_ps(reinterpret_cast<float*>(wp + (b / 2 + i) * GNR + j0), r[i]);
     }
   }
 }
@@ -248,30 +251,9 @@ void matmul_bf16_small_m(const float* x, int64_t M, int64_t K, const MatmulOut* 
   // bf16 x in a float scratch buffer (two bf16 per float), shared with the workers.
   uint16_t* xb = reinterpret_cast<uint16_t*>(scratch(0, (M * Kp + 1) / 2 + 32));
   round_x(x, M, K, Kp, xb);
-  // Chunks of kChunkRows rows of each output in turn, claimed dynamically by the threads.
-  constexpr int kMaxOuts = 8;
-  TS_ASSERT(count >= 1 && count <= kMaxOuts, "matmul_multi of ", count, " products");
-  int64_t first_chunk[kMaxOuts + 1] = {0};
-  int64_t rows = 0;
-  for (int i = 0; i < count; ++i) {
-    first_chunk[i + 1] = first_chunk[i] + (outs[i].N + kChunkRows - 1) / kChunkRows;
-    rows += outs[i].N;
-  }
-  auto run_chunks = [&](int64_t c0, int64_t c1) {
-    int i = 0;
-    for (int64_t c = c0; c < c1; ++c) {
-      while (c >= first_chunk[i + 1]) ++i;
-      const MatmulOut& o = outs[i];
-      const int64_t n0 = (c - first_chunk[i]) * kChunkRows;
-      gemv(xb, M, Kp, static_cast<const uint16_t*>(o.w), K, n0, std::min(o.N, n0 + kChunkRows), o.bias, o.y,
-           o.N);
-    }
-  };
-  if (M * K * rows < 64 * 1024) {
-    run_chunks(0, first_chunk[count]);
-    return;
-  }
-  ThreadPool::instance().parallel_chunks(first_chunk[count], 1, run_chunks);
+  for_each_row_chunk(outs, count, kChunkRows, M * K, [&](const MatmulOut& o, int64_t n0, int64_t n1) {
+    gemv(xb, M, Kp, static_cast<const uint16_t*>(o.w), K, n0, n1, o.bias, o.y, o.N);
+  });
 }
 
 }  // namespace isa_avx512bf16

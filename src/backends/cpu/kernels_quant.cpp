@@ -1,10 +1,15 @@
-// Matmuls with block-quantised weights (Q8_0, Q4_0, Q4_1 as a GGUF file stores them; layouts in tensor.h),
-// computed from the blocks as stored:
+// Matmuls with block-quantised weights (GGML's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, as a GGUF file
+// stores them; layouts in tensor.h), computed from the blocks as stored. Every format is read as sub-blocks
+// of 32 values: 32 small integers q (signed, or unsigned 0..31 with an offset), one f32 scale per 16 values
+// (the same for both halves but in Q6_K, whose scales are per 16) and one f32 offset m; value = d * q + m. A
+// K-quant block (256 values) is 8 sub-blocks whose d = (super-block scale) * (6- or 8-bit sub-scale) and m =
+// -(min scale)
+// * (6-bit min), both exact in f32.
 //  * Decode (matmul_rows, and matmul / matmul_multi below kGemmMinRows rows): x is quantised once per call,
 //    per row and block of 32, to int8 (q = round-half-even(x * 127 / max|x|), scale max|x| / 127 in f32; the
-//    same code on every instruction set, so every set sees the same integers), and each weight block meets
-//    it in an integer dot product: on AVX2 one vpmaddubsw (unsigned x signed bytes into int16 pairs) and one
-//    vpmaddwd per 32 weights, then one f32 FMA with the product of the two scales. Q4_1's offset m adds
+//    same code on every instruction set, so every set sees the same integers), and each weight sub-block
+//    meets it in an integer dot product: on AVX2 one vpmaddubsw (unsigned x signed bytes into int16 pairs)
+//    and one vpmaddwd per 32 weights, then one f32 FMA with the product of the two scales. An offset m adds
 //    m * (x scale * sum of the x quants), kept per block. Weights are read once per step whatever M: a chunk
 //    of 64 weight rows is dotted with every x row (in passes of up to 4) before the next chunk is read, and
 //    each output is the same sum whatever M (rows never share an accumulator).
@@ -17,25 +22,106 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
 #include "backends/cpu/thread_pool.h"
+#include "common/ggml_blocks.h"
 #include "tessera/error.h"
 
 namespace tessera::cpu {
 
 namespace {
 
-constexpr int64_t QK = 32;           // values per block
+constexpr int64_t QK = 32;           // values per sub-block (and per block of the quantised x)
 constexpr int64_t kGemmMinRows = 8;  // as kernels_matmul.cpp: from here on matmul() takes the prefill path
 constexpr int64_t kChunkRows = 64;   // weight rows per scheduling chunk of the decode kernel
 constexpr int GR = 4;                // x rows per pass of the decode kernel
+
+// Per format: sub-blocks of 32 per block, bytes per block, and how its quants meet x: kSigned (q may be
+// negative: vpmaddubsw takes |q| and moves q's sign onto x), kMin (an offset m per sub-block), kTwo (two
+// scales per sub-block, one per 16 values).
+template <DType WT>
+struct Fmt;
+template <int Sub, size_t Bytes, bool Signed, bool Min, bool Two = false>
+struct FmtOf {
+  static constexpr int kSub = Sub;
+  static constexpr size_t kBytes = Bytes;
+  static constexpr bool kSigned = Signed, kMin = Min, kTwo = Two;
+  static constexpr size_t kD = Two ? 208 : 0;  // offset of the f16 scale d (Q6_K's is last); m / dmin at 2
+};
+template <>
+struct Fmt<DType::Q8_0> : FmtOf<1, 34, true, false> {};
+template <>
+struct Fmt<DType::Q4_0> : FmtOf<1, 18, true, false> {};
+template <>
+struct Fmt<DType::Q4_1> : FmtOf<1, 20, false, true> {};
+template <>
+struct Fmt<DType::Q5_0> : FmtOf<1, 22, true, false> {};
+template <>
+struct Fmt<DType::Q5_1> : FmtOf<1, 24, false, true> {};
+template <>
+struct Fmt<DType::Q4_K> : FmtOf<8, 144, false, true> {};
+template <>
+struct Fmt<DType::Q5_K> : FmtOf<8, 176, false, true> {};
+template <>
+struct Fmt<DType::Q6_K> : FmtOf<8, 210, true, false, true> {};
 
 inline uint16_t u16_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return h;
+}
+
+// The scales of one block from its f16 fields d and d2 (converted by the caller's instruction set): d, or a
+// K-quant's sub-blocks' d and m (d2 = Q4_1 / Q5_1's m, Q4_K / Q5_K's dmin).
+template <DType WT>
+inline void block_scales(const uint8_t* blk, float d, float d2, float* dlo, float* dhi, float* m) {
+  if constexpr (WT == DType::Q4_K || WT == DType::Q5_K) {
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, mn;
+      k_quant_scale_min(s, blk + 4, &sc, &mn);
+      dlo[s] = dhi[s] = d * static_cast<float>(sc);
+      m[s] = -(d2 * static_cast<float>(mn));
+    }
+  } else if constexpr (WT == DType::Q6_K) {
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    for (int s = 0; s < 8; ++s) {
+      dlo[s] = d * static_cast<float>(sc[2 * s]);
+      dhi[s] = d * static_cast<float>(sc[2 * s + 1]);
+      m[s] = 0.0f;
+    }
+  } else {
+    static_assert(Fmt<WT>::kSub == 1);
+    *dlo = *dhi = d;
+    *m = d2;
+  }
+}
+
+// fn(std::integral_constant<DType, wt>{}) for a block-quantised wt.
+template <typename Fn>
+void by_format(DType wt, Fn&& fn) {
+  switch (wt) {
+    case DType::Q8_0:
+      return fn(std::integral_constant<DType, DType::Q8_0>{});
+    case DType::Q4_0:
+      return fn(std::integral_constant<DType, DType::Q4_0>{});
+    case DType::Q4_1:
+      return fn(std::integral_constant<DType, DType::Q4_1>{});
+    case DType::Q5_0:
+      return fn(std::integral_constant<DType, DType::Q5_0>{});
+    case DType::Q5_1:
+      return fn(std::integral_constant<DType, DType::Q5_1>{});
+    case DType::Q4_K:
+      return fn(std::integral_constant<DType, DType::Q4_K>{});
+    case DType::Q5_K:
+      return fn(std::integral_constant<DType, DType::Q5_K>{});
+    case DType::Q6_K:
+      return fn(std::integral_constant<DType, DType::Q6_K>{});
+    default:
+      TS_ASSERT(false, "quantised kernel for ", dtype_name(wt));
+  }
 }
 
 // x quantised per row and block: q [M][K] int8, d [M][nb] scales, s [M][nb] = d * sum of the block's q.
@@ -82,39 +168,87 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K) {
 namespace qscalar {
 namespace {
 
-// The 32 quants of block `blk` as signed values (Q4_1: the unsigned nibbles), its scale and offset.
+// One block's sub-blocks: the quants of each as signed values (the unsigned formats' are 0..31 or 0..15) and
+// its scales and offset.
 template <DType WT>
-inline void unpack(const uint8_t* blk, int32_t* wq, float* dw, float* mw) {
-  *dw = f16_to_f32(u16_at(blk));
-  *mw = 0.0f;
+struct Unpacked {
+  int8_t q[Fmt<WT>::kSub][QK];
+  float dlo[Fmt<WT>::kSub], dhi[Fmt<WT>::kSub], m[Fmt<WT>::kSub];
+};
+
+template <DType WT>
+inline void unpack(const uint8_t* blk, Unpacked<WT>& u) {
+  using F = Fmt<WT>;
+  block_scales<WT>(blk, f16_to_f32(u16_at(blk + F::kD)), F::kMin ? f16_to_f32(u16_at(blk + 2)) : 0.0f, u.dlo,
+                   u.dhi, u.m);
   if constexpr (WT == DType::Q8_0) {
-    for (int j = 0; j < QK; ++j) wq[j] = static_cast<int8_t>(blk[2 + j]);
-  } else {
-    const uint8_t* qs = blk + (WT == DType::Q4_1 ? 4 : 2);
-    const int32_t off = WT == DType::Q4_0 ? 8 : 0;
-    for (int j = 0; j < 16; ++j) {
-      wq[j] = (qs[j] & 0xf) - off;
-      wq[j + 16] = (qs[j] >> 4) - off;
+    for (int j = 0; j < QK; ++j) u.q[0][j] = static_cast<int8_t>(blk[2 + j]);
+  } else if constexpr (Fmt<WT>::kSub == 1) {  // Q4_0, Q4_1, Q5_0, Q5_1: nibbles (and a fifth bit in qh)
+    constexpr bool five = WT == DType::Q5_0 || WT == DType::Q5_1;
+    const uint8_t* p = blk + (Fmt<WT>::kMin ? 4 : 2);
+    uint32_t qh = 0;
+    if constexpr (five) {
+      std::memcpy(&qh, p, 4);
+      p += 4;
     }
-    if constexpr (WT == DType::Q4_1) *mw = f16_to_f32(u16_at(blk + 2));
+    const int off = Fmt<WT>::kMin ? 0 : five ? 16 : 8;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (p[j] & 0xf) | static_cast<int>(((qh >> j) & 1) << 4);
+      const int hi = (p[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+      u.q[0][j] = static_cast<int8_t>(lo - off);
+      u.q[0][j + 16] = static_cast<int8_t>(hi - off);
+    }
+  } else if constexpr (WT == DType::Q4_K || WT == DType::Q5_K) {
+    // Sub-blocks 2c and 2c + 1 are the low and high nibbles of 32 bytes; Q5_K's fifth bits are bits 2c and
+    // 2c + 1 of the 32 bytes of qh.
+    const uint8_t* qh = blk + 16;
+    const uint8_t* qs = blk + (WT == DType::Q5_K ? 48 : 16);
+    for (int s = 0; s < 8; ++s) {
+      const uint8_t* q = qs + 32 * (s / 2);
+      const int shift = 4 * (s & 1);
+      for (int j = 0; j < QK; ++j) {
+        int v = (q[j] >> shift) & 0xf;
+        if constexpr (WT == DType::Q5_K) v |= ((qh[j] >> s) & 1) << 4;
+        u.q[s][j] = static_cast<int8_t>(v);
+      }
+    }
+  } else {  // Q6_K: per half of 128 values, 64 bytes of low nibbles and 32 of 2-bit high parts
+    for (int s = 0; s < 8; ++s) {
+      const int h = s / 4, k = s % 4;
+      const uint8_t* ql = blk + 64 * h + 32 * (k & 1);
+      const uint8_t* qh = blk + 128 + 32 * h;
+      for (int j = 0; j < QK; ++j) {
+        const int v = ((ql[j] >> (4 * (k >> 1))) & 0xf) | (((qh[j] >> (2 * k)) & 3) << 4);
+        u.q[s][j] = static_cast<int8_t>(v - 32);
+      }
+    }
   }
 }
 
 template <DType WT, int MX>
 inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&out)[MX]) {
-  constexpr size_t kBlock = WT == DType::Q8_0 ? 34 : WT == DType::Q4_0 ? 18 : 20;
+  using F = Fmt<WT>;
   float acc[MX], macc[MX];
   for (int i = 0; i < MX; ++i) acc[i] = macc[i] = 0.0f;
-  int32_t wq[QK];
-  for (int64_t b = 0; b < qx.nb; ++b) {
-    float dw, mw;
-    unpack<WT>(wr + static_cast<size_t>(b) * kBlock, wq, &dw, &mw);
-    for (int i = 0; i < MX; ++i) {
-      const int8_t* xq = qx.q + (m0 + i) * qx.K + b * QK;
-      int32_t isum = 0;
-      for (int j = 0; j < QK; ++j) isum += wq[j] * xq[j];
-      acc[i] += dw * qx.d[(m0 + i) * qx.nb + b] * static_cast<float>(isum);
-      if constexpr (WT == DType::Q4_1) macc[i] += mw * qx.s[(m0 + i) * qx.nb + b];
+  Unpacked<WT> u;
+  for (int64_t b = 0; b < qx.nb / F::kSub; ++b) {
+    unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u);
+    for (int s = 0; s < F::kSub; ++s) {
+      const int64_t xb = b * F::kSub + s;
+      for (int i = 0; i < MX; ++i) {
+        const int8_t* xq = qx.q + (m0 + i) * qx.K + xb * QK;
+        const float xd = qx.d[(m0 + i) * qx.nb + xb];
+        int32_t lo = 0, hi = 0;
+        for (int j = 0; j < 16; ++j) lo += u.q[s][j] * xq[j];
+        for (int j = 16; j < QK; ++j) hi += u.q[s][j] * xq[j];
+        if constexpr (F::kTwo) {
+          acc[i] += u.dlo[s] * xd * static_cast<float>(lo);
+          acc[i] += u.dhi[s] * xd * static_cast<float>(hi);
+        } else {
+          acc[i] += u.dlo[s] * xd * static_cast<float>(lo + hi);
+        }
+        if constexpr (F::kMin) macc[i] += u.m[s] * qx.s[(m0 + i) * qx.nb + xb];
+      }
     }
   }
   for (int i = 0; i < MX; ++i) out[i] = acc[i] + macc[i];
@@ -122,12 +256,13 @@ inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&ou
 
 template <DType WT>
 inline void dequant_row(const uint8_t* wr, int64_t K, float* y) {
-  constexpr size_t kBlock = WT == DType::Q8_0 ? 34 : WT == DType::Q4_0 ? 18 : 20;
-  int32_t wq[QK];
-  for (int64_t b = 0; b < K / QK; ++b) {
-    float dw, mw;
-    unpack<WT>(wr + static_cast<size_t>(b) * kBlock, wq, &dw, &mw);
-    for (int j = 0; j < QK; ++j) y[b * QK + j] = static_cast<float>(wq[j]) * dw + mw;
+  using F = Fmt<WT>;
+  Unpacked<WT> u;
+  for (int64_t b = 0; b < K / (QK * F::kSub); ++b) {
+    unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u);
+    for (int s = 0; s < F::kSub; ++s, y += QK)
+      for (int j = 0; j < QK; ++j)
+        y[j] = static_cast<float>(u.q[s][j]) * (j < 16 ? u.dlo[s] : u.dhi[s]) + u.m[s];
   }
 }
 
@@ -148,27 +283,84 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// The block's 32 quants as bytes (values 0..31 in order): signed for Q8_0 and Q4_0, the unsigned nibbles for
-// Q4_1.
 template <DType WT>
-inline __m256i load_quants(const uint8_t* blk) {
+struct Unpacked {
+  __m256i q[Fmt<WT>::kSub];  // 32 quants as bytes, values 0..31 in order (signed where Fmt::kSigned)
+  float dlo[Fmt<WT>::kSub], dhi[Fmt<WT>::kSub], m[Fmt<WT>::kSub];
+};
+
+inline __m256i shr16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+
+// 16 bytes of nibbles as 32 bytes: the low nibbles first, then the high ones.
+inline __m256i nibbles(const uint8_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+}
+
+// Bit j of qh as 0x10 in byte j (0 where clear).
+inline __m256i fifth_bits(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  const __m256i bytes = _mm256_shuffle_epi8(  // byte j: byte j / 8 of qh (shuffles stay within 16-byte lanes)
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+                       3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));  // byte j: bit j % 8
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+template <DType WT>
+inline void unpack(const uint8_t* blk, Unpacked<WT>& u) {
+  using F = Fmt<WT>;
+  block_scales<WT>(blk, _cvtsh_ss(u16_at(blk + F::kD)), F::kMin ? _cvtsh_ss(u16_at(blk + 2)) : 0.0f, u.dlo,
+                   u.dhi, u.m);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
   if constexpr (WT == DType::Q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-  } else {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (WT == DType::Q4_1 ? 4 : 2)));
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
-    if constexpr (WT == DType::Q4_0) return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
-    return w;
+    u.q[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  } else if constexpr (WT == DType::Q4_0) {
+    u.q[0] = _mm256_sub_epi8(nibbles(blk + 2), _mm256_set1_epi8(8));
+  } else if constexpr (WT == DType::Q4_1) {
+    u.q[0] = nibbles(blk + 4);
+  } else if constexpr (WT == DType::Q5_0) {
+    u.q[0] = _mm256_sub_epi8(_mm256_or_si256(nibbles(blk + 6), fifth_bits(blk + 2)), _mm256_set1_epi8(16));
+  } else if constexpr (WT == DType::Q5_1) {
+    u.q[0] = _mm256_or_si256(nibbles(blk + 8), fifth_bits(blk + 4));
+  } else if constexpr (WT == DType::Q4_K || WT == DType::Q5_K) {
+    const uint8_t* qs = blk + (WT == DType::Q5_K ? 48 : 16);
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(shr16(raw, 4), m4);
+      if constexpr (WT == DType::Q5_K) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * c), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * c + 1), one), 4));
+      }
+      u.q[2 * c] = lo;
+      u.q[2 * c + 1] = hi;
+    }
+  } else {  // Q6_K
+    const __m256i m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+      for (int k = 0; k < 4; ++k) {
+        const __m256i low = _mm256_and_si256(shr16(k & 1 ? l1 : l0, 4 * (k >> 1)), m4);
+        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * k), m2), 4);
+        u.q[4 * h + k] = _mm256_sub_epi8(_mm256_or_si256(low, high), off);
+      }
+    }
   }
 }
 
-// Dots of one weight row with x rows m0 .. m0 + MX - 1. Two accumulators per x row (even and odd blocks) so
-// consecutive FMAs do not wait on each other; the same operations in the same order for each x row whatever
-// MX, so an output does not depend on how many rows share the pass.
+// Dots of one weight row with x rows m0 .. m0 + MX - 1. Two accumulators per x row (even and odd sub-blocks)
+// so consecutive FMAs do not wait on each other; the same operations in the same order for each x row
+// whatever MX, so an output does not depend on how many rows share the pass.
 template <DType WT, int MX>
 inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&out)[MX]) {
-  constexpr size_t kBlock = WT == DType::Q8_0 ? 34 : WT == DType::Q4_0 ? 18 : 20;
+  using F = Fmt<WT>;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][MX];
   float macc[MX];
@@ -186,20 +378,29 @@ inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&ou
     xd[i] = qx.d + (m0 + i) * qx.nb;
     xs[i] = qx.s + (m0 + i) * qx.nb;
   }
-  for (int64_t b = 0; b < qx.nb; ++b) {
-    const uint8_t* blk = wr + static_cast<size_t>(b) * kBlock;
-    const __m256i w = load_quants<WT>(blk);
-    const float dw = _cvtsh_ss(u16_at(blk));
-    // vpmaddubsw multiplies unsigned by signed bytes: signed weights give their magnitude, and x their sign.
-    const __m256i uw = WT == DType::Q4_1 ? w : _mm256_sign_epi8(w, w);
-    const int p = static_cast<int>(b & 1);
+  Unpacked<WT> u;
+  for (int64_t b = 0; b < qx.nb / F::kSub; ++b) {
+    unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u);
 #pragma GCC unroll 8
-    for (int i = 0; i < MX; ++i) {
-      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + b * QK));
-      if constexpr (WT != DType::Q4_1) x = _mm256_sign_epi8(x, w);
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(uw, x), ones);
-      acc[p][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xd[i][b]), acc[p][i]);
-      if constexpr (WT == DType::Q4_1) macc[i] = std::fma(_cvtsh_ss(u16_at(blk + 2)), xs[i][b], macc[i]);
+    for (int s = 0; s < F::kSub; ++s) {
+      const int64_t xb = b * F::kSub + s;
+      const __m256i w = u.q[s];
+      // vpmaddubsw multiplies unsigned by signed bytes: signed weights give their magnitude, and x their
+      // sign.
+      const __m256i uw = F::kSigned ? _mm256_sign_epi8(w, w) : w;
+      const int p = static_cast<int>(xb & 1);
+      // Q6_K: the scale of values 0..15 in the low four int32 lanes of the dot, of 16..31 in the high four.
+      const __m256 dv = _mm256_set_m128(_mm_set1_ps(u.dhi[s]), _mm_set1_ps(u.dlo[s]));
+#pragma GCC unroll 8
+      for (int i = 0; i < MX; ++i) {
+        __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + xb * QK));
+        if constexpr (F::kSigned) x = _mm256_sign_epi8(x, w);
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(uw, x), ones);
+        const __m256 scale =
+            F::kTwo ? _mm256_mul_ps(dv, _mm256_set1_ps(xd[i][xb])) : _mm256_set1_ps(u.dlo[s] * xd[i][xb]);
+        acc[p][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[p][i]);
+        if constexpr (F::kMin) macc[i] = std::fma(u.m[s], xs[i][xb], macc[i]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -208,17 +409,19 @@ inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&ou
 
 template <DType WT>
 inline void dequant_row(const uint8_t* wr, int64_t K, float* y) {
-  constexpr size_t kBlock = WT == DType::Q8_0 ? 34 : WT == DType::Q4_0 ? 18 : 20;
-  for (int64_t b = 0; b < K / QK; ++b) {
-    const uint8_t* blk = wr + static_cast<size_t>(b) * kBlock;
-    const __m256i w = load_quants<WT>(blk);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(u16_at(blk)));
-    const __m256 m = _mm256_set1_ps(WT == DType::Q4_1 ? _cvtsh_ss(u16_at(blk + 2)) : 0.0f);
-    const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
-    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    for (int k = 0; k < 4; ++k) {
-      const __m256i v = WT == DType::Q4_1 ? _mm256_cvtepu8_epi32(parts[k]) : _mm256_cvtepi8_epi32(parts[k]);
-      _mm256_storeu_ps(y + b * QK + 8 * k, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), d, m));
+  using F = Fmt<WT>;
+  Unpacked<WT> u;
+  for (int64_t b = 0; b < K / (QK * F::kSub); ++b) {
+    unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u);
+    for (int s = 0; s < F::kSub; ++s, y += QK) {
+      const __m256 m = _mm256_set1_ps(u.m[s]);
+      const __m128i lo = _mm256_castsi256_si128(u.q[s]), hi = _mm256_extracti128_si256(u.q[s], 1);
+      const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      for (int k = 0; k < 4; ++k) {
+        const __m256 d = _mm256_set1_ps(k < 2 ? u.dlo[s] : u.dhi[s]);
+        const __m256i v = _mm256_cvtepi8_epi32(parts[k]);
+        _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), d, m));
+      }
     }
   }
 }
@@ -256,7 +459,14 @@ void dequant_rows(DType wt, const uint8_t* w, size_t row_bytes, int64_t K, int64
 
 void check_quant_shape(DType wt, int64_t K) {
   TS_ASSERT(is_quantized(wt), "quantised matmul of ", dtype_name(wt), " weights");
-  TS_ASSERT(K % QK == 0, dtype_name(wt), " weights with K = ", K, " (not a multiple of ", QK, ")");
+  TS_ASSERT(K % dtype_block(wt) == 0, dtype_name(wt), " weights with K = ", K, " (not a multiple of ",
+            dtype_block(wt), ")");
+}
+
+// Columns n0 .. n0 + nc of y [M][ldy] from yc [M][nc].
+void store_cols(const float* yc, int64_t M, int64_t nc, float* y, int64_t ldy, int64_t n0) {
+  for (int64_t m = 0; m < M; ++m)
+    std::memcpy(y + m * ldy + n0, yc + m * nc, static_cast<size_t>(nc) * sizeof(float));
 }
 
 // Prefill: y = x · w^T for one product, in chunks of weight rows dequantised to f32 (scratch slot 2 of this
@@ -275,14 +485,9 @@ void quant_gemm(const float* x, int64_t M, int64_t K, const MatmulOut& o, DType 
       dequant_rows(wt, w + static_cast<size_t>(n0) * row_bytes, row_bytes, K, r0, r1, wf);
     });
     matmul(x, M, K, wf, DType::F32, nc, o.bias ? o.bias + n0 : nullptr, yc);
-    for (int64_t m = 0; m < M; ++m)
-      std::memcpy(o.y + m * o.N + n0, yc + m * nc, static_cast<size_t>(nc) * sizeof(float));
+    store_cols(yc, M, nc, o.y, o.N, n0);
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Decode with x kept f32 (Bf16Dot::Exact): rows n0 .. n1 of o dequantised to f32 (scratch slot 1 of the
 // running thread) and multiplied with the f32 decode kernel, whose outputs are each one row's dot whatever
@@ -301,8 +506,7 @@ void exact_chunk(const float* x, int64_t M, int64_t K, DType wt, size_t row_byte
   float* yc = scratch(2, M * nc);
   const MatmulOut part{wf, nc, bias, yc};
   matmul_rows(x, M, K, DType::F32, &part, 1);
-  for (int64_t m = 0; m < M; ++m)
-    std::memcpy(o.y + m * o.N + n0, yc + m * nc, static_cast<size_t>(nc) * sizeof(float));
+  store_cols(yc, M, nc, o.y, o.N, n0);
 }
 
 }  // namespace
@@ -318,30 +522,10 @@ void matmul_quant(const float* x, int64_t M, int64_t K, DType wt, const MatmulOu
   }
   const QuantX qx = exact ? QuantX{} : quantize_x(x, M, K);
   const size_t row_bytes = dtype_bytes(wt, K);
-  // Chunks of kChunkRows rows of each output in turn, claimed dynamically by the threads.
-  constexpr int kMaxOuts = 8;
-  TS_ASSERT(count >= 1 && count <= kMaxOuts, "quantised matmul of ", count, " products");
-  int64_t first_chunk[kMaxOuts + 1] = {0};
-  int64_t rows = 0;
-  for (int i = 0; i < count; ++i) {
-    first_chunk[i + 1] = first_chunk[i] + (outs[i].N + kChunkRows - 1) / kChunkRows;
-    rows += outs[i].N;
-  }
-  auto run_chunks = [&](int64_t c0, int64_t c1) {
-    int i = 0;
-    for (int64_t c = c0; c < c1; ++c) {
-      while (c >= first_chunk[i + 1]) ++i;
-      const MatmulOut& o = outs[i];
-      const int64_t n0 = (c - first_chunk[i]) * kChunkRows, n1 = std::min(o.N, n0 + kChunkRows);
-      if (exact) {
-        exact_chunk(x, M, K, wt, row_bytes, o, n0, n1);
-      } else {
-        gemv_chunk(wt, static_cast<const uint8_t*>(o.w), row_bytes, qx, M, n0, n1, o.bias, o.y, o.N);
-      }
-    }
-  };
-  if (M * K * rows < 64 * 1024) return run_chunks(0, first_chunk[count]);
-  ThreadPool::instance().parallel_chunks(first_chunk[count], 1, run_chunks);
+  for_each_row_chunk(outs, count, kChunkRows, M * K, [&](const MatmulOut& o, int64_t n0, int64_t n1) {
+    if (exact) return exact_chunk(x, M, K, wt, row_bytes, o, n0, n1);
+    gemv_chunk(wt, static_cast<const uint8_t*>(o.w), row_bytes, qx, M, n0, n1, o.bias, o.y, o.N);
+  });
 }
 
 void dequantize_rows(DType wt, const void* w, int64_t K, int64_t rows, float* y) {

@@ -18,10 +18,13 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/thread_pool.h"
+#include "tessera/error.h"
 #include "tessera/tensor.h"
 
 // Target strings of the wide regions (a pragma does not expand macros, so each region spells them out and
@@ -291,9 +294,34 @@ const VecOps& vec_ops();  // of active_isa()
 // buffers that are live at the same time (0..3).
 float* scratch(int slot, int64_t n);
 
-// kernels_quant.cpp: matmul_multi / matmul_rows for block-quantised weights (Q8_0, Q4_0, Q4_1). rows_invariant
-// (or M < kGemmMinRows): the decode kernel, each output row as it would be alone (int8 x, or with `exact` f32 x
-// on dequantised chunks); otherwise the dequantise-and-gemm prefill path.
+// The decode kernels' scheduler: fn(o, n0, n1) over blocks of chunk_rows rows of each product of outs[0 ..
+// count) in turn (count <= 8), a block being one work unit claimed dynamically by the pool's threads; on the
+// calling thread alone when the products are small (macs_per_row times their rows under 64K multiply-adds).
+template <typename Fn>
+void for_each_row_chunk(const MatmulOut* outs, int count, int64_t chunk_rows, int64_t macs_per_row, Fn&& fn) {
+  constexpr int kMaxOuts = 8;
+  TS_ASSERT(count >= 1 && count <= kMaxOuts, "matmul of ", count, " products");
+  int64_t first_chunk[kMaxOuts + 1] = {0};
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) {
+    first_chunk[i + 1] = first_chunk[i] + (outs[i].N + chunk_rows - 1) / chunk_rows;
+    rows += outs[i].N;
+  }
+  auto run_chunks = [&](int64_t c0, int64_t c1) {
+    int i = 0;
+    for (int64_t c = c0; c < c1; ++c) {
+      while (c >= first_chunk[i + 1]) ++i;
+      const int64_t n0 = (c - first_chunk[i]) * chunk_rows;
+      fn(outs[i], n0, std::min(outs[i].N, n0 + chunk_rows));
+    }
+  };
+  if (macs_per_row * rows < 64 * 1024) return run_chunks(0, first_chunk[count]);
+  ThreadPool::instance().parallel_chunks(first_chunk[count], 1, run_chunks);
+}
+
+// kernels_quant.cpp: matmul_multi / matmul_rows for block-quantised weights (Q8_0 .. Q6_K). rows_invariant
+// (or M < kGemmMinRows): the decode kernel, each output row as it would be alone (int8 x, or with `exact` f32
+// x on dequantised chunks); otherwise the dequantise-and-gemm prefill path.
 void matmul_quant(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOut* outs, int count,
                   bool rows_invariant, bool exact);
 

@@ -43,9 +43,7 @@ PJRT_Buffer_Type buffer_type(DType dt) {
     case DType::F16: return PJRT_Buffer_Type_F16;
     case DType::I32: return PJRT_Buffer_Type_S32;
     case DType::I64: return PJRT_Buffer_Type_S64;
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1: break;  // dequantised before they reach a PJRT device
+    default: break;  // block-quantised: dequantised before they reach a PJRT device
   }
   return PJRT_Buffer_Type_INVALID;
 }

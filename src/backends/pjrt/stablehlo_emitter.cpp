@@ -38,10 +38,8 @@ std::string element_type(DType dt) {
       return "i32";
     case DType::I64:
       return "i64";
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-      break;  // weights reach PJRT devices dequantised (the loader keeps blocks for the cpu backend only)
+    default:
+      break;  // block-quantised: weights reach PJRT devices dequantised (blocks stay on the cpu backend only)
   }
   fail("StableHLO has no element type for ", dtype_name(dt));
 }
