@@ -6,14 +6,14 @@
 #
 #   bench/compare.sh                  full comparison (SmolLM2-135M and a Qwen3-0.6B-shaped random model,
 #                                     bf16 and f32, and quantised: SmolLM2's own Q4_1 file, the Qwen3 shape
-#                                     in Q8_0 and Q4_0; prompt 512, 128 new tokens, 3 repeats). Quantised rows:
-#                                     Tessera and llama.cpp read the same file (Tessera with no --dtype keeps
-#                                     its Q8_0/Q4_0/Q4_1 blocks); Transformers, which dequantises GGUF to
-#                                     float, is left out of them.
+#                                     in Q8_0, Q4_0 and Q4_K_M (the last written by llama.cpp's quantiser);
+#                                     prompt 512, 128 new tokens, 3 repeats). Quantised rows: Tessera and
+#                                     llama.cpp read the same file (Tessera with no --dtype keeps its blocks);
+#                                     Transformers, which dequantises GGUF to float, is left out of them.
 #   bench/compare.sh --quick          CI: tiny fixture model, few tokens, Tessera only (keeps the harness working)
 # Options: --repeats N  --threads N  --prompt-tokens N  --new-tokens N  --no-compile  --out FILE
-#          --models smollm2,qwen3  --dtypes bfloat16,float32,q4_1,q8_0,q4_0 (a quantised dtype runs on the
-#          models that have it: q4_1 on smollm2, q8_0 and q4_0 on qwen3)
+#          --models smollm2,qwen3  --dtypes bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m (a quantised dtype runs on
+#          the models that have it: q4_1 on smollm2, q8_0, q4_0 and q4_k_m on qwen3)
 # Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
 #              COMPILE_TIMEOUT (s, default 900), COMPILE_MODELS (which models get the torch.compile run), PY (python with torch, transformers,
 #              llama-cpp-python, gguf; default venv-bench/bin/python, made by: python3 -m venv venv-bench &&
@@ -24,7 +24,7 @@ TESSERA="${TESSERA:-$ROOT/build/tessera}"
 PY="${PY:-$ROOT/venv-bench/bin/python}"
 MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
 QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md"
-WHICH="smollm2,qwen3" DTYPES="bfloat16,float32,q4_1,q8_0,q4_0"
+WHICH="smollm2,qwen3" DTYPES="bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;

