@@ -28,30 +28,16 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "cpu_targets_util.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
 
 namespace tessera::cpu {
 namespace {
 
-struct Target {
-  Isa isa;
-  int threads;
-};
-void PrintTo(const Target& t, std::ostream* os) { *os << isa_name(t.isa) << " x" << t.threads << " threads"; }
-
-std::vector<Target> all_targets() {
-  std::vector<Target> out;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
-    if (!isa_supported(isa)) continue;
-    for (int t : {1, 2}) out.push_back({isa, t});
-  }
-  return out;
-}
-
-std::string target_name(const testing::TestParamInfo<Target>& info) {
-  return std::string(isa_name(info.param.isa)) + "_t" + std::to_string(info.param.threads);
-}
+using kernel_targets::all_targets;
+using kernel_targets::Target;
+using kernel_targets::target_name;
 
 std::vector<float> random_vec(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
@@ -77,17 +63,7 @@ Weights make_weights(int64_t n, DType dt, uint32_t seed) {
   return w;
 }
 
-class CpuKernels : public testing::TestWithParam<Target> {
- protected:
-  void SetUp() override {
-    set_isa(GetParam().isa);
-    ThreadPool::instance().set_num_threads(GetParam().threads);
-  }
-  void TearDown() override {
-    set_isa(best_isa());
-    ThreadPool::instance().set_num_threads(0);
-  }
-};
+class CpuKernels : public kernel_targets::OnEachTarget {};
 
 // ------------------------------------------------------------------ matmul
 

@@ -8,8 +8,9 @@
 // q = round-half-even(x / scale) (kernels_quant.cpp); the prefill path (8 rows and more in matmul) multiplies
 // x as it is. Tolerances: decode |y - ref| <= 3e-6 * sum_k |w_k xq_k| + 1.2e-7 |ref| (the integer dots are
 // exact; each block adds one f32 product of two scales and one FMA into one of 16 lanes, a few roundings of
-// 6e-8 per term at most); prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|. Dequantisation is
-// exact (d * q fits in f32's 24 bits), so it is checked for equality.
+// 6e-8 per term at most); prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|. Dequantisation
+// rounds d * q + m once (d * q is exact in f32), as the reader's dequantisers do, so it is checked for
+// equality.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
+#include "cpu_targets_util.h"
 #include "io/gguf_quants.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
@@ -28,32 +30,11 @@
 namespace tessera::cpu {
 namespace {
 
-struct Target {
-  Isa isa;
-  int threads;
-};
-void PrintTo(const Target& t, std::ostream* os) { *os << isa_name(t.isa) << " x" << t.threads << " threads"; }
+using kernel_targets::all_targets;
+using kernel_targets::Target;
+using kernel_targets::target_name;
 
-std::vector<Target> all_targets() {
-  std::vector<Target> out;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
-    if (!isa_supported(isa)) continue;
-    for (int t : {1, 2}) out.push_back({isa, t});
-  }
-  return out;
-}
-
-class CpuQuantKernels : public testing::TestWithParam<Target> {
- protected:
-  void SetUp() override {
-    set_isa(GetParam().isa);
-    ThreadPool::instance().set_num_threads(GetParam().threads);
-  }
-  void TearDown() override {
-    set_isa(best_isa());
-    ThreadPool::instance().set_num_threads(0);
-  }
-};
+class CpuQuantKernels : public kernel_targets::OnEachTarget {};
 
 constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                               DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
@@ -309,11 +290,7 @@ TEST_P(CpuQuantKernels, ExactDecodeEqualsDequantisedF32) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(all_targets()),
-                         [](const testing::TestParamInfo<Target>& info) {
-                           return std::string(isa_name(info.param.isa)) + "_t" +
-                                  std::to_string(info.param.threads);
-                         });
+INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(all_targets()), target_name);
 
 TEST(CpuQuantKernelsDeathTest, KNotWholeBlocksIsAnInternalError) {
   // The loader never builds such a graph (a GGUF row is whole blocks; a column block that is not stays in a
