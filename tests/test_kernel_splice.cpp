@@ -93,7 +93,8 @@ TEST(KernelSplice, ProgramCallsThePackageFunctions) {
   EXPECT_EQ(without.spliced, 0);
 }
 
-// The committed example package: hand-written StableHLO.
+// The committed example packages: hand-written StableHLO, and the Pallas kernel exported by
+// tools/export_kernel.py (its cpu file: interpret mode; its tpu file is skipped on xla-cpu).
 class SplicedPackage : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 // On xla-cpu: greedy ids identical and logits within 1e-5 of the built-in lowering.
@@ -130,8 +131,26 @@ TEST_P(SplicedPackage, XlaCpuSameIdsAndLogitsAsBuiltIn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, SplicedPackage,
-                         ::testing::Values(std::make_pair("rms_norm_stablehlo", "rms_norm_stablehlo")),
+                         ::testing::Values(std::make_pair("rms_norm_stablehlo", "rms_norm_stablehlo"),
+                                           std::make_pair("pallas_rms_norm/package", "pallas_rms_norm")),
                          [](const auto& info) { return std::string(info.param.second); });
+
+// The exported Pallas package's tpu file: a Mosaic kernel per shape, accepted and spliced for a tpu platform.
+TEST(KernelSplice, ExportedPallasTpuFileSplicesForTpu) {
+  const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/examples/kernels/pallas_rms_norm/package";
+  const graph::Graph g = tiny_graph("qwen3_tied", kPrefill16);
+  std::vector<KernelInUse> uses;
+  auto set =
+      std::make_shared<kernels::KernelSet>(kernels::select_kernels({dir}, {"pjrt", "tpu", 0}, g, uses));
+  ASSERT_EQ(uses.size(), 1u);
+  EXPECT_NE(uses[0].implementation.find("pallas_rms_norm_tpu.mlir"), std::string::npos);
+  pjrt::KernelSplice splice = pjrt::make_kernel_splice(set, "tpu");
+  const pjrt::StablehloProgram p = pjrt::lower_to_stablehlo(g, &splice);
+  int norms = 0;
+  for (const auto& n : g.nodes) norms += n.op == graph::Op::RmsNorm;
+  EXPECT_EQ(p.spliced, norms);
+  EXPECT_NE(p.text.find("stablehlo.custom_call @tpu_custom_call("), std::string::npos);
+}
 
 // A package without a function of a node's signature: that node keeps the built-in lowering, noted once.
 TEST(KernelSplice, MissingSignatureFallsBackWithANote) {
