@@ -102,7 +102,7 @@ TEST_P(SplicedPackage, XlaCpuSameIdsAndLogitsAsBuiltIn) {
   REQUIRE_XLA_CPU();
   const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/examples/kernels/" + GetParam().first;
   auto j = golden::load_model_golden("qwen3_tied");
-  CausalLM builtin = load_xla({});
+  static CausalLM builtin = load_xla({});  // one built-in model for every package: xla-cpu compiles dominate
   std::vector<std::string> notes;
   std::unique_ptr<CausalLM> spliced;
   notes = notes_of([&] {
