@@ -49,6 +49,7 @@ struct ModelFlags {
   std::vector<std::string> tp_rules;  // PATTERN=STYLE
   bool exact_bf16_matmul = false;
   double collective_timeout_s = -1;  // -1: $TESSERA_COLLECTIVE_TIMEOUT, else 60 s (cli_env.cpp)
+  std::vector<std::string> kernels;  // --kernels DIR (repeatable)
 };
 
 // A value that must not be the empty string ("--tp-plan ''" is a mistake, not "no plan").
@@ -98,6 +99,13 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
          "model's default plan, or 'auto' (replicate what --tp-size cannot split, and say so)")
       ->check(non_empty());
   cmd->add_option(
+         "--kernels", f.kernels,
+         "A kernel package folder (its kernel.json names the op it replaces, the dtypes and shapes it "
+         "accepts, and a cpu .so and/or PJRT StableHLO implementation); repeatable, the first that "
+         "accepts an op wins. One that does not apply here is skipped with a note; --json lists those "
+         "in use")
+      ->check(non_empty());
+  cmd->add_option(
       "--tp-rule", f.tp_rules,
       "One plan rule PATTERN=STYLE, e.g. layers.*.self_attn.q_proj=replicated_with_grad_allreduce "
       "(repeatable; applied after --tp-plan). Styles: colwise, rowwise, colwise_gather_output, "
@@ -141,6 +149,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   opt.distributed = distributed_config(f);
   opt.exact_bf16_matmul = f.exact_bf16_matmul;
   opt.collective_timeout_s = f.collective_timeout_s;
+  opt.kernels = f.kernels;
   cli::apply_environment(opt);  // what the flags left unset, from TESSERA_* and the launcher's variables
   if (f.device != "cpu") cli::use_environment_plugin_settings();  // PJRT plugin paths, .venv, timeouts
   if (!f.quiet && isatty(STDERR_FILENO)) {
@@ -155,6 +164,18 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
     };
   }
   return AutoModelForCausalLM::from_pretrained(model_path(f), opt);
+}
+
+// ModelInfo::kernels for --json: [{"package", "op", "backend", "implementation", "nodes"}, ...].
+ordered_json kernels_json(const ModelInfo& info) {
+  ordered_json a = ordered_json::array();
+  for (const KernelInUse& k : info.kernels)
+    a.push_back({{"package", k.package},
+                 {"op", k.op},
+                 {"backend", k.backend},
+                 {"implementation", k.implementation},
+                 {"nodes", k.nodes}});
+  return a;
 }
 
 // Token ids separated by whitespace or by single commas ("1,2,3", "1 2 3", "1, 2"); an empty item ("1,,2",
@@ -462,6 +483,7 @@ int run_generate(GenerateFlags& f) {
     j["decode_d2h_bytes"] = out.decode_d2h_bytes;
     j["dtype"] = dtype_name(model.info().dtype);
     j["quantized_matrices"] = model.info().quantized_matrices;  // {"q4_1": 210, ...}: kept as stored
+    j["kernels"] = kernels_json(model.info());                  // loaded packages in use, by op
     j["device"] = model.info().device;
     j["tp_rank"] = model.info().tp_rank;
     j["tp_size"] = model.info().tp_size;
@@ -586,7 +608,7 @@ int run_forward(const ModelFlags& mf, const std::string& ids_text, bool json) {
         out += buf;
       }
     }
-    out += "]]}\n";
+    out += "]], \"kernels\": " + kernels_json(model.info()).dump() + "}\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   } else {
     for (size_t t = 0; t < ids.size(); ++t) {
@@ -762,7 +784,9 @@ int main(int argc, char** argv) {
   auto* f = app.add_subcommand("forward", "Logits for every position of --input-ids (for golden checks)");
   add_model_flags(f, fwd, false);
   f->add_option("--input-ids", fwd_ids, "Token ids, e.g. 1,2,3")->required();
-  f->add_flag("--json", fwd_json, "Print {\"logits\": [[...], ...]}: one row per position, full vocabulary");
+  f->add_flag("--json", fwd_json,
+              "Print {\"logits\": [[...], ...], \"kernels\": [...]}: one row per position, full vocabulary; "
+              "the loaded kernel packages in use");
 
   std::string tok_path;
   bool jsonl = false, add_special = false, skip_special = false;

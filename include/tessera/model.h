@@ -84,6 +84,12 @@ struct LoadOptions {
   // with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The tessera
   // command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)
   double collective_timeout_s = -1;
+  // Kernel packages loaded at run time (folders with a kernel.json; README "Kernels loaded at run time"), in
+  // order: the first that accepts a node of the graph replaces the built-in kernel (native cpu: a .so's C
+  // kernels) or lowering (PJRT: a StableHLO function) for it. A package that does not apply here (another
+  // backend or platform, no node with its dtypes and shapes) is skipped with a note; a broken one is an
+  // Error.
+  std::vector<std::string> kernels;
   // PJRT plugin search and start-up. Unset: the process-wide settings (pjrt::set_default_pjrt_settings; the
   // tessera command sets them from its environment). A program that sets neither gets PluginSettings{} plus
   // the site-packages of a .venv beside the running program (its directory or up to two above).
@@ -98,6 +104,13 @@ struct LoadOptions {
 // the tessera command sets $HF_HUB_CACHE, $HF_HOME/hub and ~/.cache/huggingface/hub, each where set.)
 void set_hf_hub_dirs(std::vector<std::string> dirs);
 
+// A kernel package in use (LoadOptions::kernels): the op it took and how many nodes of the model's graph.
+struct KernelInUse {
+  std::string package, op, backend;  // backend: the implementation used, "cpu" or "pjrt"
+  std::string implementation;        // its file (library or StableHLO text)
+  int nodes = 0;                     // nodes of one step's graph it replaces
+};
+
 struct ModelInfo {
   std::string architecture, origin, device;
   DType dtype = DType::F32;
@@ -107,6 +120,7 @@ struct ModelInfo {
   // Matrices kept block-quantised as stored (a GGUF on the cpu backend without an explicit dtype), by format:
   // e.g. {"q4_1": 210, "q8_0": 1}; empty when every matrix is in `dtype`.
   std::map<std::string, int> quantized_matrices;
+  std::vector<KernelInUse> kernels;  // packages of LoadOptions::kernels in use (skipped ones are not listed)
 };
 
 class SlotBatch;

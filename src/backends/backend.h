@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "kernels/target.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
 
@@ -124,6 +125,12 @@ class Backend {
   virtual std::unique_ptr<Executable> load_serialized(const graph::Graph&, const std::string&) {
     fail("backend ", name(), ": executables cannot be loaded from bytes");
   }
+
+  // Kernels loaded at run time (src/kernels/package.h): which implementation of a package this backend runs
+  // (an empty backend: none), and the packages that apply, given before anything is compiled. Graphs
+  // compiled after use_kernels run a package's kernel for every node it accepts, the built-in one elsewhere.
+  virtual kernels::KernelTarget kernel_target() const { return {}; }
+  virtual void use_kernels(std::shared_ptr<const kernels::KernelSet>) {}
 };
 
 // Throws Error naming the first node whose op `backend` does not support.

@@ -15,6 +15,7 @@
 #include "distributed/mpi_communicator.h"
 #include "distributed/tp_plan.h"
 #include "io/weight_source.h"
+#include "kernels/package.h"
 #include "models/architecture.h"
 #include "runtime/model_core.h"
 #include "runtime/weight_loader.h"
@@ -168,6 +169,16 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       if (m.shape.size() == 2 && is_quantized(q)) impl->config.quantized_weights[m.name] = q;
     }
   }
+  // Kernel packages, checked against this backend and the model's graph (its ops' attributes and dtypes do
+  // not depend on the shape key) before anything is compiled.
+  std::vector<KernelInUse> kernels_used;
+  if (!opt.kernels.empty()) {
+    const graph::ShapeKey ref{
+        .phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 1, .dtype = dtype};
+    auto set = std::make_shared<kernels::KernelSet>(
+        kernels::select_kernels(opt.kernels, impl->backend->kernel_target(), impl->build(ref), kernels_used));
+    if (!set->empty()) impl->backend->use_kernels(std::move(set));
+  }
   graph::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;
   cache_opt.max_recompiles = opt.max_recompiles;  // < 0: no limit
@@ -214,8 +225,10 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                          bytes,
                          impl->config.tp.rank,
                          impl->config.tp.size,
+                         {},
                          {}};
   for (const auto& [name, q] : impl->config.quantized_weights) ++impl->info.quantized_matrices[dtype_name(q)];
+  impl->info.kernels = std::move(kernels_used);
   return CausalLM(std::move(impl));
 }
 

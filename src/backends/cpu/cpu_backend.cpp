@@ -17,6 +17,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "backends/step_checks.h"
 #include "generation/sampler.h"
+#include "kernels/package.h"
 #include "tessera/error.h"
 
 namespace tessera::backends {
@@ -101,6 +102,21 @@ struct Slot {
   int layer = -1, which = 0;  // Cache
 };
 
+// TesseraKernelIsa of an instruction set.
+int kernel_isa(cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::Scalar:
+      return TESSERA_KERNEL_ISA_SCALAR;
+    case cpu::Isa::Avx2:
+      return TESSERA_KERNEL_ISA_AVX2;
+    case cpu::Isa::Avx512:
+      return TESSERA_KERNEL_ISA_AVX512;
+    case cpu::Isa::Avx512Bf16:
+      return TESSERA_KERNEL_ISA_AVX512BF16;
+  }
+  return TESSERA_KERNEL_ISA_SCALAR;
+}
+
 cpu::GateAct gate_act(graph::Activation a) {
   switch (a) {
     case graph::Activation::Silu:
@@ -118,13 +134,14 @@ cpu::GateAct gate_act(graph::Activation a) {
 class CpuExecutable : public Executable {
  public:
   CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm, std::atomic<bool>* comm_busy,
-                cpu::Bf16Dot bf16_dot)
+                cpu::Bf16Dot bf16_dot, const kernels::KernelSet* loaded)
       : g_(g), comm_(comm), comm_busy_(comm_busy), bf16_dot_(bf16_dot) {
     if (g.key.tp_size > 1 && (!comm_ || comm_->size() != g.key.tp_size || comm_->rank() != g.key.tp_rank))
       fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size,
            " ranks (got ", comm_ ? comm_->size() : 1, ")");
     checks_ = step_checks_of(g_, "cpu step");
     plan(weights);
+    if (loaded && !loaded->empty()) pick_loaded_kernels(*loaded);
   }
 
   void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) const override {
@@ -428,6 +445,11 @@ class CpuExecutable : public Executable {
         return;
       }
       case Op::RmsNorm:
+        if (!loaded_rms_norm_.empty() && loaded_rms_norm_[static_cast<size_t>(id)]) {
+          loaded_rms_norm_[static_cast<size_t>(id)](f32(r, in[0]), static_cast<const float*>(weight(in[1])),
+                                                    rows * cols / n.dim, n.dim, n.eps, f32(r, id));
+          return;
+        }
         cpu::rms_norm(f32(r, in[0]), static_cast<const float*>(weight(in[1])), rows * cols / n.dim, n.dim, n.eps,
                       f32(r, id));
         return;
@@ -546,6 +568,22 @@ class CpuExecutable : public Executable {
     TS_ASSERT(false, "unhandled op ", graph::op_name(n.op));
   }
 
+  // Kernels loaded at run time: the one each node takes (the first package accepting it, its best kernel for
+  // the node's dtype on the active instruction set); the built-in kernel for the others.
+  void pick_loaded_kernels(const kernels::KernelSet& loaded) {
+    const int isa = kernel_isa(cpu::active_isa());
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (n.op != Op::RmsNorm) continue;  // the only op with a C signature in ABI 1
+      const kernels::KernelPackage* p = loaded.for_node(g_, n);
+      const kernels::CpuKernel* k =
+          p ? kernels::best_cpu_kernel(*p, kernels::node_dtype(g_, n), isa) : nullptr;
+      if (!k) continue;
+      loaded_rms_norm_.resize(g_.nodes.size(), nullptr);
+      loaded_rms_norm_[i] = reinterpret_cast<TesseraRmsNormFn>(k->fn);
+    }
+  }
+
   // The sibling matmuls planned at `id` (decode steps), in one kernel call.
   void run_siblings(const Run& r, int id, int64_t rows) const {
     const auto& group = siblings_[static_cast<size_t>(id)];
@@ -637,6 +675,7 @@ class CpuExecutable : public Executable {
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
+  std::vector<TesseraRmsNormFn> loaded_rms_norm_;  // per node: a loaded kernel (empty: none loaded)
 };
 
 // Copies the weights that are not already on 2 MiB pages into one arena (Tensor::empty: 2 MiB pages where
@@ -729,8 +768,12 @@ class CpuBackend : public Backend {
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
   void bind_weights(WeightMap weights) override { weights_ = pack_weights(std::move(weights)); }
   std::unique_ptr<Executable> compile(const Graph& g) override {
-    return std::make_unique<CpuExecutable>(g, weights_, comm_.get(), &comm_busy_, bf16_dot_);
+    return std::make_unique<CpuExecutable>(g, weights_, comm_.get(), &comm_busy_, bf16_dot_, kernels_.get());
   }
+  kernels::KernelTarget kernel_target() const override {
+    return {"cpu", kernels::host_platform(), kernel_isa(cpu::active_isa())};
+  }
+  void use_kernels(std::shared_ptr<const kernels::KernelSet> k) override { kernels_ = std::move(k); }
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
                                             int64_t cache_len, int64_t head_dim) override {
     if (layers < 1 || batch < 1 || kv_heads < 1 || cache_len < 1 || head_dim < 1)
@@ -782,6 +825,7 @@ class CpuBackend : public Backend {
   std::atomic<bool> comm_busy_{false};  // a tensor-parallel step is running (CpuExecutable::CommTurn)
   cpu::Bf16Dot bf16_dot_;
   DType kv_dtype_;
+  std::shared_ptr<const kernels::KernelSet> kernels_;  // loaded at run time (LoadOptions::kernels), or null
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "backends/pjrt/pjrt_api.h"
@@ -31,6 +32,7 @@ namespace {
 
 using pjrt::BufferHandle;
 using pjrt::Client;
+using pjrt::KernelSplice;
 using pjrt::Plugin;
 using pjrt::StablehloArg;
 using pjrt::StablehloProgram;
@@ -476,6 +478,25 @@ class PjrtBackendImpl : public PjrtBackend {
            " (logits + one per cache)");
   }
 
+  // Kernel packages: the PJRT implementation of a package is StableHLO for this plugin's platform.
+  kernels::KernelTarget kernel_target() const override { return {"pjrt", info_.platform_name, 0}; }
+  void use_kernels(std::shared_ptr<const kernels::KernelSet> set) override {
+    splice_ =
+        std::make_shared<const KernelSplice>(pjrt::make_kernel_splice(std::move(set), info_.platform_name));
+  }
+  // The graph lowered with the kernel packages in use spliced in; a package that accepted a node but had no
+  // function of its signature is noted once per signature (that node keeps the built-in lowering).
+  StablehloProgram lower(const graph::Graph& g) const {
+    StablehloProgram prog = pjrt::lower_to_stablehlo(g, splice_.get());
+    if (!prog.kernel_misses.empty()) {
+      std::lock_guard<std::mutex> lock(misses_mu_);
+      for (const std::string& m : prog.kernel_misses)
+        if (noted_misses_.insert(m).second)
+          log_note("kernel package ", m, ": no function of this signature, built-in lowering used");
+    }
+    return prog;
+  }
+
   // PjrtSettings::dump_dir: writes each emitted module to <dir>/<key><suffix>.mlir for debugging.
   void dump(const graph::Graph& g, const StablehloProgram& prog, const std::string& suffix = "") const {
     if (settings_.dump_dir.empty()) return;
@@ -502,6 +523,9 @@ class PjrtBackendImpl : public PjrtBackend {
   mutable std::mutex op_mu_;  // guards op_cache_
   std::unordered_map<std::string, pjrt::LoadedExecutableHandle> op_cache_;  // single-op program text -> exe
   std::mutex collective_mu_;
+  std::shared_ptr<const KernelSplice> splice_;  // kernel packages in use (LoadOptions::kernels); may be null
+  mutable std::mutex misses_mu_;                // guards noted_misses_
+  mutable std::set<std::string> noted_misses_;  // kernel signatures already noted as missing
 };
 
 // Runs a graph one op at a time (disable_compile). Per op: a one-node graph whose operands are placeholders
@@ -603,7 +627,7 @@ class PjrtOpByOpExecutable : public Executable {
     op.name = graph::op_name(n.op);
     op.inputs = inputs;
     mini.outputs = {mini.add(std::move(op))};
-    step.prog = pjrt::lower_to_stablehlo(mini);
+    step.prog = be_.lower(mini);
     return step;
   }
 
@@ -894,7 +918,7 @@ class PjrtSegmentedExecutable : public Executable {
       remap[id] = mini.add(std::move(n));
     }
     for (int o : seg.outputs) mini.outputs.push_back(remap.at(o));
-    seg.prog = pjrt::lower_to_stablehlo(mini);
+    seg.prog = be_.lower(mini);
     seg.sources.assign(seg.prog.args.size(), Source{});
     for (size_t i = 0; i < seg.prog.args.size(); ++i)
       if (seg.prog.args[i].kind == StablehloArg::Weight) seg.sources[i] = sources.at(seg.prog.args[i].name);
@@ -1057,7 +1081,7 @@ std::unique_ptr<Executable> PjrtBackendImpl::compile(const graph::Graph& g) {
   }
   const int replicas = program_replicas(g);
   auto t0 = clock_type::now();
-  StablehloProgram prog = pjrt::lower_to_stablehlo(g);
+  StablehloProgram prog = lower(g);
   note_emit(seconds_since(t0));
   dump(g, prog);
   auto weight_args = bind_weight_args(prog, g, replicas);
@@ -1086,7 +1110,7 @@ std::string PjrtBackendImpl::program_identity(const graph::Graph& g) {
     for (const std::string& t : segments.texts()) id += t;
     return id + "\ncompile options: " + pjrt::compile_options_proto(1, 1);
   }
-  return pjrt::lower_to_stablehlo(g).text + "\ncompile options: " + options_for(program_replicas(g));
+  return lower(g).text + "\ncompile options: " + options_for(program_replicas(g));
 }
 
 std::unique_ptr<Executable> PjrtBackendImpl::load_serialized(const graph::Graph& g,
@@ -1096,7 +1120,7 @@ std::unique_ptr<Executable> PjrtBackendImpl::load_serialized(const graph::Graph&
     exe->load_all(unpack_segments(bytes));
     return exe;
   }
-  StablehloProgram prog = pjrt::lower_to_stablehlo(g);  // the signature (cheap: no compile)
+  StablehloProgram prog = lower(g);  // the signature (cheap: no compile)
   auto weight_args = bind_weight_args(prog, g, program_replicas(g));
   auto exe = client_.deserialize(bytes);
   check_outputs(exe, prog.num_results, g);

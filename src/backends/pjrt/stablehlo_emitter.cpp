@@ -231,7 +231,12 @@ class Builder {
 
 class Lowering {
  public:
-  explicit Lowering(const Graph& g) : g_(g), vals_(g.nodes.size()) {}
+  Lowering(const Graph& g, const KernelSplice* kernels)
+      : g_(g),
+        vals_(g.nodes.size()),
+        kernels_(kernels && kernels->set && !kernels->set->empty() ? kernels : nullptr) {
+    if (kernels_) spliced_used_.assign(kernels_->texts.size(), false);
+  }
 
   StablehloProgram run() {
     declare_arguments();
@@ -285,8 +290,47 @@ class Lowering {
     cache_final_ = cache_args_;  // each cache's latest value: the CacheState itself until updated
   }
 
+  // A node a kernel package accepts, as a call of its function with the node's signature; false: none fits.
+  bool splice(const Node& n, int id) {
+    if (!kernels_) return false;
+    const kernels::KernelPackage* p = kernels_->set->for_node(g_, n);
+    if (!p) return false;
+    size_t k = 0;
+    while (kernels_->set->packages[k].get() != p) ++k;
+    const kernels::StablehloKernelText& text = kernels_->texts.at(k);
+    if (text.tpu_custom_call && kernels_->platform != "tpu")
+      fail("kernel package ", p->name,
+           ": its StableHLO holds stablehlo.custom_call @tpu_custom_call (a Pallas TPU "
+           "kernel), which runs only on a tpu platform, not ",
+           kernels_->platform);
+    std::vector<Val> operands;
+    std::vector<std::string> arg_types;
+    for (int in : n.inputs) {
+      operands.push_back(val(in));
+      arg_types.push_back(type(operands.back()));
+    }
+    const std::vector<std::string> result_types = {tensor_type(n.shape, "f32")};
+    for (const kernels::StablehloFunction& f : text.functions) {
+      if (!f.is_public || f.arg_types != arg_types || f.result_types != result_types) continue;
+      b_.comment(n.name + ": " + graph::op_name(n.op) + " from kernel package " + p->name + " (@" + f.name +
+                 ")");
+      vals_[static_cast<size_t>(id)] =
+          b_.op("func.call", operands, "callee = @" + text.prefix + f.name, n.shape, "f32");
+      spliced_used_[k] = true;
+      ++prog_.spliced;
+      return true;
+    }
+    prog_.kernel_misses.push_back(p->name + ": " + graph::op_name(n.op) + " " +
+                                  kernels::signature_text(arg_types, result_types));
+    return false;
+  }
+
   void lower(int id) {
     const Node& n = g_.at(id);
+    if (splice(n, id)) {
+      TS_ASSERT(vals_[static_cast<size_t>(id)].shape == n.shape, n.name);
+      return;
+    }
     switch (n.op) {
       case Op::Input:
       case Op::Weight:
@@ -794,8 +838,18 @@ class Lowering {
 
     std::ostringstream os;
     os << "// StableHLO emitted by tessera (src/backends/pjrt/stablehlo_emitter.cpp) for " << g_.key.str()
-       << "\n"
-       << "module @tessera attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = "
+       << "\n";
+    std::string spliced;  // the used packages' functions, after @main
+    if (kernels_) {
+      os << "// kernel packages: " << kernels_->set->identity() << "\n";
+      for (size_t k = 0; k < spliced_used_.size(); ++k) {
+        if (!spliced_used_[k]) continue;
+        for (const std::string& a : kernels_->texts[k].aliases) os << a << "\n";
+        for (const kernels::StablehloFunction& f : kernels_->texts[k].functions)
+          spliced += "  " + f.text + "\n";
+      }
+    }
+    os << "module @tessera attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = "
        << std::max(1, g_.key.tp_size) << " : i32} {\n"
        << "  func.func public @main(\n";
     size_t cache_index = 0;
@@ -812,7 +866,7 @@ class Lowering {
     for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << results[i].name;
     os << " : ";
     for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << type(results[i]);
-    os << "\n  }\n}\n";
+    os << "\n  }\n" << spliced << "}\n";
     prog_.text = os.str();
     return std::move(prog_);
   }
@@ -825,10 +879,27 @@ class Lowering {
   std::vector<int> cache_final_;                                // latest node holding each cache
   Builder b_;
   StablehloProgram prog_;
+  const KernelSplice* kernels_ = nullptr;  // packages to splice (null: none)
+  std::vector<bool> spliced_used_;         // per package: a node called one of its functions
 };
 
 }  // namespace
 
-StablehloProgram lower_to_stablehlo(const graph::Graph& g) { return Lowering(g).run(); }
+KernelSplice make_kernel_splice(std::shared_ptr<const kernels::KernelSet> set, const std::string& platform) {
+  KernelSplice splice;
+  splice.platform = platform;
+  for (size_t i = 0; i < set->packages.size(); ++i) {
+    const kernels::KernelPackage& p = *set->packages[i];
+    const kernels::Implementation* impl = p.implementation("pjrt", platform);
+    if (!impl) fail("kernel package ", p.name, ": no pjrt implementation for platform ", platform);
+    splice.texts.push_back(kernels::read_stablehlo_implementation(p, *impl, "k" + std::to_string(i) + "_"));
+  }
+  splice.set = std::move(set);
+  return splice;
+}
+
+StablehloProgram lower_to_stablehlo(const graph::Graph& g, const KernelSplice* kernels) {
+  return Lowering(g, kernels).run();
+}
 
 }  // namespace tessera::pjrt

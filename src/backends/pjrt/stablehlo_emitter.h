@@ -20,10 +20,13 @@
 // All arithmetic is float32 (bf16/f16 weights are converted inside the program; dots use HIGHEST precision
 // so a TPU does not drop to bf16 passes). No host callbacks, no dynamic shapes.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "graph/graph.h"
+#include "kernels/package.h"
+#include "kernels/stablehlo_text.h"
 #include "tessera/tensor.h"
 
 namespace tessera::pjrt {
@@ -45,10 +48,27 @@ struct StablehloProgram {
   int num_outputs = 1;             // graph outputs (results 0 .. num_outputs-1; only segments have several)
   int num_results = 0;             // num_outputs + number of states; result num_outputs + i aliases the i-th
                                    // Cache/Seen argument
+  // Nodes lowered as a call to a kernel package's function, and those a package accepted but had no function
+  // of the node's signature for (built-in lowering; "package: op (types) -> type").
+  int spliced = 0;
+  std::vector<std::string> kernel_misses;
 };
 
+// Kernel packages spliced into the program (LoadOptions::kernels on a PJRT device): a node a package accepts
+// (KernelSet::for_node) whose operand and result types equal those of one of the package's public functions
+// becomes `func.call` of that function, and the package's functions (symbols prefixed) are appended to the
+// module; any other node gets the built-in lowering. `texts[i]` is packages[i]'s StableHLO.
+struct KernelSplice {
+  std::shared_ptr<const kernels::KernelSet> set;
+  std::vector<kernels::StablehloKernelText> texts;
+  std::string platform;  // the plugin's platform: a module with tpu_custom_call is refused unless "tpu"
+};
+// The splice of `set` for a plugin of `platform`: each package's pjrt implementation for that platform read
+// (symbols prefixed k<i>_). Throws Error naming a file that cannot be read as StableHLO.
+KernelSplice make_kernel_splice(std::shared_ptr<const kernels::KernelSet> set, const std::string& platform);
+
 // Throws Error for an op the emitter cannot lower (none today) or a graph it cannot honour.
-StablehloProgram lower_to_stablehlo(const graph::Graph& g);
+StablehloProgram lower_to_stablehlo(const graph::Graph& g, const KernelSplice* kernels = nullptr);
 inline std::string emit_stablehlo(const graph::Graph& g) { return lower_to_stablehlo(g).text; }
 
 }  // namespace tessera::pjrt
