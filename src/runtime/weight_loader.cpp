@@ -181,10 +181,12 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     const DType dt = views.front()->dtype;
     for (const auto* n : views)
       TS_ASSERT(n->dtype == dt, name, " read as ", dtype_name(dt), " and as ", dtype_name(n->dtype));
-    // GGUF files are mostly quantised, so nearly every weight is a converted copy; copying the few tensors
-    // stored as-is (norms) too lets the mapping go once loading is done instead of staying resident for them.
+    // A GGUF's float tensors are converted copies but for a few stored as-is (norms); copying those too lets
+    // the mapping go once loading is done instead of staying resident for them. Its block-quantised matrices
+    // kept as blocks are most of the file: they stay views of the mapping (a copy would hold every byte twice
+    // at the peak of the load, the copy and the page cache's mapped pages).
     const bool mapped = stored_as(src.find(name)->stored_type, dt);
-    const bool zero_copy = mapped && !src.gguf();
+    const bool zero_copy = mapped && (!src.gguf() || is_quantized(dt));
     // A tensor read only as zeros (a row-parallel bias off rank 0) is never loaded.
     bool only_zeros = c.tp.rank != 0;
     for (const auto* n : views) only_zeros = only_zeros && n->view.rank0_only;
