@@ -378,28 +378,49 @@ inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&ou
     xd[i] = qx.d + (m0 + i) * qx.nb;
     xs[i] = qx.s + (m0 + i) * qx.nb;
   }
-  Unpacked<WT> u;
-  for (int64_t b = 0; b < qx.nb / F::kSub; ++b) {
-    unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u);
+  // Sub-block s of u (x block xb) into the accumulators of parity P (a constant: the accumulators stay in
+  // registers).
+  auto dot_sub = [&](const Unpacked<WT>& u, int s, int64_t xb, auto parity) {
+    constexpr int P = decltype(parity)::value;
+    const __m256i w = u.q[s];
+    // vpmaddubsw multiplies unsigned by signed bytes: signed weights give their magnitude, and x their sign.
+    const __m256i uw = F::kSigned ? _mm256_sign_epi8(w, w) : w;
+    // Q6_K: the scale of values 0..15 in the low four int32 lanes of the dot, of 16..31 in the high four.
+    const __m256 dv = _mm256_set_m128(_mm_set1_ps(u.dhi[s]), _mm_set1_ps(u.dlo[s]));
 #pragma GCC unroll 8
-    for (int s = 0; s < F::kSub; ++s) {
-      const int64_t xb = b * F::kSub + s;
-      const __m256i w = u.q[s];
-      // vpmaddubsw multiplies unsigned by signed bytes: signed weights give their magnitude, and x their
-      // sign.
-      const __m256i uw = F::kSigned ? _mm256_sign_epi8(w, w) : w;
-      const int p = static_cast<int>(xb & 1);
-      // Q6_K: the scale of values 0..15 in the low four int32 lanes of the dot, of 16..31 in the high four.
-      const __m256 dv = _mm256_set_m128(_mm_set1_ps(u.dhi[s]), _mm_set1_ps(u.dlo[s]));
-#pragma GCC unroll 8
-      for (int i = 0; i < MX; ++i) {
-        __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + xb * QK));
-        if constexpr (F::kSigned) x = _mm256_sign_epi8(x, w);
-        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(uw, x), ones);
-        const __m256 scale =
-            F::kTwo ? _mm256_mul_ps(dv, _mm256_set1_ps(xd[i][xb])) : _mm256_set1_ps(u.dlo[s] * xd[i][xb]);
-        acc[p][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[p][i]);
-        if constexpr (F::kMin) macc[i] = std::fma(u.m[s], xs[i][xb], macc[i]);
+    for (int i = 0; i < MX; ++i) {
+      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + xb * QK));
+      if constexpr (F::kSigned) x = _mm256_sign_epi8(x, w);
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(uw, x), ones);
+      const __m256 scale =
+          F::kTwo ? _mm256_mul_ps(dv, _mm256_set1_ps(xd[i][xb])) : _mm256_set1_ps(u.dlo[s] * xd[i][xb]);
+      acc[P][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[P][i]);
+      if constexpr (F::kMin) macc[i] = std::fma(u.m[s], xs[i][xb], macc[i]);
+    }
+  };
+  using Even = std::integral_constant<int, 0>;
+  using Odd = std::integral_constant<int, 1>;
+  const int64_t blocks = qx.nb / F::kSub;
+  Unpacked<WT> u[2];
+  if constexpr (F::kSub == 1) {  // blocks in pairs, even then odd
+    int64_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+      unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u[0]);
+      unpack<WT>(wr + static_cast<size_t>(b + 1) * F::kBytes, u[1]);
+      dot_sub(u[0], 0, b, Even{});
+      dot_sub(u[1], 0, b + 1, Odd{});
+    }
+    if (b < blocks) {
+      unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u[0]);
+      dot_sub(u[0], 0, b, Even{});
+    }
+  } else {  // a K-quant block's 8 sub-blocks in pairs
+    for (int64_t b = 0; b < blocks; ++b) {
+      unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u[0]);
+#pragma GCC unroll 4
+      for (int s = 0; s < F::kSub; s += 2) {
+        dot_sub(u[0], s, b * F::kSub + s, Even{});
+        dot_sub(u[0], s + 1, b * F::kSub + s + 1, Odd{});
       }
     }
   }
