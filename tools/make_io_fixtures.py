@@ -270,6 +270,20 @@ LLAMACPP_ARCHS = {
 }
 
 
+def gguf_writer(path, arch, name, hidden, layers, ffn, heads, kv):
+    """A GGUF writer with the metadata every tiny llama.cpp-architecture fixture has (context 64, eps 1e-6)."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_context_length(64)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    return w
+
+
 def permute_llama(w, n_head):
     """llama.cpp's converter's q/k row order for llama (each head's two rotary halves interleaved)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -285,15 +299,8 @@ def make_tiny_llamacpp_arch(arch):
     hidden, heads, kv, hd, ffn, layers = (p[k] for k in ("hidden", "heads", "kv", "head_dim", "ffn", "layers"))
     vocab, window = 48, 4
     path = os.path.join(OUT, f"tiny_{arch}.gguf")
-    w = gguf.GGUFWriter(path, "llama" if arch == "mistral" else arch)
-    w.add_name({"mistral": "Tiny Mistral"}.get(arch, f"tiny {arch}"))
-    w.add_context_length(64)
-    w.add_embedding_length(hidden)
-    w.add_block_count(layers)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv)
-    w.add_layer_norm_rms_eps(1e-6)
+    w = gguf_writer(path, "llama" if arch == "mistral" else arch, {"mistral": "Tiny Mistral"}.get(arch, f"tiny {arch}"),
+                    hidden, layers, ffn, heads, kv)
     overrides = {}
     if arch in ("gemma2", "gemma3", "mistral"):
         w.add_key_length(hd)
@@ -431,18 +438,10 @@ def make_tiny_glm4():
     model = Glm4ForCausalLM(config).eval()
     grng = np.random.default_rng(4044)
     path = os.path.join(OUT, "tiny_glm4.gguf")
-    w = gguf.GGUFWriter(path, "glm4")
-    w.add_name("tiny glm4")
-    w.add_context_length(64)
-    w.add_embedding_length(hidden)
-    w.add_block_count(layers)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv)
+    w = gguf_writer(path, "glm4", "tiny glm4", hidden, layers, ffn, heads, kv)
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_dimension_count(int(hd * 0.5))
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("glm4")
