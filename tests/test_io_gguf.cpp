@@ -287,10 +287,10 @@ namespace {
 
 // Qwen2 (q/k/v biases, untied) and Qwen3 (q/k norms, head_dim from attention.key_length, tied) GGUFs against
 // what Transformers makes of the same files (tools/make_io_fixtures.py): the config it derives, the tensor
-// names, and the float32 logits of the whole model at every position.
+// names, the float32 logits of the whole model at every position, and 16 greedy tokens.
 class IoGgufQwen : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(IoGgufQwen, ConfigTensorsAndLogitsMatchTransformersGgufLoader) {
+TEST_P(IoGgufQwen, ConfigTensorsLogitsAndGreedyMatchTransformersGgufLoader) {
   const std::string arch = GetParam();
   const std::string path = fixture("tiny_" + arch + ".gguf");
   const auto want = nlohmann::json::parse(read_text_file(fixture("tiny_" + arch + "_expected.json")));
@@ -324,6 +324,16 @@ TEST_P(IoGgufQwen, ConfigTensorsAndLogitsMatchTransformersGgufLoader) {
     for (size_t v = 0; v < logits[t].size(); ++v)
       worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
   EXPECT_LE(worst, 1e-4);
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%.3g", worst);
+  RecordProperty("max_abs_logit_diff", shown);
+
+  GenerationConfig g;
+  g.max_new_tokens = 16;  // greedy, no eos: as the golden's loop
+  const auto out = model.generate({ids}, {}, g);
+  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
+                                     out.sequences[0].end());
+  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, IoGgufQwen, ::testing::Values("qwen2", "qwen3"));

@@ -13,7 +13,8 @@ those libraries, never from Tessera.
                                2-layer Qwen2 (q/k/v biases, untied) and Qwen3 (q/k norms, tied) GGUFs
   tiny_qwen2_expected.json / tiny_qwen3_expected.json
                                transformers' config from the GGUF, its tensor names, and the float32 logits of
-                               AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) for one prompt
+                               AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) for one prompt,
+                               and its 16 greedy tokens
   tiny_gemma2.gguf, tiny_gemma3.gguf, tiny_phi3.gguf, tiny_mistral.gguf
                                llama.cpp's gemma2 (norms stored as 1 + weight, soft-caps, sliding window 4),
                                gemma3 text (6 layers: 5 sliding + 1 global, q/k norms) and phi3 (fused attn_qkv,
@@ -207,9 +208,12 @@ def make_tiny_qwen(arch):
     ids = [3, 17, 5, 40, 11, 29, 7, 2, 33]
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0].numpy().astype(np.float64)
+        greedy = list(ids)
+        for _ in range(16):  # greedy without eos, each step recomputed from the whole sequence
+            greedy.append(int(model(torch.tensor([greedy])).logits[0, -1].argmax()))
     cfg = {k: v for k, v in parsed["config"].items() if isinstance(v, (int, float, str, bool, list))}
     out = {"config": cfg, "tensors": sorted(parsed["tensors"]), "input_ids": ids,
-           "logits": [[float(x) for x in row] for row in logits],
+           "logits": [[float(x) for x in row] for row in logits], "greedy_ids": greedy[len(ids):],
            "model_class": type(model).__name__,
            "load": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=torch.float32, "
                    "attn_implementation='eager')"}
