@@ -285,6 +285,33 @@ TEST(IoGgufBad, DuplicateKey) {
 
 namespace {
 
+// The GGUF at `path` loaded as float32 against a golden: logits at every position within 1e-4 (the largest
+// difference recorded as a test property) and 16 greedy tokens (no eos, as the golden's loop).
+void expect_logits_and_greedy(const std::string& path, const nlohmann::json& want) {
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
+  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> got = model.forward(ids);
+  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
+  double worst = 0;
+  for (size_t t = 0; t < logits.size(); ++t)
+    for (size_t v = 0; v < logits[t].size(); ++v)
+      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
+  EXPECT_LE(worst, 1e-4);
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%.3g", worst);
+  ::testing::Test::RecordProperty("max_abs_logit_diff", shown);
+
+  GenerationConfig g;
+  g.max_new_tokens = 16;  // greedy, no eos: as the golden's loop
+  const auto out = model.generate({ids}, {}, g);
+  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
+                                     out.sequences[0].end());
+  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
+}
+
 // Qwen2 (q/k/v biases, untied) and Qwen3 (q/k norms, head_dim from attention.key_length, tied) GGUFs against
 // what Transformers makes of the same files (tools/make_io_fixtures.py): the config it derives, the tensor
 // names, the float32 logits of the whole model at every position, and 16 greedy tokens.
@@ -312,28 +339,7 @@ TEST_P(IoGgufQwen, ConfigTensorsLogitsAndGreedyMatchTransformersGgufLoader) {
     hf.erase(std::remove(hf.begin(), hf.end(), "lm_head.weight"), hf.end());
   EXPECT_EQ(names, hf);
 
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
-  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> got = model.forward(ids);
-  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
-  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
-  double worst = 0;
-  for (size_t t = 0; t < logits.size(); ++t)
-    for (size_t v = 0; v < logits[t].size(); ++v)
-      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
-  EXPECT_LE(worst, 1e-4);
-  char shown[32];
-  std::snprintf(shown, sizeof shown, "%.3g", worst);
-  RecordProperty("max_abs_logit_diff", shown);
-
-  GenerationConfig g;
-  g.max_new_tokens = 16;  // greedy, no eos: as the golden's loop
-  const auto out = model.generate({ids}, {}, g);
-  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
-                                     out.sequences[0].end());
-  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
+  expect_logits_and_greedy(path, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, IoGgufQwen, ::testing::Values("qwen2", "qwen3"));
@@ -379,28 +385,7 @@ TEST_P(IoGgufLlamaCppArch, ConfigTensorsLogitsAndGreedyMatchTransformers) {
     hf.erase(std::remove(hf.begin(), hf.end(), "lm_head.weight"), hf.end());
   EXPECT_EQ(names, hf);
 
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
-  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> got = model.forward(ids);
-  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
-  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
-  double worst = 0;
-  for (size_t t = 0; t < logits.size(); ++t)
-    for (size_t v = 0; v < logits[t].size(); ++v)
-      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
-  EXPECT_LE(worst, 1e-4);
-  char shown[32];
-  std::snprintf(shown, sizeof shown, "%.3g", worst);
-  RecordProperty("max_abs_logit_diff", shown);
-
-  GenerationConfig g;
-  g.max_new_tokens = 16;  // greedy, no eos: as the golden's loop
-  const auto out = model.generate({ids}, {}, g);
-  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
-                                     out.sequences[0].end());
-  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
+  expect_logits_and_greedy(path, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, IoGgufLlamaCppArch,
