@@ -76,7 +76,8 @@ void bench_matmul(const MatShape& s, DType dt, bool quick) {
               dtype_name(dt), t1 * 1e6, wbytes / t1 / 1e9, t512 * 1e3, 2.0 * 512 * s.K * s.N / t512 / 1e9);
 }
 
-void bench_attention(int64_t T, int64_t ctx, DType kv_dtype, bool quick) {
+// T query rows at the end of `ctx` filled slots of a cache of max(ctx, T) slots; window > 0: sliding.
+void bench_attention(int64_t T, int64_t ctx, DType kv_dtype, bool quick, int64_t window = 0) {
   const int64_t nh = 9, nkv = 3, hd = 64, cache = std::max<int64_t>(ctx, T);
   std::vector<float> q(static_cast<size_t>(T * nh * hd), 0.1f),
       k(static_cast<size_t>(nkv * cache * hd), 0.2f), v(k.size(), 0.3f), out(q.size());
@@ -86,10 +87,11 @@ void bench_attention(int64_t T, int64_t ctx, DType kv_dtype, bool quick) {
   std::vector<int32_t> slot(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) slot[t] = static_cast<int32_t>(ctx - T + t);
   double s = time_it(quick ? 3 : 20, [&] {
-    attention(q.data(), T, nh, hd, kp, vp, kv_dtype, nkv, cache, slot.data(), 0, 0.125f, out.data());
+    attention(q.data(), T, nh, hd, kp, vp, kv_dtype, nkv, cache, slot.data(), 0, 0.125f, out.data(), window);
   });
-  std::printf("  attention nh=9 nkv=3 hd=64 T=%-4lld ctx=%-5lld %-8s cache %9.1f us\n", static_cast<long long>(T),
-              static_cast<long long>(ctx), dtype_name(kv_dtype), s * 1e6);
+  std::printf("  attention nh=9 nkv=3 hd=64 T=%-4lld ctx=%-5lld window=%-4lld %-8s cache %9.1f us\n",
+              static_cast<long long>(T), static_cast<long long>(ctx), static_cast<long long>(window),
+              dtype_name(kv_dtype), s * 1e6);
 }
 
 
@@ -178,6 +180,13 @@ int run(int argc, char** argv) {
     bench_attention(1, 512, kv, quick);
     bench_attention(1, 2048, kv, quick);
     bench_attention(512, 512, kv, quick);
+    // Mistral's sliding window (issue 16): the full-length cache masked beyond the window (ctx 4096, window
+    // 256) against a cache holding only the window (ctx 256: what a ring buffer reads) and full attention.
+    bench_attention(1, 4096, kv, quick, 256);
+    bench_attention(1, 256, kv, quick);
+    bench_attention(1, 4096, kv, quick);
+    bench_attention(64, 4096, kv, quick, 256);
+    bench_attention(64, 256, kv, quick);
   }
   return 0;
 }

@@ -167,10 +167,9 @@ TEST(IoGgufLlama, LoadsAsBf16) {
 TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   TempDir d;
   write_file(d / "m.gguf", llama_gguf({}, 0, "falcon"));
-  expect_error(
-      [&] { open_gguf(d / "m.gguf"); },
-      {"m.gguf",
-       "architecture 'falcon' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)"});
+  expect_error([&] { open_gguf(d / "m.gguf"); }, {"m.gguf",
+                                                  "architecture 'falcon' is not supported (supported: llama, "
+                                                  "qwen2, qwen3, gemma2, gemma3, phi3, glm4)"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {
@@ -286,12 +285,39 @@ TEST(IoGgufBad, DuplicateKey) {
 
 namespace {
 
+// The GGUF at `path` loaded as float32 against a golden: logits at every position within 1e-4 (the largest
+// difference recorded as a test property) and 16 greedy tokens (no eos, as the golden's loop).
+void expect_logits_and_greedy(const std::string& path, const nlohmann::json& want) {
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
+  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> got = model.forward(ids);
+  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
+  double worst = 0;
+  for (size_t t = 0; t < logits.size(); ++t)
+    for (size_t v = 0; v < logits[t].size(); ++v)
+      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
+  EXPECT_LE(worst, 1e-4);
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%.3g", worst);
+  ::testing::Test::RecordProperty("max_abs_logit_diff", shown);
+
+  GenerationConfig g;
+  g.max_new_tokens = 16;  // greedy, no eos: as the golden's loop
+  const auto out = model.generate({ids}, {}, g);
+  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
+                                     out.sequences[0].end());
+  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
+}
+
 // Qwen2 (q/k/v biases, untied) and Qwen3 (q/k norms, head_dim from attention.key_length, tied) GGUFs against
 // what Transformers makes of the same files (tools/make_io_fixtures.py): the config it derives, the tensor
-// names, and the float32 logits of the whole model at every position.
+// names, the float32 logits of the whole model at every position, and 16 greedy tokens.
 class IoGgufQwen : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(IoGgufQwen, ConfigTensorsAndLogitsMatchTransformersGgufLoader) {
+TEST_P(IoGgufQwen, ConfigTensorsLogitsAndGreedyMatchTransformersGgufLoader) {
   const std::string arch = GetParam();
   const std::string path = fixture("tiny_" + arch + ".gguf");
   const auto want = nlohmann::json::parse(read_text_file(fixture("tiny_" + arch + "_expected.json")));
@@ -313,18 +339,7 @@ TEST_P(IoGgufQwen, ConfigTensorsAndLogitsMatchTransformersGgufLoader) {
     hf.erase(std::remove(hf.begin(), hf.end(), "lm_head.weight"), hf.end());
   EXPECT_EQ(names, hf);
 
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
-  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> got = model.forward(ids);
-  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
-  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
-  double worst = 0;
-  for (size_t t = 0; t < logits.size(); ++t)
-    for (size_t v = 0; v < logits[t].size(); ++v)
-      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
-  EXPECT_LE(worst, 1e-4);
+  expect_logits_and_greedy(path, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, IoGgufQwen, ::testing::Values("qwen2", "qwen3"));
@@ -341,7 +356,9 @@ namespace {
 // from head_dim, and the soft-caps; Phi-3: sliding_window and rope.dimension_count) the golden was made with
 // llama.cpp's value set on its config, listed in the file's "overrides". The prompt (11 tokens) is longer
 // than the window. Checked: the config, the tensor names, f32 logits at every position within 1e-4, and 16
-// greedy tokens.
+// greedy tokens. GLM-4 (q/k/v biases, fused ffn_up, post-sublayer norms, partial interleaved rotary, head_dim
+// 16 != hidden / heads): Transformers' GGUF loader has no glm4, so its golden is the Glm4ForCausalLM the file
+// was converted from, holding the weights the GGUF stores (dequantised by gguf-py).
 class IoGgufLlamaCppArch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(IoGgufLlamaCppArch, ConfigTensorsLogitsAndGreedyMatchTransformers) {
@@ -368,31 +385,11 @@ TEST_P(IoGgufLlamaCppArch, ConfigTensorsLogitsAndGreedyMatchTransformers) {
     hf.erase(std::remove(hf.begin(), hf.end(), "lm_head.weight"), hf.end());
   EXPECT_EQ(names, hf);
 
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  CausalLM model = AutoModelForCausalLM::from_pretrained(path, opt);
-  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> got = model.forward(ids);
-  const auto logits = want["logits"].get<std::vector<std::vector<double>>>();
-  ASSERT_EQ(got.size(), logits.size() * logits[0].size());
-  double worst = 0;
-  for (size_t t = 0; t < logits.size(); ++t)
-    for (size_t v = 0; v < logits[t].size(); ++v)
-      worst = std::max(worst, std::abs(got[t * logits[t].size() + v] - logits[t][v]));
-  EXPECT_LE(worst, 1e-4);
-  char shown[32];
-  std::snprintf(shown, sizeof shown, "%.3g", worst);
-  RecordProperty("max_abs_logit_diff", shown);
-
-  GenerationConfig g;
-  g.max_new_tokens = 16;  // greedy, no eos: as the golden's loop
-  const auto out = model.generate({ids}, {}, g);
-  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
-                                     out.sequences[0].end());
-  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
+  expect_logits_and_greedy(path, want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, IoGgufLlamaCppArch, ::testing::Values("gemma2", "gemma3", "phi3", "mistral"));
+INSTANTIATE_TEST_SUITE_P(Archs, IoGgufLlamaCppArch,
+                         ::testing::Values("gemma2", "gemma3", "phi3", "mistral", "glm4"));
 
 // llama.cpp's converter stores Gemma's RMSNorm weights as 1 + weight; the source gives back HF's weight, so
 // the Gemma models' (1 + weight) is not applied twice.
@@ -445,6 +442,20 @@ Bytes arch_gguf(const std::string& arch, const std::vector<std::pair<std::string
   return b.bytes();
 }
 
+// GLM-4 without attention.key_length or rope.dimension_count: llama.cpp's head size (hidden / heads) and a
+// whole-head rotary part, said explicitly because Glm4Config's defaults (head_dim 128, factor 0.5) differ.
+TEST(IoGgufLlamaCppArch, Glm4DefaultsAreLlamaCppsNotGlm4Configs) {
+  TempDir d;
+  write_file(d / "g.gguf", arch_gguf("glm4", {}));
+  auto cfg = nlohmann::json::parse(open_gguf(d / "g.gguf")->config_json());
+  EXPECT_EQ(cfg["head_dim"], 16);
+  EXPECT_EQ(cfg["partial_rotary_factor"], 1.0);
+  write_file(d / "h.gguf", arch_gguf("glm4", {{"attention.key_length", 8}, {"rope.dimension_count", 4}}));
+  cfg = nlohmann::json::parse(open_gguf(d / "h.gguf")->config_json());
+  EXPECT_EQ(cfg["head_dim"], 8);
+  EXPECT_EQ(cfg["partial_rotary_factor"], 0.5);
+}
+
 TEST(IoGgufLlamaCppArch, BadInputsNameTheFileAndKey) {
   TempDir d;
   // Gemma 2: a value head size apart from the key head size (HF attention has one head_dim).
@@ -471,6 +482,18 @@ TEST(IoGgufLlamaCppArch, BadInputsNameTheFileAndKey) {
   // Phi-3: a rotary part that is no even size within the head (16).
   write_file(d / "pr.gguf", arch_gguf("phi3", {{"rope.dimension_count", 5}}));
   expect_error([&] { open_gguf(d / "pr.gguf"); }, {"pr.gguf", "phi3.rope.dimension_count is 5"});
+  // GLM-4: a fused attn_qkv (llama.cpp reads one; Glm4ForCausalLM has separate q/k/v), a separate ffn_gate,
+  // NextN layers, and a rotary part that is no even size within the head.
+  write_file(d / "gq.gguf", arch_gguf("glm4", {}, {{"blk.0.attn_qkv.weight", {32, 64}}}));
+  expect_error([&] { open_gguf(d / "gq.gguf"); },
+               {"gq.gguf", "tensor 'blk.0.attn_qkv.weight'", "glm4 GGUF with a fused attn_qkv", "attn_q"});
+  write_file(d / "gg.gguf", arch_gguf("glm4", {}, {{"blk.0.ffn_gate.weight", {32, 64}}}));
+  expect_error([&] { open_gguf(d / "gg.gguf"); }, {"gg.gguf", "tensor 'blk.0.ffn_gate.weight'", "ffn_up"});
+  write_file(d / "gn.gguf", arch_gguf("glm4", {}, {{"blk.0.nextn.eh_proj.weight", {64, 32}}}));
+  expect_error([&] { open_gguf(d / "gn.gguf"); },
+               {"gn.gguf", "tensor 'blk.0.nextn.eh_proj.weight'", "NextN"});
+  write_file(d / "gr.gguf", arch_gguf("glm4", {{"rope.dimension_count", 7}}));
+  expect_error([&] { open_gguf(d / "gr.gguf"); }, {"gr.gguf", "glm4.rope.dimension_count is 7"});
   // llama (Mistral's GGUF architecture): a rotary part smaller than the head.
   write_file(d / "m.gguf", arch_gguf("llama", {{"attention.key_length", 32}, {"rope.dimension_count", 16}}));
   expect_error([&] { open_gguf(d / "m.gguf"); },

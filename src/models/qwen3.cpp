@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
+#include "models/families.h"
 
 namespace tessera::models::qwen3 {
 
@@ -38,14 +39,10 @@ int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
                         {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .qk_norm = true}, {});
 }
 
-// Qwen3Config's defaults.
+// Qwen3Config's defaults: Qwen2Config's, and head_dim 128.
 ConfigDefaults defaults() {
-  ConfigDefaults d;
-  d.model_type = "qwen3";
+  ConfigDefaults d = qwen_defaults("qwen3");
   d.head_dim = 128;
-  d.num_kv_heads = 32;
-  d.max_position_embeddings = 32768;
-  d.rms_norm_eps = 1e-6;
   return d;
 }
 
@@ -59,10 +56,16 @@ Architecture architecture() {
        .finish = parse_qwen_sliding,
        .config_keys = keys(),
        // Qwen3's base_model_tp_plan, plus the vocab-parallel LM head.
-       .tp_plan = causal_lm_tp_plan({attention_tp_plan(),
-                                     {{"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
-                                      {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}},
-                                     gated_mlp_tp_plan()})});
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), qk_norm_tp_plan(), gated_mlp_tp_plan()})});
 }
 
 }  // namespace tessera::models::qwen3
+
+namespace tessera::models {
+
+TpPlan qk_norm_tp_plan() {
+  return {{"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+          {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}};
+}
+
+}  // namespace tessera::models

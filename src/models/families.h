@@ -1,0 +1,25 @@
+// What the architectures of one family share beyond blocks.h: the config keys and defaults Gemma 2 and
+// Gemma 3 read alike (gemma2.cpp), Qwen2Config's defaults that Qwen3Config shares (qwen2.cpp), and the
+// q/k-norm entries of the tensor-parallel plans of Qwen3 and Gemma 3 (qwen3.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/architecture.h"
+#include "models/config.h"
+
+namespace tessera::models {
+
+// Gemma 2 / Gemma 3: the rows of their key tables that both read alike, and the defaults Gemma2Config and
+// Gemma3TextConfig share.
+std::vector<ConfigKey> gemma_config_keys();
+ConfigDefaults gemma_defaults(const char* model_type, int64_t max_position_embeddings);
+
+// Qwen2Config's defaults, which Qwen3Config shares but for head_dim.
+ConfigDefaults qwen_defaults(const char* model_type);
+
+// self_attn.{q,k}_norm replicated_with_grad_allreduce (Qwen3's and Gemma 3's base_model_tp_plan).
+TpPlan qk_norm_tp_plan();
+
+}  // namespace tessera::models
