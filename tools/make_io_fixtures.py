@@ -145,14 +145,9 @@ def hf_load_gguf(path):
     return load_gguf_checkpoint(path, return_tensors=True, model_to_load=model)
 
 
-def make_tiny_qwen(arch):
-    """A Qwen2 or Qwen3 GGUF as llama.cpp's converter writes them (no q/k permutation: NeoX rope), and what
-    transformers makes of it: config, tensor names, logits."""
-    qrng = np.random.default_rng({"qwen2": 2002, "qwen3": 3003}[arch])  # not the shared rng: earlier files stay
-    path = os.path.join(OUT, f"tiny_{arch}.gguf")
-    hidden, heads, kv_heads, ffn, vocab, layers = 64, 4, 2, 96, 48, 2
-    # Transformers reads no head_dim for qwen3 GGUFs (Qwen3Config's default, 128, applies): the file says 128.
-    head_dim = 128 if arch == "qwen3" else hidden // heads
+def qwen_gguf_writer(path, arch, hidden, heads, kv_heads, head_dim, ffn, vocab, layers):
+    """A GGUFWriter holding the metadata of a tiny Qwen2 / Qwen3 as llama.cpp's converter writes it (tokens
+    tok0 .. tok{vocab-1}, eos 2); the caller adds the tensors."""
     w = gguf.GGUFWriter(path, arch)
     w.add_context_length(256)
     w.add_embedding_length(hidden)
@@ -169,6 +164,18 @@ def make_tiny_qwen(arch):
     w.add_tokenizer_pre("qwen2")
     w.add_token_list([f"tok{i}" for i in range(vocab)])
     w.add_eos_token_id(2)
+    return w
+
+
+def make_tiny_qwen(arch):
+    """A Qwen2 or Qwen3 GGUF as llama.cpp's converter writes them (no q/k permutation: NeoX rope), and what
+    transformers makes of it: config, tensor names, logits."""
+    qrng = np.random.default_rng({"qwen2": 2002, "qwen3": 3003}[arch])  # not the shared rng: earlier files stay
+    path = os.path.join(OUT, f"tiny_{arch}.gguf")
+    hidden, heads, kv_heads, ffn, vocab, layers = 64, 4, 2, 96, 48, 2
+    # Transformers reads no head_dim for qwen3 GGUFs (Qwen3Config's default, 128, applies): the file says 128.
+    head_dim = 128 if arch == "qwen3" else hidden // heads
+    w = qwen_gguf_writer(path, arch, hidden, heads, kv_heads, head_dim, ffn, vocab, layers)
 
     def add(name, shape, qtype, scale=0.1, offset=0.0):
         data = (qrng.standard_normal(shape) * scale + offset).astype(np.float32)

@@ -23,7 +23,7 @@ import gguf
 from gguf import GGMLQuantizationType as Q
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_io_fixtures import OUT, hf_load_gguf, write_gguf  # noqa: E402
+from make_io_fixtures import OUT, hf_load_gguf, qwen_gguf_writer, write_gguf  # noqa: E402
 
 rng = np.random.default_rng(4242)
 
@@ -51,21 +51,7 @@ def main():
     path = os.path.join(OUT, "tiny_kquants.gguf")
     # Transformers reads no head_dim from a qwen3 GGUF (Qwen3Config's default, 128, applies): the file says 128.
     hidden, heads, kv_heads, head_dim, ffn, vocab, layers = 256, 4, 2, 128, 512, 64, 2
-    w = gguf.GGUFWriter(path, "qwen3")
-    w.add_context_length(256)
-    w.add_embedding_length(hidden)
-    w.add_block_count(layers)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(1000000.0)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list([f"tok{i}" for i in range(vocab)])
-    w.add_eos_token_id(2)
+    w = qwen_gguf_writer(path, "qwen3", hidden, heads, kv_heads, head_dim, ffn, vocab, layers)
 
     def add(name, shape, qtype, scale=0.05, offset=0.0):
         if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
