@@ -187,7 +187,7 @@ tessera::CausalLM load_model(const std::string& path, std::optional<std::string>
                              const std::string& device_map, const std::string& buckets,
                              const nb::dict& distributed) {
   tessera::LoadOptions o;
-  if (dtype) o.dtype = tessera::parse_dtype(*dtype);
+  if (dtype) o.dtype = tessera::parse_load_dtype(*dtype);
   o.device_map = device_map;
   o.buckets = buckets;
   tessera::DistributedConfig& d = o.distributed;
@@ -322,6 +322,9 @@ NB_MODULE(_tessera, m) {
         d["origin"] = i.origin;
         d["device"] = i.device;
         d["dtype"] = std::string(tessera::dtype_name(i.dtype));
+        nb::dict quantized;
+        for (const auto& [format, count] : i.quantized_matrices) quantized[format.c_str()] = count;
+        d["quantized_matrices"] = quantized;
         d["num_layers"] = i.num_layers;
         d["hidden_size"] = i.hidden_size;
         d["vocab_size"] = i.vocab_size;

@@ -134,6 +134,20 @@ def test_dtype_constants():
     assert repr(tessera.float16) == "tessera.float16"
 
 
+def test_dtype_quantised_at_load():
+    # dtype="q8_0" as the command's --dtype q8_0: the float checkpoint's matrices quantised at load (cpu device);
+    # logits near the float32 load's (the C++ suite bounds them against Transformers: test_quantize_at_load.cpp).
+    path = os.path.join(MODELS, "qwen3_tied")
+    q = tessera.AutoModelForCausalLM.from_pretrained(path, dtype="q8_0")
+    assert q.dtype == "q8_0"
+    f = tessera.AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    ids = np.array([[3, 17, 5, 40, 11, 29, 7, 2, 33]])
+    diff = np.abs(q(ids).logits - f(ids).logits).max()
+    assert 0 < diff < 0.35, diff
+    with pytest.raises(tessera.TesseraError, match="q8_0 \\(quantised at load\\) runs on the cpu device"):
+        tessera.AutoModelForCausalLM.from_pretrained(path, dtype="q8_0", device_map="xla-cpu")
+
+
 def test_collective_timeout_from_the_environment(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -152,3 +166,12 @@ def test_ranks_started_without_mpi(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(ValueError, match="needs the ranks started through MPI"):
         tessera.AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, "qwen3_tp4"), tp_plan="auto")
+
+
+def test_gguf_blocks_kept_are_listed():
+    # A GGUF's block matrices stay as stored on the cpu device; info() lists them by format, as --json does.
+    path = os.path.join(os.path.dirname(MODELS), "io", "tiny_kquants.gguf")
+    info = tessera.AutoModelForCausalLM.from_pretrained(path)._lm.info()
+    with open(os.path.join(os.path.dirname(MODELS), "io", "tiny_kquants_expected.json")) as f:
+        assert info["quantized_matrices"] == json.load(f)["block_matrices"]
+    assert tessera.AutoModelForCausalLM.from_pretrained(path, dtype="float32")._lm.info()["quantized_matrices"] == {}
