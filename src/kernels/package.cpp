@@ -151,9 +151,8 @@ bool KernelPackage::accepts(const graph::Graph& g, const graph::Node& n, std::st
   for (const auto& [attr, accepted] : shapes) {
     const double v = attrs.at(attr);
     // eps is a float32 attribute: the manifest's value is compared after rounding to float32.
-    auto same = [&](double a) {
-      return attr == "eps" ? static_cast<float>(a) == static_cast<float>(v) : a == v;
-    };
+    const bool as_float = attr == "eps";  // (clang 14 cannot capture a structured binding)
+    auto same = [&](double a) { return as_float ? static_cast<float>(a) == static_cast<float>(v) : a == v; };
     if (std::none_of(accepted.begin(), accepted.end(), same)) {
       if (why) *why = attr + " " + number(v) + " not in " + values(accepted);
       return false;
