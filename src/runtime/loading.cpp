@@ -140,14 +140,14 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       for (const auto& n : notes) log_note(n);
     }
   }
-  // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
-  // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
   // Quantised at load: refused before a PJRT device starts, and by any backend without block kernels.
   auto refuse_quantized = [&](const std::string& device) {
     fail("dtype ", dtype_name(dtype), " (quantised at load) runs on the cpu device, not '", device,
          "': use float32, bfloat16 or float16 there");
   };
   if (is_quantized(dtype) && backends::is_pjrt_device(opt.device_map)) refuse_quantized(opt.device_map);
+  // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
+  // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
   backends::CpuBackendOptions cpu_options;
   cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
   cpu_options.bf16_kv_cache = dtype == DType::BF16 && !opt.exact_bf16_matmul;
