@@ -124,22 +124,30 @@ void by_format(DType wt, Fn&& fn) {
   }
 }
 
-// x quantised per row and block: q [M][K] int8, d [M][nb] scales, s [M][nb] = d * sum of the block's q.
+// x quantised per row and block: q [M][K] int8; per row (stride ld = nb rounded up to 8, zeros past nb) and
+// block of 32: d the scale, s = d * (sum of the block's q), isum that sum as an integer; isum16 [M][K / 16]
+// the sums per 16 values (the AVX2 kernels take offset formats' quants unsigned and subtract offset * sum
+// after the integer dot, which is exact).
 struct QuantX {
   const int8_t* q;
   const float* d;
   const float* s;
-  int64_t K, nb;
+  const int32_t* isum;
+  const int32_t* isum16;
+  int64_t K, nb, ld;
 };
 
 // Into scratch slot 0 of the calling thread (shared with the workers for the duration of one kernel).
 QuantX quantize_x(const float* x, int64_t M, int64_t K) {
-  const int64_t nb = K / QK;
+  const int64_t nb = K / QK, ld = (nb + 7) / 8 * 8, n16 = K / 16;
   const int64_t qfloats = (M * K + 63) / 64 * 16;  // the int8 quants, in whole 64-byte lines
-  float* buf = scratch(0, qfloats + 2 * M * nb);
+  float* buf = scratch(0, qfloats + 3 * M * ld + M * n16);
   auto* q = reinterpret_cast<int8_t*>(buf);
   float* d = buf + qfloats;
-  float* s = d + M * nb;
+  float* s = d + M * ld;
+  auto* isum = reinterpret_cast<int32_t*>(s + M * ld);
+  int32_t* isum16 = isum + M * ld;
+  std::fill(d, d + 3 * M * ld, 0.0f);  // the padding of d, s and isum (0.0f is all zero bits)
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + m * K + b * QK;
@@ -148,18 +156,21 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K) {
       for (int64_t j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(xb[j]));
       const float scale = amax / 127.0f;
       const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-      int32_t sum = 0;
+      int32_t half[2] = {0, 0};
       for (int64_t j = 0; j < QK; ++j) {
         const float v = std::nearbyint(xb[j] * inv);  // the default rounding: to nearest, ties to even
         const int32_t iv = static_cast<int32_t>(std::clamp(v, -127.0f, 127.0f));
         qb[j] = static_cast<int8_t>(iv);
-        sum += iv;
+        half[j / 16] += iv;
       }
-      d[m * nb + b] = scale;
-      s[m * nb + b] = scale * static_cast<float>(sum);
+      d[m * ld + b] = scale;
+      s[m * ld + b] = scale * static_cast<float>(half[0] + half[1]);
+      isum[m * ld + b] = half[0] + half[1];
+      isum16[m * n16 + 2 * b] = half[0];
+      isum16[m * n16 + 2 * b + 1] = half[1];
     }
   }
-  return {q, d, s, K, nb};
+  return {q, d, s, isum, isum16, K, nb, ld};
 }
 
 }  // namespace
@@ -237,7 +248,7 @@ inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&ou
       const int64_t xb = b * F::kSub + s;
       for (int i = 0; i < MX; ++i) {
         const int8_t* xq = qx.q + (m0 + i) * qx.K + xb * QK;
-        const float xd = qx.d[(m0 + i) * qx.nb + xb];
+        const float xd = qx.d[(m0 + i) * qx.ld + xb];
         int32_t lo = 0, hi = 0;
         for (int j = 0; j < 16; ++j) lo += u.q[s][j] * xq[j];
         for (int j = 16; j < QK; ++j) hi += u.q[s][j] * xq[j];
@@ -247,7 +258,7 @@ inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&ou
         } else {
           acc[i] += u.dlo[s] * xd * static_cast<float>(lo + hi);
         }
-        if constexpr (F::kMin) macc[i] += u.m[s] * qx.s[(m0 + i) * qx.nb + xb];
+        if constexpr (F::kMin) macc[i] += u.m[s] * qx.s[(m0 + i) * qx.ld + xb];
       }
     }
   }
@@ -294,8 +305,7 @@ inline __m256i shr16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_
 // 16 bytes of nibbles as 32 bytes: the low nibbles first, then the high ones.
 inline __m256i nibbles(const uint8_t* p) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i m4 = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
 }
 
 // Bit j of qh as 0x10 in byte j (0 where clear).
@@ -355,77 +365,202 @@ inline void unpack(const uint8_t* blk, Unpacked<WT>& u) {
   }
 }
 
-// Dots of one weight row with x rows m0 .. m0 + MX - 1. Two accumulators per x row (even and odd sub-blocks)
-// so consecutive FMAs do not wait on each other; the same operations in the same order for each x row
-// whatever MX, so an output does not depend on how many rows share the pass.
-template <DType WT, int MX>
-inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&out)[MX]) {
+// ---- decode: groups of 8 sub-blocks (one K-quant block, or 8 blocks of a 32-value format)
+//
+// Each sub-block's integer dot with x is 8 int32 partial sums (vpmaddubsw, vpmaddwd); the 8 sub-blocks of a
+// group are reduced together into one vector whose lane s is sub-block s's dot (Q6_K: two vectors of
+// half-sub-block dots), so the scales are applied with one multiply and one FMA per group, from vectors of
+// the weights' and x's per-sub-block scales. Quants of the offset formats (Q4_0, Q5_0, Q6_K) are taken
+// unsigned and offset * (sum of the x quants) is subtracted from the integer dot (exact); Q8_0 keeps the sign
+// trick.
+
+// 8 quants-of-32 and the scales of one group. Lanes past the group's last sub-block hold zero quants and
+// zero scales.
+struct Group {
+  __m256i q[8];
+  __m256 d;   // per sub-block scale (Q6_K: sub-blocks 0-3's scales in the lane order of row_dots' u0)
+  __m256 d2;  // kMin: per sub-block offset m; Q6_K: sub-blocks 4-7's scales in u1's lane order
+};
+
+// Lane s: the total of d[s]'s int32 lanes.
+inline __m256i lane_totals(const __m256i (&d)[8]) {
+  const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+  const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[4], d[5]), _mm256_hadd_epi32(d[6], d[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// f16 field at byte offset off of n blocks of `bytes` (n <= 8; a constant for whole groups), as 8 floats
+// (zero past n).
+template <typename N>
+inline __m256 f16_fields(const uint8_t* blk, size_t bytes, size_t off, N n) {
+  __m128i h = _mm_setzero_si128();
+  const auto at = [&](int s) { return u16_at(blk + s * bytes + off); };
+  h = _mm_insert_epi16(h, at(0), 0);
+  if (n > 1) h = _mm_insert_epi16(h, at(1), 1);
+  if (n > 2) h = _mm_insert_epi16(h, at(2), 2);
+  if (n > 3) h = _mm_insert_epi16(h, at(3), 3);
+  if (n > 4) h = _mm_insert_epi16(h, at(4), 4);
+  if (n > 5) h = _mm_insert_epi16(h, at(5), 5);
+  if (n > 6) h = _mm_insert_epi16(h, at(6), 6);
+  if (n > 7) h = _mm_insert_epi16(h, at(7), 7);
+  return _mm256_cvtph_ps(h);
+}
+
+// The 8 bytes of v as 8 floats.
+inline __m256 bytes_ps(uint64_t v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(v))));
+}
+
+// Group g of row wr: blocks g*8 .. g*8+n-1 of a 32-value format, or K-quant block g (n = 8).
+template <DType WT, typename N>
+inline void load_group(const uint8_t* wr, int64_t g, N n, Group& G) {
   using F = Fmt<WT>;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  if constexpr (F::kSub == 1) {
+    const uint8_t* blk = wr + static_cast<size_t>(g) * 8 * F::kBytes;
+    G.d = f16_fields(blk, F::kBytes, 0, n);
+    if constexpr (F::kMin) G.d2 = f16_fields(blk, F::kBytes, 2, n);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const uint8_t* b = blk + s * F::kBytes;
+      if (s >= n) {
+        G.q[s] = _mm256_setzero_si256();
+      } else if constexpr (WT == DType::Q8_0) {
+        G.q[s] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+      } else if constexpr (WT == DType::Q4_0) {
+        G.q[s] = nibbles(b + 2);
+      } else if constexpr (WT == DType::Q4_1) {
+        G.q[s] = nibbles(b + 4);
+      } else if constexpr (WT == DType::Q5_0) {
+        G.q[s] = _mm256_or_si256(nibbles(b + 6), fifth_bits(b + 2));
+      } else {
+        G.q[s] = _mm256_or_si256(nibbles(b + 8), fifth_bits(b + 4));
+      }
+    }
+  } else if constexpr (WT == DType::Q4_K || WT == DType::Q5_K) {
+    const uint8_t* blk = wr + static_cast<size_t>(g) * F::kBytes;
+    // The 12 bytes of 6-bit scales and mins (a, b, c: bytes 0-3, 4-7, 8-11): sub-blocks 0-3 take the low six
+    // bits of a (scales) and b (mins); 4-7 the nibbles of c with the top two bits of a and b above them.
+    uint32_t a, b, c;
+    std::memcpy(&a, blk + 4, 4);
+    std::memcpy(&b, blk + 8, 4);
+    std::memcpy(&c, blk + 12, 4);
+    const uint64_t sc = (a & 0x3f3f3f3fu) | uint64_t{(c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4)}
+                                                << 32;
+    const uint64_t mn =
+        (b & 0x3f3f3f3fu) | uint64_t{((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4)} << 32;
+    G.d = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(u16_at(blk))), bytes_ps(sc));
+    G.d2 = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(u16_at(blk + 2))), bytes_ps(mn));
+    const uint8_t* qs = blk + (WT == DType::Q5_K ? 48 : 16);
+    const __m256i one = _mm256_set1_epi8(1);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * k));
+      __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      if constexpr (WT == DType::Q5_K) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * k), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * k + 1), one), 4));
+      }
+      G.q[2 * k] = lo;
+      G.q[2 * k + 1] = hi;
+    }
+  } else {  // Q6_K: quants 0..63 (the offset 32 is subtracted after the dot)
+    const uint8_t* blk = wr + static_cast<size_t>(g) * F::kBytes;
+    const __m256i m2 = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i low = _mm256_and_si256(shr16(k & 1 ? l1 : l0, 4 * (k >> 1)), m4);
+        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * k), m2), 4);
+        G.q[4 * h + k] = _mm256_or_si256(low, high);
+      }
+    }
+    // 16 int8 scales (sub-block s: 2s for values 0..15, 2s + 1 for 16..31) in u0's and u1's lane order.
+    const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)),
+                                        _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(u16_at(blk + 208)));
+    G.d = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    G.d2 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+  }
+}
+
+// Dots of one weight row with x rows m0 .. m0 + MX - 1: for each group, the group is unpacked once and
+// met by each x row in turn; the same operations in the same order for each x row whatever MX, so an output
+// does not depend on how many rows share the pass.
+template <DType WT, int MX, typename N>
+inline void group_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, int64_t g, N n, __m256 (&acc)[MX],
+                       __m256 (&macc)[MX]) {
+  using F = Fmt<WT>;
+  constexpr bool kOff = WT == DType::Q4_0 || WT == DType::Q5_0;  // unsigned quants, offset 8 or 16
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[2][MX];
-  float macc[MX];
-#pragma GCC unroll 8
-  for (int i = 0; i < MX; ++i) {
-    acc[0][i] = acc[1][i] = _mm256_setzero_ps();
-    macc[i] = 0.0f;
-  }
-  const int8_t* xq[MX];
-  const float* xd[MX];
-  const float* xs[MX];
-#pragma GCC unroll 8
-  for (int i = 0; i < MX; ++i) {
-    xq[i] = qx.q + (m0 + i) * qx.K;
-    xd[i] = qx.d + (m0 + i) * qx.nb;
-    xs[i] = qx.s + (m0 + i) * qx.nb;
-  }
-  // Sub-block s of u (x block xb) into the accumulators of parity P (a constant: the accumulators stay in
-  // registers).
-  auto dot_sub = [&](const Unpacked<WT>& u, int s, int64_t xb, auto parity) {
-    constexpr int P = decltype(parity)::value;
-    const __m256i w = u.q[s];
-    // vpmaddubsw multiplies unsigned by signed bytes: signed weights give their magnitude, and x their sign.
-    const __m256i uw = F::kSigned ? _mm256_sign_epi8(w, w) : w;
-    // Q6_K: the scale of values 0..15 in the low four int32 lanes of the dot, of 16..31 in the high four.
-    const __m256 dv = _mm256_set_m128(_mm_set1_ps(u.dhi[s]), _mm_set1_ps(u.dlo[s]));
+  Group G;
+  load_group<WT>(wr, g, n, G);
+  {
 #pragma GCC unroll 8
     for (int i = 0; i < MX; ++i) {
-      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i] + xb * QK));
-      if constexpr (F::kSigned) x = _mm256_sign_epi8(x, w);
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(uw, x), ones);
-      const __m256 scale =
-          F::kTwo ? _mm256_mul_ps(dv, _mm256_set1_ps(xd[i][xb])) : _mm256_set1_ps(u.dlo[s] * xd[i][xb]);
-      acc[P][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[P][i]);
-      if constexpr (F::kMin) macc[i] = std::fma(u.m[s], xs[i][xb], macc[i]);
-    }
-  };
-  using Even = std::integral_constant<int, 0>;
-  using Odd = std::integral_constant<int, 1>;
-  const int64_t blocks = qx.nb / F::kSub;
-  Unpacked<WT> u[2];
-  if constexpr (F::kSub == 1) {  // blocks in pairs, even then odd
-    int64_t b = 0;
-    for (; b + 2 <= blocks; b += 2) {
-      unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u[0]);
-      unpack<WT>(wr + static_cast<size_t>(b + 1) * F::kBytes, u[1]);
-      dot_sub(u[0], 0, b, Even{});
-      dot_sub(u[1], 0, b + 1, Odd{});
-    }
-    if (b < blocks) {
-      unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u[0]);
-      dot_sub(u[0], 0, b, Even{});
-    }
-  } else {  // a K-quant block's 8 sub-blocks in pairs
-    for (int64_t b = 0; b < blocks; ++b) {
-      unpack<WT>(wr + static_cast<size_t>(b) * F::kBytes, u[0]);
-#pragma GCC unroll 4
-      for (int s = 0; s < F::kSub; s += 2) {
-        dot_sub(u[0], s, b * F::kSub + s, Even{});
-        dot_sub(u[0], s + 1, b * F::kSub + s + 1, Odd{});
+      const int8_t* xq = qx.q + (m0 + i) * qx.K + g * 8 * QK;
+      __m256i dot[8];
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (s < n ? s : 0) * QK));
+        __m256i w = G.q[s];
+        if constexpr (WT == DType::Q8_0) {  // vpmaddubsw wants unsigned weights: |w|, and w's sign moved to x
+          x = _mm256_sign_epi8(x, w);
+          w = _mm256_sign_epi8(w, w);
+        }
+        dot[s] = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+      }
+      const int64_t xo = (m0 + i) * qx.ld + g * 8;
+      if constexpr (WT == DType::Q6_K) {
+        // Two vectors of half-sub-block dots: lanes [s0..s3 first halves | s0..s3 second halves], then
+        // s4..s7.
+        const __m256i u0 =
+            _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]), _mm256_hadd_epi32(dot[2], dot[3]));
+        const __m256i u1 =
+            _mm256_hadd_epi32(_mm256_hadd_epi32(dot[4], dot[5]), _mm256_hadd_epi32(dot[6], dot[7]));
+        const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        const int32_t* h16 = qx.isum16 + (m0 + i) * (qx.K / 16) + g * 16;
+        const __m256i c0 =
+            _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16)), order);
+        const __m256i c1 =
+            _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16 + 8)), order);
+        const __m256 r0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u0, _mm256_slli_epi32(c0, 5)));
+        const __m256 r1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u1, _mm256_slli_epi32(c1, 5)));
+        acc[i] = _mm256_fmadd_ps(
+            r0, _mm256_mul_ps(G.d, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(qx.d + xo))), acc[i]);
+        acc[i] = _mm256_fmadd_ps(
+            r1, _mm256_mul_ps(G.d2, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(qx.d + xo + 4))),
+            acc[i]);
+      } else {
+        __m256i r = lane_totals(dot);
+        if constexpr (kOff) {
+          const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.isum + xo));
+          r = _mm256_sub_epi32(r, _mm256_slli_epi32(sums, WT == DType::Q4_0 ? 3 : 4));
+        }
+        acc[i] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(r), _mm256_mul_ps(G.d, _mm256_loadu_ps(qx.d + xo)), acc[i]);
+        if constexpr (F::kMin) macc[i] = _mm256_fmadd_ps(G.d2, _mm256_loadu_ps(qx.s + xo), macc[i]);
       }
     }
   }
+}
+
+template <DType WT, int MX>
+inline void row_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, float (&out)[MX]) {
+  __m256 acc[MX], macc[MX];
 #pragma GCC unroll 8
-  for (int i = 0; i < MX; ++i) out[i] = hsum(_mm256_add_ps(acc[0][i], acc[1][i])) + macc[i];
+  for (int i = 0; i < MX; ++i) acc[i] = macc[i] = _mm256_setzero_ps();
+  const int64_t full = qx.nb / 8;
+  for (int64_t g = 0; g < full; ++g)
+    group_dots<WT, MX>(wr, qx, m0, g, std::integral_constant<int, 8>{}, acc, macc);
+  if (qx.nb % 8 != 0) group_dots<WT, MX>(wr, qx, m0, full, static_cast<int>(qx.nb % 8), acc, macc);
+#pragma GCC unroll 8
+  for (int i = 0; i < MX; ++i) out[i] = hsum(acc[i]) + hsum(macc[i]);
 }
 
 template <DType WT>
