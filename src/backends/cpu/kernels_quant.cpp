@@ -368,26 +368,12 @@ inline void unpack(const uint8_t* blk, Unpacked<WT>& u) {
 // ---- decode: groups of 8 sub-blocks (one K-quant block, or 8 blocks of a 32-value format)
 //
 // Each sub-block's integer dot with x is 8 int32 partial sums (vpmaddubsw, vpmaddwd); the 8 sub-blocks of a
-// group are reduced together into one vector whose lane s is sub-block s's dot (Q6_K: two vectors of
-// half-sub-block dots), so the scales are applied with one multiply and one FMA per group, from vectors of
-// the weights' and x's per-sub-block scales. Quants of the offset formats (Q4_0, Q5_0, Q6_K) are taken
-// unsigned and offset * (sum of the x quants) is subtracted from the integer dot (exact); Q8_0 keeps the sign
-// trick.
-
-// 8 quants-of-32 and the scales of one group. Lanes past the group's last sub-block hold zero quants and
-// zero scales.
-struct Group {
-  __m256i q[8];
-  __m256 d;   // per sub-block scale (Q6_K: sub-blocks 0-3's scales in the lane order of row_dots' u0)
-  __m256 d2;  // kMin: per sub-block offset m; Q6_K: sub-blocks 4-7's scales in u1's lane order
-};
-
-// Lane s: the total of d[s]'s int32 lanes.
-inline __m256i lane_totals(const __m256i (&d)[8]) {
-  const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
-  const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[4], d[5]), _mm256_hadd_epi32(d[6], d[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-}
+// group are reduced together (vphaddd, pair by pair as they are unpacked) into one vector whose lane s is
+// sub-block s's dot (Q6_K: two vectors of half-sub-block dots), so the scales are applied with one multiply
+// and one FMA per group, from vectors of the weights' and x's per-sub-block scales. Quants of the offset
+// formats (Q4_0, Q5_0, Q6_K) are taken unsigned and offset * (sum of the x quants) is subtracted from the
+// integer dot (exact); Q8_0 keeps the sign trick. Integer sums are exact in any order, so only the float
+// operations after them fix the result, and they are the same for every x row whatever MX.
 
 // f16 field at byte offset off of n blocks of `bytes` (n <= 8; a constant for whole groups), as 8 floats
 // (zero past n).
@@ -411,34 +397,16 @@ inline __m256 bytes_ps(uint64_t v) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(v))));
 }
 
-// Group g of row wr: blocks g*8 .. g*8+n-1 of a 32-value format, or K-quant block g (n = 8).
+// The scales of a group starting at blk (n sub-blocks, n <= 8): d per sub-block; d2 the offset m per
+// sub-block (kMin formats). Q6_K: d for sub-blocks 0-3 and d2 for 4-7, each in the lane order of group_dots'
+// u0 / u1 ([first halves | second halves]). Zero past n.
 template <DType WT, typename N>
-inline void load_group(const uint8_t* wr, int64_t g, N n, Group& G) {
+inline void group_scales(const uint8_t* blk, N n, __m256& d, __m256& d2) {
   using F = Fmt<WT>;
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
   if constexpr (F::kSub == 1) {
-    const uint8_t* blk = wr + static_cast<size_t>(g) * 8 * F::kBytes;
-    G.d = f16_fields(blk, F::kBytes, 0, n);
-    if constexpr (F::kMin) G.d2 = f16_fields(blk, F::kBytes, 2, n);
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      const uint8_t* b = blk + s * F::kBytes;
-      if (s >= n) {
-        G.q[s] = _mm256_setzero_si256();
-      } else if constexpr (WT == DType::Q8_0) {
-        G.q[s] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-      } else if constexpr (WT == DType::Q4_0) {
-        G.q[s] = nibbles(b + 2);
-      } else if constexpr (WT == DType::Q4_1) {
-        G.q[s] = nibbles(b + 4);
-      } else if constexpr (WT == DType::Q5_0) {
-        G.q[s] = _mm256_or_si256(nibbles(b + 6), fifth_bits(b + 2));
-      } else {
-        G.q[s] = _mm256_or_si256(nibbles(b + 8), fifth_bits(b + 4));
-      }
-    }
+    d = f16_fields(blk, F::kBytes, 0, n);
+    if constexpr (F::kMin) d2 = f16_fields(blk, F::kBytes, 2, n);
   } else if constexpr (WT == DType::Q4_K || WT == DType::Q5_K) {
-    const uint8_t* blk = wr + static_cast<size_t>(g) * F::kBytes;
     // The 12 bytes of 6-bit scales and mins (a, b, c: bytes 0-3, 4-7, 8-11): sub-blocks 0-3 take the low six
     // bits of a (scales) and b (mins); 4-7 the nibbles of c with the top two bits of a and b above them.
     uint32_t a, b, c;
@@ -449,103 +417,134 @@ inline void load_group(const uint8_t* wr, int64_t g, N n, Group& G) {
                                                 << 32;
     const uint64_t mn =
         (b & 0x3f3f3f3fu) | uint64_t{((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4)} << 32;
-    G.d = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(u16_at(blk))), bytes_ps(sc));
-    G.d2 = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(u16_at(blk + 2))), bytes_ps(mn));
-    const uint8_t* qs = blk + (WT == DType::Q5_K ? 48 : 16);
-    const __m256i one = _mm256_set1_epi8(1);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * k));
-      __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-      if constexpr (WT == DType::Q5_K) {
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * k), one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * k + 1), one), 4));
-      }
-      G.q[2 * k] = lo;
-      G.q[2 * k + 1] = hi;
-    }
-  } else {  // Q6_K: quants 0..63 (the offset 32 is subtracted after the dot)
-    const uint8_t* blk = wr + static_cast<size_t>(g) * F::kBytes;
-    const __m256i m2 = _mm256_set1_epi8(3);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m256i low = _mm256_and_si256(shr16(k & 1 ? l1 : l0, 4 * (k >> 1)), m4);
-        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(shr16(qh, 2 * k), m2), 4);
-        G.q[4 * h + k] = _mm256_or_si256(low, high);
-      }
-    }
-    // 16 int8 scales (sub-block s: 2s for values 0..15, 2s + 1 for 16..31) in u0's and u1's lane order.
+    d = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(u16_at(blk))), bytes_ps(sc));
+    d2 = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(u16_at(blk + 2))), bytes_ps(mn));
+  } else {  // Q6_K: 16 int8 scales (sub-block s: 2s for values 0..15, 2s + 1 for 16..31)
     const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)),
                                         _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(u16_at(blk + 208)));
-    G.d = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-    G.d2 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+    const __m256 dd = _mm256_set1_ps(_cvtsh_ss(u16_at(blk + 208)));
+    d = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    d2 = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
   }
 }
 
-// Dots of one weight row with x rows m0 .. m0 + MX - 1: for each group, the group is unpacked once and
-// met by each x row in turn; the same operations in the same order for each x row whatever MX, so an output
-// does not depend on how many rows share the pass.
+// Bit b of each byte of v as bit 4 (0x10), the others clear (shifting 16-bit lanes: the bits that cross into
+// the neighbouring byte are masked off).
+inline __m256i bit_as_0x10(__m256i v, int b) {
+  const __m256i m = _mm256_set1_epi8(0x10);
+  return _mm256_and_si256(b <= 4 ? _mm256_slli_epi16(v, 4 - b) : _mm256_srli_epi16(v, b - 4), m);
+}
+
+// The quants of sub-blocks 2k and 2k + 1 of a group starting at blk (zero from sub-block n on): unsigned
+// values for all formats but Q8_0 (the offset formats' offset is not subtracted).
+template <DType WT, typename N>
+inline void pair_quants(const uint8_t* blk, int k, N n, __m256i& a, __m256i& b) {
+  using F = Fmt<WT>;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  if constexpr (F::kSub == 1) {
+    const auto one = [&](int s) {
+      const uint8_t* p = blk + s * F::kBytes;
+      if (s >= n) return _mm256_setzero_si256();
+      if constexpr (WT == DType::Q8_0) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      if constexpr (WT == DType::Q4_0) return nibbles(p + 2);
+      if constexpr (WT == DType::Q4_1) return nibbles(p + 4);
+      if constexpr (WT == DType::Q5_0) return _mm256_or_si256(nibbles(p + 6), fifth_bits(p + 2));
+      if constexpr (WT == DType::Q5_1) return _mm256_or_si256(nibbles(p + 8), fifth_bits(p + 4));
+    };
+    a = one(2 * k);
+    b = one(2 * k + 1);
+  } else if constexpr (WT == DType::Q4_K || WT == DType::Q5_K) {
+    // Sub-blocks 2k and 2k + 1: the low and high nibbles of 32 bytes; Q5_K's fifth bits: bits 2k, 2k + 1 of
+    // qh.
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (WT == DType::Q5_K ? 48 : 16) + 32 * k));
+    a = _mm256_and_si256(raw, m4);
+    b = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    if constexpr (WT == DType::Q5_K) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      a = _mm256_or_si256(a, bit_as_0x10(qh, 2 * k));
+      b = _mm256_or_si256(b, bit_as_0x10(qh, 2 * k + 1));
+    }
+  } else {  // Q6_K, half h = k / 2 (64 bytes of low nibbles, 32 of 2-bit high parts): its sub-blocks j, j + 1
+    // (j = 2 (k % 2)) are the low nibbles (j = 0) or high nibbles (j = 2) of the two 32-byte rows, with bits
+    // 2j, 2j + 1 and 2j + 2, 2j + 3 of the high parts above them.
+    const int h = k / 2, j = 2 * (k % 2);
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    const auto high = [&](int bit) {  // bits bit, bit + 1 of qh at 4, 5
+      return _mm256_and_si256(bit <= 4 ? _mm256_slli_epi16(qh, 4 - bit) : _mm256_srli_epi16(qh, bit - 4),
+                              m30);
+    };
+    const __m256i lo0 = j == 0 ? l0 : _mm256_srli_epi16(l0, 4), lo1 = j == 0 ? l1 : _mm256_srli_epi16(l1, 4);
+    a = _mm256_or_si256(_mm256_and_si256(lo0, m4), high(2 * j));
+    b = _mm256_or_si256(_mm256_and_si256(lo1, m4), high(2 * j + 2));
+  }
+}
+
+// The integer dot of 32 quants w with 32 x quants at xq, as 8 int32 partial sums.
+template <DType WT>
+inline __m256i dot32(__m256i w, const int8_t* xq) {
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  if constexpr (WT == DType::Q8_0) {  // vpmaddubsw wants unsigned weights: |w|, and w's sign moved to x
+    x = _mm256_sign_epi8(x, w);
+    w = _mm256_sign_epi8(w, w);
+  }
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+// Group g of row wr (blocks 8g .. 8g + n - 1 of a 32-value format, or K-quant block g with n = 8) into the
+// accumulators of x rows m0 .. m0 + MX - 1.
 template <DType WT, int MX, typename N>
 inline void group_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, int64_t g, N n, __m256 (&acc)[MX],
                        __m256 (&macc)[MX]) {
   using F = Fmt<WT>;
   constexpr bool kOff = WT == DType::Q4_0 || WT == DType::Q5_0;  // unsigned quants, offset 8 or 16
-  const __m256i ones = _mm256_set1_epi16(1);
-  Group G;
-  load_group<WT>(wr, g, n, G);
-  {
+  const uint8_t* blk = wr + static_cast<size_t>(g) * (F::kSub == 1 ? 8 : 1) * F::kBytes;
+  // t[i][k]: x row i's dots of sub-blocks 2k, 2k + 1, lanes [2k: 0+1, 2+3, 2k+1: 0+1, 2+3 | the same of 4-7].
+  __m256i t[MX][4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    __m256i a, b;
+    pair_quants<WT>(blk, k, n, a, b);
 #pragma GCC unroll 8
     for (int i = 0; i < MX; ++i) {
+      // Past the group's end (a tail group) the quants are zero: any x in bounds serves.
       const int8_t* xq = qx.q + (m0 + i) * qx.K + g * 8 * QK;
-      __m256i dot[8];
+      const int sa = 2 * k < n ? 2 * k : 0, sb = 2 * k + 1 < n ? 2 * k + 1 : 0;
+      t[i][k] = _mm256_hadd_epi32(dot32<WT>(a, xq + sa * QK), dot32<WT>(b, xq + sb * QK));
+    }
+  }
+  __m256 d, d2 = _mm256_setzero_ps();
+  group_scales<WT>(blk, n, d, d2);
 #pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (s < n ? s : 0) * QK));
-        __m256i w = G.q[s];
-        if constexpr (WT == DType::Q8_0) {  // vpmaddubsw wants unsigned weights: |w|, and w's sign moved to x
-          x = _mm256_sign_epi8(x, w);
-          w = _mm256_sign_epi8(w, w);
-        }
-        dot[s] = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+  for (int i = 0; i < MX; ++i) {
+    // u0: [s0..s3 values 0-15 | s0..s3 values 16-31], u1 the same of s4..s7.
+    const __m256i u0 = _mm256_hadd_epi32(t[i][0], t[i][1]), u1 = _mm256_hadd_epi32(t[i][2], t[i][3]);
+    const int64_t xo = (m0 + i) * qx.ld + g * 8;
+    if constexpr (WT == DType::Q6_K) {
+      const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+      const int32_t* h16 = qx.isum16 + (m0 + i) * (qx.K / 16) + g * 16;
+      const __m256i c0 =
+          _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16)), order);
+      const __m256i c1 =
+          _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16 + 8)), order);
+      const __m256 r0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u0, _mm256_slli_epi32(c0, 5)));
+      const __m256 r1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u1, _mm256_slli_epi32(c1, 5)));
+      acc[i] = _mm256_fmadd_ps(
+          r0, _mm256_mul_ps(d, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(qx.d + xo))), acc[i]);
+      acc[i] = _mm256_fmadd_ps(
+          r1, _mm256_mul_ps(d2, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(qx.d + xo + 4))), acc[i]);
+    } else {
+      __m256i r = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                                   _mm256_permute2x128_si256(u0, u1, 0x31));  // lane s: sub-block s
+      if constexpr (kOff) {
+        const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.isum + xo));
+        r = _mm256_sub_epi32(r, _mm256_slli_epi32(sums, WT == DType::Q4_0 ? 3 : 4));
       }
-      const int64_t xo = (m0 + i) * qx.ld + g * 8;
-      if constexpr (WT == DType::Q6_K) {
-        // Two vectors of half-sub-block dots: lanes [s0..s3 first halves | s0..s3 second halves], then
-        // s4..s7.
-        const __m256i u0 =
-            _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]), _mm256_hadd_epi32(dot[2], dot[3]));
-        const __m256i u1 =
-            _mm256_hadd_epi32(_mm256_hadd_epi32(dot[4], dot[5]), _mm256_hadd_epi32(dot[6], dot[7]));
-        const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-        const int32_t* h16 = qx.isum16 + (m0 + i) * (qx.K / 16) + g * 16;
-        const __m256i c0 =
-            _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16)), order);
-        const __m256i c1 =
-            _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16 + 8)), order);
-        const __m256 r0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u0, _mm256_slli_epi32(c0, 5)));
-        const __m256 r1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u1, _mm256_slli_epi32(c1, 5)));
-        acc[i] = _mm256_fmadd_ps(
-            r0, _mm256_mul_ps(G.d, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(qx.d + xo))), acc[i]);
-        acc[i] = _mm256_fmadd_ps(
-            r1, _mm256_mul_ps(G.d2, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(qx.d + xo + 4))),
-            acc[i]);
-      } else {
-        __m256i r = lane_totals(dot);
-        if constexpr (kOff) {
-          const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.isum + xo));
-          r = _mm256_sub_epi32(r, _mm256_slli_epi32(sums, WT == DType::Q4_0 ? 3 : 4));
-        }
-        acc[i] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(r), _mm256_mul_ps(G.d, _mm256_loadu_ps(qx.d + xo)), acc[i]);
-        if constexpr (F::kMin) macc[i] = _mm256_fmadd_ps(G.d2, _mm256_loadu_ps(qx.s + xo), macc[i]);
-      }
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r), _mm256_mul_ps(d, _mm256_loadu_ps(qx.d + xo)), acc[i]);
+      if constexpr (F::kMin) macc[i] = _mm256_fmadd_ps(d2, _mm256_loadu_ps(qx.s + xo), macc[i]);
     }
   }
 }
