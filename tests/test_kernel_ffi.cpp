@@ -168,6 +168,10 @@ TEST(KernelFfi, XlaCpuRefusedRegistrationsAreOneLineErrors) {
                    "test_rms_norm_api3 after registering it"),
             std::string::npos)
       << e;
+  // The dropped registration is not remembered: the same target with a handler the plugin takes loads.
+  const std::string retry = make_ffi_package("retry", "cpu", kFfiPackage + "/librms_norm_ffi.so",
+                                             handlers("test_rms_norm_api3"), true, "test_rms_norm_api3");
+  EXPECT_NO_THROW(load_xla({retry}));
 }
 
 // The program calls the handler through the package's functions, and its identity line (so the compile-cache

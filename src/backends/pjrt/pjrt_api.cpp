@@ -206,7 +206,7 @@ std::string ffi_platform_name(const std::string& platform) {
 }
 
 void Plugin::register_ffi_handler(const std::string& target, void* handler, const std::string& platform,
-                                  const std::string& what) {
+                                  const std::string& what, const std::function<void()>& verify) {
   // Process-wide: the plugin's handler registry is a global of the plugin library.
   static std::mutex mu;
   static std::map<std::string, void*> registered;  // plugin path, platform, target -> handler
@@ -240,6 +240,7 @@ void Plugin::register_ffi_handler(const std::string& target, void* handler, cons
       fail(what, ": registering FFI target ", target, " for ", platform, ": ", e.what());
     }
   }
+  if (verify) verify();
   registered.emplace(key, handler);
 }
 

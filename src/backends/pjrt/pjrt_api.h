@@ -126,9 +126,10 @@ class Plugin {
   // Registers the typed XLA FFI handler `handler` (an XLA_FFI_Handler*) for custom-call `target` on XLA
   // platform `platform` ("Host" for xla-cpu) through the plugin's PJRT_FFI_Extension. Registering the same
   // target and platform again with the same handler does nothing; with another handler, or on a plugin
-  // without the extension, throws Error naming `what` (the package and library).
+  // without the extension, throws Error naming `what` (the package and library). `verify` runs after a new
+  // registration (it throws if the plugin did not take it); only then is the registration remembered.
   void register_ffi_handler(const std::string& target, void* handler, const std::string& platform,
-                            const std::string& what);
+                            const std::string& what, const std::function<void()>& verify);
   // Runs a start-up call (`what`, e.g. PJRT_Client_Create) on a thread of its own and waits at most
   // `limit_s` seconds (PjrtSettings::start_timeout_s) for it. Past that it throws Error naming the plugin, the call and the timeout;
   // the thread stays inside the plugin, which is then unusable in this process (every later load of it fails

@@ -492,16 +492,16 @@ class PjrtBackendImpl : public PjrtBackend {
     for (const auto& p : set->packages)
       for (const auto& h : p->ffi_handlers) {
         const std::string what = "kernel package " + p->name + " (" + p->ffi_library + ", " + h.symbol + ")";
-        plugin_.register_ffi_handler(h.target, h.fn, pjrt::ffi_platform_name(info_.platform_name), what);
-        check_ffi_target(h.target, what);
+        plugin_.register_ffi_handler(h.target, h.fn, pjrt::ffi_platform_name(info_.platform_name), what,
+                                     [&] { check_ffi_target(h.target, what); });
       }
     splice_ =
         std::make_shared<const KernelSplice>(pjrt::make_kernel_splice(std::move(set), info_.platform_name));
   }
   // xla-cpu-pjrt 0.0.1's register_handler returns no error when XLA refuses a handler (e.g. one declaring a
   // newer XLA FFI API version than the plugin's runtime): a program calling the target then fails to compile.
-  // So a one-op program calling `target` is compiled once here (not run), to name the package if it was not
-  // registered.
+  // So a one-op program calling `target` is compiled (not run) after each new registration, to name the
+  // package if it was not taken.
   void check_ffi_target(const std::string& target, const std::string& what) {
     const std::string probe =
         "module @ffi_probe {\n  func.func public @main() -> tensor<1xf32> {\n    %0 = "
