@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "backends/pjrt/stablehlo_emitter.h"
+#include "cli_util.h"
 #include "golden_util.h"
 #include "kernel_test_util.h"
 #include "kernels/package.h"
@@ -20,6 +21,7 @@
 using namespace tessera;
 namespace fs = std::filesystem;
 using namespace tessera::kernel_test;
+using tessera::testing::run_cli;
 
 namespace {
 
@@ -172,6 +174,34 @@ TEST(KernelFfi, XlaCpuRefusedRegistrationsAreOneLineErrors) {
   const std::string retry = make_ffi_package("retry", "cpu", kFfiPackage + "/librms_norm_ffi.so",
                                              handlers("test_rms_norm_api3"), true, "test_rms_norm_api3");
   EXPECT_NO_THROW(load_xla({retry}));
+}
+
+// The command on xla-cpu: --json names the package and its handler library; the logits are the built-in
+// command's within 1e-5; a broken package is one line on stderr.
+TEST(KernelFfi, XlaCpuCliForwardJson) {
+  REQUIRE_XLA_CPU();
+  REQUIRE_FFI_EXAMPLE();
+  const std::string cmd = "forward '" + golden::model_path("qwen3_tied") +
+                          "' --input-ids 1,2,3,4,5,6,7 --json --device xla-cpu --dtype "
+                          "float32";
+  const auto plain = run_cli(cmd), with = run_cli(cmd + " --kernels '" + kFfiPackage + "'");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(with.code, 0) << with.err;
+  const auto jp = nlohmann::json::parse(plain.out), jw = nlohmann::json::parse(with.out);
+  ASSERT_EQ(jw["kernels"].size(), 1u) << with.out.substr(0, 200);
+  EXPECT_EQ(jw["kernels"][0]["package"], "rms_norm_ffi");
+  EXPECT_EQ(jw["kernels"][0]["backend"], "pjrt");
+  EXPECT_EQ(jw["kernels"][0]["implementation"], kFfiPackage + "/librms_norm_ffi.so");
+  EXPECT_LE(
+      golden::max_abs_diff(golden::matrix(jw["logits"]).data, golden::matrix(jp["logits"]).data).max_abs,
+      1e-5);
+  EXPECT_EQ(with.err.find("no function of this signature"), std::string::npos) << with.err;
+  const std::string nosym = make_ffi_package("cli_nosym", "cpu", kNoSymLibrary, kHandlers);
+  const auto bad = run_cli(cmd + " --kernels '" + nosym + "'");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.err, "tessera: error: kernel package ffi_cli_nosym: " + nosym +
+                         "/libkernel.so: missing symbol tessera_rms_norm_f32_ffi (the XLA FFI handler "
+                         "implementations[0].ffi_handlers names for target tessera_rms_norm_f32)\n");
 }
 
 // The program calls the handler through the package's functions, and its identity line (so the compile-cache
