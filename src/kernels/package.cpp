@@ -246,13 +246,38 @@ KernelPackage read_package(const std::string& dir) {
     } else {
       m.bad(field + ".backend", "'" + impl.backend + "' is not cpu or pjrt");
     }
-    m.only_keys(e, {"backend", "platform", file_key}, field);
+    if (impl.backend == "pjrt")
+      m.only_keys(e, {"backend", "platform", file_key, "ffi_library", "ffi_handlers"}, field);
+    else
+      m.only_keys(e, {"backend", "platform", file_key}, field);
     if (!backends.insert(impl.backend + "/" + impl.platform).second)
       m.bad(field, "repeats backend " + impl.backend + " for platform " + impl.platform);
     const std::string file_field = field + "." + file_key;
     impl.file = package_file(
         m, dir, m.string(e.contains(file_key) ? e[file_key] : nlohmann::json(), file_field), file_field);
     hashed += "\n" + io::read_regular_file(impl.file, kMaxImplementationBytes);
+    if (e.contains("ffi_library") || e.contains("ffi_handlers")) {
+      // XLA FFI handlers: the library's bytes are hashed too (a rebuilt library is another compile-cache
+      // key).
+      const std::string lib_field = field + ".ffi_library", handlers_field = field + ".ffi_handlers";
+      if (!e.contains("ffi_library")) m.bad(lib_field, "is missing (" + handlers_field + " needs it)");
+      if (!e.contains("ffi_handlers")) m.bad(handlers_field, "is missing (" + lib_field + " needs it)");
+      impl.ffi_library = package_file(m, dir, m.string(e["ffi_library"], lib_field), lib_field);
+      const auto& hs = m.array(e["ffi_handlers"], handlers_field);
+      if (hs.empty()) m.bad(handlers_field, "must list at least one handler");
+      std::set<std::string> targets;
+      for (size_t h = 0; h < hs.size(); ++h) {
+        const std::string hf = handlers_field + "[" + std::to_string(h) + "]";
+        if (!hs[h].is_object()) m.bad(hf, "must be an object {\"target\": ..., \"symbol\": ...}");
+        m.only_keys(hs[h], {"target", "symbol"}, hf);
+        Implementation::FfiHandler fh;
+        fh.target = m.string(hs[h].contains("target") ? hs[h]["target"] : nlohmann::json(), hf + ".target");
+        fh.symbol = m.string(hs[h].contains("symbol") ? hs[h]["symbol"] : nlohmann::json(), hf + ".symbol");
+        if (!targets.insert(fh.target).second) m.bad(hf + ".target", "repeats target " + fh.target);
+        impl.ffi_handlers.push_back(std::move(fh));
+      }
+      hashed += "\n" + io::read_regular_file(impl.ffi_library, kMaxImplementationBytes);
+    }
     p.implementations.push_back(std::move(impl));
   }
   p.hash = graph::content_hash(hashed).substr(0, 16);
@@ -328,6 +353,27 @@ void load_cpu_library(KernelPackage& p) {
   if (rc != 0) fail("kernel package ", p.name, ": ", lib, ": tessera_register_kernels returned ", rc);
   if (p.cpu_kernels.empty())
     fail("kernel package ", p.name, ": ", lib, ": tessera_register_kernels added no kernel");
+}
+
+void load_ffi_library(KernelPackage& p, const Implementation& impl) {
+  TS_ASSERT(!impl.ffi_library.empty(), p.name, ": ", impl.field, " names no ffi_library");
+  const std::string& lib = impl.ffi_library;
+  dlerror();
+  void* h = dlopen(fs::absolute(lib).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    fail("kernel package ", p.name, ": ", lib, ": dlopen failed: ", e ? e : "unknown error");
+  }
+  p.library = std::shared_ptr<void>(h, [](void*) {});  // never closed: registered handlers point into it
+  p.ffi_library = lib;
+  p.ffi_handlers.clear();
+  for (const auto& fh : impl.ffi_handlers) {
+    void* s = dlsym(h, fh.symbol.c_str());
+    if (!s)
+      fail("kernel package ", p.name, ": ", lib, ": missing symbol ", fh.symbol, " (the XLA FFI handler ",
+           impl.field, ".ffi_handlers names for target ", fh.target, ")");
+    p.ffi_handlers.push_back({fh.target, fh.symbol, s});
+  }
 }
 
 StablehloKernelText read_stablehlo_implementation(const KernelPackage& p, const Implementation& impl,
@@ -407,8 +453,21 @@ KernelSet select_kernels(const std::vector<std::string>& dirs, const KernelTarge
                          : "no " + op + " node of the model fits (" + why + ")");
       continue;
     }
+    if (target.backend == "pjrt" && !impl->ffi_library.empty() && target.ffi_platform.empty()) {
+      skip("its XLA FFI handlers (" + impl->field +
+           ".ffi_library) need the plugin's PJRT_FFI_Extension, which this plugin lacks");
+      continue;
+    }
     if (target.backend == "pjrt") {
       const StablehloKernelText t = read_stablehlo_implementation(*p, *impl, "");
+      for (const auto& fh : impl->ffi_handlers)
+        if (std::none_of(t.functions.begin(), t.functions.end(), [&](const StablehloFunction& f) {
+              return f.text.find("@" + fh.target + "(") != std::string::npos ||
+                     f.text.find("call_target_name = \"" + fh.target + "\"") != std::string::npos;
+            }))
+          fail("kernel package ", p->name, ": ", impl->file, " has no custom call to @", fh.target, " (",
+               impl->field, ".ffi_handlers names it)");
+      if (!impl->ffi_library.empty()) load_ffi_library(*p, *impl);
       if (t.tpu_custom_call && target.platform != "tpu")
         fail("kernel package ", p->name, ": ", impl->file,
              " holds stablehlo.custom_call @tpu_custom_call (a Pallas "
@@ -427,7 +486,9 @@ KernelSet select_kernels(const std::vector<std::string>& dirs, const KernelTarge
         continue;
       }
     }
-    uses.push_back({p->name, p->op->name, target.backend, impl->file, nodes});
+    // An FFI package reports its handler library (what runs); its StableHLO only calls it.
+    uses.push_back({p->name, p->op->name, target.backend,
+                    impl->ffi_library.empty() ? impl->file : impl->ffi_library, nodes});
     set.packages.push_back(std::move(p));
   }
   return set;

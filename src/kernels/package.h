@@ -9,6 +9,14 @@
 //      {"backend": "cpu", "platform": "linux-x86_64", "library": "librms_norm.so"},
 //      {"backend": "pjrt", "platform": "cpu", "stablehlo": "rms_norm.mlir"}]}
 //
+// A pjrt implementation may also name a library of XLA FFI handlers that its StableHLO calls with typed
+// custom calls (stablehlo.custom_call @target {api_version = 4}):
+//      {"backend": "pjrt", "platform": "cpu", "stablehlo": "rms_norm_ffi.mlir",
+//       "ffi_library": "librms_norm_ffi.so",
+//       "ffi_handlers": [{"target": "tessera_rms_norm_f32", "symbol": "tessera_rms_norm_f32_ffi"}]}
+// The library is dlopened and each symbol (an XLA_FFI_Handler) looked up when the package is selected
+// (load_ffi_library); the PJRT backend registers them with the plugin's PJRT_FFI_Extension before compiling.
+//
 // A package is read and checked in full before use (read_package: a bad manifest is an Error naming the file
 // and field); the implementation for the backend in use is then loaded (load_cpu_library: dlopen, the
 // exported ABI version, the kernels it registers; each failure an Error naming the library); and a package
@@ -57,6 +65,18 @@ struct Implementation {
   std::string platform;  // cpu: host_platform(); pjrt: the plugin's platform name ("cpu", "tpu", "cuda")
   std::string file;      // the library (cpu) or StableHLO text (pjrt), as a path
   std::string field;     // "implementations[i]" (for messages)
+  // pjrt only: a library of XLA FFI handlers (a path; "" = none) and the custom-call targets it serves.
+  struct FfiHandler {
+    std::string target, symbol;  // the custom call's target name; the library's exported handler
+  };
+  std::string ffi_library;
+  std::vector<FfiHandler> ffi_handlers;
+};
+
+// One XLA FFI handler found in a package's library (load_ffi_library).
+struct FfiHandlerFn {
+  std::string target, symbol;
+  void* fn = nullptr;  // XLA_FFI_Handler*, as the plugin's register_handler takes it
 };
 
 // One kernel a cpu library registered.
@@ -80,6 +100,9 @@ struct KernelPackage {
   // Filled by load_cpu_library:
   std::vector<CpuKernel> cpu_kernels;
   std::shared_ptr<void> library;  // the dlopen handle (never closed: kernels may be in use to the end)
+  // Filled by load_ffi_library (pjrt implementations naming an ffi_library):
+  std::vector<FfiHandlerFn> ffi_handlers;
+  std::string ffi_library;  // its path
 
   // Whether node `n` of `g` (an op of this package's kind) has a dtype and shapes this package accepts; else
   // why not (one phrase, e.g. "dim 64 not in [128]").
@@ -97,6 +120,10 @@ KernelPackage read_package(const std::string& dir);
 // kAbiVersion, then tessera_register_kernels. Throws Error naming the library for a dlopen failure, a missing
 // symbol, another ABI version, a refused registration, or kernels for another op than the manifest's.
 void load_cpu_library(KernelPackage& p);
+
+// Loads the XLA FFI library of pjrt implementation `impl` (dlopen, then each ffi_handlers symbol). Throws
+// Error naming the library for a dlopen failure or a missing symbol.
+void load_ffi_library(KernelPackage& p, const Implementation& impl);
 
 // Reads a pjrt implementation's StableHLO text (parse_stablehlo_kernel, symbols prefixed with `prefix`) and
 // checks it has a public function of the op's arity (its operands in, one result). Throws Error naming the

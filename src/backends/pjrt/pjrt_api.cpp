@@ -190,6 +190,60 @@ Plugin::Plugin(std::string path, const PjrtSettings& settings) : path_(std::move
   }
 }
 
+const PJRT_Extension_Base* Plugin::extension(PJRT_Extension_Type type) const {
+  if (offsetof(PJRT_Api, extension_start) + sizeof(void*) > api_->struct_size) return nullptr;
+  int hops = 0;  // a chain is a handful of entries; a cycle in a broken plugin must not hang the load
+  for (const PJRT_Extension_Base* e = api_->extension_start; e != nullptr && hops < 64; e = e->next, ++hops)
+    if (e->type == type) return e;
+  return nullptr;
+}
+
+std::string ffi_platform_name(const std::string& platform) {
+  if (platform == "cpu") return "Host";
+  if (platform == "cuda" || platform == "gpu") return "CUDA";
+  if (platform == "rocm") return "ROCM";
+  return platform;
+}
+
+void Plugin::register_ffi_handler(const std::string& target, void* handler, const std::string& platform,
+                                  const std::string& what, const std::function<void()>& verify) {
+  // Process-wide: the plugin's handler registry is a global of the plugin library.
+  static std::mutex mu;
+  static std::map<std::string, void*> registered;  // plugin path, platform, target -> handler
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string key = path_ + "\n" + platform + "\n" + target;
+  if (auto it = registered.find(key); it != registered.end()) {
+    if (it->second == handler) return;
+    fail(what, ": FFI target ", target, " is already registered for ", platform,
+         " with another handler (another package's library)");
+  }
+  const auto* ext = reinterpret_cast<const FfiExtension*>(extension(PJRT_Extension_Type_FFI));
+  if (!ext)
+    fail(what, ": plugin ", path_, " (PJRT API ", api_version(),
+         ") has no PJRT_FFI_Extension to register FFI handlers with");
+  if (ext->base.struct_size < sizeof(FfiExtension) || ext->register_handler == nullptr)
+    fail(what, ": plugin ", path_, "'s PJRT_FFI_Extension has struct_size ", ext->base.struct_size,
+         " (expected at least ", sizeof(FfiExtension), " with register_handler set)");
+  FfiRegisterHandlerArgs a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = kFfiRegisterHandlerArgsSize;
+  a.target_name = target.data();
+  a.target_name_size = target.size();
+  a.handler = handler;
+  a.platform_name = platform.data();
+  a.platform_name_size = platform.size();
+  PJRT_Error* err = ext->register_handler(&a);
+  if (err) {
+    try {
+      check(err, "PJRT_FFI_Extension.register_handler");
+    } catch (const Error& e) {
+      fail(what, ": registering FFI target ", target, " for ", platform, ": ", e.what());
+    }
+  }
+  if (verify) verify();
+  registered.emplace(key, handler);
+}
+
 void Plugin::destroy_error(PJRT_Error* err) const {
   if (!has(offsetof(PJRT_Api, PJRT_Error_Destroy))) return;
   auto d = make_args<PJRT_Error_Destroy_Args>();

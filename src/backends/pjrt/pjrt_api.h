@@ -121,6 +121,15 @@ class Plugin {
     return f != nullptr;
   }
 
+  // The extension of `type` on the plugin's extension chain (PJRT_Api::extension_start); nullptr if none.
+  const PJRT_Extension_Base* extension(PJRT_Extension_Type type) const;
+  // Registers the typed XLA FFI handler `handler` (an XLA_FFI_Handler*) for custom-call `target` on XLA
+  // platform `platform` ("Host" for xla-cpu) through the plugin's PJRT_FFI_Extension. Registering the same
+  // target and platform again with the same handler does nothing; with another handler, or on a plugin
+  // without the extension, throws Error naming `what` (the package and library). `verify` runs after a new
+  // registration (it throws if the plugin did not take it); only then is the registration remembered.
+  void register_ffi_handler(const std::string& target, void* handler, const std::string& platform,
+                            const std::string& what, const std::function<void()>& verify);
   // Runs a start-up call (`what`, e.g. PJRT_Client_Create) on a thread of its own and waits at most
   // `limit_s` seconds (PjrtSettings::start_timeout_s) for it. Past that it throws Error naming the plugin, the call and the timeout;
   // the thread stays inside the plugin, which is then unusable in this process (every later load of it fails
@@ -142,6 +151,34 @@ class Plugin {
 };
 
 // Calls PJRT_<name>(&args) on `plugin`, checking the table first and the returned error after.
+// The PJRT FFI extension (PJRT_Extension_Type_FFI), declared here since no wheel ships its header. The
+// layouts are those of xla-cpu-pjrt 0.0.1, read from its code (its register_handler checks struct_size >= 52
+// and reads the fields at these offsets): no api_version field (the handler is always a typed XLA FFI
+// handler, registered as the execute stage of a bundle), unlike an XLA source tree that has one after
+// target_name_size. The extension reports struct_size 48.
+struct FfiRegisterHandlerArgs {
+  size_t struct_size;       // kFfiRegisterHandlerArgsSize
+  const char* target_name;  // 8
+  size_t target_name_size;  // 16
+  void* handler;            // 24: XLA_FFI_Handler* (null is refused)
+  const char* platform_name;
+  size_t platform_name_size;
+  uint32_t traits;  // 48: bit 0 command-buffer compatible (0 here)
+};
+inline constexpr size_t kFfiRegisterHandlerArgsSize =
+    offsetof(FfiRegisterHandlerArgs, traits) + sizeof(uint32_t);
+struct FfiExtension {
+  PJRT_Extension_Base base;
+  void* type_id_register;  // not used by Tessera
+  void* user_data_add;     // not used by Tessera
+  PJRT_Error* (*register_handler)(FfiRegisterHandlerArgs* args);
+};
+static_assert(sizeof(FfiExtension) == 48 && kFfiRegisterHandlerArgsSize == 52);
+
+// The XLA platform name FFI handlers are registered for on a plugin of PJRT platform `platform`
+// ("cpu" -> "Host", "cuda" -> "CUDA", "rocm" -> "ROCM"; others unchanged).
+std::string ffi_platform_name(const std::string& platform);
+
 #define PJRT_CALL(plugin, name, args)                                                               \
   (plugin).check((plugin).fn<PJRT_##name>(offsetof(PJRT_Api, PJRT_##name), "PJRT_" #name)(&(args)), \
                  "PJRT_" #name)

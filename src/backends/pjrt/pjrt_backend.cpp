@@ -478,12 +478,47 @@ class PjrtBackendImpl : public PjrtBackend {
            " (logits + one per cache)");
   }
 
-  // Kernel packages: the PJRT implementation of a package is StableHLO for this plugin's platform.
-  kernels::KernelTarget kernel_target() const override { return {"pjrt", info_.platform_name, 0}; }
+  // Kernel packages: the PJRT implementation of a package is StableHLO for this plugin's platform, with XLA
+  // FFI handlers where the plugin has the FFI extension.
+  kernels::KernelTarget kernel_target() const override {
+    kernels::KernelTarget t{"pjrt", info_.platform_name, 0, ""};
+    if (plugin_.extension(PJRT_Extension_Type_FFI))
+      t.ffi_platform = pjrt::ffi_platform_name(info_.platform_name);
+    return t;
+  }
   void use_kernels(std::shared_ptr<const kernels::KernelSet> set) override {
+    // FFI handlers are registered before anything compiles (a custom call to an unregistered target fails
+    // to compile).
+    for (const auto& p : set->packages)
+      for (const auto& h : p->ffi_handlers) {
+        const std::string what = "kernel package " + p->name + " (" + p->ffi_library + ", " + h.symbol + ")";
+        plugin_.register_ffi_handler(h.target, h.fn, pjrt::ffi_platform_name(info_.platform_name), what,
+                                     [&] { check_ffi_target(h.target, what); });
+      }
     splice_ =
         std::make_shared<const KernelSplice>(pjrt::make_kernel_splice(std::move(set), info_.platform_name));
   }
+  // xla-cpu-pjrt 0.0.1's register_handler returns no error when XLA refuses a handler (e.g. one declaring a
+  // newer XLA FFI API version than the plugin's runtime): a program calling the target then fails to compile.
+  // So a one-op program calling `target` is compiled (not run) after each new registration, to name the
+  // package if it was not taken.
+  void check_ffi_target(const std::string& target, const std::string& what) {
+    const std::string probe =
+        "module @ffi_probe {\n  func.func public @main() -> tensor<1xf32> {\n    %0 = "
+        "stablehlo.custom_call @" +
+        target +
+        "() {api_version = 4 : i32} : () -> tensor<1xf32>\n    return %0 : tensor<1xf32>\n  "
+        "}\n}\n";
+    try {
+      client_.compile(probe, pjrt::compile_options_proto(1, 1));
+    } catch (const Error& e) {
+      fail(what, ": the plugin has no handler for FFI target ", target,
+           " after registering it (the plugin drops a handler XLA refuses without an error, e.g. one built "
+           "against a newer XLA FFI API than its runtime's): ",
+           e.what());
+    }
+  }
+
   // The graph lowered with the kernel packages in use spliced in; a package that accepted a node but had no
   // function of its signature is noted once per signature (that node keeps the built-in lowering).
   StablehloProgram lower(const graph::Graph& g) const {
