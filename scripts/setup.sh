@@ -5,7 +5,8 @@
 #   scripts/setup.sh            deps + release build in build/
 #   SKIP_APT=1 scripts/setup.sh skip apt-get (packages already present)
 #   SKIP_BUILD=1                install only
-#   SKIP_KERNEL_HEADERS=1       without jaxlib (the XLA FFI headers the FFI kernel example needs)
+#   KERNEL_HEADERS=1            also jaxlib (the XLA FFI headers the FFI kernel example is built against;
+#                               scripts/test.sh sets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,9 +31,10 @@ fi
 # in the benchmark's own environment (bench/compare.sh).
 if [[ ! -x .venv/bin/python ]]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-runtime.txt
-# The XLA FFI headers the example FFI kernel package is built against (jaxlib's wheel; nothing of it is
-# imported). SKIP_KERNEL_HEADERS=1 leaves it out: that example and its tests are then skipped.
-if [[ "${SKIP_KERNEL_HEADERS:-0}" != 1 ]]; then
+# The XLA FFI headers the example FFI kernel package is built against (jaxlib's wheel, 85 MB; nothing of it is
+# imported): only for the tests (KERNEL_HEADERS=1, set by scripts/test.sh), so the first command stays fast.
+# Without them that example and its tests are skipped, saying so.
+if [[ "${KERNEL_HEADERS:-0}" == 1 ]]; then
   .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-kernel-headers.txt
 fi
 

@@ -7,7 +7,7 @@
 # QUICK=1 runs step 1 only (and the Python package's tests, which follow it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SKIP_BUILD=1 scripts/setup.sh
+KERNEL_HEADERS=1 SKIP_BUILD=1 scripts/setup.sh
 # The Python client the server's tests use (with its dependencies, unlike the runtime's .venv).
 if [[ ! -x .venv-test/bin/python ]]; then python3 -m venv .venv-test; fi
 .venv-test/bin/pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
