@@ -1,12 +1,17 @@
 #include "serve_command.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <mutex>
@@ -216,6 +221,52 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
   return streams;
 }
 
+// The socket of the connection `req` arrived on, or -1. cpp-httplib 0.11 does not give a handler its socket,
+// so it is the one socket of this process whose two ends are `req`'s local and remote address and port
+// (formatted as httplib formats them: getnameinfo, numeric). The connection's worker thread is the one
+// running the handler, so the socket stays open (and its number is not reused) until the handler returns.
+int connection_socket(const httplib::Request& req) {
+  auto ends = [](int fd, bool peer, std::string& host, int& port) {
+    sockaddr_storage a{};
+    socklen_t n = sizeof(a);
+    if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n)
+              : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
+      return false;
+    char h[NI_MAXHOST], p[NI_MAXSERV];
+    if (::getnameinfo(reinterpret_cast<sockaddr*>(&a), n, h, sizeof(h), p, sizeof(p),
+                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+      return false;
+    host = h;
+    port = std::atoi(p);
+    return true;
+  };
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    std::string host;
+    int port = -1;
+    if (!ends(fd, true, host, port) || port != req.remote_port || host != req.remote_addr) continue;
+    if (!ends(fd, false, host, port) || port != req.local_port || host != req.local_addr) continue;
+    found = fd;
+    break;
+  }
+  ::closedir(dir);
+  return found;
+}
+
+// Whether the client closed (or reset) connection `fd`: a peek that reads the end of the stream or fails.
+// Bytes waiting (a pipelined next request) or none yet mean it is still there. A client that shuts down only
+// its sending side while it waits counts as gone (HTTP clients do not do that).
+bool client_gone(int fd) {
+  if (fd < 0) return false;
+  char c;
+  const ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 // A request that ended without its text (the model failed, or the server cancelled it): what the client gets.
 std::optional<ApiError> failure(const serve::StreamUpdate& u) {
   if (u.finish_reason == "error") return ApiError(500, u.error, "", "server_error");
@@ -246,11 +297,19 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const int prompt_tokens = static_cast<int>(r.prompt.size());
   if (!r.stream) {
+    // Nothing is written until the end, so a client that goes away is seen by peeking at its socket after
+    // every update (each new token, or 200 ms without one); its rows are then cancelled as a broken stream's
+    // are.
+    const int fd = connection_socket(req);
     std::vector<serve::ChoiceResult> choices(streams.size());
     for (size_t i = 0; i < streams.size(); ++i) {
       std::vector<serve::TokenLogprob> lps;
       while (true) {
         serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(200));
+        if (!u.done && client_gone(fd)) {
+          for (auto& st : streams) st->cancel();
+          return;
+        }
         choices[i].text += u.text;
         for (auto& l : u.logprobs) lps.push_back(std::move(l));
         choices[i].completion_tokens = u.completion_tokens;

@@ -11,6 +11,9 @@
 //    prompt of llama_bias; the exact path 0.07-0.88x), so the bound is 1.25x.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "error_util.h"
 #include "golden_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -145,6 +148,44 @@ TEST_P(ModelGolden, DynamicCacheAndDisableCompileGiveTheSameTokens) {
             to32(golden::ids(c["output_ids"])));
 }
 
+// forward(rows, mask): the left-padded batch's last positions against Transformers' (run with position ids
+// from the mask), the forward cases right-padded into one batch against their unpadded goldens; 0 at padding.
+TEST_P(ModelGolden, PaddedBatchForwardMatchesTransformers) {
+  auto j = golden::load_model_golden(GetParam());
+  CausalLM m = load(GetParam(), DType::F32);
+  const auto& b = j["batched"];
+  const auto ids = rows32(b["input_ids"]), mask = rows32(b["attention_mask"]);
+  const size_t len = ids[0].size(), vocab = static_cast<size_t>(m.info().vocab_size);
+  std::vector<float> got = m.forward(ids, mask);
+  ASSERT_EQ(got.size(), ids.size() * len * vocab);
+  auto last = golden::matrix(b["prefill_last_logits"]);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const float* row = got.data() + r * len * vocab;
+    auto d = golden::max_abs_diff({row + (len - 1) * vocab, vocab}, last.row(r));
+    EXPECT_LE(d.max_abs, 1e-4) << GetParam() << " row " << r;
+    for (size_t s = 0; s < len; ++s) {
+      if (mask[r][s] != 0) continue;
+      EXPECT_TRUE(std::all_of(row + s * vocab, row + (s + 1) * vocab, [](float v) { return v == 0; }))
+          << GetParam() << " row " << r << " padding position " << s;
+    }
+  }
+  std::vector<std::vector<int32_t>> right, right_mask;
+  size_t width = 0;
+  for (const auto& c : j["forward"]) width = std::max(width, c["input_ids"].size());
+  for (const auto& c : j["forward"]) {
+    right.push_back(to32(golden::ids(c["input_ids"])));
+    right_mask.emplace_back(right.back().size(), 1);
+    right.back().resize(width, 0);
+    right_mask.back().resize(width, 0);
+  }
+  got = m.forward(right, right_mask);
+  for (size_t r = 0; r < right.size(); ++r) {
+    auto expect = golden::matrix(j["forward"][r]["logits"]);
+    auto d = golden::max_abs_diff({got.data() + r * width * vocab, expect.data.size()}, expect.data);
+    EXPECT_LE(d.max_abs, 1e-4) << GetParam() << " right-padded row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, ModelGolden, ::testing::ValuesIn(kModels));
 
 TEST(Generate, SixtyFourTokenGreedyCompilesOnePrefillAndOneDecode) {
@@ -208,3 +249,15 @@ TEST(Generate, BadInputsGiveClearErrors) {
 }
 
 }  // namespace
+
+TEST(Forward, PaddedBatchRefusesBadMasks) {
+  CausalLM m = load("llama_gqa", DType::F32);
+  const std::vector<std::vector<int32_t>> ids = {{5, 6, 7, 8}};
+  using tessera::testing::expect_error;
+  expect_error([&] { m.forward(ids, {{1, 1, 1}}); }, "attention_mask row 0 has length 3");
+  expect_error([&] { m.forward(ids, {{1, 1}, {1, 1}}); }, "attention_mask has 2 rows, input_ids has 1");
+  expect_error([&] { m.forward(ids, {{1, 2, 1, 1}}); }, "holds 2 (only 0 and 1)");
+  expect_error([&] { m.forward(ids, {{0, 0, 0, 0}}); }, "masks every token");
+  expect_error([&] { m.forward(ids, {{1, 0, 1, 1}}); }, "has a 0 at 1 between real tokens");
+  expect_error([&] { m.forward({{5, 6, 7, 8}, {5, 6}}, {}); }, "input_ids row 1 has length 2");
+}

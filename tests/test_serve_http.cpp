@@ -2,9 +2,14 @@
 // the default model. Every server here is bounded: it is stopped with SIGTERM at the end of its test (and
 // killed if it does not exit within 30 s), and every request has a timeout. Suite `Cli` (the sanitizer stage
 // leaves subprocess runs to stage 1).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include "serve_test_util.h"
@@ -185,6 +190,60 @@ TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
   // 200 tokens take longer than the 1 s it was given: the stream ends with an error event, then [DONE].
   EXPECT_NE(body.find("\"type\":\"service_unavailable\""), std::string::npos) << body;
   EXPECT_NE(body.find("data: [DONE]\n\n"), std::string::npos) << body;
+}
+
+// A metric's value in a /metrics body (-1 when it is not there).
+double metric(const std::string& body, const std::string& name) {
+  const std::string key = "tessera:" + name + "{model_name=\"smollm2\"} ";
+  const size_t at = body.find(key);
+  return at == std::string::npos ? -1 : std::atof(body.c_str() + at + key.size());
+}
+
+// A client that closes its socket while waiting for a non-streamed answer: nothing is being written to it,
+// yet its row is cancelled and the slot freed within a poll (here: seconds, where the 1500 tokens asked for
+// would take far longer), and /metrics counts it as a cancellation.
+TEST(Cli, ServeNonStreamedClientThatDisconnectsFreesItsSlot) {
+  START_OR_FAIL(s, {"--max-num-seqs", "1", "--max-model-len", "2048"});
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(s.port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 1500, "temperature": 0})";
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  const bool running = one_running(s.port);
+  EXPECT_TRUE(running) << "the request never ran";
+  ::close(fd);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = client(s.port);
+  std::string m;
+  double freed_s = -1;
+  while (running && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    auto r = c->Get("/metrics");
+    ASSERT_TRUE(r);
+    m = r->body;
+    if (metric(m, "num_requests_running") == 0 && metric(m, "request_cancelled_total") == 1) {
+      freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::printf("non-streamed disconnect: slot freed %.3f s after the close, %g tokens generated\n", freed_s,
+              metric(m, "generation_tokens_total"));
+  EXPECT_GE(freed_s, 0) << "the slot was not freed within 30 s:\n" << m;
+  EXPECT_LT(freed_s, 3.0);
+  EXPECT_LT(metric(m, "generation_tokens_total"), 1500) << m;
+  // The slot serves the next request.
+  auto r = c->Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
 }
 
 // `tessera chat --server URL`: two user turns piped in, then /reset and the first again. The printed replies

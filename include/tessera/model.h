@@ -146,6 +146,12 @@ class CausalLM {
                           const TokenCallback& on_token);
   // Logits for every position of one sequence: [ids.size(), vocab] row-major.
   std::vector<float> forward(const std::vector<int32_t>& ids);
+  // Logits for every position of rows of equal length in one step: [rows, len, vocab] row-major. Each
+  // attention_mask row is 0s, 1s, 0s (left and/or right padding; empty mask: all ones); a row's real tokens
+  // are computed as if alone (positions from 0, attending from its first real token on, the kv_begin of
+  // generate()'s left padding). The logits at padding positions are 0.
+  std::vector<float> forward(const std::vector<std::vector<int32_t>>& input_ids,
+                             const std::vector<std::vector<int32_t>>& attention_mask);
 
   // Compiles (or loads from the disk cache) every prompt bucket's prefill and its decode step for `batch` rows and
   // `max_new_tokens`, with the sampling mode generate() will use for `do_sample`; then arms the recompile guard.

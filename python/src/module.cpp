@@ -180,6 +180,27 @@ nb::object forward(tessera::CausalLM& lm, const std::vector<int32_t>& ids) {
   return nb::cast(owned_array(std::move(logits), n, vocab));
 }
 
+// Rows of equal length with an attention mask (left or right padding) in one step: [rows, len, vocab]
+// float32, 0 at padding positions.
+nb::object forward_batch(tessera::CausalLM& lm, const IdArray& ids, std::optional<IdArray> mask) {
+  Rows input = to_rows(ids);
+  Rows attention;
+  if (mask) {
+    if (mask->shape(0) != ids.shape(0) || mask->shape(1) != ids.shape(1))
+      throw nb::value_error("attention_mask must have the shape of input_ids");
+    attention = to_rows(*mask);
+  }
+  std::vector<float> logits;
+  {
+    nb::gil_scoped_release release;
+    logits = lm.forward(input, attention);
+  }
+  const size_t rows = input.size(), n = ids.shape(1), vocab = rows && n ? logits.size() / (rows * n) : 0;
+  auto* heap = new std::vector<float>(std::move(logits));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<3>>(heap->data(), {rows, n, vocab}, owner));
+}
+
 // `distributed`: DistributedConfig's fields as the Python layer resolved them from its arguments and the
 // launcher's environment (tp_size, tp_plan [(pattern, style)], tp_plan_auto, world_size, rank, mpi,
 // collective_timeout_s); empty for one process.
@@ -309,6 +330,7 @@ NB_MODULE(_tessera, m) {
       .def("generate", &generate, "input_ids"_a, "attention_mask"_a = nb::none(), "overrides"_a = nb::dict(),
            "on_token"_a = nb::none())
       .def("forward", &forward, "ids"_a)
+      .def("forward_batch", &forward_batch, "input_ids"_a, "attention_mask"_a = nb::none())
       .def("resolved_config",
            [](const tessera::CausalLM& lm, const nb::dict& overrides) {
              return config_dict(resolved_config(lm, overrides));

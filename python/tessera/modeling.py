@@ -98,13 +98,41 @@ class TesseraModelForCausalLM:
 
     # model(input_ids).logits
     def __call__(self, input_ids=None, attention_mask=None, **kwargs):
+        """Logits for every position: `.logits` float32 [batch, seq, vocab] (numpy, or torch like the input).
+
+        `attention_mask` (same shape, 0/1) may pad rows on the left (as `tok(..., padding=True,
+        padding_side="left")` does) or on the right: each row's real tokens get the logits they have when the
+        row runs alone, unpadded (positions counted from its first real token). The logits at padding positions
+        are 0 (Transformers computes values there; they mean nothing). A row with a 0 between real tokens, an
+        all-zero row, values other than 0 and 1 or a shape unlike input_ids' raise ValueError.
+        """
         if kwargs:
             raise value_error(f"model(...): unsupported arguments {sorted(kwargs)}")
+        if input_ids is None:
+            raise value_error("model(...): input_ids is required")
         ids = to_numpy(input_ids, "input_ids")
-        if attention_mask is not None and not np.all(to_numpy(attention_mask, "attention_mask")):
-            raise value_error("model(...): padded rows (attention_mask with zeros) are not supported; "
-                              "pass each sequence alone")
-        logits = np.stack([self._lm.forward(row.tolist()) for row in ids])
+        if attention_mask is None:
+            logits = np.stack([self._lm.forward(row.tolist()) for row in ids])
+        else:
+            mask = to_numpy(attention_mask, "attention_mask")
+            if mask.shape != ids.shape:
+                raise value_error(f"model(...): attention_mask has shape {mask.shape}, input_ids {ids.shape}")
+            if not np.isin(mask, (0, 1)).all():
+                raise value_error("model(...): attention_mask must hold only 0 and 1")
+            ones = mask.sum(axis=1)
+            if (ones == 0).any():
+                raise value_error(f"model(...): attention_mask row {int(np.argmin(ones))} masks every token")
+            first, last = mask.argmax(axis=1), mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)
+            holes = np.nonzero(last - first + 1 != ones)[0]
+            if holes.size:
+                raise value_error(f"model(...): attention_mask row {int(holes[0])} has a 0 between real tokens "
+                                  "(only left or right padding)")
+            try:
+                logits = self._lm.forward_batch(ids, mask)
+            except ValueError as e:
+                if not isinstance(e, TesseraValueError):
+                    raise TesseraValueError(str(e)) from None
+                raise
         return CausalLMOutput(like_input(logits, input_ids) if is_torch(input_ids) else logits)
 
     forward = __call__

@@ -1,5 +1,6 @@
 // CausalLM: the public methods of a loaded model. Loading is in loading.cpp, the generate loop in
 // src/generation/generate.cpp, the step API in src/generation/slot_batch.cpp.
+#include <algorithm>
 #include <memory>
 
 #include "generation/generate.h"
@@ -76,6 +77,77 @@ std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
   if (const int64_t i = generation::first_non_finite(logits.data(), static_cast<int64_t>(logits.size())); i >= 0)
     fail("forward: the model produced a non-finite logit (", logits[static_cast<size_t>(i)], ") at position ",
          i / vocab, ", vocabulary index ", i % vocab);
+  return logits;
+}
+
+std::vector<float> CausalLM::forward(const std::vector<std::vector<int32_t>>& input_ids,
+                                     const std::vector<std::vector<int32_t>>& attention_mask) {
+  Impl& m = *impl_;
+  if (input_ids.empty() || input_ids[0].empty()) fail("forward: empty input");
+  const size_t len = input_ids[0].size();
+  if (!attention_mask.empty() && attention_mask.size() != input_ids.size())
+    fail("forward: attention_mask has ", attention_mask.size(), " rows, input_ids has ", input_ids.size());
+  // Per row: [begin, end) holds the real tokens; the mask is 0s, then 1s, then 0s.
+  std::vector<int32_t> begin, end;
+  for (size_t b = 0; b < input_ids.size(); ++b) {
+    if (input_ids[b].size() != len)
+      fail("forward: input_ids row ", b, " has length ", input_ids[b].size(), ", row 0 has ", len);
+    m.check_ids(input_ids[b]);
+    size_t p = 0, q = len;
+    if (!attention_mask.empty()) {
+      const auto& mask = attention_mask[b];
+      if (mask.size() != len)
+        fail("forward: attention_mask row ", b, " has length ", mask.size(), ", input_ids rows have ", len);
+      for (int32_t v : mask)
+        if (v != 0 && v != 1) fail("forward: attention_mask row ", b, " holds ", v, " (only 0 and 1)");
+      while (p < len && mask[p] == 0) ++p;
+      if (p == len) fail("forward: attention_mask row ", b, " masks every token");
+      while (mask[q - 1] == 0) --q;
+      for (size_t i = p; i < q; ++i)
+        if (mask[i] != 1)
+          fail("forward: attention_mask row ", b, " has a 0 at ", i,
+               " between real tokens (only left or right padding)");
+    }
+    begin.push_back(static_cast<int32_t>(p));
+    end.push_back(static_cast<int32_t>(q));
+  }
+  const int batch = static_cast<int>(input_ids.size()), n = static_cast<int>(len);
+  if (n > m.config.max_position_embeddings)
+    fail("forward: ", n, " tokens exceed max_position_embeddings ", m.config.max_position_embeddings);
+  ShapeKey key{.phase = Phase::Prefill,
+               .batch = batch,
+               .seq = n,
+               .cache_len = n,
+               .dtype = m.info.dtype,
+               .all_logits = true};
+  auto lock = m.step_lock();
+  std::unique_ptr<backends::Executable> scratch;
+  const auto& exe = m.executable(key, false, scratch);
+  auto cache = m.make_cache(batch, n);
+  StepInputs in;
+  for (int b = 0; b < batch; ++b) {
+    const auto& row = input_ids[static_cast<size_t>(b)];
+    in.ids.insert(in.ids.end(), row.begin(), row.end());
+    for (int s = 0; s < n; ++s) {
+      const int pos = s - begin[static_cast<size_t>(b)];
+      in.positions.push_back(pos < 0 ? 1 : pos);  // left padding is masked; position 1 as in generate()
+    }
+  }
+  for (int s = 0; s < n; ++s) in.slots.push_back(s);
+  in.kv_begin = begin;
+  std::vector<float> logits;
+  exe.run(in, *cache, logits);
+  const int64_t vocab = m.config.vocab_size;
+  for (int b = 0; b < batch; ++b)
+    for (int s = 0; s < n; ++s) {
+      float* at = logits.data() + (static_cast<int64_t>(b) * n + s) * vocab;
+      if (s < begin[static_cast<size_t>(b)] || s >= end[static_cast<size_t>(b)]) {
+        std::fill(at, at + vocab, 0.0f);
+      } else if (const int64_t i = generation::first_non_finite(at, vocab); i >= 0) {
+        fail("forward: the model produced a non-finite logit (", at[i], ") in row ", b, " at position ", s,
+             ", vocabulary index ", i);
+      }
+    }
   return logits;
 }
 
