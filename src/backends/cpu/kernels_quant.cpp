@@ -137,8 +137,27 @@ struct QuantX {
   int64_t K, nb, ld;
 };
 
+// One block of 32 x values to int8: q = round-half-even(x / scale), scale = max|x| / 127; the sums of the
+// quants of values 0..15 and 16..31 into half. The same integers on every instruction set.
+using BlockQuantizer = float (*)(const float* xb, int8_t* qb, int32_t* half);
+
+float quantize_block_scalar(const float* xb, int8_t* qb, int32_t* half) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(xb[j]));
+  const float scale = amax / 127.0f;
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  half[0] = half[1] = 0;
+  for (int64_t j = 0; j < QK; ++j) {
+    const float v = std::nearbyint(xb[j] * inv);  // the default rounding: to nearest, ties to even
+    const int32_t iv = static_cast<int32_t>(std::clamp(v, -127.0f, 127.0f));
+    qb[j] = static_cast<int8_t>(iv);
+    half[j / 16] += iv;
+  }
+  return scale;
+}
+
 // Into scratch slot 0 of the calling thread (shared with the workers for the duration of one kernel).
-QuantX quantize_x(const float* x, int64_t M, int64_t K) {
+QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_block) {
   const int64_t nb = K / QK, ld = (nb + 7) / 8 * 8, n16 = K / 16;
   const int64_t qfloats = (M * K + 63) / 64 * 16;  // the int8 quants, in whole 64-byte lines
   float* buf = scratch(0, qfloats + 3 * M * ld + M * n16);
@@ -150,24 +169,11 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K) {
   std::fill(d, d + 3 * M * ld, 0.0f);  // the padding of d, s and isum (0.0f is all zero bits)
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = x + m * K + b * QK;
-      int8_t* qb = q + m * K + b * QK;
-      float amax = 0.0f;
-      for (int64_t j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(xb[j]));
-      const float scale = amax / 127.0f;
-      const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-      int32_t half[2] = {0, 0};
-      for (int64_t j = 0; j < QK; ++j) {
-        const float v = std::nearbyint(xb[j] * inv);  // the default rounding: to nearest, ties to even
-        const int32_t iv = static_cast<int32_t>(std::clamp(v, -127.0f, 127.0f));
-        qb[j] = static_cast<int8_t>(iv);
-        half[j / 16] += iv;
-      }
+      int32_t* half = isum16 + m * n16 + 2 * b;
+      const float scale = quantize_block(x + m * K + b * QK, q + m * K + b * QK, half);
       d[m * ld + b] = scale;
       s[m * ld + b] = scale * static_cast<float>(half[0] + half[1]);
       isum[m * ld + b] = half[0] + half[1];
-      isum16[m * n16 + 2 * b] = half[0];
-      isum16[m * n16 + 2 * b + 1] = half[1];
     }
   }
   return {q, d, s, isum, isum16, K, nb, ld};
@@ -363,6 +369,39 @@ inline void unpack(const uint8_t* blk, Unpacked<WT>& u) {
       }
     }
   }
+}
+
+// quantize_block_scalar's integers with AVX2: the same products x * inv, rounded by vcvtps2dq in the default
+// mode (to nearest, ties to even, as nearbyint).
+float quantize_block(const float* xb, int8_t* qb, int32_t* half) {
+  __m256 v[4];
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 mx = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(xb + 8 * k);
+    mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[k]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float scale = _mm_cvtss_f32(m4) / 127.0f;
+  const __m256 inv = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  __m256i iv[4];
+  for (int k = 0; k < 4; ++k)
+    iv[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv)), lo), hi);
+  const auto total = [](__m256i a) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1)));
+  };
+  half[0] = total(_mm256_add_epi32(iv[0], iv[1]));
+  half[1] = total(_mm256_add_epi32(iv[2], iv[3]));
+  // Packing works within 128-bit lanes: groups of four come out as (0 lo, 1 lo, 2 lo, 3 lo | 0 hi, ...).
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb),
+                      _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  return scale;
 }
 
 // ---- decode: groups of 8 sub-blocks (one K-quant block, or 8 blocks of a 32-value format)
@@ -675,7 +714,12 @@ void matmul_quant(const float* x, int64_t M, int64_t K, DType wt, const MatmulOu
       if (outs[i].N > 0) quant_gemm(x, M, K, outs[i], wt);
     return;
   }
-  const QuantX qx = exact ? QuantX{} : quantize_x(x, M, K);
+#if TESSERA_CPU_WIDE
+  const BlockQuantizer quantize_block = use_avx2() ? qavx2::quantize_block : quantize_block_scalar;
+#else
+  const BlockQuantizer quantize_block = quantize_block_scalar;
+#endif
+  const QuantX qx = exact ? QuantX{} : quantize_x(x, M, K, quantize_block);
   const size_t row_bytes = dtype_bytes(wt, K);
   for_each_row_chunk(outs, count, kChunkRows, M * K, [&](const MatmulOut& o, int64_t n0, int64_t n1) {
     if (exact) return exact_chunk(x, M, K, wt, row_bytes, o, n0, n1);
