@@ -125,15 +125,16 @@ void by_format(DType wt, Fn&& fn) {
 }
 
 // x quantised per row and block: q [M][K] int8; per row (stride ld = nb rounded up to 8, zeros past nb) and
-// block of 32: d the scale, s = d * (sum of the block's q), isum that sum as an integer; isum16 [M][K / 16]
-// the sums per 16 values (the AVX2 kernels take offset formats' quants unsigned and subtract offset * sum
-// after the integer dot, which is exact).
+// block of 32: d the scale, s = d * (sum of the block's q), isum that sum as an integer; off16 [M][2 ld]
+// 32 * the sums per 16 values, each run of 16 (8 blocks) in the lane order of the AVX2 Q6_K kernel's u0, u1
+// (the AVX2 kernels take offset formats' quants unsigned and subtract offset * sum after the integer dot,
+// which is exact).
 struct QuantX {
   const int8_t* q;
   const float* d;
   const float* s;
   const int32_t* isum;
-  const int32_t* isum16;
+  const int32_t* off16;
   int64_t K, nb, ld;
 };
 
@@ -158,25 +159,29 @@ float quantize_block_scalar(const float* xb, int8_t* qb, int32_t* half) {
 
 // Into scratch slot 0 of the calling thread (shared with the workers for the duration of one kernel).
 QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_block) {
-  const int64_t nb = K / QK, ld = (nb + 7) / 8 * 8, n16 = K / 16;
+  const int64_t nb = K / QK, ld = (nb + 7) / 8 * 8;
   const int64_t qfloats = (M * K + 63) / 64 * 16;  // the int8 quants, in whole 64-byte lines
-  float* buf = scratch(0, qfloats + 3 * M * ld + M * n16);
+  float* buf = scratch(0, qfloats + 3 * M * ld + 2 * M * ld);
   auto* q = reinterpret_cast<int8_t*>(buf);
   float* d = buf + qfloats;
   float* s = d + M * ld;
   auto* isum = reinterpret_cast<int32_t*>(s + M * ld);
-  int32_t* isum16 = isum + M * ld;
+  int32_t* off16 = isum + M * ld;
   std::fill(d, d + 3 * M * ld, 0.0f);  // the padding of d, s and isum (0.0f is all zero bits)
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
-      int32_t* half = isum16 + m * n16 + 2 * b;
+      int32_t half[2];
       const float scale = quantize_block(x + m * K + b * QK, q + m * K + b * QK, half);
+      // Block b's halves in its run of 16: [blocks 0-3 first halves, their second halves, blocks 4-7 ...].
+      int32_t* run = off16 + m * 2 * ld + b / 8 * 16 + (b % 8) / 4 * 8 + b % 4;
+      run[0] = 32 * half[0];
+      run[4] = 32 * half[1];
       d[m * ld + b] = scale;
       s[m * ld + b] = scale * static_cast<float>(half[0] + half[1]);
       isum[m * ld + b] = half[0] + half[1];
     }
   }
-  return {q, d, s, isum, isum16, K, nb, ld};
+  return {q, d, s, isum, off16, K, nb, ld};
 }
 
 }  // namespace
@@ -563,14 +568,11 @@ inline void group_dots(const uint8_t* wr, const QuantX& qx, int64_t m0, int64_t 
     const __m256i u0 = _mm256_hadd_epi32(t[i][0], t[i][1]), u1 = _mm256_hadd_epi32(t[i][2], t[i][3]);
     const int64_t xo = (m0 + i) * qx.ld + g * 8;
     if constexpr (WT == DType::Q6_K) {
-      const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-      const int32_t* h16 = qx.isum16 + (m0 + i) * (qx.K / 16) + g * 16;
-      const __m256i c0 =
-          _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16)), order);
-      const __m256i c1 =
-          _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h16 + 8)), order);
-      const __m256 r0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u0, _mm256_slli_epi32(c0, 5)));
-      const __m256 r1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u1, _mm256_slli_epi32(c1, 5)));
+      const int32_t* off = qx.off16 + (m0 + i) * 2 * qx.ld + g * 16;
+      const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(off));
+      const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(off + 8));
+      const __m256 r0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u0, c0));
+      const __m256 r1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(u1, c1));
       acc[i] = _mm256_fmadd_ps(
           r0, _mm256_mul_ps(d, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(qx.d + xo))), acc[i]);
       acc[i] = _mm256_fmadd_ps(
