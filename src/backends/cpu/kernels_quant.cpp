@@ -2,17 +2,16 @@
 // stores them; layouts in tensor.h), computed from the blocks as stored. Every format is read as sub-blocks
 // of 32 values: 32 small integers q (signed, or unsigned 0..31 with an offset), one f32 scale per 16 values
 // (the same for both halves but in Q6_K, whose scales are per 16) and one f32 offset m; value = d * q + m. A
-// K-quant block (256 values) is 8 sub-blocks whose d = (super-block scale) * (6- or 8-bit sub-scale) and m =
-// -(min scale)
-// * (6-bit min), both exact in f32.
+// K-quant block (256 values) is 8 sub-blocks whose d = (super-block scale) * (6- or 8-bit sub-scale) and
+// m = -(min scale) * (6-bit min), both exact in f32.
 //  * Decode (matmul_rows, and matmul / matmul_multi below kGemmMinRows rows): x is quantised once per call,
 //    per row and block of 32, to int8 (q = round-half-even(x * 127 / max|x|), scale max|x| / 127 in f32; the
-//    same code on every instruction set, so every set sees the same integers), and each weight sub-block
-//    meets it in an integer dot product: on AVX2 one vpmaddubsw (unsigned x signed bytes into int16 pairs)
-//    and one vpmaddwd per 32 weights, then one f32 FMA with the product of the two scales. An offset m adds
-//    m * (x scale * sum of the x quants), kept per block. Weights are read once per step whatever M: a chunk
-//    of 64 weight rows is dotted with every x row (in passes of up to 4) before the next chunk is read, and
-//    each output is the same sum whatever M (rows never share an accumulator).
+//    same integers on every instruction set), and each weight sub-block meets it in an integer dot product:
+//    on AVX2 one vpmaddubsw (unsigned x signed bytes into int16 pairs) and one vpmaddwd per 32 weights, the
+//    dots of 8 sub-blocks folded into one vector and scaled with one FMA (see "decode: groups of 8" below).
+//    An offset m adds m * (x scale * sum of the x quants), kept per block. Weights are read once per step
+//    whatever M: a chunk of 64 weight rows is dotted with every x row (in passes of up to 4) before the next
+//    chunk is read, and each output is the same sum whatever M (rows never share an accumulator).
 //  * Prefill (M >= kGemmMinRows in matmul / matmul_multi): chunks of weight rows are dequantised to f32 and
 //    run through the f32 gemm; x stays f32, so prefill computes exactly what dequantised f32 weights give.
 //  * Bf16Dot::Exact (exact_bf16_matmul): decode too keeps x f32, on chunks of 64 weight rows dequantised to
