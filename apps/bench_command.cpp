@@ -58,9 +58,9 @@ void add_bench_command(CLI::App& app) {
                   "Greedy tokens to generate, eos disabled (default 128)")
       ->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--dtype", flags->dtype,
-                  "Weight dtype: bfloat16, float32 or float16 (default: the checkpoint's), or q8_0 / q4_0 "
+                  "Weight dtype: bfloat16, float32 or float16 (default: the checkpoint's), or q8_0 / q4_0 / q4_k "
                   "(quantised at load)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0"}));
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0", "q4_k"}));
   cmd->add_option("--threads", flags->o.threads,
                   "Worker threads (default: all cores, or $TESSERA_NUM_THREADS)")
       ->check(CLI::Range(1, 1024));

@@ -1,4 +1,4 @@
-// dtype q8_0 / q4_0 (LoadOptions::dtype, --dtype): a float checkpoint's matrices quantised to GGML blocks at
+// dtype q8_0 / q4_0 / q4_k (LoadOptions::dtype, --dtype): a float checkpoint's matrices quantised to GGML blocks at
 // load and computed from them on the cpu device (tests/test_cpu_kernels_quant.cpp checks the kernels).
 // Bounds against Transformers' float32 goldens of the tiny random fixtures (logits up to ~7.7, where
 // Transformers' own bfloat16 is 0.165 off): Q8_0 within 0.35 (measured 0.23-0.24, int8 decode inputs
@@ -52,6 +52,52 @@ TEST(QuantizeAtLoad, RowsRoundTripWithinHalfAStep) {
   }
 }
 
+TEST(QuantizeAtLoad, Q4KRowsRoundTrip) {
+  // Per sub-block of 32, x ~ d * sc * q - dmin * mn with q in 0..15: each value within a step (the sub-block's
+  // range over 15) of the original, plus the 6-bit rounding of its scale and offset against the block's
+  // largest; and the sub-block's RMS error under 0.45 of a step (uniform rounding alone gives 0.29).
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const int64_t rows = 3, K = 512;
+  std::vector<float> x(static_cast<size_t>(rows * K));
+  for (float& v : x) v = n(rng);
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(64 + j)] = 0.0f;          // an all-zero sub-block
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(128 + j)] = 0.5f + j / 64.0f;  // all positive
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(160 + j)] *= 0.01f;       // a small one beside large
+  std::vector<uint8_t> blocks(dtype_bytes(DType::Q4_K, rows * K));
+  quantize_rows(x.data(), rows, K, DType::Q4_K, blocks.data());
+  std::vector<float> back(x.size());
+  cpu::dequantize_rows(DType::Q4_K, blocks.data(), K, rows, back.data());
+  double worst_rms = 0;
+  for (size_t s = 0; s < x.size() / 32; ++s) {
+    float lo = 0.0f, hi = 0.0f, bmax = 0.0f;
+    for (size_t j = 0; j < 32; ++j) {
+      lo = std::min(lo, x[s * 32 + j]);
+      hi = std::max(hi, x[s * 32 + j]);
+    }
+    // The block's largest sub-block range bounds the 6-bit scale step.
+    for (size_t t = s / 8 * 8; t < s / 8 * 8 + 8; ++t)
+      for (size_t j = 0; j < 32; ++j) bmax = std::max(bmax, std::fabs(x[t * 32 + j]));
+    const float step = (hi - lo) / 15.0f, scale_err = 2.0f * bmax / 63.0f;
+    double se = 0;
+    for (size_t j = 0; j < 32; ++j) {
+      const float e = back[s * 32 + j] - x[s * 32 + j];
+      ASSERT_LE(std::fabs(e), step + scale_err + 1e-6f) << "sub-block " << s << " value " << j;
+      se += static_cast<double>(e) * e;
+    }
+    if (step > 0.05f) worst_rms = std::max(worst_rms, std::sqrt(se / 32) / step);
+    if (hi == lo) {
+      for (size_t j = 0; j < 32; ++j) ASSERT_EQ(back[s * 32 + j], 0.0f) << "zero sub-block " << s;
+    }
+  }
+  EXPECT_LE(worst_rms, 0.45);
+  std::printf("q4_k round trip: worst RMS error %.3f of a step\n", worst_rms);
+  std::vector<float> bad(256, 1.0f);
+  bad[5] = NAN;
+  std::vector<uint8_t> out(144);
+  EXPECT_THROW(quantize_rows(bad.data(), 1, 256, DType::Q4_K, out.data()), Error);
+}
+
 void check_fixture(const char* name, DType q, double bound) {
   auto j = golden::load_model_golden(name);
   LoadOptions opt;
@@ -81,8 +127,9 @@ TEST(QuantizeAtLoad, Q4_0NearTransformersFloat32) {
 TEST(QuantizeAtLoad, NamesAndDevicesRefusedClearly) {
   EXPECT_EQ(parse_load_dtype("q8_0"), DType::Q8_0);
   EXPECT_EQ(parse_load_dtype("bf16"), DType::BF16);
-  testing::expect_error([] { parse_load_dtype("q4_k"); },
-                        "unsupported dtype 'q4_k' (expected float32, bfloat16, float16, q8_0 or q4_0)");
+  EXPECT_EQ(parse_load_dtype("q4_k"), DType::Q4_K);
+  testing::expect_error([] { parse_load_dtype("q5_k"); },
+                        "unsupported dtype 'q5_k' (expected float32, bfloat16, float16, q8_0, q4_0 or q4_k)");
   // config.json's torch_dtype stays a float type.
   EXPECT_THROW(parse_dtype("q8_0"), Error);
   LoadOptions opt;

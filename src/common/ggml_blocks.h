@@ -1,5 +1,6 @@
-// GGML's K-quant scale packing, shared by the GGUF reader's dequantisers (src/io/gguf_quants.cpp) and the
-// cpu backend's kernels on the blocks as stored (src/backends/cpu/kernels_quant.cpp).
+// GGML's K-quant scale packing, shared by the GGUF reader's dequantisers (src/io/gguf_quants.cpp), the
+// cpu backend's kernels on the blocks as stored (src/backends/cpu/kernels_quant.cpp) and the Q4_K quantiser
+// (src/common/tensor.cpp).
 #pragma once
 #include <cstdint>
 
@@ -15,6 +16,15 @@ inline void k_quant_scale_min(int j, const uint8_t* q, uint8_t* scale, uint8_t* 
   } else {
     *scale = static_cast<uint8_t>((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
     *min = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// The inverse: the 8 pairs (each value 0..63) packed into q[12].
+inline void k_quant_pack_scale_min(const uint8_t* scale, const uint8_t* min, uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = static_cast<uint8_t>((scale[j] & 63) | ((scale[j + 4] >> 4) << 6));
+    q[j + 4] = static_cast<uint8_t>((min[j] & 63) | ((min[j + 4] >> 4) << 6));
+    q[j + 8] = static_cast<uint8_t>((scale[j + 4] & 0xf) | ((min[j + 4] & 0xf) << 4));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/ggml_blocks.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -125,16 +126,91 @@ DType parse_dtype(const std::string& s) {
 DType parse_load_dtype(const std::string& s) {
   if (s == "q8_0") return DType::Q8_0;
   if (s == "q4_0") return DType::Q4_0;
+  if (s == "q4_k") return DType::Q4_K;
   if (s == "float32" || s == "f32" || s == "fp32" || s == "bfloat16" || s == "bf16" || s == "float16" ||
       s == "f16" || s == "fp16" || s == "half")
     return parse_dtype(s);
-  fail("unsupported dtype '", s, "' (expected float32, bfloat16, float16, q8_0 or q4_0)");
+  fail("unsupported dtype '", s, "' (expected float32, bfloat16, float16, q8_0, q4_0 or q4_k)");
 }
 
+namespace {
+
+// One Q4_K block (256 values, 144 bytes: f16 d and dmin, 12 bytes of 6-bit sub-block scales and mins, 128
+// bytes of nibbles; value = d * sc * q - dmin * mn). Per sub-block of 32, the affine fit x ~ a * q - b with q
+// in 0..15 and b >= 0 (the range [min(x, 0), max(x)] over 15 steps, then two least-squares refits of a and b
+// to the codes it gives); then the 8 a's and b's quantised to 6 bits against the block's largest (d, dmin in
+// f16) and the codes chosen again for the scales actually stored.
+void quantize_q4_k_block(const float* x, uint8_t* dst) {
+  float a[8], b[8];
+  for (int s = 0; s < 8; ++s) {
+    const float* xs = x + 32 * s;
+    float lo = 0.0f, hi = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      lo = std::min(lo, xs[j]);
+      hi = std::max(hi, xs[j]);
+    }
+    a[s] = (hi - lo) / 15.0f;
+    b[s] = -lo;
+    for (int it = 0; it < 2 && a[s] > 0.0f; ++it) {
+      // Least squares of x = a q - b over the current codes: n, sum q, sum q^2, sum x, sum q x.
+      double sq = 0, sqq = 0, sx = 0, sqx = 0;
+      for (int j = 0; j < 32; ++j) {
+        const double q = std::clamp(std::nearbyint((xs[j] + b[s]) / a[s]), 0.0f, 15.0f);
+        sq += q;
+        sqq += q * q;
+        sx += xs[j];
+        sqx += q * xs[j];
+      }
+      const double det = 32 * sqq - sq * sq;
+      if (det <= 0) break;
+      double na = (32 * sqx - sq * sx) / det, nb = (sq * sqx - sqq * sx) / det;  // x = na q - nb
+      if (nb < 0) {  // the offset must subtract: refit the scale alone
+        nb = 0;
+        na = sqq > 0 ? sqx / sqq : 0;
+      }
+      if (!(na > 0)) break;
+      a[s] = static_cast<float>(na);
+      b[s] = static_cast<float>(nb);
+    }
+  }
+  const float amax = *std::max_element(a, a + 8), bmax = *std::max_element(b, b + 8);
+  const uint16_t dh = f32_to_f16(amax / 63.0f), mh = f32_to_f16(bmax / 63.0f);
+  const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+  uint8_t sc[8], mn[8];
+  for (int s = 0; s < 8; ++s) {
+    sc[s] = d > 0.0f ? static_cast<uint8_t>(std::clamp(std::nearbyint(a[s] / d), 0.0f, 63.0f)) : 0;
+    mn[s] = dmin > 0.0f ? static_cast<uint8_t>(std::clamp(std::nearbyint(b[s] / dmin), 0.0f, 63.0f)) : 0;
+  }
+  std::memcpy(dst, &dh, 2);
+  std::memcpy(dst + 2, &mh, 2);
+  k_quant_pack_scale_min(sc, mn, dst + 4);
+  uint8_t* qs = dst + 16;
+  std::memset(qs, 0, 128);
+  for (int s = 0; s < 8; ++s) {
+    const float step = d * sc[s], off = dmin * mn[s];
+    for (int j = 0; j < 32; ++j) {
+      const float q =
+          step > 0.0f ? std::clamp(std::nearbyint((x[32 * s + j] + off) / step), 0.0f, 15.0f) : 0.0f;
+      // Sub-blocks 2c and 2c + 1: the low and high nibbles of bytes 32c .. 32c + 31.
+      qs[32 * (s / 2) + j] |= static_cast<uint8_t>(static_cast<int>(q) << (4 * (s & 1)));
+    }
+  }
+}
+
+}  // namespace
+
 void quantize_rows(const float* x, int64_t rows, int64_t K, DType q, void* out) {
-  TS_ASSERT((q == DType::Q8_0 || q == DType::Q4_0) && K % 32 == 0, "quantize_rows to ", dtype_name(q), " K ",
-            K);
+  TS_ASSERT((q == DType::Q8_0 || q == DType::Q4_0 || q == DType::Q4_K) && K % dtype_block(q) == 0,
+            "quantize_rows to ", dtype_name(q), " K ", K);
   auto* dst = static_cast<uint8_t*>(out);
+  if (q == DType::Q4_K) {
+    for (int64_t b = 0; b < rows * K / 256; ++b, x += 256, dst += 144) {
+      for (int j = 0; j < 256; ++j)
+        if (!std::isfinite(x[j])) fail("value ", x[j], " cannot be quantised to ", dtype_name(q));
+      quantize_q4_k_block(x, dst);
+    }
+    return;
+  }
   for (int64_t b = 0; b < rows * K / 32; ++b, x += 32) {
     float amax = 0.0f, extreme = 0.0f;
     for (int j = 0; j < 32; ++j) {

@@ -96,7 +96,7 @@ bool stored_as(const std::string& stored_type, DType dt) {
          (stored_type == "F16" && dt == DType::F16);
 }
 
-// `name` quantised at load (--dtype q8_0 / q4_0): read as float32, then quantised row by row.
+// `name` quantised at load (--dtype q8_0 / q4_0 / q4_k): read as float32, then quantised row by row.
 Tensor quantized_copy(const io::WeightSource& src, const std::string& name, DType q) {
   const Tensor f = src.load(name, DType::F32);
   Tensor out = Tensor::empty(q, f.shape);

@@ -146,6 +146,10 @@ def test_dtype_quantised_at_load():
     assert 0 < diff < 0.35, diff
     with pytest.raises(tessera.TesseraError, match="q8_0 \\(quantised at load\\) runs on the cpu device"):
         tessera.AutoModelForCausalLM.from_pretrained(path, dtype="q8_0", device_map="xla-cpu")
+    # q4_k: blocks of 256, so on this 64-wide model every matrix stays float32 (the logits are the float load's).
+    k = tessera.AutoModelForCausalLM.from_pretrained(path, dtype="q4_k")
+    assert k.dtype == "q4_k"
+    assert np.array_equal(k(ids).logits, f(ids).logits)
 
 
 def test_collective_timeout_from_the_environment(monkeypatch):
