@@ -117,15 +117,18 @@ tessera::GenerationConfig resolved_config(const tessera::CausalLM& lm, const nb:
   return cfg;
 }
 
+// The attention mask's rows (none without a mask), after checking it has the shape of the ids.
+Rows mask_rows(const IdArray& ids, const std::optional<IdArray>& mask) {
+  if (!mask) return {};
+  if (mask->shape(0) != ids.shape(0) || mask->shape(1) != ids.shape(1))
+    throw nb::value_error("attention_mask must have the shape of input_ids");
+  return to_rows(*mask);
+}
+
 nb::object generate(tessera::CausalLM& lm, const IdArray& ids, std::optional<IdArray> mask,
                     const nb::dict& overrides, std::optional<nb::callable> on_token) {
   Rows input = to_rows(ids);
-  Rows attention;
-  if (mask) {
-    if (mask->shape(0) != ids.shape(0) || mask->shape(1) != ids.shape(1))
-      throw nb::value_error("attention_mask must have the shape of input_ids");
-    attention = to_rows(*mask);
-  }
+  Rows attention = mask_rows(ids, mask);
   const tessera::GenerationConfig cfg = resolved_config(lm, overrides);
   tessera::GenerateOutput out;
   if (on_token) {
@@ -184,12 +187,7 @@ nb::object forward(tessera::CausalLM& lm, const std::vector<int32_t>& ids) {
 // float32, 0 at padding positions.
 nb::object forward_batch(tessera::CausalLM& lm, const IdArray& ids, std::optional<IdArray> mask) {
   Rows input = to_rows(ids);
-  Rows attention;
-  if (mask) {
-    if (mask->shape(0) != ids.shape(0) || mask->shape(1) != ids.shape(1))
-      throw nb::value_error("attention_mask must have the shape of input_ids");
-    attention = to_rows(*mask);
-  }
+  Rows attention = mask_rows(ids, mask);
   std::vector<float> logits;
   {
     nb::gil_scoped_release release;
