@@ -226,4 +226,26 @@ TEST(KernelPackages, CliForwardAndGenerate) {
             "tessera: error: --kernels /nonexistent/k: not a directory (expected a kernel package folder)\n");
 }
 
+// `tessera bench --quick --kernels DIR` runs with the package and its --json lists it, as forward's does.
+TEST(KernelPackages, CliBench) {
+  const std::string model = golden::model_path("qwen3_tied");
+  const auto plain = run_cli("bench '" + model + "' --quick --json --dtype float32");
+  const auto with =
+      run_cli("bench '" + model + "' --quick --json --dtype float32 --kernels '" + kExample + "'");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(with.code, 0) << with.err;
+  const auto jp = nlohmann::json::parse(plain.out), jw = nlohmann::json::parse(with.out);
+  EXPECT_TRUE(jp["kernels"].empty());
+  ASSERT_EQ(jw["kernels"].size(), 1u) << with.out.substr(0, 200);
+  EXPECT_EQ(jw["kernels"][0]["package"], "rms_norm_cpu");
+  EXPECT_EQ(jw["kernels"][0]["op"], "rms_norm");
+  EXPECT_EQ(jw["kernels"][0]["backend"], "cpu");
+  EXPECT_GT(jw["kernels"][0]["nodes"].get<int>(), 0);
+  EXPECT_GT(jw["decode_tokens_per_s"].get<double>(), 0);
+  const auto bad = run_cli("bench '" + model + "' --quick --kernels /nonexistent/k");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.err,
+            "tessera: error: --kernels /nonexistent/k: not a directory (expected a kernel package folder)\n");
+}
+
 }  // namespace
