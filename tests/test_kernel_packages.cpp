@@ -361,6 +361,28 @@ TEST(KernelPackages, MatmulBf16Weights) {
   EXPECT_TRUE(m->info().kernels.empty());
 }
 
+// Quantised matrices (q8_0 at load) keep the built-in kernels: the example's dtypes filter skips it, and a
+// package without a filter is skipped too (its library registers float32 and bfloat16 kernels only).
+TEST(KernelPackages, MatmulSkipsQuantisedMatrices) {
+  const std::string any = make_package("matmul_any_dtype", matmul_manifest(), kMatmulLib);
+  const std::pair<std::string, const char*> cases[] = {
+      {kMatmul, "no matmul node of the model fits (dtype q8_0 not in [float32, bfloat16])"},
+      {any, "its library registers no kernel for the model's dtype on this CPU's instruction set"}};
+  for (const auto& [dir, note] : cases) {
+    LoadOptions opt;
+    opt.dtype = DType::Q8_0;
+    opt.kernels = {dir};
+    std::unique_ptr<CausalLM> m;
+    const auto notes = notes_of([&] {
+      m = std::make_unique<CausalLM>(
+          AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt));
+    });
+    ASSERT_EQ(notes.size(), 1u) << dir;
+    EXPECT_NE(notes[0].find(note), std::string::npos) << notes[0];
+    EXPECT_TRUE(m->info().kernels.empty()) << dir;
+  }
+}
+
 // ABI versions: a version-1 library (rms_norm) still loads and runs; a version-1 library registering a
 // matmul kernel, or a matmul library without tessera_register_kernels, is a one-line Error naming it.
 TEST(KernelPackages, MatmulAbiVersionsAndBrokenLibraries) {
