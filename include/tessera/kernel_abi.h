@@ -87,7 +87,7 @@ typedef struct TesseraKernel {
 
 typedef struct TesseraKernelHost {
   uint32_t struct_size; /* sizeof(TesseraKernelHost) of the host */
-  uint32_t abi_version; /* TESSERA_KERNEL_ABI_VERSION of the host */
+  uint32_t abi_version; /* TESSERA_KERNEL_ABI_VERSION of the host: >= the library's (see Versions) */
   void* context;        /* the host's; pass `host` back unchanged */
   /* Adds a kernel (copied; `name` must stay valid while the library is loaded). 0 = accepted; otherwise the
    * host has recorded why and will refuse the package. */
