@@ -1,5 +1,6 @@
 // `tessera bench [MODEL] [--prompt-tokens N] [--new-tokens N] [--dtype D] [--threads N] [--repeats N]
-// [--exact-bf16-matmul] [--json] [--quick]`: see src/runtime/bench_model.h for what is measured.
+// [--exact-bf16-matmul] [--kernels DIR]... [--json] [--quick]`: see src/runtime/bench_model.h for what is
+// measured.
 #include "bench_command.h"
 
 #include <cstdio>
@@ -71,7 +72,13 @@ void add_bench_command(CLI::App& app) {
       "--exact-bf16-matmul", flags->o.exact_bf16_matmul,
       "keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 dot products "
       "(bfloat16 weights) or to int8 (a GGUF's block-quantised matrices), and the KV cache float32");
-  cmd->add_flag("--json", flags->json, "Print one JSON object");
+  cmd->add_option(
+         "--kernels", flags->o.kernels,
+         "A kernel package folder, as for forward/generate (repeatable, the first that accepts an op "
+         "wins; one that does not apply is skipped with a note); --json lists those in use")
+      ->check(
+          [](const std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); });
+  cmd->add_flag("--json", flags->json, "Print one JSON object (\"kernels\": the loaded packages in use)");
   cmd->add_flag("--quick", flags->quick,
                 "CI mode: 16-token prompt, 8 new tokens, 1 run, short machine probes");
   cmd->callback([flags, cmd] { run(*flags, *cmd); });  // errors reach main()'s one catch site

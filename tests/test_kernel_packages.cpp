@@ -25,6 +25,8 @@ namespace {
 
 const std::string kExample = std::string(TESSERA_EXAMPLE_KERNELS_DIR) + "/rms_norm_cpu";
 const std::string kExampleLib = kExample + "/librms_norm_cpu.so";
+const std::string kMatmul = std::string(TESSERA_EXAMPLE_KERNELS_DIR) + "/matmul_cpu";
+const std::string kMatmulLib = kMatmul + "/libmatmul_cpu.so";
 
 // The manifest of the example package, with `field` replaced (a JSON fragment per key).
 std::string manifest(
@@ -160,10 +162,10 @@ TEST(KernelPackages, BrokenIsAOneLineError) {
   const Broken cases[] = {
       {"op", manifest("\"layer_norm\""), kExampleLib,
        json_of + "'op' 'layer_norm' is not an op a kernel can replace (known: rms_norm, matmul, attention)"},
-      {"abi_manifest", manifest("\"rms_norm\"", "2"), kExampleLib,
-       json_of + "'abi_version' 2 is not the version this build reads (1)"},
+      {"abi_manifest", manifest("\"rms_norm\"", "3"), kExampleLib,
+       json_of + "'abi_version' 3 is not a version this build reads (1 to 2)"},
       {"abi_library", manifest(), TESSERA_KERNEL_TEST_ABI99,
-       "lib.so: tessera_kernel_abi_version() is 99, this build loads ABI version 1"},
+       "lib.so: tessera_kernel_abi_version() is 99, this build loads ABI versions 1 to 2"},
       {"symbol", manifest(), TESSERA_KERNEL_TEST_NOSYM, "lib.so: missing symbol tessera_register_kernels"},
       {"not_json", "{\"name\": ", kExampleLib, "kernel.json"},
       {"missing_field", R"({"name": "x", "abi_version": 1, "op": "rms_norm"})", kExampleLib,
@@ -221,6 +223,210 @@ TEST(KernelPackages, CliForwardAndGenerate) {
   ASSERT_EQ(gen.code, 0) << gen.err;
   EXPECT_EQ(nlohmann::json::parse(gen.out)["kernels"][0]["op"], "rms_norm");
   const auto bad = run_cli("forward '" + model + "' --input-ids 1 --kernels /nonexistent/k");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.err,
+            "tessera: error: --kernels /nonexistent/k: not a directory (expected a kernel package folder)\n");
+}
+
+// --- matmul (ABI version 2): examples/kernels/matmul_cpu ---
+
+// A matmul manifest with `extra` fields, its library lib.so.
+std::string matmul_manifest(const std::string& extra = "", const std::string& abi = "2") {
+  return manifest("\"matmul\"", abi, extra);
+}
+
+class ExampleMatmulKernel : public ::testing::TestWithParam<const char*> {};
+
+// float32 weights: greedy ids identical and logits within 1e-5 of the built-in kernels (another summation
+// order), and within the golden's 1e-4 of Transformers; every matmul node (prefill and decode) takes it.
+TEST_P(ExampleMatmulKernel, SameIdsAndLogitsAsBuiltIn) {
+  const char* model = GetParam();
+  auto j = golden::load_model_golden(model);
+  CausalLM builtin = load(model, {});
+  CausalLM loaded = load(model, {kMatmul});
+  ASSERT_EQ(loaded.info().kernels.size(), 1u);
+  const KernelInUse& k = loaded.info().kernels[0];
+  EXPECT_EQ(k.package, "matmul_cpu");
+  EXPECT_EQ(k.op, "matmul");
+  EXPECT_EQ(k.backend, "cpu");
+  EXPECT_EQ(k.implementation, kMatmulLib);
+  EXPECT_GT(k.nodes, 0);
+  double worst = 0;
+  for (const auto& c : j["forward"]) {
+    const auto ids = to32(c["input_ids"]);
+    const std::vector<float> a = builtin.forward(ids), b = loaded.forward(ids);
+    const double d = golden::max_abs_diff(b, a).max_abs;
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 1e-5) << model;
+    EXPECT_LE(golden::max_abs_diff(b, golden::matrix(c["logits"]).data).max_abs, 1e-4) << model;
+  }
+  std::printf("%s: loaded matmul vs built-in, max |logit diff| %.3g over %zu prompts\n", model, worst,
+              j["forward"].size());
+  const auto prompt = to32(j["forward"][0]["input_ids"]);
+  const auto ga = builtin.generate({prompt}, {}, greedy(12)).sequences;
+  const auto gb = loaded.generate({prompt}, {}, greedy(12)).sequences;
+  EXPECT_EQ(ga, gb) << model;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, ExampleMatmulKernel, ::testing::Values("qwen3_tied", "llama_gqa", "gemma2"));
+
+// The loaded matmul is the one that runs (a wrong one, output x 1.5, changes the logits), in prefill and in
+// decode steps (where the built-in path fuses sibling matmuls: a loaded one runs alone).
+TEST(KernelPackages, LoadedMatmulIsTheOneThatRuns) {
+  const std::string wrong = make_package("matmul_wrong", matmul_manifest(), TESSERA_KERNEL_TEST_MATMUL_WRONG);
+  const std::vector<int32_t> ids = {1, 2, 3, 4};
+  CausalLM builtin = load("qwen3_tied", {});
+  CausalLM bad = load("qwen3_tied", {wrong});
+  EXPECT_GT(golden::max_abs_diff(bad.forward(ids), builtin.forward(ids)).max_abs, 1e-2);
+  const auto ga = builtin.generate({ids}, {}, greedy(8)).sequences;
+  const auto gb = bad.generate({ids}, {}, greedy(8)).sequences;
+  EXPECT_NE(ga, gb);
+}
+
+// Both example packages at once: each takes its op.
+TEST(KernelPackages, MatmulAndRmsNormTogether) {
+  CausalLM builtin = load("llama_gqa", {});
+  CausalLM both = load("llama_gqa", {kExample, kMatmul});
+  ASSERT_EQ(both.info().kernels.size(), 2u);
+  EXPECT_EQ(both.info().kernels[0].op, "rms_norm");
+  EXPECT_EQ(both.info().kernels[1].op, "matmul");
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
+  EXPECT_LE(golden::max_abs_diff(both.forward(ids), builtin.forward(ids)).max_abs, 1e-5);
+}
+
+// A matmul package that does not fit the model's matmul nodes: skipped with one note, the model loads.
+TEST(KernelPackages, MatmulNotApplyingIsSkippedWithANote) {
+  const Skipped cases[] = {
+      {"matmul_shape", matmul_manifest(R"("shapes": {"in": [12345]}, )"),
+       "no matmul node of the model fits (in "},
+      {"matmul_out", matmul_manifest(R"("shapes": {"out": [7]}, )"),
+       "no matmul node of the model fits (out "},
+      {"matmul_dtype", matmul_manifest(R"("dtypes": ["bfloat16"], )"),
+       "no matmul node of the model fits (dtype float32 not in [bfloat16])"},
+  };
+  for (const Skipped& c : cases) {
+    const std::string dir = make_package(c.tag, c.manifest_text, kMatmulLib);
+    std::unique_ptr<CausalLM> m;
+    const auto notes = notes_of([&] { m = std::make_unique<CausalLM>(load("qwen3_tied", {dir})); });
+    ASSERT_EQ(notes.size(), 1u) << c.tag;
+    EXPECT_TRUE(one_line(notes[0])) << notes[0];
+    EXPECT_NE(notes[0].find("kernel package test_kernel (" + dir + ") skipped: "), std::string::npos)
+        << notes[0];
+    EXPECT_NE(notes[0].find(c.note), std::string::npos) << c.tag << ": " << notes[0];
+    EXPECT_TRUE(m->info().kernels.empty()) << c.tag;
+  }
+  // A shape filter that one node fits: that node alone takes it, the others keep the built-in kernel.
+  CausalLM builtin = load("qwen3_tied", {});
+  const std::string some =
+      make_package("matmul_some", matmul_manifest(R"("shapes": {"out": [64]}, )"), kMatmulLib);
+  CausalLM part = load("qwen3_tied", {some});
+  ASSERT_EQ(part.info().kernels.size(), 1u);
+  CausalLM all = load("qwen3_tied", {kMatmul});
+  EXPECT_GT(part.info().kernels[0].nodes, 0);
+  EXPECT_LT(part.info().kernels[0].nodes, all.info().kernels[0].nodes);
+  const std::vector<int32_t> ids = {1, 2, 3};
+  EXPECT_LE(golden::max_abs_diff(part.forward(ids), builtin.forward(ids)).max_abs, 1e-5);
+  // Decode steps: the nodes it takes run alone, the others still in their sibling groups.
+  EXPECT_EQ(part.generate({ids}, {}, greedy(8)).sequences, builtin.generate({ids}, {}, greedy(8)).sequences);
+}
+
+// bfloat16 weights: the example's bfloat16 kernel (plain C, its own summation order) against the built-in
+// float32-accumulating kernel (exact_bf16_matmul: x kept float32 on every CPU); a float32-only package is
+// skipped with a note on a bfloat16 model, so the kernel applies only where its dtype filter says.
+TEST(KernelPackages, MatmulBf16Weights) {
+  auto load_bf16 = [](std::vector<std::string> kernels) {
+    LoadOptions opt;
+    opt.dtype = DType::BF16;
+    opt.exact_bf16_matmul = true;
+    opt.kernels = std::move(kernels);
+    return AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt);
+  };
+  CausalLM builtin = load_bf16({});
+  CausalLM loaded = load_bf16({kMatmul});
+  ASSERT_EQ(loaded.info().kernels.size(), 1u);
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const double d = golden::max_abs_diff(loaded.forward(ids), builtin.forward(ids)).max_abs;
+  std::printf("qwen3_tied bfloat16: loaded matmul vs built-in, max |logit diff| %.3g\n", d);
+  EXPECT_LE(d, 1e-4);
+  EXPECT_EQ(builtin.generate({ids}, {}, greedy(8)).sequences,
+            loaded.generate({ids}, {}, greedy(8)).sequences);
+  const std::string f32_only =
+      make_package("matmul_f32_only", matmul_manifest(R"("dtypes": ["float32"], )"), kMatmulLib);
+  std::unique_ptr<CausalLM> m;
+  const auto notes = notes_of([&] { m = std::make_unique<CausalLM>(load_bf16({f32_only})); });
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("no matmul node of the model fits (dtype bfloat16 not in [float32])"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_TRUE(m->info().kernels.empty());
+}
+
+// Quantised matrices (q8_0 at load) keep the built-in kernels: the example's dtypes filter skips it, and a
+// package without a filter is skipped too (its library registers float32 and bfloat16 kernels only).
+TEST(KernelPackages, MatmulSkipsQuantisedMatrices) {
+  const std::string any = make_package("matmul_any_dtype", matmul_manifest(), kMatmulLib);
+  const std::pair<std::string, const char*> cases[] = {
+      {kMatmul, "no matmul node of the model fits (dtype q8_0 not in [float32, bfloat16])"},
+      {any, "its library registers no kernel for the model's dtype on this CPU's instruction set"}};
+  for (const auto& [dir, note] : cases) {
+    LoadOptions opt;
+    opt.dtype = DType::Q8_0;
+    opt.kernels = {dir};
+    std::unique_ptr<CausalLM> m;
+    const auto notes = notes_of([&] {
+      m = std::make_unique<CausalLM>(
+          AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt));
+    });
+    ASSERT_EQ(notes.size(), 1u) << dir;
+    EXPECT_NE(notes[0].find(note), std::string::npos) << notes[0];
+    EXPECT_TRUE(m->info().kernels.empty()) << dir;
+  }
+}
+
+// ABI versions: a version-1 library (rms_norm) still loads and runs; a version-1 library registering a
+// matmul kernel, or a matmul library without tessera_register_kernels, is a one-line Error naming it.
+TEST(KernelPackages, MatmulAbiVersionsAndBrokenLibraries) {
+  const std::string old = make_package("abi1_rms_norm", manifest(), TESSERA_KERNEL_TEST_ABI1);
+  CausalLM m = load("qwen3_tied", {old});
+  ASSERT_EQ(m.info().kernels.size(), 1u);
+  const std::vector<int32_t> ids = {1, 2, 3};
+  EXPECT_LE(golden::max_abs_diff(m.forward(ids), load("qwen3_tied", {}).forward(ids)).max_abs, 1e-5);
+  const Broken cases[] = {
+      {"matmul_abi1", matmul_manifest(), TESSERA_KERNEL_TEST_MATMUL_ABI1,
+       "lib.so: kernel 'matmul_f32_scalar': op 2 has no C signature in ABI 1 (TESSERA_KERNEL_OP_RMS_NORM "
+       "only; "
+       "matmul needs ABI 2)"},
+      {"matmul_nosym", matmul_manifest(), TESSERA_KERNEL_TEST_MATMUL_NOSYM,
+       "lib.so: missing symbol tessera_register_kernels"},
+      {"matmul_op", manifest(), kMatmulLib,
+       "lib.so: kernel 'matmul_f32_scalar' is for matmul, the manifest's op is rms_norm"},
+  };
+  for (const Broken& c : cases) {
+    const std::string dir = make_package(c.tag, c.manifest_text, c.library);
+    const std::string e = error_of([&] { load("qwen3_tied", {dir}); });
+    EXPECT_TRUE(one_line(e)) << c.tag << ": " << e;
+    EXPECT_NE(e.find(c.error), std::string::npos) << c.tag << ": " << e;
+    EXPECT_NE(e.find(dir), std::string::npos) << c.tag << " names no file: " << e;
+  }
+}
+
+// `tessera bench --quick --kernels DIR` runs with the package and its --json lists it, as forward's does.
+TEST(KernelPackages, CliBench) {
+  const std::string model = golden::model_path("qwen3_tied");
+  const auto plain = run_cli("bench '" + model + "' --quick --json --dtype float32");
+  const auto with =
+      run_cli("bench '" + model + "' --quick --json --dtype float32 --kernels '" + kExample + "'");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(with.code, 0) << with.err;
+  const auto jp = nlohmann::json::parse(plain.out), jw = nlohmann::json::parse(with.out);
+  EXPECT_TRUE(jp["kernels"].empty());
+  ASSERT_EQ(jw["kernels"].size(), 1u) << with.out.substr(0, 200);
+  EXPECT_EQ(jw["kernels"][0]["package"], "rms_norm_cpu");
+  EXPECT_EQ(jw["kernels"][0]["op"], "rms_norm");
+  EXPECT_EQ(jw["kernels"][0]["backend"], "cpu");
+  EXPECT_GT(jw["kernels"][0]["nodes"].get<int>(), 0);
+  EXPECT_GT(jw["decode_tokens_per_s"].get<double>(), 0);
+  const auto bad = run_cli("bench '" + model + "' --quick --kernels /nonexistent/k");
   EXPECT_EQ(bad.code, 1);
   EXPECT_EQ(bad.err,
             "tessera: error: --kernels /nonexistent/k: not a directory (expected a kernel package folder)\n");

@@ -1,38 +1,47 @@
-# Kernel packages (src/kernels/package.h): the example native cpu package built into
-# <build>/kernels/rms_norm_cpu/ (its kernel.json beside its library), and for the tests two broken builds of the
-# same source (another ABI version; no tessera_register_kernels) and a wrong one (output scaled, to
-# show the loaded kernel is the one that runs) in <build>/kernel_tests/.
-set(_tessera_kernel_src ${CMAKE_SOURCE_DIR}/examples/kernels/rms_norm_cpu)
-set(_tessera_kernel_out ${CMAKE_BINARY_DIR}/kernels/rms_norm_cpu)
-add_library(tessera_kernel_rms_norm_cpu MODULE ${_tessera_kernel_src}/rms_norm.c)
-target_include_directories(tessera_kernel_rms_norm_cpu PRIVATE ${CMAKE_SOURCE_DIR}/include)
-target_link_libraries(tessera_kernel_rms_norm_cpu PRIVATE m)
-# As the library's ISO C++ (no a * b + c contracted into an FMA), so the kernels sum as the built-in ones do.
-target_compile_options(tessera_kernel_rms_norm_cpu PRIVATE -ffp-contract=off)
-set_target_properties(tessera_kernel_rms_norm_cpu PROPERTIES OUTPUT_NAME rms_norm_cpu C_VISIBILITY_PRESET hidden
-                      LIBRARY_OUTPUT_DIRECTORY ${_tessera_kernel_out})
-configure_file(${_tessera_kernel_src}/kernel.json ${_tessera_kernel_out}/kernel.json COPYONLY)
+# Kernel packages (src/kernels/package.h): the example native cpu packages built into <build>/kernels/<name>/
+# (rms_norm_cpu and matmul_cpu, each kernel.json beside its library), and for the tests broken builds of the
+# same sources (another ABI version; no tessera_register_kernels) and wrong ones (output scaled, to show the
+# loaded kernel is the one that runs) in <build>/kernel_tests/.
+function(tessera_example_cpu_kernel name source)
+  set(_src ${CMAKE_SOURCE_DIR}/examples/kernels/${name})
+  add_library(tessera_kernel_${name} MODULE ${_src}/${source})
+  target_include_directories(tessera_kernel_${name} PRIVATE ${CMAKE_SOURCE_DIR}/include)
+  target_link_libraries(tessera_kernel_${name} PRIVATE m)
+  # As the library's ISO C++ (no a * b + c contracted into an FMA), so the kernels sum as the built-in ones do.
+  target_compile_options(tessera_kernel_${name} PRIVATE -ffp-contract=off)
+  set_target_properties(tessera_kernel_${name} PROPERTIES OUTPUT_NAME ${name} C_VISIBILITY_PRESET hidden
+                        LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/kernels/${name})
+  configure_file(${_src}/kernel.json ${CMAKE_BINARY_DIR}/kernels/${name}/kernel.json COPYONLY)
+endfunction()
+tessera_example_cpu_kernel(rms_norm_cpu rms_norm.c)
+tessera_example_cpu_kernel(matmul_cpu matmul.c)
 
 if(TARGET tessera_tests)
-  foreach(variant abi99 nosym wrong)
-    set(_target tessera_kernel_test_${variant})
-    add_library(${_target} MODULE ${_tessera_kernel_src}/rms_norm.c)
+  # Test variants: <target suffix> <example> <source> <definition>.
+  set(_tessera_kernel_variants
+      abi99 rms_norm_cpu rms_norm.c EXAMPLE_ABI_VERSION=99
+      abi1 rms_norm_cpu rms_norm.c EXAMPLE_ABI_VERSION=1
+      nosym rms_norm_cpu rms_norm.c EXAMPLE_NO_REGISTER
+      wrong rms_norm_cpu rms_norm.c EXAMPLE_OUTPUT_SCALE=1.5f
+      matmul_abi1 matmul_cpu matmul.c EXAMPLE_ABI_VERSION=1
+      matmul_nosym matmul_cpu matmul.c EXAMPLE_NO_REGISTER
+      matmul_wrong matmul_cpu matmul.c EXAMPLE_OUTPUT_SCALE=1.5f)
+  while(_tessera_kernel_variants)
+    list(POP_FRONT _tessera_kernel_variants _variant _example _source _define)
+    set(_target tessera_kernel_test_${_variant})
+    add_library(${_target} MODULE ${CMAKE_SOURCE_DIR}/examples/kernels/${_example}/${_source})
     target_include_directories(${_target} PRIVATE ${CMAKE_SOURCE_DIR}/include)
     target_link_libraries(${_target} PRIVATE m)
     target_compile_options(${_target} PRIVATE -ffp-contract=off)
+    target_compile_definitions(${_target} PRIVATE ${_define})
     set_target_properties(${_target} PROPERTIES C_VISIBILITY_PRESET hidden
                           LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/kernel_tests)
     add_dependencies(tessera_tests ${_target})
-  endforeach()
-  target_compile_definitions(tessera_kernel_test_abi99 PRIVATE EXAMPLE_ABI_VERSION=99)
-  target_compile_definitions(tessera_kernel_test_nosym PRIVATE EXAMPLE_NO_REGISTER)
-  target_compile_definitions(tessera_kernel_test_wrong PRIVATE EXAMPLE_OUTPUT_SCALE=1.5f)
-  add_dependencies(tessera_tests tessera_kernel_rms_norm_cpu)
-  target_compile_definitions(tessera_tests PRIVATE
-    TESSERA_EXAMPLE_KERNELS_DIR="${CMAKE_BINARY_DIR}/kernels"
-    TESSERA_KERNEL_TEST_ABI99="$<TARGET_FILE:tessera_kernel_test_abi99>"
-    TESSERA_KERNEL_TEST_NOSYM="$<TARGET_FILE:tessera_kernel_test_nosym>"
-    TESSERA_KERNEL_TEST_WRONG="$<TARGET_FILE:tessera_kernel_test_wrong>")
+    string(TOUPPER ${_variant} _upper)
+    target_compile_definitions(tessera_tests PRIVATE TESSERA_KERNEL_TEST_${_upper}="$<TARGET_FILE:${_target}>")
+  endwhile()
+  add_dependencies(tessera_tests tessera_kernel_rms_norm_cpu tessera_kernel_matmul_cpu)
+  target_compile_definitions(tessera_tests PRIVATE TESSERA_EXAMPLE_KERNELS_DIR="${CMAKE_BINARY_DIR}/kernels")
 endif()
 
 # The example XLA FFI package (examples/kernels/rms_norm_ffi): a typed FFI handler built against the XLA FFI

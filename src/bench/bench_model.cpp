@@ -91,6 +91,7 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
   LoadOptions lo;
   lo.dtype = o.dtype;
   lo.exact_bf16_matmul = o.exact_bf16_matmul;
+  lo.kernels = o.kernels;
   const auto t_load = clock::now();
   CausalLM model = AutoModelForCausalLM::from_pretrained(path, lo);
   t.load_s = seconds_since(t_load);
@@ -166,6 +167,7 @@ BenchReport run_bench(const BenchOptions& o) {
     r.dtype = dtype_name(info.dtype);
     r.weight_bytes = info.weight_bytes;
     r.quantized = !info.quantized_matrices.empty();
+    r.kernels = info.kernels;
   }
   r.peak_rss_mb = peak_rss_mb();
   auto med = [&](double RunTimes::*field) {
@@ -229,6 +231,15 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["threads"] = r.threads;
   j["isa"] = r.isa;
   j["matmul_inputs"] = matmul_inputs(r);
+  // Loaded kernel packages in use, as `tessera forward/generate --json` list them.
+  ordered_json kernels = ordered_json::array();
+  for (const KernelInUse& k : r.kernels)
+    kernels.push_back({{"package", k.package},
+                       {"op", k.op},
+                       {"backend", k.backend},
+                       {"implementation", k.implementation},
+                       {"nodes", k.nodes}});
+  j["kernels"] = kernels;
   j["prompt_tokens"] = r.options.prompt_tokens;
   j["new_tokens"] = r.options.new_tokens;
   j["repeats"] = r.options.repeats;
@@ -286,6 +297,8 @@ std::string to_text(const BenchReport& r) {
     os << buf << "\n";
   };
   line("model        %s (%s, %s)", r.model_path.c_str(), r.architecture.c_str(), r.dtype.c_str());
+  for (const KernelInUse& k : r.kernels)
+    line("kernels      %s (%s on %d nodes, %s)", k.package.c_str(), k.op.c_str(), k.nodes, k.backend.c_str());
   line("threads      %d (%s, matmul inputs %s); prompt %d tokens, %d new tokens, median of %d", r.threads,
        r.isa.c_str(), matmul_inputs(r), r.options.prompt_tokens, r.options.new_tokens, r.options.repeats);
   line("load         %.3f s", r.median.load_s);

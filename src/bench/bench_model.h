@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/model.h"
 #include "tessera/tensor.h"
 
 namespace tessera::bench {
@@ -22,6 +23,7 @@ struct BenchOptions {
   double peak_seconds = 0.6;                   // per FLOP probe
   bool probe_machine = true;
   bool exact_bf16_matmul = false;  // LoadOptions::exact_bf16_matmul
+  std::vector<std::string> kernels;  // LoadOptions::kernels (--kernels DIR, repeatable)
 };
 
 // One repeat.
@@ -54,6 +56,7 @@ struct BenchReport {
   double read_bandwidth_gbs = 0, peak_f32_gflops = 0;
   std::optional<double> peak_bf16_gflops;
   std::string peak_f32_isa;
+  std::vector<KernelInUse> kernels;  // ModelInfo::kernels: the packages of BenchOptions::kernels in use
 };
 
 // Pseudo-random token ids in [10, vocab) (fixed seed), so prefill length is exact and tokenizer-free.

@@ -185,9 +185,9 @@ KernelPackage read_package(const std::string& dir) {
 
   p.name = m.string(m.required("name"), "name");
   const nlohmann::json& abi = m.required("abi_version");
-  if (!abi.is_number_unsigned() || abi.get<uint64_t>() != kAbiVersion)
-    m.bad("abi_version",
-          abi.dump() + " is not the version this build reads (" + std::to_string(kAbiVersion) + ")");
+  if (!abi.is_number_unsigned() || abi.get<uint64_t>() < kMinAbiVersion || abi.get<uint64_t>() > kAbiVersion)
+    m.bad("abi_version", abi.dump() + " is not a version this build reads (" +
+                             std::to_string(kMinAbiVersion) + " to " + std::to_string(kAbiVersion) + ")");
 
   const std::string op = m.string(m.required("op"), "op");
   std::vector<std::string> op_names;
@@ -302,13 +302,24 @@ int add_kernel(const TesseraKernelHost* host, const TesseraKernel* k) {
   if (k->fn == nullptr) return refuse("kernel with a null fn");
   CpuKernel c;
   c.name = k->name ? k->name : "?";
-  if (k->op != TESSERA_KERNEL_OP_RMS_NORM)
+  const uint32_t v = reg->package->library_abi_version;
+  if (k->op == TESSERA_KERNEL_OP_RMS_NORM) {
+    c.op = Op::RmsNorm;
+    if (k->dtype != TESSERA_KERNEL_F32)
+      return refuse("kernel '" + c.name + "': rms_norm takes float32 (TESSERA_KERNEL_F32)");
+    c.dtype = DType::F32;
+  } else if (k->op == TESSERA_KERNEL_OP_MATMUL && v >= 2) {
+    c.op = Op::MatMul;
+    if (k->dtype != TESSERA_KERNEL_F32 && k->dtype != TESSERA_KERNEL_BF16)
+      return refuse("kernel '" + c.name +
+                    "': matmul takes float32 or bfloat16 weights (TESSERA_KERNEL_F32, TESSERA_KERNEL_BF16)");
+    c.dtype = k->dtype == TESSERA_KERNEL_F32 ? DType::F32 : DType::BF16;
+  } else {
     return refuse("kernel '" + c.name + "': op " + std::to_string(k->op) + " has no C signature in ABI " +
-                  std::to_string(kAbiVersion) + " (TESSERA_KERNEL_OP_RMS_NORM only)");
-  c.op = Op::RmsNorm;
-  if (k->dtype != TESSERA_KERNEL_F32)
-    return refuse("kernel '" + c.name + "': rms_norm takes float32 (TESSERA_KERNEL_F32)");
-  c.dtype = DType::F32;
+                  std::to_string(v) +
+                  (v >= 2 ? " (TESSERA_KERNEL_OP_RMS_NORM, TESSERA_KERNEL_OP_MATMUL)"
+                          : " (TESSERA_KERNEL_OP_RMS_NORM only; matmul needs ABI 2)"));
+  }
   if (k->isa < TESSERA_KERNEL_ISA_SCALAR || k->isa > TESSERA_KERNEL_ISA_AVX512BF16)
     return refuse("kernel '" + c.name + "': isa " + std::to_string(k->isa) + " is not a TesseraKernelIsa");
   c.isa = static_cast<int>(k->isa);
@@ -342,9 +353,10 @@ void load_cpu_library(KernelPackage& p) {
   auto version = reinterpret_cast<TesseraKernelAbiVersionFn>(symbol("tessera_kernel_abi_version"));
   auto reg_fn = reinterpret_cast<TesseraRegisterKernelsFn>(symbol("tessera_register_kernels"));
   const uint32_t v = version();
-  if (v != kAbiVersion)
+  if (v < kMinAbiVersion || v > kAbiVersion)
     fail("kernel package ", p.name, ": ", lib, ": tessera_kernel_abi_version() is ", v,
-         ", this build loads ABI version ", kAbiVersion);
+         ", this build loads ABI versions ", kMinAbiVersion, " to ", kAbiVersion);
+  p.library_abi_version = v;
   Registration reg{&p, {}};
   TesseraKernelHost host{sizeof(TesseraKernelHost), kAbiVersion, &reg, add_kernel};
   p.cpu_kernels.clear();

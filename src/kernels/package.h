@@ -39,8 +39,10 @@
 
 namespace tessera::kernels {
 
-// The package format's version (manifest "abi_version"; the cpu library's tessera_kernel_abi_version()).
+// The package format's versions this build reads (manifest "abi_version"; the cpu library's
+// tessera_kernel_abi_version()): kMinAbiVersion to kAbiVersion (tessera/kernel_abi.h "Versions").
 inline constexpr uint32_t kAbiVersion = TESSERA_KERNEL_ABI_VERSION;
+inline constexpr uint32_t kMinAbiVersion = TESSERA_KERNEL_ABI_MIN_VERSION;
 
 // The ops a package may name, and the attributes its "shapes" may constrain.
 struct OpSpec {
@@ -99,6 +101,7 @@ struct KernelPackage {
 
   // Filled by load_cpu_library:
   std::vector<CpuKernel> cpu_kernels;
+  uint32_t library_abi_version = 0;  // its tessera_kernel_abi_version()
   std::shared_ptr<void> library;  // the dlopen handle (never closed: kernels may be in use to the end)
   // Filled by load_ffi_library (pjrt implementations naming an ffi_library):
   std::vector<FfiHandlerFn> ffi_handlers;
@@ -116,9 +119,10 @@ struct KernelPackage {
 // in the package.
 KernelPackage read_package(const std::string& dir);
 
-// Loads the library of the cpu implementation for host_platform(): dlopen, tessera_kernel_abi_version() ==
-// kAbiVersion, then tessera_register_kernels. Throws Error naming the library for a dlopen failure, a missing
-// symbol, another ABI version, a refused registration, or kernels for another op than the manifest's.
+// Loads the library of the cpu implementation for host_platform(): dlopen, tessera_kernel_abi_version() in
+// [kMinAbiVersion, kAbiVersion], then tessera_register_kernels (each kernel's op one of that version's).
+// Throws Error naming the library for a dlopen failure, a missing symbol, another ABI version, a refused
+// registration, or kernels for another op than the manifest's.
 void load_cpu_library(KernelPackage& p);
 
 // Loads the XLA FFI library of pjrt implementation `impl` (dlopen, then each ffi_handlers symbol). Throws

@@ -143,8 +143,8 @@ class CpuExecutable : public Executable {
       fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size,
            " ranks (got ", comm_ ? comm_->size() : 1, ")");
     checks_ = step_checks_of(g_, "cpu step");
+    if (loaded && !loaded->empty()) pick_loaded_kernels(*loaded);  // before plan: no sibling groups for them
     plan(weights);
-    if (loaded && !loaded->empty()) pick_loaded_kernels(*loaded);
   }
 
   void run(const StepInputs& in, DeviceCache& cache_base, std::vector<float>& logits) const override {
@@ -320,7 +320,8 @@ class CpuExecutable : public Executable {
       std::map<int, size_t> first_reader;  // x -> first matmul reading it
       for (size_t i = 0; i < n; ++i) {
         const Node& node = g_.nodes[i];
-        if (node.op != Op::MatMul) continue;
+        if (node.op != Op::MatMul || loaded_matmul(static_cast<int>(i)))
+          continue;  // a loaded kernel runs alone
         auto [it, fresh] = first_reader.emplace(node.inputs[0], i);
         auto& group = siblings_[it->second];
         if (fresh) {
@@ -457,6 +458,12 @@ class CpuExecutable : public Executable {
                       f32(r, id));
         return;
       case Op::MatMul: {
+        if (const TesseraMatmulFn fn = loaded_matmul(id)) {
+          const Node& w = g_.at(in[1]);
+          fn(f32(r, in[0]), weight(in[1]), in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr,
+             rows, w.shape[1], w.shape[0], f32(r, id));
+          return;
+        }
         if (fused_away_[static_cast<size_t>(id)]) return;  // computed with its first sibling
         if (!siblings_[static_cast<size_t>(id)].empty()) {
           run_siblings(r, id, rows);
@@ -577,14 +584,23 @@ class CpuExecutable : public Executable {
     const int isa = kernel_isa(cpu::active_isa());
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
-      if (n.op != Op::RmsNorm) continue;  // the only op with a C signature in ABI 1
+      if (n.op != Op::RmsNorm && n.op != Op::MatMul) continue;  // the ops with a C signature (ABI 2)
       const kernels::KernelPackage* p = loaded.for_node(g_, n);
+      // The node's weight dtype picks the kernel: a quantised or other-dtype matrix keeps the built-in one.
       const kernels::CpuKernel* k =
           p ? kernels::best_cpu_kernel(*p, kernels::node_dtype(g_, n), isa) : nullptr;
       if (!k) continue;
-      loaded_rms_norm_.resize(g_.nodes.size(), nullptr);
-      loaded_rms_norm_[i] = reinterpret_cast<TesseraRmsNormFn>(k->fn);
+      if (n.op == Op::RmsNorm) {
+        loaded_rms_norm_.resize(g_.nodes.size(), nullptr);
+        loaded_rms_norm_[i] = reinterpret_cast<TesseraRmsNormFn>(k->fn);
+      } else {
+        loaded_matmul_.resize(g_.nodes.size(), nullptr);
+        loaded_matmul_[i] = reinterpret_cast<TesseraMatmulFn>(k->fn);
+      }
     }
+  }
+  TesseraMatmulFn loaded_matmul(int id) const {
+    return loaded_matmul_.empty() ? nullptr : loaded_matmul_[static_cast<size_t>(id)];
   }
 
   // The sibling matmuls planned at `id` (decode steps), in one kernel call.
@@ -679,6 +695,7 @@ class CpuExecutable : public Executable {
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
   std::vector<TesseraRmsNormFn> loaded_rms_norm_;  // per node: a loaded kernel (empty: none loaded)
+  std::vector<TesseraMatmulFn> loaded_matmul_;     // per node: a loaded kernel (empty: none loaded)
 };
 
 // Copies the weights that are not already on 2 MiB pages into one arena (Tensor::empty: 2 MiB pages where
