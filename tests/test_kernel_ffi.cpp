@@ -77,18 +77,8 @@ std::string make_ffi_package(const std::string& tag, const std::string& platform
 const std::string kHandlers = R"([{"target": "tessera_rms_norm_f32", "symbol": "tessera_rms_norm_f32_ffi"}])";
 
 graph::Graph tiny_graph(const std::string& model) {
-  const graph::ShapeKey key{.phase = graph::Phase::Prefill, .batch = 1, .seq = 16, .cache_len = 24};
-  auto cj = golden::load_json(golden::model_path(model + "/config.json"));
-  const auto& arch = models::find_architecture(cj["architectures"][0].get<std::string>(), model);
-  return arch.build_graph(arch.parse_config(cj, model), key);
-}
-
-CausalLM load_xla(const std::vector<std::string>& kernels) {
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  opt.device_map = "xla-cpu";
-  opt.kernels = kernels;
-  return AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt);
+  return kernel_test::tiny_graph(
+      model, graph::ShapeKey{.phase = graph::Phase::Prefill, .batch = 1, .seq = 16, .cache_len = 24});
 }
 
 // On xla-cpu: the handler registered through PJRT_FFI_Extension runs every rms_norm; greedy ids identical and

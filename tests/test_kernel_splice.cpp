@@ -53,20 +53,6 @@ std::string tpu_mlir(const std::string& x, const std::string& w) {
          x + ", " + w + ") -> " + x + "\n    return %0 : " + x + "\n  }\n}\n";
 }
 
-graph::Graph tiny_graph(const std::string& model, const graph::ShapeKey& key) {
-  auto cj = golden::load_json(golden::model_path(model + "/config.json"));
-  const auto& arch = models::find_architecture(cj["architectures"][0].get<std::string>(), model);
-  return arch.build_graph(arch.parse_config(cj, model), key);
-}
-
-CausalLM load_xla(const std::vector<std::string>& kernels) {
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  opt.device_map = "xla-cpu";
-  opt.kernels = kernels;
-  return AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt);
-}
-
 const graph::ShapeKey kPrefill16{.phase = graph::Phase::Prefill, .batch = 1, .seq = 16, .cache_len = 24};
 
 // The emitted program calls the package's functions for every rms_norm node and carries its identity (so
