@@ -301,6 +301,15 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
     // every update (each new token, or 200 ms without one); its rows are then cancelled as a broken stream's
     // are.
     const int fd = connection_socket(req);
+    if (fd < 0) {
+      static std::once_flag noted;
+      std::call_once(noted, [] {
+        std::fprintf(stderr,
+                     "tessera serve: warning: the socket of a connection was not found in /proc/self/fd; "
+                     "a client that leaves before a non-streamed answer is complete keeps its slot until "
+                     "the answer is\n");
+      });
+    }
     std::vector<serve::ChoiceResult> choices(streams.size());
     for (size_t i = 0; i < streams.size(); ++i) {
       std::vector<serve::TokenLogprob> lps;

@@ -264,6 +264,37 @@ TEST(KernelPackages, LoadedMatmulIsTheOneThatRuns) {
   EXPECT_NE(ga, gb);
 }
 
+// A decode step of 9 sequences with the loaded matmul: each sequence's greedy ids are those it gets alone
+// (the kernel is called once per decode row, so its summation at 8+ rows never reaches a decode step).
+TEST(KernelPackages, LoadedMatmulDecodeIsBatchInvariant) {
+  CausalLM loaded = load("llama_gqa", {kMatmul});
+  ASSERT_EQ(loaded.info().kernels.size(), 1u);
+  std::vector<std::vector<int32_t>> rows, mask;
+  const size_t len = 11;
+  for (int b = 0; b < 9; ++b) {
+    const size_t n = 3 + static_cast<size_t>(b);
+    std::vector<int32_t> ids(len, 0), m(len, 0);
+    for (size_t i = 0; i < n; ++i) {
+      ids[len - n + i] = static_cast<int32_t>(1 + (7 * b + 3 * static_cast<int>(i)) % 50);
+      m[len - n + i] = 1;
+    }
+    rows.push_back(ids);
+    mask.push_back(m);
+  }
+  const auto batched = loaded.generate(rows, mask, greedy(10)).sequences;
+  ASSERT_EQ(batched.size(), rows.size());
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const std::vector<int32_t> alone_prompt(rows[b].end() - static_cast<std::ptrdiff_t>(3 + b),
+                                            rows[b].end());
+    const auto alone = loaded.generate({alone_prompt}, {}, greedy(10)).sequences[0];
+    const std::vector<int32_t> batched_new(batched[b].begin() + static_cast<std::ptrdiff_t>(len),
+                                           batched[b].end());
+    const std::vector<int32_t> alone_new(alone.begin() + static_cast<std::ptrdiff_t>(alone_prompt.size()),
+                                         alone.end());
+    EXPECT_EQ(batched_new, alone_new) << "row " << b;
+  }
+}
+
 // Both example packages at once: each takes its op.
 TEST(KernelPackages, MatmulAndRmsNormTogether) {
   CausalLM builtin = load("llama_gqa", {});

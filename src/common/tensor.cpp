@@ -176,6 +176,8 @@ void quantize_q4_k_block(const float* x, uint8_t* dst) {
   const float amax = *std::max_element(a, a + 8), bmax = *std::max_element(b, b + 8);
   const uint16_t dh = f32_to_f16(amax / 63.0f), mh = f32_to_f16(bmax / 63.0f);
   const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+  if (!std::isfinite(d) || !std::isfinite(dmin))
+    fail("values up to ", std::max(amax * 15.0f, bmax), " are beyond Q4_K's float16 scales");
   uint8_t sc[8], mn[8];
   for (int s = 0; s < 8; ++s) {
     sc[s] = d > 0.0f ? static_cast<uint8_t>(std::clamp(std::nearbyint(a[s] / d), 0.0f, 63.0f)) : 0;

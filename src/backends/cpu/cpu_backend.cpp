@@ -460,8 +460,16 @@ class CpuExecutable : public Executable {
       case Op::MatMul: {
         if (const TesseraMatmulFn fn = loaded_matmul(id)) {
           const Node& w = g_.at(in[1]);
-          fn(f32(r, in[0]), weight(in[1]), in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr,
-             rows, w.shape[1], w.shape[0], f32(r, id));
+          const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
+          const int64_t K = w.shape[1], N = w.shape[0];
+          // A decode step calls the kernel once per row: the ABI does not ask a kernel to sum a row the same
+          // way at every row count, and a decode row's logits must not depend on how many rows share the step.
+          if (g_.key.phase == graph::Phase::Decode) {
+            for (int64_t i = 0; i < rows; ++i)
+              fn(f32(r, in[0]) + i * K, weight(in[1]), bias, 1, K, N, f32(r, id) + i * N);
+          } else {
+            fn(f32(r, in[0]), weight(in[1]), bias, rows, K, N, f32(r, id));
+          }
           return;
         }
         if (fused_away_[static_cast<size_t>(id)]) return;  // computed with its first sibling

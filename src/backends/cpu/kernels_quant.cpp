@@ -148,8 +148,10 @@ float quantize_block_scalar(const float* xb, int8_t* qb, int32_t* half) {
   const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
   half[0] = half[1] = 0;
   for (int64_t j = 0; j < QK; ++j) {
-    const float v = std::nearbyint(xb[j] * inv);  // the default rounding: to nearest, ties to even
-    const int32_t iv = static_cast<int32_t>(std::clamp(v, -127.0f, 127.0f));
+    // A NaN product (a NaN x, or inf x 0 past a tiny or infinite max) counts 0; infinities clamp to +-127.
+    const float p = xb[j] * inv;
+    const float v = std::nearbyint(std::isnan(p) ? 0.0f : std::clamp(p, -127.0f, 127.0f));  // ties to even
+    const int32_t iv = static_cast<int32_t>(v);
     qb[j] = static_cast<int8_t>(iv);
     half[j / 16] += iv;
   }
@@ -166,7 +168,7 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_
   float* s = d + M * ld;
   auto* isum = reinterpret_cast<int32_t*>(s + M * ld);
   int32_t* off16 = isum + M * ld;
-  std::fill(d, d + 3 * M * ld, 0.0f);  // the padding of d, s and isum (0.0f is all zero bits)
+  std::fill(d, d + 5 * M * ld, 0.0f);  // the padding of d, s, isum and off16 (0.0f is all zero bits)
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
       int32_t half[2];
@@ -383,17 +385,22 @@ float quantize_block(const float* xb, int8_t* qb, int32_t* half) {
   __m256 mx = _mm256_setzero_ps();
   for (int k = 0; k < 4; ++k) {
     v[k] = _mm256_loadu_ps(xb + 8 * k);
-    mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[k]));
+    // The operand order makes a NaN lane keep mx, as std::max does in the scalar code.
+    mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), mx);
   }
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
   const float scale = _mm_cvtss_f32(m4) / 127.0f;
   const __m256 inv = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
-  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   __m256i iv[4];
-  for (int k = 0; k < 4; ++k)
-    iv[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv)), lo), hi);
+  // As the scalar code: NaN products count 0, the rest clamp to +-127, then round.
+  for (int k = 0; k < 4; ++k) {
+    __m256 p = _mm256_mul_ps(v[k], inv);
+    p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+    iv[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(p, lo), hi));
+  }
   const auto total = [](__m256i a) {
     __m128i t = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));

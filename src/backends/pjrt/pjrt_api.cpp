@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -209,9 +210,13 @@ void Plugin::register_ffi_handler(const std::string& target, void* handler, cons
                                   const std::string& what, const std::function<void()>& verify) {
   // Process-wide: the plugin's handler registry is a global of the plugin library.
   static std::mutex mu;
-  static std::map<std::string, void*> registered;  // plugin path, platform, target -> handler
+  static std::map<std::string, void*> registered;  // plugin file, platform, target -> handler
   std::lock_guard<std::mutex> lock(mu);
-  const std::string key = path_ + "\n" + platform + "\n" + target;
+  // The file, not the name it was opened by: dlopen gives a library reached through a link or another
+  // relative path the same handle, so the same registry.
+  std::error_code ec;
+  const std::filesystem::path file = std::filesystem::weakly_canonical(path_, ec);
+  const std::string key = (ec ? path_ : file.string()) + "\n" + platform + "\n" + target;
   if (auto it = registered.find(key); it != registered.end()) {
     if (it->second == handler) return;
     fail(what, ": FFI target ", target, " is already registered for ", platform,

@@ -512,10 +512,12 @@ class PjrtBackendImpl : public PjrtBackend {
     try {
       client_.compile(probe, pjrt::compile_options_proto(1, 1));
     } catch (const Error& e) {
+      std::string why = e.what();  // XLA's diagnostics may run over several lines: the message stays one
+      std::replace(why.begin(), why.end(), '\n', ' ');
       fail(what, ": the plugin has no handler for FFI target ", target,
            " after registering it (the plugin drops a handler XLA refuses without an error, e.g. one built "
            "against a newer XLA FFI API than its runtime's): ",
-           e.what());
+           why);
     }
   }
 
