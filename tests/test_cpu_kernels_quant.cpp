@@ -263,6 +263,24 @@ TEST_P(CpuQuantKernels, ZeroAndHugeActivations) {
   }
 }
 
+TEST_P(CpuQuantKernels, NanActivationComesOutNan) {
+  // A NaN in a decode row's x makes that row's outputs NaN (as a float dot product does), so the model's
+  // non-finite logit check sees it, on every instruction set; the other row is untouched.
+  const int64_t N = 3, M = 2;
+  for (DType dt : kFormats) {
+    const int64_t K = kdim(dt, 64);
+    const QWeights w = make_qweights(dt, N, K, 501);
+    std::vector<float> x = random_vec(M * K, 17);
+    x[static_cast<size_t>(K + 5)] = NAN;
+    std::vector<float> y(static_cast<size_t>(M * N), 0.0f);
+    matmul(x.data(), M, K, w.raw.data(), dt, N, nullptr, y.data(), Bf16Dot::RoundX);
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(n)])) << dtype_name(dt) << " row 0, " << n;
+      EXPECT_TRUE(std::isnan(y[static_cast<size_t>(N + n)])) << dtype_name(dt) << " row 1, " << n;
+    }
+  }
+}
+
 TEST_P(CpuQuantKernels, ExactDecodeEqualsDequantisedF32) {
   // Bf16Dot::Exact keeps x f32 in decode too: every output equals the f32 weights' (dequantised here) bit for
   // bit, through matmul (below 8 rows), matmul_multi and matmul_rows at any M.

@@ -1,7 +1,7 @@
-// dtype q8_0 / q4_0 / q4_k (LoadOptions::dtype, --dtype): a float checkpoint's matrices quantised to GGML blocks at
-// load and computed from them on the cpu device (tests/test_cpu_kernels_quant.cpp checks the kernels).
-// Bounds against Transformers' float32 goldens of the tiny random fixtures (logits up to ~7.7, where
-// Transformers' own bfloat16 is 0.165 off): Q8_0 within 0.35 (measured 0.23-0.24, int8 decode inputs
+// dtype q8_0 / q4_0 / q4_k (LoadOptions::dtype, --dtype): a float checkpoint's matrices quantised to GGML
+// blocks at load and computed from them on the cpu device (tests/test_cpu_kernels_quant.cpp checks the
+// kernels). Bounds against Transformers' float32 goldens of the tiny random fixtures (logits up to ~7.7,
+// where Transformers' own bfloat16 is 0.165 off): Q8_0 within 0.35 (measured 0.23-0.24, int8 decode inputs
 // included), Q4_0 within 4.0 (measured 2.9-3.1: 4-bit blocks of random weights). The kernels' and the
 // quantiser's exactness are checked apart (test_cpu_kernels_quant.cpp, RowsRoundTrip below); these catch the
 // loader path (which matrices, their layout). Greedy tokens are not compared: the goldens' top-2 margins
@@ -53,17 +53,17 @@ TEST(QuantizeAtLoad, RowsRoundTripWithinHalfAStep) {
 }
 
 TEST(QuantizeAtLoad, Q4KRowsRoundTrip) {
-  // Per sub-block of 32, x ~ d * sc * q - dmin * mn with q in 0..15: each value within a step (the sub-block's
-  // range over 15) of the original, plus the 6-bit rounding of its scale and offset against the block's
-  // largest; and the sub-block's RMS error under 0.45 of a step (uniform rounding alone gives 0.29).
+  // Per sub-block of 32, x ~ d * sc * q - dmin * mn with q in 0..15: each value within a step (the
+  // sub-block's range over 15) of the original, plus the 6-bit rounding of its scale and offset against the
+  // block's largest; and the sub-block's RMS error under 0.45 of a step (uniform rounding alone gives 0.29).
   std::mt19937 rng(11);
   std::normal_distribution<float> n(0.0f, 1.0f);
   const int64_t rows = 3, K = 512;
   std::vector<float> x(static_cast<size_t>(rows * K));
   for (float& v : x) v = n(rng);
-  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(64 + j)] = 0.0f;          // an all-zero sub-block
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(64 + j)] = 0.0f;               // an all-zero sub-block
   for (int j = 0; j < 32; ++j) x[static_cast<size_t>(128 + j)] = 0.5f + j / 64.0f;  // all positive
-  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(160 + j)] *= 0.01f;       // a small one beside large
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(160 + j)] *= 0.01f;  // a small one beside large
   std::vector<uint8_t> blocks(dtype_bytes(DType::Q4_K, rows * K));
   quantize_rows(x.data(), rows, K, DType::Q4_K, blocks.data());
   std::vector<float> back(x.size());
@@ -96,6 +96,12 @@ TEST(QuantizeAtLoad, Q4KRowsRoundTrip) {
   bad[5] = NAN;
   std::vector<uint8_t> out(144);
   EXPECT_THROW(quantize_rows(bad.data(), 1, 256, DType::Q4_K, out.data()), Error);
+  // Values whose 6-bit scales would need a float16 step past 65504: an error, not infinite scales.
+  std::vector<float> huge(256, 0.0f);
+  for (size_t j = 0; j < huge.size(); j += 2) huge[j] = 1e9f;
+  const std::string e =
+      testing::error_of([&] { quantize_rows(huge.data(), 1, 256, DType::Q4_K, out.data()); });
+  EXPECT_NE(e.find("beyond Q4_K's float16 scales"), std::string::npos) << e;
 }
 
 void check_fixture(const char* name, DType q, double bound) {

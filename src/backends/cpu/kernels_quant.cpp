@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "backends/cpu/kernels.h"
@@ -143,12 +144,18 @@ using BlockQuantizer = float (*)(const float* xb, int8_t* qb, int32_t* half);
 
 float quantize_block_scalar(const float* xb, int8_t* qb, int32_t* half) {
   float amax = 0.0f;
-  for (int64_t j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(xb[j]));
-  const float scale = amax / 127.0f;
+  bool nan = false;
+  for (int64_t j = 0; j < QK; ++j) {
+    amax = std::max(amax, std::fabs(xb[j]));
+    nan = nan || std::isnan(xb[j]);
+  }
+  // A NaN x makes the block's scale NaN, so the rows it enters come out NaN (as a float dot product would)
+  // and the model's non-finite logit check sees it; the quants stay defined either way.
+  const float scale = nan ? std::numeric_limits<float>::quiet_NaN() : amax / 127.0f;
   const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
   half[0] = half[1] = 0;
   for (int64_t j = 0; j < QK; ++j) {
-    // A NaN product (a NaN x, or inf x 0 past a tiny or infinite max) counts 0; infinities clamp to +-127.
+    // A NaN product (a NaN x, or inf x 0 past an infinite max) counts 0; infinities clamp to +-127.
     const float p = xb[j] * inv;
     const float v = std::nearbyint(std::isnan(p) ? 0.0f : std::clamp(p, -127.0f, 127.0f));  // ties to even
     const int32_t iv = static_cast<int32_t>(v);
@@ -382,17 +389,19 @@ inline void unpack(const uint8_t* blk, Unpacked<WT>& u) {
 float quantize_block(const float* xb, int8_t* qb, int32_t* half) {
   __m256 v[4];
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 mx = _mm256_setzero_ps();
+  __m256 mx = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
   for (int k = 0; k < 4; ++k) {
     v[k] = _mm256_loadu_ps(xb + 8 * k);
     // The operand order makes a NaN lane keep mx, as std::max does in the scalar code.
     mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), mx);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
   }
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float scale = _mm_cvtss_f32(m4) / 127.0f;
-  const __m256 inv = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+  const float finite_scale = _mm_cvtss_f32(m4) / 127.0f;
+  const float scale = _mm256_movemask_ps(nan) ? std::numeric_limits<float>::quiet_NaN() : finite_scale;
+  const __m256 inv = _mm256_set1_ps(finite_scale != 0.0f ? 1.0f / finite_scale : 0.0f);
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   __m256i iv[4];
   // As the scalar code: NaN products count 0, the rest clamp to +-127, then round.
