@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "cli_util.h"
 #include "error_util.h"
@@ -206,18 +207,36 @@ TEST(KernelPackages, BrokenIsAOneLineError) {
             "--kernels /nonexistent/kernels: not a directory (expected a kernel package folder)");
 }
 
+// `tessera <command>` run without and with --kernels (the rms_norm example): both succeed, the first lists
+// no kernel and the second the example's; their --json outputs, and the bad-folder error's check.
+std::pair<nlohmann::json, nlohmann::json> cli_without_and_with_kernels(const std::string& command) {
+  const auto plain = run_cli(command + " --json");
+  const auto with = run_cli(command + " --json --kernels '" + kExample + "'");
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(with.code, 0) << with.err;
+  if (plain.code != 0 || with.code != 0) return {};
+  auto jp = nlohmann::json::parse(plain.out), jw = nlohmann::json::parse(with.out);
+  EXPECT_TRUE(jp["kernels"].empty());
+  EXPECT_EQ(jw["kernels"].size(), 1u) << with.out.substr(0, 200);
+  if (jw["kernels"].size() == 1) {
+    EXPECT_EQ(jw["kernels"][0]["package"], "rms_norm_cpu");
+    EXPECT_EQ(jw["kernels"][0]["op"], "rms_norm");
+  }
+  return {jp, jw};
+}
+
+void expect_bad_kernels_folder(const std::string& command) {
+  const auto bad = run_cli(command + " --kernels /nonexistent/k");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.err,
+            "tessera: error: --kernels /nonexistent/k: not a directory (expected a kernel package folder)\n");
+}
+
 // The command: --kernels DIR, --json lists the package in use; the logits equal the built-in command's.
 TEST(KernelPackages, CliForwardAndGenerate) {
   const std::string model = golden::model_path("qwen3_tied");
-  const auto plain = run_cli("forward '" + model + "' --input-ids 1,2,3 --json");
-  const auto with = run_cli("forward '" + model + "' --input-ids 1,2,3 --json --kernels '" + kExample + "'");
-  ASSERT_EQ(plain.code, 0) << plain.err;
-  ASSERT_EQ(with.code, 0) << with.err;
-  const auto jp = nlohmann::json::parse(plain.out), jw = nlohmann::json::parse(with.out);
-  EXPECT_TRUE(jp["kernels"].empty());
-  ASSERT_EQ(jw["kernels"].size(), 1u) << with.out.substr(0, 200);
-  EXPECT_EQ(jw["kernels"][0]["package"], "rms_norm_cpu");
-  EXPECT_EQ(jw["kernels"][0]["op"], "rms_norm");
+  const auto [jp, jw] = cli_without_and_with_kernels("forward '" + model + "' --input-ids 1,2,3");
+  ASSERT_FALSE(jw.is_null());
   EXPECT_LE(
       golden::max_abs_diff(golden::matrix(jw["logits"]).data, golden::matrix(jp["logits"]).data).max_abs,
       1e-5);
@@ -227,10 +246,7 @@ TEST(KernelPackages, CliForwardAndGenerate) {
                            kExample + "'");
   ASSERT_EQ(gen.code, 0) << gen.err;
   EXPECT_EQ(nlohmann::json::parse(gen.out)["kernels"][0]["op"], "rms_norm");
-  const auto bad = run_cli("forward '" + model + "' --input-ids 1 --kernels /nonexistent/k");
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(bad.err,
-            "tessera: error: --kernels /nonexistent/k: not a directory (expected a kernel package folder)\n");
+  expect_bad_kernels_folder("forward '" + model + "' --input-ids 1");
 }
 
 // --- matmul (ABI version 2): examples/kernels/matmul_cpu ---
@@ -425,23 +441,13 @@ TEST(KernelPackages, MatmulAbiVersionsAndBrokenLibraries) {
 // `tessera bench --quick --kernels DIR` runs with the package and its --json lists it, as forward's does.
 TEST(KernelPackages, CliBench) {
   const std::string model = golden::model_path("qwen3_tied");
-  const auto plain = run_cli("bench '" + model + "' --quick --json --dtype float32");
-  const auto with =
-      run_cli("bench '" + model + "' --quick --json --dtype float32 --kernels '" + kExample + "'");
-  ASSERT_EQ(plain.code, 0) << plain.err;
-  ASSERT_EQ(with.code, 0) << with.err;
-  const auto jp = nlohmann::json::parse(plain.out), jw = nlohmann::json::parse(with.out);
-  EXPECT_TRUE(jp["kernels"].empty());
-  ASSERT_EQ(jw["kernels"].size(), 1u) << with.out.substr(0, 200);
-  EXPECT_EQ(jw["kernels"][0]["package"], "rms_norm_cpu");
-  EXPECT_EQ(jw["kernels"][0]["op"], "rms_norm");
+  const auto [jp, jw] = cli_without_and_with_kernels("bench '" + model + "' --quick --dtype float32");
+  ASSERT_FALSE(jw.is_null());
+  ASSERT_EQ(jw["kernels"].size(), 1u);
   EXPECT_EQ(jw["kernels"][0]["backend"], "cpu");
   EXPECT_GT(jw["kernels"][0]["nodes"].get<int>(), 0);
   EXPECT_GT(jw["decode_tokens_per_s"].get<double>(), 0);
-  const auto bad = run_cli("bench '" + model + "' --quick --kernels /nonexistent/k");
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(bad.err,
-            "tessera: error: --kernels /nonexistent/k: not a directory (expected a kernel package folder)\n");
+  expect_bad_kernels_folder("bench '" + model + "' --quick");
 }
 
 }  // namespace
