@@ -9,6 +9,8 @@
 #                               scripts/test.sh sets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# PyPI downloads ride out a slow or dropped connection (pip: 15 s timeout, 5 retries by default).
+export PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-120}" PIP_RETRIES="${PIP_RETRIES:-10}"
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-venv
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev

@@ -7,6 +7,8 @@
 # QUICK=1 runs step 1 only (and the Python package's tests, which follow it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# PyPI downloads ride out a slow or dropped connection (pip: 15 s timeout, 5 retries by default).
+export PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-120}" PIP_RETRIES="${PIP_RETRIES:-10}"
 KERNEL_HEADERS=1 SKIP_BUILD=1 scripts/setup.sh
 # The Python client the server's tests use (with its dependencies, unlike the runtime's .venv).
 if [[ ! -x .venv-test/bin/python ]]; then python3 -m venv .venv-test; fi
