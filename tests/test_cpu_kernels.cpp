@@ -114,6 +114,11 @@ TEST_P(CpuKernels, MatmulModelShapes) {
   check_matmul(1, 576, 192, DType::BF16, false, 7);
   check_matmul(37, 1536, 70, DType::BF16, true, 8);
   check_matmul(64, 96, 200, DType::F32, false, 9);
+  // The gemm's blocking: packed x blocks of 16 row tiles (96 rows on AVX2) with a short last block and tile,
+  // packed weight chunks of 16 panels (256 columns on AVX2, 1024 on AVX-512) with a short last one, K blocks
+  // of 256 with a tail.
+  check_matmul(101, 300, 1100, DType::BF16, true, 10);
+  check_matmul(200, 520, 300, DType::F32, false, 11);
 }
 
 TEST_P(CpuKernels, MatmulBf16DecodeShapes) {

@@ -291,7 +291,7 @@ const VecOps& vec_ops();  // of active_isa()
 
 // Per-thread scratch of at least n floats, 64-byte aligned; grows (allocates) only when a larger size is
 // first asked for on this thread, so kernels do not allocate in the steady state. `slot` separates
-// buffers that are live at the same time (0..3).
+// buffers that are live at the same time (0..4; 4: the gemm's packed x block).
 float* scratch(int slot, int64_t n);
 
 // The decode kernels' scheduler: fn(o, n0, n1) over blocks of chunk_rows rows of each product of outs[0 ..
