@@ -162,14 +162,14 @@ TEST_P(CpuQuantKernels, MatmulDecodeEveryFormat) {
 }
 
 TEST_P(CpuQuantKernels, MatmulPrefillEveryFormat) {
-  // 8 rows and more: dequantised chunks through the f32 gemm (K = 2048: chunks of 256 rows, so N = 600 takes
+  // 8 rows and more: dequantised chunks through the f32 gemm (K = 8192: chunks of 256 rows, so N = 600 takes
   // three, the last one short).
   struct Case {
     int64_t M, K, N;
   };
   uint32_t seed = 100;
   for (DType dt : kFormats)
-    for (Case c : {Case{8, 32, 5}, Case{13, 160, 67}, Case{40, 576, 300}, Case{9, 2048, 600}}) {
+    for (Case c : {Case{8, 32, 5}, Case{13, 160, 67}, Case{40, 576, 300}, Case{9, 8192, 600}}) {
       c.K = kdim(dt, c.K);
       const QWeights w = make_qweights(dt, c.N, c.K, ++seed);
       const std::vector<float> x = random_vec(c.M * c.K, ++seed), bias = random_vec(c.N, ++seed);

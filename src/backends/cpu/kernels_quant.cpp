@@ -684,9 +684,10 @@ void store_cols(const float* yc, int64_t M, int64_t nc, float* y, int64_t ldy, i
 // thread, shared with the workers of the f32 gemm) and multiplied into a chunk of y (slot 3).
 void quant_gemm(const float* x, int64_t M, int64_t K, const MatmulOut& o, DType wt) {
   const size_t row_bytes = dtype_bytes(wt, K);
-  // About 2 MiB of f32 weights per chunk (stays in cache between the dequantisation and the gemm's packing).
+  // About 8 MiB of f32 weights per chunk: the gemm packs each x block once per chunk and thread, and a
+  // chunk is dequantised in a fraction of the time it is multiplied.
   const int64_t chunk =
-      std::clamp<int64_t>((int64_t{512} * 1024 / K) / 16 * 16, 16, std::max<int64_t>(o.N, 16));
+      std::clamp<int64_t>((int64_t{2048} * 1024 / K) / 16 * 16, 16, std::max<int64_t>(o.N, 16));
   float* wf = scratch(2, chunk * K);
   float* yc = scratch(3, M * chunk);
   const auto* w = static_cast<const uint8_t*>(o.w);
