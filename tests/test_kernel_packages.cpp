@@ -124,6 +124,20 @@ struct Skipped {
   const char* note;  // in the one note logged
 };
 
+// Package `c` (its library `library`) is skipped with one one-line note naming it and why, and qwen3_tied
+// loads without it.
+void expect_skipped(const Skipped& c, const std::string& library = kExampleLib) {
+  const std::string dir = make_package(c.tag, c.manifest_text, library);
+  std::unique_ptr<CausalLM> m;
+  const auto notes = notes_of([&] { m = std::make_unique<CausalLM>(load("qwen3_tied", {dir})); });
+  ASSERT_EQ(notes.size(), 1u) << c.tag;
+  EXPECT_TRUE(one_line(notes[0])) << notes[0];
+  EXPECT_NE(notes[0].find("kernel package test_kernel (" + dir + ") skipped: "), std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[0].find(c.note), std::string::npos) << c.tag << ": " << notes[0];
+  EXPECT_TRUE(m->info().kernels.empty()) << c.tag;
+}
+
 // Packages that do not apply: skipped with one note naming the package and why; the model loads without them.
 TEST(KernelPackages, NotApplyingIsSkippedWithANote) {
   const Skipped cases[] = {
@@ -141,18 +155,7 @@ TEST(KernelPackages, NotApplyingIsSkippedWithANote) {
       {"op_absent", manifest("\"attention\"", "1", R"("shapes": {"head_dim": [7]}, )"),
        "no attention node of the model fits (head_dim 32 not in [7])"},
   };
-  for (const Skipped& c : cases) {
-    const std::string dir = make_package(c.tag, c.manifest_text);
-    std::vector<std::string> notes;
-    std::unique_ptr<CausalLM> m;
-    notes = notes_of([&] { m = std::make_unique<CausalLM>(load("qwen3_tied", {dir})); });
-    ASSERT_EQ(notes.size(), 1u) << c.tag;
-    EXPECT_TRUE(one_line(notes[0])) << notes[0];
-    EXPECT_NE(notes[0].find("kernel package test_kernel (" + dir + ") skipped: "), std::string::npos)
-        << notes[0];
-    EXPECT_NE(notes[0].find(c.note), std::string::npos) << c.tag << ": " << notes[0];
-    EXPECT_TRUE(m->info().kernels.empty()) << c.tag;
-  }
+  for (const Skipped& c : cases) expect_skipped(c);
 }
 
 struct Broken {
@@ -332,17 +335,7 @@ TEST(KernelPackages, MatmulNotApplyingIsSkippedWithANote) {
       {"matmul_dtype", matmul_manifest(R"("dtypes": ["bfloat16"], )"),
        "no matmul node of the model fits (dtype float32 not in [bfloat16])"},
   };
-  for (const Skipped& c : cases) {
-    const std::string dir = make_package(c.tag, c.manifest_text, kMatmulLib);
-    std::unique_ptr<CausalLM> m;
-    const auto notes = notes_of([&] { m = std::make_unique<CausalLM>(load("qwen3_tied", {dir})); });
-    ASSERT_EQ(notes.size(), 1u) << c.tag;
-    EXPECT_TRUE(one_line(notes[0])) << notes[0];
-    EXPECT_NE(notes[0].find("kernel package test_kernel (" + dir + ") skipped: "), std::string::npos)
-        << notes[0];
-    EXPECT_NE(notes[0].find(c.note), std::string::npos) << c.tag << ": " << notes[0];
-    EXPECT_TRUE(m->info().kernels.empty()) << c.tag;
-  }
+  for (const Skipped& c : cases) expect_skipped(c, kMatmulLib);
   // A shape filter that one node fits: that node alone takes it, the others keep the built-in kernel.
   CausalLM builtin = load("qwen3_tied", {});
   const std::string some =
