@@ -1,4 +1,5 @@
-// Matmuls and lookups with block-quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) against
+// Matmuls and lookups with block-quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, and the
+// cpu backend's Q4_K_R8 / Q6_K_R8 forms of Q4_K / Q6_K) against
 // double-precision references of the dequantised weights, for every instruction set this CPU supports and 1
 // and 2 threads, at odd shapes.
 //
@@ -16,10 +17,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "cpu_targets_util.h"
@@ -308,7 +311,105 @@ TEST_P(CpuQuantKernels, ExactDecodeEqualsDequantisedF32) {
   }
 }
 
+TEST_P(CpuQuantKernels, InterleavedRowsComputeAsStored) {
+  // The _R8 forms (rows interleaved by 8, as the cpu backend binds Q4_K / Q6_K matrices): the same values
+  // (dequantised and looked up bit for bit), the prefill and the exact decode bit for bit as the stored
+  // format, the int8 decode within the reference's bound and each row as it is alone.
+  EXPECT_EQ(rows8_dtype(DType::Q8_0), DType::Q8_0);
+  EXPECT_EQ(stored_dtype(DType::Q8_0), DType::Q8_0);
+  uint32_t seed = 700;
+  for (DType dt : {DType::Q4_K, DType::Q6_K}) {
+    const DType r8 = rows8_dtype(dt);
+    ASSERT_NE(r8, dt);
+    EXPECT_EQ(stored_dtype(r8), dt);
+    EXPECT_EQ(dtype_bytes(r8, 256), dtype_bytes(dt, 256));
+    for (int64_t N : {8, 72, 136})
+      for (int64_t K : {256, 768, 1280}) {
+        const std::string what =
+            std::string(dtype_name(r8)) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+        const QWeights w = make_qweights(dt, N, K, ++seed);
+        std::vector<uint8_t> wi = w.raw;
+        interleave_rows8(dt, wi.data(), N, K);
+        ASSERT_NE(wi, w.raw) << what;
+        std::vector<float> y(static_cast<size_t>(N * K), NAN);
+        dequantize_rows(r8, wi.data(), K, N, y.data());
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], static_cast<float>(w.value[i])) << what << " " << i;
+        const std::vector<int32_t> ids = {3, 0, static_cast<int32_t>(N - 1), 3, static_cast<int32_t>(N / 2)};
+        std::vector<float> e(ids.size() * K, NAN);
+        embedding(ids.data(), static_cast<int64_t>(ids.size()), wi.data(), r8, N, K, e.data());
+        for (size_t i = 0; i < ids.size(); ++i)
+          for (int64_t k = 0; k < K; ++k)
+            ASSERT_EQ(e[i * K + k], y[static_cast<size_t>(ids[i] * K + k)]) << what << " id " << ids[i];
+        const std::vector<float> bias = random_vec(N, ++seed);
+        for (int64_t M : {1, 2, 3, 4, 5, 7, 9, 13}) {
+          const std::vector<float> x = random_vec(M * K, ++seed);
+          std::vector<float> got(static_cast<size_t>(M * N), NAN), want(static_cast<size_t>(M * N), NAN);
+          // Decode (int8 x): near the reference, and each row equal to it alone.
+          const MatmulOut out{wi.data(), N, bias.data(), got.data()};
+          matmul_rows(x.data(), M, K, r8, &out, 1, Bf16Dot::RoundX);
+          expect_matmul_near(got, x, w, &bias, M, K, N, true, what);
+          std::vector<float> alone(static_cast<size_t>(N), NAN);
+          for (int64_t m = 0; m < M; ++m) {
+            const MatmulOut one{wi.data(), N, bias.data(), alone.data()};
+            matmul_rows(x.data() + m * K, 1, K, r8, &one, 1, Bf16Dot::RoundX);
+            for (int64_t n = 0; n < N; ++n)
+              ASSERT_EQ(got[static_cast<size_t>(m * N + n)], alone[static_cast<size_t>(n)])
+                  << what << " M=" << M << " row " << m << " col " << n;
+          }
+          // Exact decode and prefill: what the stored format gives, bit for bit.
+          const MatmulOut q{w.raw.data(), N, bias.data(), want.data()};
+          matmul_rows(x.data(), M, K, dt, &q, 1, Bf16Dot::Exact);
+          matmul_rows(x.data(), M, K, r8, &out, 1, Bf16Dot::Exact);
+          ASSERT_EQ(got, want) << what << " exact decode M=" << M;
+          matmul(x.data(), M, K, w.raw.data(), dt, N, bias.data(), want.data());
+          matmul(x.data(), M, K, wi.data(), r8, N, bias.data(), got.data());
+          ASSERT_EQ(got, want) << what << " matmul M=" << M;
+        }
+      }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(all_targets()), target_name);
+
+TEST(CpuInterleaveWeights, OnlyWholeGroupsTheMapAloneHoldsAreRewritten) {
+  // What the cpu backend's bind_weights does after packing: each matrix below either comes back in its _R8
+  // form or as it came, with the same values either way.
+  struct Made {
+    Tensor t;
+    QWeights w;
+  };
+  const auto make = [](DType dt, int64_t N, int64_t K, uint32_t seed) {
+    Made m{Tensor::empty(dt, {N, K}), make_qweights(dt, N, K, seed)};
+    std::memcpy(m.t.data, m.w.raw.data(), m.t.nbytes());
+    return m;
+  };
+  Made a = make(DType::Q4_K, 16, 256, 1);  // held by the map alone: rewritten
+  Made b = make(DType::Q6_K, 24, 512, 2);  // a tied table and its head (exact aliases): rewritten once
+  Made c = make(DType::Q4_K, 12, 256, 3);  // 12 rows: not whole groups
+  Made d = make(DType::Q4_K, 16, 256, 4);  // held outside the map too: left alone
+  Made e = make(DType::Q8_0, 16, 256, 5);  // no _R8 form
+  Made f = make(DType::Q4_K, 32, 256, 6);  // with a row block of it also bound: left alone
+  backends::WeightMap m{{"a", a.t}, {"b.embed", b.t}, {"b.head", b.t}, {"c", c.t},
+                        {"d", d.t}, {"e", e.t},       {"f", f.t}};
+  m["f.rows"] = Tensor::view(DType::Q4_K, {8, 256}, f.t.ptr<uint8_t>() + 8 * 144, f.t.owner);
+  for (Made* x : {&a, &b, &c, &e, &f}) x->t = Tensor{};
+  backends::WeightMap out = backends::cpu_interleave_weights(std::move(m));
+  const std::map<std::string, std::pair<DType, const QWeights*>> want = {
+      {"a", {DType::Q4_K_R8, &a.w}}, {"b.embed", {DType::Q6_K_R8, &b.w}}, {"b.head", {DType::Q6_K_R8, &b.w}},
+      {"c", {DType::Q4_K, &c.w}},    {"d", {DType::Q4_K, &d.w}},          {"e", {DType::Q8_0, &e.w}},
+      {"f", {DType::Q4_K, &f.w}}};
+  for (const auto& [key, dw] : want) {
+    const Tensor& t = out.at(key);
+    EXPECT_EQ(t.dtype, dw.first) << key;
+    std::vector<float> y(static_cast<size_t>(t.numel()), NAN);
+    dequantize_rows(t.dtype, t.data, t.shape[1], t.shape[0], y.data());
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(y[i], static_cast<float>(dw.second->value[i])) << key << " " << i;
+  }
+  EXPECT_EQ(out.at("b.embed").data, out.at("b.head").data);
+  EXPECT_EQ(std::memcmp(d.t.data, d.w.raw.data(), d.t.nbytes()), 0);  // the outside holder's bytes unchanged
+}
 
 TEST(CpuQuantKernelsDeathTest, KNotWholeBlocksIsAnInternalError) {
   // The loader never builds such a graph (a GGUF row is whole blocks; a column block that is not stays in a
@@ -319,6 +420,10 @@ TEST(CpuQuantKernelsDeathTest, KNotWholeBlocksIsAnInternalError) {
   std::vector<float> x2(288, 1.0f);
   EXPECT_DEATH(matmul(x2.data(), 1, 288, w.data(), DType::Q4_K, 1, nullptr, y.data()),
                "not a multiple of 256");
+  // Rows interleaved by 8 come in whole groups (the backend interleaves only such matrices).
+  std::vector<uint8_t> w12(12 * 144, 0);
+  EXPECT_DEATH(interleave_rows8(DType::Q4_K, w12.data(), 12, 256), "interleave_rows8");
+  EXPECT_DEATH(interleave_rows8(DType::Q8_0, w12.data(), 8, 256), "interleave_rows8");
 }
 
 }  // namespace

@@ -144,5 +144,9 @@ struct CpuBackendOptions {
 };
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr,
                                           const CpuBackendOptions& options = {});
+// What the cpu backend's bind_weights does to a bound map after packing it: Q4_K and Q6_K matrices whose
+// rows are a multiple of 8, held by this map alone and overlapped by no other weight but exact aliases, are
+// rewritten in place into their _R8 forms (dtype relabelled); every other tensor is returned as it came.
+WeightMap cpu_interleave_weights(WeightMap weights);
 
 }  // namespace tessera::backends

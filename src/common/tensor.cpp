@@ -37,7 +37,9 @@ size_t dtype_size(DType dt) {
 bool is_quantized(DType dt) { return dt >= DType::Q8_0; }
 
 int64_t dtype_block(DType dt) {
-  if (dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K) return 256;
+  if (dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q4_K_R8 ||
+      dt == DType::Q6_K_R8)
+    return 256;
   return is_quantized(dt) ? 32 : 1;
 }
 
@@ -60,12 +62,14 @@ size_t dtype_bytes(DType dt, int64_t n) {
       block_bytes = 24;
       break;
     case DType::Q4_K:
+    case DType::Q4_K_R8:
       block_bytes = 144;
       break;
     case DType::Q5_K:
       block_bytes = 176;
       break;
     case DType::Q6_K:
+    case DType::Q6_K_R8:
       block_bytes = 210;
       break;
     default:
@@ -102,6 +106,10 @@ const char* dtype_name(DType dt) {
       return "q5_k";
     case DType::Q6_K:
       return "q6_k";
+    case DType::Q4_K_R8:
+      return "q4_k_r8";
+    case DType::Q6_K_R8:
+      return "q6_k_r8";
   }
   return "?";
 }

@@ -101,6 +101,7 @@ struct Slot {
   enum Kind { Arena, Weight, Input, Cache, Seen } kind = Arena;
   size_t offset = 0;  // Arena: float offset
   const void* weight = nullptr;
+  DType dtype = DType::F32;  // Weight: as bound (a quantised matrix may be in its _R8 form)
   InputKind input = InputKind::TokenIds;
   int layer = -1, which = 0;  // Cache
 };
@@ -317,6 +318,10 @@ class CpuExecutable : public Executable {
     siblings_.assign(n, {});
     fused_away_.assign(n, false);
     if (g_.key.phase == graph::Phase::Decode) {
+      const auto bound_dtype = [&](int w) {  // a weight node's tensor as bound (a matrix may be in an _R8 form)
+        const auto it = weights.find(graph::weight_key(g_.at(w)));
+        return it != weights.end() ? it->second.dtype : g_.at(w).dtype;
+      };
       std::map<int, size_t> first_reader;  // x -> first matmul reading it
       for (size_t i = 0; i < n; ++i) {
         const Node& node = g_.nodes[i];
@@ -327,7 +332,7 @@ class CpuExecutable : public Executable {
         if (fresh) {
           group.push_back(static_cast<int>(i));
         } else if (group.size() < 8 &&
-                   g_.at(node.inputs[1]).dtype == g_.at(g_.nodes[it->second].inputs[1]).dtype) {
+                   bound_dtype(node.inputs[1]) == bound_dtype(g_.nodes[it->second].inputs[1])) {
           group.push_back(static_cast<int>(i));
           fused_away_[i] = true;
         }
@@ -349,9 +354,11 @@ class CpuExecutable : public Executable {
           TS_ASSERT(it != weights.end(), "weight not bound: ", graph::weight_key(node));
           TS_ASSERT(it->second.shape == node.shape, graph::weight_key(node), " bound as ",
                     shape_str(it->second.shape));
-          TS_ASSERT(it->second.dtype == node.dtype, node.name, " bound as ", dtype_name(it->second.dtype));
+          TS_ASSERT(cpu::stored_dtype(it->second.dtype) == node.dtype, node.name, " bound as ",
+                    dtype_name(it->second.dtype));
           s.kind = Slot::Weight;
           s.weight = it->second.data;
+          s.dtype = it->second.dtype;
           break;
         }
         case Op::Input:
@@ -426,6 +433,11 @@ class CpuExecutable : public Executable {
     TS_ASSERT(s.kind == Slot::Weight, g_.at(id).name);
     return s.weight;
   }
+  DType weight_dtype(int id) const {
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    TS_ASSERT(s.kind == Slot::Weight, g_.at(id).name);
+    return s.dtype;
+  }
   Tensor& cache(const Run& r, int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Cache, g_.at(id).name);
@@ -444,7 +456,7 @@ class CpuExecutable : public Executable {
         return;
       case Op::Embedding: {
         const Node& t = g_.at(in[0]);
-        cpu::embedding(ints(r, in[1]), rows, weight(in[0]), t.dtype, t.shape[0], t.shape[1], f32(r, id),
+        cpu::embedding(ints(r, in[1]), rows, weight(in[0]), weight_dtype(in[0]), t.shape[0], t.shape[1], f32(r, id),
                        n.scale != 0.f ? n.scale : 1.0f);
         return;
       }
@@ -481,10 +493,10 @@ class CpuExecutable : public Executable {
         const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
         if (g_.key.phase == graph::Phase::Decode) {  // each row as it would be alone, at any batch size
           const cpu::MatmulOut out{weight(in[1]), w.shape[0], bias, f32(r, id)};
-          cpu::matmul_rows(f32(r, in[0]), rows, w.shape[1], w.dtype, &out, 1, bf16_dot_);
+          cpu::matmul_rows(f32(r, in[0]), rows, w.shape[1], weight_dtype(in[1]), &out, 1, bf16_dot_);
           return;
         }
-        cpu::matmul(f32(r, in[0]), rows, w.shape[1], weight(in[1]), w.dtype, w.shape[0], bias, f32(r, id),
+        cpu::matmul(f32(r, in[0]), rows, w.shape[1], weight(in[1]), weight_dtype(in[1]), w.shape[0], bias, f32(r, id),
                     bf16_dot_);
         return;
       }
@@ -623,7 +635,7 @@ class CpuExecutable : public Executable {
                  m.inputs.size() > 2 ? static_cast<const float*>(weight(m.inputs[2])) : nullptr,
                  f32(r, group[i])};
     }
-    cpu::matmul_rows(f32(r, g_.at(id).inputs[0]), rows, w0.shape[1], w0.dtype, outs,
+    cpu::matmul_rows(f32(r, g_.at(id).inputs[0]), rows, w0.shape[1], weight_dtype(g_.at(id).inputs[1]), outs,
                      static_cast<int>(group.size()), bf16_dot_);
   }
 
@@ -797,6 +809,47 @@ WeightMap pack_weights(WeightMap weights) {
   return weights;
 }
 
+}  // namespace
+
+// Q4_K and Q6_K matrices (rows a multiple of 8) rewritten in place into their _R8 forms, rows interleaved by 8
+// (kernels_quant.cpp), which the decode kernel reads 8 rows per vector lane; the tensor's dtype says which
+// form it is in. Only memory that this map alone holds is rewritten (the arena of pack_weights, or owned
+// tensors nobody else shares), and only a matrix no other weight overlaps but its exact aliases (a tied table
+// and its lm_head: rewritten once, both relabelled); any other stays as stored and keeps the stored kernel.
+WeightMap cpu_interleave_weights(WeightMap weights) {
+  std::map<const void*, long> holders;  // owner -> entries of the map holding it
+  for (auto& [key, t] : weights)
+    if (t.owner) ++holders[t.owner.get()];
+  std::vector<Tensor*> all;
+  for (auto& [key, t] : weights)
+    if (t.data != nullptr && t.nbytes() > 0) all.push_back(&t);
+  std::sort(all.begin(), all.end(), [](const Tensor* a, const Tensor* b) {
+    return std::less<const void*>()(a->data, b->data);
+  });
+  const auto same = [](const Tensor* a, const Tensor* b) {
+    return a->data == b->data && a->dtype == b->dtype && a->shape == b->shape;
+  };
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i + 1;  // all[i, j): exact aliases of all[i]
+    while (j < all.size() && same(all[i], all[j])) ++j;
+    Tensor& t = *all[i];
+    const auto begin = reinterpret_cast<uintptr_t>(t.data), end = begin + t.nbytes();
+    const bool overlapped =
+        (i > 0 && reinterpret_cast<uintptr_t>(all[i - 1]->data) + all[i - 1]->nbytes() > begin) ||
+        (j < all.size() && reinterpret_cast<uintptr_t>(all[j]->data) < end);
+    const bool ours = t.owner && t.owner.use_count() == holders[t.owner.get()];
+    const DType r8 = cpu::rows8_dtype(t.dtype);
+    if (r8 != t.dtype && t.shape.size() == 2 && t.shape[0] % 8 == 0 && !overlapped && ours) {
+      cpu::interleave_rows8(t.dtype, t.data, t.shape[0], t.shape[1]);
+      for (size_t k = i; k < j; ++k) all[k]->dtype = r8;
+    }
+    i = j;
+  }
+  return weights;
+}
+
+namespace {
+
 class CpuBackend : public Backend {
  public:
   CpuBackend(std::shared_ptr<Communicator> comm, const CpuBackendOptions& o)
@@ -811,7 +864,9 @@ class CpuBackend : public Backend {
     return c;
   }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
-  void bind_weights(WeightMap weights) override { weights_ = pack_weights(std::move(weights)); }
+  void bind_weights(WeightMap weights) override {
+    weights_ = cpu_interleave_weights(pack_weights(std::move(weights)));
+  }
   std::unique_ptr<Executable> compile(const Graph& g) override {
     return std::make_unique<CpuExecutable>(g, weights_, comm_.get(), &comm_busy_, bf16_dot_, kernels_.get());
   }

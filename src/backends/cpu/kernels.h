@@ -62,6 +62,15 @@ void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOu
                  Bf16Dot bf16 = Bf16Dot::Exact);
 // rows [rows, K] of block-quantised weights (Q8_0 .. Q6_K) to f32 y [rows, K] (value = d * q + m in f32).
 void dequantize_rows(DType wdt, const void* w, int64_t K, int64_t rows, float* y);
+// Row r of w [rows, K] (block-quantised, the _R8 forms too) dequantised to f32 y [K].
+void dequantize_row_at(DType wdt, const void* w, int64_t K, int64_t r, float* y);
+// Rows interleaved by 8 (see kernels_quant.cpp): the _R8 form of a block-quantised dtype (Q4_K -> Q4_K_R8,
+// Q6_K -> Q6_K_R8), or dt itself where there is none; stored_dtype is the inverse (dt itself for the others).
+DType rows8_dtype(DType dt);
+DType stored_dtype(DType dt);
+// Rewrites w [N, K] of a dtype with an _R8 form (N a multiple of 8) in place into that form, over the pool's
+// threads. The values are those of the input, bit for bit (only the bytes' places change).
+void interleave_rows8(DType dt, void* w, int64_t N, int64_t K);
 // Whether Bf16Dot::RoundX rounds x on the active instruction set.
 bool matmul_rounds_bf16();
 

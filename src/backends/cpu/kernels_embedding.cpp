@@ -17,10 +17,10 @@ void embedding(const int32_t* ids, int64_t n, const void* table, DType dt, int64
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, dim));
   ThreadPool::instance().parallel_for(n, grain, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const auto* row = static_cast<const uint8_t*>(table) + static_cast<size_t>(ids[i]) * row_bytes;
       if (is_quantized(dt)) {
-        dequantize_rows(dt, row, dim, 1, y + i * dim);
+        dequantize_row_at(dt, table, dim, ids[i], y + i * dim);
       } else {
+        const auto* row = static_cast<const uint8_t*>(table) + static_cast<size_t>(ids[i]) * row_bytes;
         convert(row, dt, y + i * dim, DType::F32, dim);  // [dim]
       }
       if (scale != 1.0f)

@@ -23,6 +23,8 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
@@ -192,6 +194,74 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_
   return {q, d, s, isum, off16, K, nb, ld};
 }
 
+// ---- rows interleaved by 8 (Q4_K_R8, Q6_K_R8)
+//
+// Rows 8g .. 8g + 7 of the matrix are one run of K / 256 blocks of 8 * (the format's block bytes), block b
+// holding block b of each of the 8 rows, field by field, so that 32 bytes hold 4 consecutive quants of each
+// row and a vector lane stays one row throughout (the decode kernel's 8 dots need no horizontal sums).
+// Q4_K_R8 (1152 bytes): d [8] f16 | dmin [8] f16 | scale byte j of row r at 32 + 8j + r (12 x 8) | quants at
+//   128 + 256c + 32k + 4r + i: byte 32c + 4k + i of row r's qs (low nibble sub-block 2c, high 2c + 1).
+// Q6_K_R8 (1680 bytes): d [8] f16 | scale s of row r at 16 + 8s + r (16 x 8, int8) | then per half h of the
+//   block and k = 0..7, 96 bytes in the order the kernel reads them: at 144 + 768h + 96k + 32p + 4r + i, ql
+//   byte 64h + 32p + 4k + i (p = 0, 1), and at 144 + 768h + 96k + 64 + 4r + i, qh byte 32h + 4k + i.
+// A group is as many bytes as its 8 rows, so a matrix keeps its size and row blocks of it (offsets in whole
+// groups) keep their place.
+constexpr int kR8 = 8;
+
+constexpr bool is_rows8(DType dt) { return dt == DType::Q4_K_R8 || dt == DType::Q6_K_R8; }
+constexpr DType stored_of(DType dt) {
+  return dt == DType::Q4_K_R8 ? DType::Q4_K : dt == DType::Q6_K_R8 ? DType::Q6_K : dt;
+}
+
+// f(stored offset, interleaved offset, bytes) for each run that row r's block (of the stored format) shares
+// with its group's interleaved block.
+template <typename F>
+void rows8_runs(DType stored, int r, F&& f) {
+  if (stored == DType::Q4_K) {
+    f(0, 2 * r, 2);
+    f(2, 16 + 2 * r, 2);
+    for (int j = 0; j < 12; ++j) f(4 + j, 32 + 8 * j + r, 1);
+    for (int q = 0; q < 128; q += 4) f(16 + q, 128 + q / 32 * 256 + q % 32 / 4 * 32 + 4 * r, 4);
+  } else {
+    TS_ASSERT(stored == DType::Q6_K, "rows interleaved by 8 of ", dtype_name(stored));
+    for (int q = 0; q < 128; q += 4) f(q, 144 + q / 64 * 768 + q % 32 / 4 * 96 + q % 64 / 32 * 32 + 4 * r, 4);
+    for (int q = 0; q < 64; q += 4) f(128 + q, 144 + q / 32 * 768 + q % 32 / 4 * 96 + 64 + 4 * r, 4);
+    for (int j = 0; j < 16; ++j) f(192 + j, 16 + 8 * j + r, 1);
+    f(208, 2 * r, 2);
+  }
+}
+
+// A run of rows8_runs (1, 2 or 4 bytes: fixed-size copies the compiler inlines).
+inline void copy_run(uint8_t* dst, const uint8_t* src, int n) {
+  if (n == 4) {
+    std::memcpy(dst, src, 4);
+  } else if (n == 2) {
+    std::memcpy(dst, src, 2);
+  } else {
+    *dst = *src;
+  }
+}
+
+// Group g of an interleaved matrix back to its 8 rows as stored (dst [8][row_bytes]).
+void deinterleave_group(DType r8, const uint8_t* w, size_t row_bytes, int64_t g, uint8_t* dst) {
+  const DType stored = stored_of(r8);
+  const size_t bb = dtype_bytes(stored, 256);
+  const uint8_t* grp = w + static_cast<size_t>(g) * kR8 * row_bytes;
+  for (size_t b = 0; b < row_bytes / bb; ++b)
+    for (int r = 0; r < kR8; ++r)
+      rows8_runs(stored, r, [&](int so, int io, int n) {
+        copy_run(dst + r * row_bytes + b * bb + so, grp + b * kR8 * bb + io, n);
+      });
+}
+
+// Group g deinterleaved into a buffer of the calling thread (valid until its next call).
+const uint8_t* group_rows(DType r8, const uint8_t* w, size_t row_bytes, int64_t g) {
+  thread_local std::vector<uint8_t> bytes;
+  bytes.resize(kR8 * row_bytes);
+  deinterleave_group(r8, w, row_bytes, g, bytes.data());
+  return bytes.data();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- portable scalar kernels
@@ -295,6 +365,8 @@ inline void dequant_row(const uint8_t* wr, int64_t K, float* y) {
         y[j] = static_cast<float>(u.q[s][j]) * (j < 16 ? u.dlo[s] : u.dhi[s]) + u.m[s];
   }
 }
+
+constexpr bool kRows8Kernels = false;  // the _R8 forms: each group's rows as stored, through the above
 
 }  // namespace
 #include "backends/cpu/kernels_quant.inc"
@@ -637,6 +709,247 @@ inline void dequant_row(const uint8_t* wr, int64_t K, float* y) {
   }
 }
 
+// ---- decode on rows interleaved by 8 (Q4_K_R8, Q6_K_R8)
+//
+// Lane r of every vector is row r of the group: 32 bytes of quants (4 of each row) meet one 4-byte group of
+// x broadcast to all lanes (vpmaddubsw), the int16 pairs of a sub-block (or a half of one: Q6_K's quants go
+// up to 63) are summed, widened once (vpmaddwd) and scaled per lane by the rows' scales; no horizontal sums.
+// Integer sums are exact; the float operations are the same for every x row whatever MX.
+
+constexpr bool kRows8Kernels = true;
+#ifndef R8PF
+#define R8PF 2048
+#endif
+constexpr size_t kRows8Prefetch = R8PF;  // bytes ahead in the group's run of blocks
+
+inline __m256i x4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+inline __m256 u8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 i8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+// f(std::integral_constant<int, s>{}) for s = 0 .. 7 (a sub-block's shifts and offsets as constants).
+template <typename F>
+inline void each_sub_block(F&& f) {
+  [&]<int... S>(std::integer_sequence<int, S...>) { (f(std::integral_constant<int, S>{}), ...); }
+  (std::make_integer_sequence<int, 8>{});
+}
+inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+template <size_t kBytes>
+inline void prefetch_block(const uint8_t* p) {
+#pragma GCC unroll 32
+  for (size_t l = 0; l < kBytes; l += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + kRows8Prefetch + l), _MM_HINT_T0);
+}
+
+// The 6-bit scales and mins of a Q4_K_R8 block's 8 sub-blocks, 8 rows each, as k_quant_scale_min gives them:
+// sub-block s's at sm + 8s (a byte per row), its mins at sm + 64 + 8s. From scale bytes 0-3 (a), 4-7 (b) and
+// 8-11 (c) of every row.
+inline void q4k_rows8_scales(const uint8_t* o, uint8_t* sm) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m63 = _mm256_set1_epi8(63), m30 = _mm256_set1_epi8(0x30);
+  const __m256i a = load32(o + 32), b = load32(o + 64), c = load32(o + 96);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sm), _mm256_and_si256(a, m63));
+  _mm256_store_si256(
+      reinterpret_cast<__m256i*>(sm + 32),
+      _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_srli_epi16(a, 2), m30)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sm + 64), _mm256_and_si256(b, m63));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sm + 96),
+                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
+                                     _mm256_and_si256(_mm256_srli_epi16(b, 2), m30)));
+}
+
+// The 8 rows' dots of group grp (Q4_K_R8) with x rows m0 .. m0 + MX - 1: out[i] lane r = row r's.
+template <int MX>
+inline void q4k_rows8(const uint8_t* grp, const QuantX& qx, int64_t m0, __m256 (&out)[MX]) {
+  constexpr size_t kB = 8 * 144;
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  __m256 acc[MX], macc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = macc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < qx.K / 256; ++b) {
+    const uint8_t* o = grp + static_cast<size_t>(b) * kB;
+    prefetch_block<kB>(o);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
+    alignas(32) uint8_t sm[128];
+    q4k_rows8_scales(o, sm);
+    const auto sub = [&](auto si) {  // sub-block s: the low (s even) or high nibbles of 32-byte rows s / 2
+      constexpr int s = decltype(si)::value;
+      const uint8_t* q = o + 128 + 256 * (s / 2);
+      __m256i dot[MX];
+#pragma GCC unroll 4
+      for (int i = 0; i < MX; ++i) dot[i] = _mm256_setzero_si256();
+        // 8 pairs of products of at most 15 * 127 per int16 lane: no overflow.
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m256i raw = load32(q + 32 * k);
+        const __m256i w = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+#pragma GCC unroll 4
+        for (int i = 0; i < MX; ++i)
+          dot[i] = _mm256_add_epi16(
+              dot[i], _mm256_maddubs_epi16(w, x4(qx.q + (m0 + i) * qx.K + b * 256 + 32 * s + 4 * k)));
+      }
+      const __m256 dsc = _mm256_mul_ps(d, u8x8(sm + 8 * s)), dmn = _mm256_mul_ps(dmin, u8x8(sm + 64 + 8 * s));
+#pragma GCC unroll 4
+      for (int i = 0; i < MX; ++i) {
+        const int64_t xo = (m0 + i) * qx.ld + b * 8 + s;
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
+        acc[i] = _mm256_fmadd_ps(dsc, _mm256_mul_ps(v, _mm256_set1_ps(qx.d[xo])), acc[i]);
+        macc[i] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(qx.s[xo]), macc[i]);
+      }
+    };
+    each_sub_block(sub);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) out[i] = _mm256_sub_ps(acc[i], macc[i]);
+}
+
+// As q4k_rows8, for Q6_K_R8: quants q - 32 with q = low nibble | 2 high bits << 4, a scale per 16 values.
+// Each half of a block is read once, in order: per k the quants of its 4 sub-blocks (4 values of each row).
+template <int MX>
+inline void q6k_rows8(const uint8_t* grp, const QuantX& qx, int64_t m0, __m256 (&out)[MX]) {
+  constexpr size_t kB = 8 * 210;
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  __m256 acc[MX];
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < qx.K / 256; ++b) {
+    const uint8_t* o = grp + static_cast<size_t>(b) * kB;
+    prefetch_block<kB>(o);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+    for (int h = 0; h < 2; ++h) {
+      const int8_t* xh = qx.q + m0 * qx.K + b * 256 + 128 * h;  // sub-block 4h + t at 32t
+      __m256i dot[4][MX], pair[4][MX];
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {  // values 16e .. 16e + 15 of each sub-block: k = 4e .. 4e + 3
+#pragma GCC unroll 4
+        for (int i = 0; i < MX; ++i)
+          for (int t = 0; t < 4; ++t) dot[t][i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int k = 4 * e; k < 4 * e + 4; ++k) {
+          const uint8_t* q = o + 144 + 768 * h + 96 * k;
+          const __m256i l0 = load32(q), l1 = load32(q + 32), hb = load32(q + 64);
+          const __m256i w[4] = {
+              _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+              _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30))};
+          // Two products of at most 63 * 127 per int16 lane, twice: no overflow; widened every second k.
+#pragma GCC unroll 4
+          for (int t = 0; t < 4; ++t)
+#pragma GCC unroll 4
+            for (int i = 0; i < MX; ++i) {
+              const __m256i p = _mm256_maddubs_epi16(w[t], x4(xh + i * qx.K + 32 * t + 4 * k));
+              pair[t][i] = k % 2 ? _mm256_add_epi16(pair[t][i], p) : p;
+              if (k % 2) dot[t][i] = _mm256_add_epi32(dot[t][i], _mm256_madd_epi16(pair[t][i], ones));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+          const int s = 4 * h + t;
+          const __m256 sc = _mm256_mul_ps(d, i8x8(o + 16 + 8 * (2 * s + e)));
+#pragma GCC unroll 4
+          for (int i = 0; i < MX; ++i) {
+            // The offset 32: minus 32 * (sum of the 16 x quants), kept in off16 (quantize_x's lane order).
+            const int32_t off = qx.off16[(m0 + i) * 2 * qx.ld + 16 * b + 8 * h + t + 4 * e];
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[t][i], _mm256_set1_epi32(off)));
+            const float xd = qx.d[(m0 + i) * qx.ld + b * 8 + s];
+            acc[i] = _mm256_fmadd_ps(sc, _mm256_mul_ps(v, _mm256_set1_ps(xd)), acc[i]);
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i) out[i] = acc[i];
+}
+
+// 4 quants of each of 8 rows (w: row r at bytes 4r .. 4r + 3) as floats q * scale + offset (per row) into
+// out + r * K: what the stored format's dequant_row gives, bit for bit (one rounding, of the same operands).
+inline void rows8_values(__m256i w, __m256 scale, __m256 offset, float* out, int64_t K) {
+  const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {  // rows 2p, 2p + 1
+    const __m256i idx =
+        _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+    const __m256 v =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[p])),
+                        _mm256_permutevar8x32_ps(scale, idx), _mm256_permutevar8x32_ps(offset, idx));
+    _mm_storeu_ps(out + 2 * p * K, _mm256_castps256_ps128(v));
+    _mm_storeu_ps(out + (2 * p + 1) * K, _mm256_extractf128_ps(v, 1));
+  }
+}
+
+// The 8 rows of group grp of an _R8 matrix dequantised: row r into y + r * K.
+template <DType WT>
+void rows8_dequant_group(const uint8_t* grp, int64_t K, float* y) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t b = 0; b < K / 256; ++b) {
+    float* yb = y + b * 256;
+    if constexpr (WT == DType::Q4_K_R8) {
+      const uint8_t* o = grp + static_cast<size_t>(b) * 8 * 144;
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
+      alignas(32) uint8_t sm[128];
+      q4k_rows8_scales(o, sm);
+      for (int s = 0; s < 8; ++s) {
+        const __m256 dsc = _mm256_mul_ps(d, u8x8(sm + 8 * s));
+        const __m256 m = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(dmin, u8x8(sm + 64 + 8 * s)));
+        for (int k = 0; k < 8; ++k) {
+          const __m256i raw = load32(o + 128 + 256 * (s / 2) + 32 * k);
+          rows8_values(_mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4), dsc, m,
+                       yb + 32 * s + 4 * k, K);
+        }
+      }
+    } else {
+      const uint8_t* o = grp + static_cast<size_t>(b) * 8 * 210;
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 8; ++k) {
+          const uint8_t* q = o + 144 + 768 * h + 96 * k;
+          const __m256i l0 = load32(q), l1 = load32(q + 32), hb = load32(q + 64);
+          const __m256i w[4] = {
+              _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+              _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30))};
+          for (int t = 0; t < 4; ++t) {
+            const int s = 4 * h + t;
+            // (q - 32) * scale, rounded once as the stored format's (q - 32 exact, times the scale).
+            const __m256 sc = _mm256_mul_ps(d, i8x8(o + 16 + 8 * (2 * s + k / 4)));
+            rows8_values(w[t], sc, _mm256_mul_ps(_mm256_set1_ps(-32.0f), sc), yb + 32 * s + 4 * k, K);
+          }
+        }
+    }
+  }
+}
+
+// Rows n0 .. n1 (whole groups) of an _R8 matrix with x rows m0 .. m0 + MX - 1 into y.
+template <DType WT, int MX>
+void rows8_pass(const uint8_t* w, size_t row_bytes, const QuantX& qx, int64_t m0, int64_t n0, int64_t n1,
+                const float* bias, float* y, int64_t ldy) {
+  for (int64_t n = n0; n < n1; n += kR8) {
+    __m256 out[MX];
+    const uint8_t* grp = w + static_cast<size_t>(n) * row_bytes;
+    if constexpr (WT == DType::Q4_K_R8) {
+      q4k_rows8<MX>(grp, qx, m0, out);
+    } else {
+      q6k_rows8<MX>(grp, qx, m0, out);
+    }
+    const __m256 bv = bias ? _mm256_loadu_ps(bias + n) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) _mm256_storeu_ps(y + (m0 + i) * ldy + n, _mm256_add_ps(out[i], bv));
+  }
+}
+
 }  // namespace
 #include "backends/cpu/kernels_quant.inc"
 }  // namespace qavx2
@@ -748,6 +1061,42 @@ void matmul_quant(const float* x, int64_t M, int64_t K, DType wt, const MatmulOu
 void dequantize_rows(DType wt, const void* w, int64_t K, int64_t rows, float* y) {
   check_quant_shape(wt, K);
   dequant_rows(wt, static_cast<const uint8_t*>(w), dtype_bytes(wt, K), K, 0, rows, y);
+}
+
+void dequantize_row_at(DType wt, const void* w, int64_t K, int64_t r, float* y) {
+  check_quant_shape(wt, K);
+  const size_t row_bytes = dtype_bytes(wt, K);
+  const auto* base = static_cast<const uint8_t*>(w);
+  if (is_rows8(wt))
+    return dequant_rows(stored_of(wt), group_rows(wt, base, row_bytes, r / kR8) + r % kR8 * row_bytes,
+                        row_bytes, K, 0, 1, y);
+  dequant_rows(wt, base + static_cast<size_t>(r) * row_bytes, row_bytes, K, 0, 1, y);
+}
+
+DType rows8_dtype(DType dt) {
+  return dt == DType::Q4_K ? DType::Q4_K_R8 : dt == DType::Q6_K ? DType::Q6_K_R8 : dt;
+}
+
+DType stored_dtype(DType dt) { return stored_of(dt); }
+
+void interleave_rows8(DType dt, void* w, int64_t N, int64_t K) {
+  const DType r8 = rows8_dtype(dt);
+  TS_ASSERT(r8 != dt && N % kR8 == 0 && K % 256 == 0, "interleave_rows8 of ", dtype_name(dt), " [", N, ", ",
+            K, "]");
+  const size_t row_bytes = dtype_bytes(dt, K), bb = dtype_bytes(dt, 256);
+  auto* base = static_cast<uint8_t*>(w);
+  ThreadPool::instance().parallel_for(N / kR8, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<uint8_t> rows(kR8 * row_bytes);
+    for (int64_t g = g0; g < g1; ++g) {
+      uint8_t* grp = base + static_cast<size_t>(g) * kR8 * row_bytes;
+      std::memcpy(rows.data(), grp, rows.size());
+      for (size_t b = 0; b < row_bytes / bb; ++b)
+        for (int r = 0; r < kR8; ++r)
+          rows8_runs(dt, r, [&](int so, int io, int n) {
+            copy_run(grp + b * kR8 * bb + io, rows.data() + r * row_bytes + b * bb + so, n);
+          });
+    }
+  });
 }
 
 }  // namespace tessera::cpu
