@@ -717,10 +717,7 @@ inline void dequant_row(const uint8_t* wr, int64_t K, float* y) {
 // Integer sums are exact; the float operations are the same for every x row whatever MX.
 
 constexpr bool kRows8Kernels = true;
-#ifndef R8PF
-#define R8PF 2048
-#endif
-constexpr size_t kRows8Prefetch = R8PF;  // bytes ahead in the group's run of blocks
+constexpr size_t kRows8Prefetch = 2048;  // bytes ahead in the group's run of blocks
 
 inline __m256i x4(const int8_t* p) {
   int32_t v;
