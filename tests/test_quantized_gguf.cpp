@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "io/mapped_file.h"
+#include "pjrt_test_util.h"
 #include "tessera/model.h"
 #include "test_io_util.h"
 
@@ -41,6 +42,21 @@ double worst_diff(const std::vector<float>& got, const std::vector<float>& want)
   return worst;
 }
 
+std::vector<float> transformers_logits(const nlohmann::json& want) {
+  std::vector<float> hf;
+  for (const auto& row : want["logits"])
+    for (double v : row) hf.push_back(static_cast<float>(v));
+  return hf;
+}
+
+// The first 16 greedy tokens after ids.
+std::vector<int32_t> greedy16(CausalLM& model, const std::vector<int32_t>& ids) {
+  GenerationConfig g;
+  g.max_new_tokens = 16;
+  const auto out = model.generate({ids}, {}, g);
+  return {out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()), out.sequences[0].end()};
+}
+
 CausalLM load(const LoadOptions& opt) {
   return AutoModelForCausalLM::from_pretrained(fixture("tiny_kquants.gguf"), opt);
 }
@@ -60,10 +76,7 @@ TEST(QuantizedGguf, KQuantBlocksKeptAndExactPathMatchesTransformers) {
 
   const auto ids = want["input_ids"].get<std::vector<int32_t>>();
   const std::vector<float> got = model.forward(ids);
-  std::vector<float> hf;
-  for (const auto& row : want["logits"])
-    for (double v : row) hf.push_back(static_cast<float>(v));
-  const double worst = worst_diff(got, hf);
+  const double worst = worst_diff(got, transformers_logits(want));
   EXPECT_LE(worst, 1e-4);
   RecordProperty("max_abs_logit_diff_vs_transformers", std::to_string(worst));
 
@@ -73,12 +86,7 @@ TEST(QuantizedGguf, KQuantBlocksKeptAndExactPathMatchesTransformers) {
   const std::vector<int32_t> short_ids(ids.begin(), ids.begin() + 7);
   EXPECT_EQ(model.forward(short_ids), dequantised.forward(short_ids));
 
-  GenerationConfig g;
-  g.max_new_tokens = 16;
-  const auto out = model.generate({ids}, {}, g);
-  const std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<std::ptrdiff_t>(ids.size()),
-                                     out.sequences[0].end());
-  EXPECT_EQ(new_ids, want["greedy_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(greedy16(model, ids), want["greedy_ids"].get<std::vector<int32_t>>());
 }
 
 TEST(QuantizedGguf, KQuantInt8DecodePathWithinBound) {
@@ -105,14 +113,38 @@ TEST(QuantizedGguf, QuantisedAtLoadToQ4K) {
   CausalLM model = load(opt);
   EXPECT_EQ(model.info().dtype, DType::Q4_K);
   const auto ids = want["input_ids"].get<std::vector<int32_t>>();
-  std::vector<float> hf;
-  for (const auto& row : want["logits"])
-    for (double v : row) hf.push_back(static_cast<float>(v));
-  const double worst = worst_diff(model.forward(ids), hf);
+  const double worst = worst_diff(model.forward(ids), transformers_logits(want));
   EXPECT_LE(worst, 0.45);
   EXPECT_GT(worst, 0.0);
   RecordProperty("max_abs_logit_diff_q4_k_at_load", std::to_string(worst));
   std::printf("q4_k at load: worst |logit - Transformers| %.4f\n", worst);
+}
+
+// On a PJRT device (xla-cpu) the same file's blocks are uploaded as integers, scales and offsets and
+// dequantised inside the program (f32 arithmetic throughout): the matrices are reported kept, the logits are
+// Transformers' within 1e-4 and the dequantised float32 load's on the same device within 1e-5 (the program's
+// q * scale + offset rounds twice where the reader's dequantiser rounds once), and 16 greedy tokens are
+// Transformers'.
+TEST(QuantizedGguf, XlaCpuKeepsBlocksAndDequantisesInTheProgram) {
+  REQUIRE_XLA_CPU();
+  const auto want = golden();
+  LoadOptions opt;
+  opt.device_map = "xla-cpu";
+  CausalLM model = load(opt);
+  EXPECT_EQ(model.info().quantized_matrices, (want["block_matrices"].get<std::map<std::string, int>>()));
+  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> got = model.forward(ids);
+  const double worst = worst_diff(got, transformers_logits(want));
+  EXPECT_LE(worst, 1e-4);
+  RecordProperty("max_abs_logit_diff_vs_transformers_xla_cpu", std::to_string(worst));
+
+  LoadOptions f32 = dequantised_f32();
+  f32.device_map = "xla-cpu";
+  CausalLM dequantised = load(f32);
+  EXPECT_TRUE(dequantised.info().quantized_matrices.empty());
+  EXPECT_LE(worst_diff(got, dequantised.forward(ids)), 1e-5);
+
+  EXPECT_EQ(greedy16(model, ids), want["greedy_ids"].get<std::vector<int32_t>>());
 }
 
 }  // namespace

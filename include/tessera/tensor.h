@@ -37,7 +37,8 @@ enum class DType : uint8_t {
   Q5_K,
   Q6_K,
   Q4_K_R8,
-  Q6_K_R8
+  Q6_K_R8,
+  I8  // the integers of block-quantised weights on a PJRT device (pjrt_backend.cpp), never a model dtype
 };
 
 // Bytes per element of a plain dtype; an internal error for a block-quantised one (use dtype_bytes).

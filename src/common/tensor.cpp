@@ -27,6 +27,8 @@ size_t dtype_size(DType dt) {
       return 4;
     case DType::I64:
       return 8;
+    case DType::I8:
+      return 1;
     default:
       break;
   }
@@ -34,7 +36,7 @@ size_t dtype_size(DType dt) {
   return 0;
 }
 
-bool is_quantized(DType dt) { return dt >= DType::Q8_0; }
+bool is_quantized(DType dt) { return dt >= DType::Q8_0 && dt <= DType::Q6_K_R8; }
 
 int64_t dtype_block(DType dt) {
   if (dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q4_K_R8 ||
@@ -90,6 +92,8 @@ const char* dtype_name(DType dt) {
       return "int32";
     case DType::I64:
       return "int64";
+    case DType::I8:
+      return "int8";
     case DType::Q8_0:
       return "q8_0";
     case DType::Q4_0:

@@ -64,6 +64,15 @@ void matmul_rows(const float* x, int64_t M, int64_t K, DType wdt, const MatmulOu
 void dequantize_rows(DType wdt, const void* w, int64_t K, int64_t rows, float* y);
 // Row r of w [rows, K] (block-quantised, the _R8 forms too) dequantised to f32 y [K].
 void dequantize_row_at(DType wdt, const void* w, int64_t K, int64_t r, float* y);
+// The blocks of w [rows, K] (Q8_0 .. Q6_K as stored) as plain arrays, for devices that dequantise in their
+// own programs: q [rows, K] the signed integers, scale [rows, K / quant_scale_group] (a value is q * scale +
+// offset, one rounding each) and, where quant_has_offset, offset [rows, K / 32]; the values are
+// dequantize_rows' up to that rounding. The group is 16 for Q6_K (a scale per 16 values), else 32; the
+// offset formats are Q4_1, Q5_1, Q4_K and Q5_K (the others' integers are signed: q - 8, q - 16, q - 32).
+int64_t quant_scale_group(DType wdt);
+bool quant_has_offset(DType wdt);
+void split_quant_rows(DType wdt, const void* w, int64_t K, int64_t rows, int8_t* q, float* scale,
+                      float* offset);
 // Rows interleaved by 8 (see kernels_quant.cpp): the _R8 form of a block-quantised dtype (Q4_K -> Q4_K_R8,
 // Q6_K -> Q6_K_R8), or dt itself where there is none; stored_dtype is the inverse (dt itself for the others).
 DType rows8_dtype(DType dt);

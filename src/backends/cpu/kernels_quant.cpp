@@ -1070,6 +1070,46 @@ void dequantize_row_at(DType wt, const void* w, int64_t K, int64_t r, float* y) 
   dequant_rows(wt, base + static_cast<size_t>(r) * row_bytes, row_bytes, K, 0, 1, y);
 }
 
+int64_t quant_scale_group(DType wt) { return stored_of(wt) == DType::Q6_K ? 16 : QK; }
+
+bool quant_has_offset(DType wt) {
+  bool has = false;
+  by_format(stored_of(wt), [&](auto tag) { has = Fmt<decltype(tag)::value>::kMin; });
+  return has;
+}
+
+void split_quant_rows(DType wt, const void* w, int64_t K, int64_t rows, int8_t* q, float* scale,
+                      float* offset) {
+  check_quant_shape(wt, K);
+  TS_ASSERT(!is_rows8(wt), "split_quant_rows of ", dtype_name(wt),
+            " (interleaved rows are the cpu's own form)");
+  by_format(wt, [&](auto tag) {
+    constexpr DType WT = decltype(tag)::value;
+    using F = Fmt<WT>;
+    const auto* base = static_cast<const uint8_t*>(w);
+    const size_t row_bytes = dtype_bytes(WT, K);
+    const int64_t nb = K / dtype_block(WT), subs = K / QK;
+    qscalar::Unpacked<WT> u;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        qscalar::unpack<WT>(base + static_cast<size_t>(r) * row_bytes + static_cast<size_t>(b) * F::kBytes,
+                            u);
+        for (int s = 0; s < F::kSub; ++s) {
+          const int64_t sub = b * F::kSub + s;  // sub-block of 32 within the row
+          std::memcpy(q + r * K + sub * QK, u.q[s], QK);
+          if constexpr (WT == DType::Q6_K) {
+            scale[(r * subs + sub) * 2] = u.dlo[s];
+            scale[(r * subs + sub) * 2 + 1] = u.dhi[s];
+          } else {
+            scale[r * subs + sub] = u.dlo[s];  // both halves share it
+          }
+          if constexpr (F::kMin) offset[r * subs + sub] = u.m[s];
+        }
+      }
+    }
+  });
+}
+
 DType rows8_dtype(DType dt) {
   return dt == DType::Q4_K ? DType::Q4_K_R8 : dt == DType::Q6_K ? DType::Q6_K_R8 : dt;
 }

@@ -15,6 +15,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "backends/cpu/kernels.h"
 #include "backends/pjrt/pjrt_api.h"
 #include "backends/pjrt/stablehlo_emitter.h"
 #include "backends/step_checks.h"
@@ -45,9 +46,26 @@ PJRT_Buffer_Type buffer_type(DType dt) {
     case DType::F16: return PJRT_Buffer_Type_F16;
     case DType::I32: return PJRT_Buffer_Type_S32;
     case DType::I64: return PJRT_Buffer_Type_S64;
-    default: break;  // block-quantised: dequantised before they reach a PJRT device
+    case DType::I8:
+      return PJRT_Buffer_Type_S8;
+    default:
+      break;  // block-quantised: bound as their parts (bind_replica_weights)
   }
   return PJRT_Buffer_Type_INVALID;
+}
+
+// The source of argument `arg` of a program lowered over placeholder weights: the placeholder's own, or for a
+// part of a block-quantised weight (stablehlo_emitter.h), that part of the weight the placeholder stands for.
+template <typename Source>
+Source placeholder_source(const std::unordered_map<std::string, Source>& sources, const std::string& arg) {
+  if (auto it = sources.find(arg); it != sources.end()) return it->second;
+  const std::string owner = pjrt::quant_part_owner(arg);
+  auto it = sources.find(owner);
+  TS_ASSERT(!owner.empty() && it != sources.end() && it->second.kind == Source::Weight,
+            "PJRT backend: no source for program argument ", arg);
+  Source s = it->second;
+  s.weight += arg.substr(owner.size());
+  return s;
 }
 
 double seconds_since(clock_type::time_point t) {
@@ -211,6 +229,7 @@ class PjrtBackendImpl : public PjrtBackend {
     c.op_by_op = true;
     c.replicas = replicas_;
     c.counts_transfers = true;
+    c.block_quantized_weights = true;  // uploaded as integers and scales, dequantised in the program
     return c;
   }
   bool supports_op(graph::Op op) const override { return op != graph::Op::kCount; }
@@ -230,11 +249,31 @@ class PjrtBackendImpl : public PjrtBackend {
       fail("PJRT backend: weights for replica ", replica, " of ", replicas_);
     auto& map = weights_[static_cast<size_t>(replica)];
     map.clear();
+    auto upload = [&](const std::string& name, const void* data, DType dt, const Shape& shape, size_t bytes) {
+      BufferHandle b = client_.upload(data, buffer_type(dt), shape, static_cast<size_t>(replica));
+      stats_.setup_h2d_bytes += bytes;
+      map.emplace(name, WeightBuffer{std::move(b), dt, shape});
+    };
     for (auto& [name, t] : weights) {
+      if (is_quantized(
+              t.dtype)) {  // GGML blocks: their integers, scales and offsets as the program reads them
+        if (t.shape.size() != 2)
+          fail("weight ", name, ": ", dtype_name(t.dtype), " blocks of shape ", shape_str(t.shape),
+               " (PJRT devices take block-quantised matrices only)");
+        const int64_t rows = t.shape[0], cols = t.shape[1], groups = cols / cpu::quant_scale_group(t.dtype);
+        std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+        std::vector<float> scale(static_cast<size_t>(rows * groups)), offset;
+        if (cpu::quant_has_offset(t.dtype)) offset.resize(static_cast<size_t>(rows * (cols / 32)));
+        cpu::split_quant_rows(t.dtype, t.data, cols, rows, q.data(), scale.data(), offset.data());
+        upload(pjrt::quant_part_name(name, 0), q.data(), DType::I8, t.shape, q.size());
+        upload(pjrt::quant_part_name(name, 1), scale.data(), DType::F32, {rows, groups}, scale.size() * 4);
+        if (!offset.empty())
+          upload(pjrt::quant_part_name(name, 2), offset.data(), DType::F32, {rows, cols / 32},
+                 offset.size() * 4);
+        continue;
+      }
       if (buffer_type(t.dtype) == PJRT_Buffer_Type_INVALID) fail("weight ", name, ": unsupported dtype");
-      BufferHandle b = client_.upload(t.data, buffer_type(t.dtype), t.shape, static_cast<size_t>(replica));
-      stats_.setup_h2d_bytes += t.nbytes();
-      map.emplace(name, WeightBuffer{std::move(b), t.dtype, t.shape});
+      upload(name, t.data, t.dtype, t.shape, t.nbytes());
     }
     // The host tensors are dropped here: the device copies are the only ones kept.
   }
@@ -683,7 +722,7 @@ class PjrtOpByOpExecutable : public Executable {
         const StablehloArg& a = st.prog.args[i];
         switch (a.kind) {
           case StablehloArg::Weight: {
-            const Source& src = st.sources.at(a.name);
+            const Source src = placeholder_source(st.sources, a.name);
             args[i] = src.kind == Source::Weight ? be_.weight(src.weight).buffer.get()
                                                  : values[static_cast<size_t>(src.node)].get();
             TS_ASSERT(args[i], "op-by-op: operand of ", g_.at(st.node).name, " not computed");
@@ -958,7 +997,8 @@ class PjrtSegmentedExecutable : public Executable {
     seg.prog = be_.lower(mini);
     seg.sources.assign(seg.prog.args.size(), Source{});
     for (size_t i = 0; i < seg.prog.args.size(); ++i)
-      if (seg.prog.args[i].kind == StablehloArg::Weight) seg.sources[i] = sources.at(seg.prog.args[i].name);
+      if (seg.prog.args[i].kind == StablehloArg::Weight)
+        seg.sources[i] = placeholder_source(sources, seg.prog.args[i].name);
   }
 
   // Resolves each segment's program and checks its weights are bound with the shapes the program reads.

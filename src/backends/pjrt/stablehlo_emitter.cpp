@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
+#include "backends/cpu/kernels.h"
 #include "tessera/error.h"
 
 namespace tessera::pjrt {
@@ -23,8 +25,16 @@ using graph::Op;
 struct Val {
   std::string name;  // "%v12" or "%arg3"
   Shape shape;
-  std::string et;  // element type: f32, bf16, f16, i32, i1
+  std::string et;  // element type: f32, bf16, f16, i32, i8, i1
 };
+
+// A block-quantised weight's scales and offsets (its integers are the weight's own value).
+struct QuantParts {
+  Val scale;
+  std::optional<Val> offset;
+};
+
+constexpr const char* kQuantPartSuffix[3] = {"#q", "#scale", "#offset"};
 
 std::string element_type(DType dt) {
   switch (dt) {
@@ -38,8 +48,10 @@ std::string element_type(DType dt) {
       return "i32";
     case DType::I64:
       return "i64";
+    case DType::I8:
+      return "i8";
     default:
-      break;  // block-quantised: weights reach PJRT devices dequantised (blocks stay on the cpu backend only)
+      break;  // block-quantised: a weight's parts are their own arguments (declare_arguments)
   }
   fail("StableHLO has no element type for ", dtype_name(dt));
 }
@@ -263,8 +275,27 @@ class Lowering {
       if (n.op != Op::Weight) continue;
       const std::string key = graph::weight_key(n);
       auto it = weights.find(key);
-      if (it == weights.end())
-        it = weights.emplace(key, add_arg({StablehloArg::Weight, key, {}, -1, 0, n.shape, n.dtype})).first;
+      if (it == weights.end()) {
+        if (is_quantized(n.dtype)) {
+          TS_ASSERT(n.shape.size() == 2, n.name, ": block-quantised weight of rank ", n.shape.size());
+          const int64_t rows = n.shape[0], cols = n.shape[1], group = cpu::quant_scale_group(n.dtype);
+          QuantParts p;
+          p.scale = add_arg(
+              {StablehloArg::Weight, quant_part_name(key, 1), {}, -1, 0, {rows, cols / group}, DType::F32});
+          if (cpu::quant_has_offset(n.dtype))
+            p.offset = add_arg(
+                {StablehloArg::Weight, quant_part_name(key, 2), {}, -1, 0, {rows, cols / 32}, DType::F32});
+          it =
+              weights
+                  .emplace(
+                      key,
+                      add_arg({StablehloArg::Weight, quant_part_name(key, 0), {}, -1, 0, n.shape, DType::I8}))
+                  .first;
+          quant_parts_[it->second.name] = std::move(p);
+        } else {
+          it = weights.emplace(key, add_arg({StablehloArg::Weight, key, {}, -1, 0, n.shape, n.dtype})).first;
+        }
+      }
       vals_[i] = it->second;
     }
     for (InputKind kind : {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin,
@@ -413,7 +444,39 @@ class Lowering {
   Val weight_f32(int id) {
     auto it = converted_.find(id);
     if (it != converted_.end()) return it->second;
-    return converted_[id] = b_.convert(val(id), "f32");
+    const Val& w = val(id);
+    if (const QuantParts* p = quant_parts(w)) return converted_[id] = dequantize(w, p->scale, p->offset);
+    return converted_[id] = b_.convert(w, "f32");
+  }
+
+  // The scales and offsets of a block-quantised weight's integers `q` (null for any other value).
+  const QuantParts* quant_parts(const Val& q) const {
+    auto it = quant_parts_.find(q.name);
+    return it == quant_parts_.end() ? nullptr : &it->second;
+  }
+
+  // q i8 [R, K] -> f32 q * scale (+ offset): scale [R, K / group] (group = K / scale columns), offset
+  // [R, K / 32] when the format has one.
+  Val dequantize(const Val& q, const Val& scale, const std::optional<Val>& offset) {
+    const int64_t rows = q.shape[0], cols = q.shape[1], groups = scale.shape[1];
+    const Shape grouped{rows, groups, cols / groups};
+    Val y = b_.mul(b_.reshape(b_.convert(q, "f32"), grouped), b_.broadcast(scale, {0, 1}, grouped));
+    if (offset) {
+      const Shape sub{rows, cols / 32, 32};
+      y = b_.add(b_.reshape(y, sub), b_.broadcast(*offset, {0, 1}, sub));
+    }
+    return b_.reshape(y, {rows, cols});
+  }
+
+  // Rows `idx` [R, 1] of table [V, D] (a gather of whole rows).
+  Val gather_rows(const Val& table, const Val& idx) {
+    const int64_t rows = idx.shape[0], dim = table.shape[1];
+    return b_.op("gather", {table, idx},
+                 "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
+                 "start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
+                 "slice_sizes = array<i64: 1, " +
+                     std::to_string(dim) + ">",
+                 {rows, dim}, table.et);
   }
 
   // tanh(x / cap) * cap elementwise (PyTorch's order: divide, tanh, multiply).
@@ -426,15 +489,16 @@ class Lowering {
     b_.comment(n.name + ": embedding");
     const Val& table = val(n.inputs[0]);
     const Val& ids = val(n.inputs[1]);
-    const int64_t rows = ids.shape[0], dim = table.shape[1];
-    Val idx = b_.reshape(ids, {rows, 1});  // [R, 1]
-    Val rows_v = b_.op("gather", {table, idx},
-                       "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
-                       "start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
-                       "slice_sizes = array<i64: 1, " +
-                           std::to_string(dim) + ">",
-                       {rows, dim}, table.et);  // [R, D]
-    Val y = b_.convert(rows_v, "f32");
+    Val idx = b_.reshape(ids, {ids.shape[0], 1});  // [R, 1]
+    Val y;
+    if (const QuantParts* p =
+            quant_parts(table)) {  // the rows' integers, scales and offsets, then their values
+      std::optional<Val> offset;
+      if (p->offset) offset = gather_rows(*p->offset, idx);
+      y = dequantize(gather_rows(table, idx), gather_rows(p->scale, idx), offset);
+    } else {
+      y = b_.convert(gather_rows(table, idx), "f32");  // [R, D]
+    }
     return n.scale != 0.f ? b_.mul(y, b_.splat_f32(n.scale, y.shape)) : y;
   }
 
@@ -874,6 +938,7 @@ class Lowering {
   const Graph& g_;
   std::vector<Val> vals_;                                       // per node
   std::map<int, Val> converted_;                                // weight node -> f32 value
+  std::map<std::string, QuantParts> quant_parts_;  // a block-quantised weight's integers' name -> the rest
   std::map<std::pair<int, int>, std::pair<Val, Val>> rope_cs_;  // (positions, table) -> cos, sin [R, half]
   std::vector<int> cache_args_;                                 // CacheState node ids, argument order
   std::vector<int> cache_final_;                                // latest node holding each cache
@@ -900,6 +965,20 @@ KernelSplice make_kernel_splice(std::shared_ptr<const kernels::KernelSet> set, c
 
 StablehloProgram lower_to_stablehlo(const graph::Graph& g, const KernelSplice* kernels) {
   return Lowering(g, kernels).run();
+}
+
+std::string quant_part_name(const std::string& weight, int part) {
+  TS_ASSERT(part >= 0 && part < 3, "quant_part_name part ", part);
+  return weight + kQuantPartSuffix[part];
+}
+
+std::string quant_part_owner(const std::string& arg_name) {
+  for (const char* suffix : kQuantPartSuffix) {
+    const std::string sfx = suffix;
+    if (arg_name.size() > sfx.size() && arg_name.compare(arg_name.size() - sfx.size(), sfx.size(), sfx) == 0)
+      return arg_name.substr(0, arg_name.size() - sfx.size());
+  }
+  return "";
 }
 
 }  // namespace tessera::pjrt

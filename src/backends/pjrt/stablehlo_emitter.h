@@ -18,7 +18,11 @@
 // group [0 .. tp_size-1]; it must be compiled with num_replicas = tp_size. A graph with several outputs (the
 // segments of src/backends/pjrt/pjrt_backend.cpp) returns them all, in order, before the states.
 // All arithmetic is float32 (bf16/f16 weights are converted inside the program; dots use HIGHEST precision
-// so a TPU does not drop to bf16 passes). No host callbacks, no dynamic shapes.
+// so a TPU does not drop to bf16 passes). A block-quantised weight (Q8_0 .. Q6_K, a GGUF's blocks) is up to
+// three arguments, its parts (quant_part_name): the integers i8 [N, K], the scales f32 [N, K / group] and,
+// for the offset formats, the offsets f32 [N, K / 32] (cpu::split_quant_rows); the program computes
+// q * scale (+ offset) where the weight is used (a matmul's operand, the embedding's gathered rows).
+// No host callbacks, no dynamic shapes.
 #pragma once
 #include <memory>
 #include <string>
@@ -66,6 +70,11 @@ struct KernelSplice {
 // The splice of `set` for a plugin of `platform`: each package's pjrt implementation for that platform read
 // (symbols prefixed k<i>_). Throws Error naming a file that cannot be read as StableHLO.
 KernelSplice make_kernel_splice(std::shared_ptr<const kernels::KernelSet> set, const std::string& platform);
+
+// The argument name of part `part` (0 integers, 1 scales, 2 offsets) of block-quantised weight `weight`, and
+// the weight a part's argument name belongs to ("" for any other name).
+std::string quant_part_name(const std::string& weight, int part);
+std::string quant_part_owner(const std::string& arg_name);
 
 // Throws Error for an op the emitter cannot lower (none today) or a graph it cannot honour.
 StablehloProgram lower_to_stablehlo(const graph::Graph& g, const KernelSplice* kernels = nullptr);
