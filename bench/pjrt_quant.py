@@ -33,8 +33,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
@@ -63,9 +61,13 @@ def parse_args():
 
 ARGS = parse_args() if __name__ == "__main__" else None
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
+try:
+    import numpy as np  # noqa: E402
+    import jax  # noqa: E402
+    import jax.numpy as jnp  # noqa: E402
+    from jax import lax  # noqa: E402
+except ImportError:
+    sys.exit("bench/pjrt_quant.py needs numpy and jax: venv-bench/bin/pip install jax==0.10.2 jaxlib==0.10.2")
 
 SHAPES = [(2048, 1024), (1024, 1024), (1024, 1024), (1024, 2048), (3072, 1024), (3072, 1024), (1024, 3072)]
 GROUP = 32
