@@ -260,16 +260,14 @@ class PjrtBackendImpl : public PjrtBackend {
         if (t.shape.size() != 2)
           fail("weight ", name, ": ", dtype_name(t.dtype), " blocks of shape ", shape_str(t.shape),
                " (PJRT devices take block-quantised matrices only)");
-        const int64_t rows = t.shape[0], cols = t.shape[1], groups = cols / cpu::quant_scale_group(t.dtype);
-        std::vector<int8_t> q(static_cast<size_t>(rows * cols));
-        std::vector<float> scale(static_cast<size_t>(rows * groups)), offset;
-        if (cpu::quant_has_offset(t.dtype)) offset.resize(static_cast<size_t>(rows * (cols / 32)));
-        cpu::split_quant_rows(t.dtype, t.data, cols, rows, q.data(), scale.data(), offset.data());
-        upload(pjrt::quant_part_name(name, 0), q.data(), DType::I8, t.shape, q.size());
-        upload(pjrt::quant_part_name(name, 1), scale.data(), DType::F32, {rows, groups}, scale.size() * 4);
-        if (!offset.empty())
-          upload(pjrt::quant_part_name(name, 2), offset.data(), DType::F32, {rows, cols / 32},
-                 offset.size() * 4);
+        const std::vector<pjrt::QuantPart> parts = pjrt::quant_parts_of(t.dtype, t.shape);
+        std::vector<Tensor> arrays;
+        for (const pjrt::QuantPart& part : parts) arrays.push_back(Tensor::empty(part.dtype, part.shape));
+        cpu::split_quant_rows(t.dtype, t.data, t.shape[1], t.shape[0], arrays[0].ptr<int8_t>(),
+                              arrays[1].ptr<float>(), arrays.size() > 2 ? arrays[2].ptr<float>() : nullptr);
+        for (size_t i = 0; i < parts.size(); ++i)
+          upload(pjrt::quant_part_name(name, parts[i].part), arrays[i].data, parts[i].dtype, parts[i].shape,
+                 arrays[i].nbytes());
         continue;
       }
       if (buffer_type(t.dtype) == PJRT_Buffer_Type_INVALID) fail("weight ", name, ": unsupported dtype");

@@ -277,21 +277,14 @@ class Lowering {
       auto it = weights.find(key);
       if (it == weights.end()) {
         if (is_quantized(n.dtype)) {
-          TS_ASSERT(n.shape.size() == 2, n.name, ": block-quantised weight of rank ", n.shape.size());
-          const int64_t rows = n.shape[0], cols = n.shape[1], group = cpu::quant_scale_group(n.dtype);
-          QuantParts p;
-          p.scale = add_arg(
-              {StablehloArg::Weight, quant_part_name(key, 1), {}, -1, 0, {rows, cols / group}, DType::F32});
-          if (cpu::quant_has_offset(n.dtype))
-            p.offset = add_arg(
-                {StablehloArg::Weight, quant_part_name(key, 2), {}, -1, 0, {rows, cols / 32}, DType::F32});
-          it =
-              weights
-                  .emplace(
-                      key,
-                      add_arg({StablehloArg::Weight, quant_part_name(key, 0), {}, -1, 0, n.shape, DType::I8}))
-                  .first;
-          quant_parts_[it->second.name] = std::move(p);
+          std::vector<Val> parts;  // in part order: integers, scales, offsets
+          for (const QuantPart& part : quant_parts_of(n.dtype, n.shape))
+            parts.push_back(add_arg(
+                {StablehloArg::Weight, quant_part_name(key, part.part), {}, -1, 0, part.shape, part.dtype}));
+          QuantParts p{parts[1], std::nullopt};
+          if (parts.size() > 2) p.offset = parts[2];
+          it = weights.emplace(key, parts[0]).first;
+          quant_parts_[parts[0].name] = std::move(p);
         } else {
           it = weights.emplace(key, add_arg({StablehloArg::Weight, key, {}, -1, 0, n.shape, n.dtype})).first;
         }
@@ -965,6 +958,16 @@ KernelSplice make_kernel_splice(std::shared_ptr<const kernels::KernelSet> set, c
 
 StablehloProgram lower_to_stablehlo(const graph::Graph& g, const KernelSplice* kernels) {
   return Lowering(g, kernels).run();
+}
+
+std::vector<QuantPart> quant_parts_of(DType dtype, const Shape& shape) {
+  TS_ASSERT(is_quantized(dtype) && shape.size() == 2, "quant_parts_of ", dtype_name(dtype), " ",
+            shape_str(shape));
+  const int64_t rows = shape[0], cols = shape[1];
+  std::vector<QuantPart> parts{{0, DType::I8, shape},
+                               {1, DType::F32, {rows, cols / cpu::quant_scale_group(dtype)}}};
+  if (cpu::quant_has_offset(dtype)) parts.push_back({2, DType::F32, {rows, cols / 32}});
+  return parts;
 }
 
 std::string quant_part_name(const std::string& weight, int part) {

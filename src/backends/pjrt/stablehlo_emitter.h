@@ -71,6 +71,16 @@ struct KernelSplice {
 // (symbols prefixed k<i>_). Throws Error naming a file that cannot be read as StableHLO.
 KernelSplice make_kernel_splice(std::shared_ptr<const kernels::KernelSet> set, const std::string& platform);
 
+// The device arrays a block-quantised matrix of `dtype` and `shape` [N, K] is bound as: part 0 the integers
+// (i8 [N, K]), 1 the scales (f32 [N, K / cpu::quant_scale_group]), 2 the offsets (f32 [N, K / 32], only where
+// cpu::quant_has_offset), as cpu::split_quant_rows writes them. The emitter declares them and the backend
+// uploads them from this one description.
+struct QuantPart {
+  int part = 0;
+  DType dtype = DType::I8;
+  Shape shape;
+};
+std::vector<QuantPart> quant_parts_of(DType dtype, const Shape& shape);
 // The argument name of part `part` (0 integers, 1 scales, 2 offsets) of block-quantised weight `weight`, and
 // the weight a part's argument name belongs to ("" for any other name).
 std::string quant_part_name(const std::string& weight, int part);
