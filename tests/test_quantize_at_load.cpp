@@ -17,6 +17,7 @@
 #include "backends/cpu/kernels.h"
 #include "error_util.h"
 #include "golden_util.h"
+#include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/tensor.h"
@@ -104,10 +105,11 @@ TEST(QuantizeAtLoad, Q4KRowsRoundTrip) {
   EXPECT_NE(e.find("beyond Q4_K's float16 scales"), std::string::npos) << e;
 }
 
-void check_fixture(const char* name, DType q, double bound) {
+void check_fixture(const char* name, DType q, double bound, const char* device = "cpu") {
   auto j = golden::load_model_golden(name);
   LoadOptions opt;
   opt.dtype = q;
+  opt.device_map = device;
   CausalLM m = AutoModelForCausalLM::from_pretrained(golden::model_path(name), opt);
   EXPECT_EQ(m.info().dtype, q);
   double worst = 0;
@@ -117,7 +119,7 @@ void check_fixture(const char* name, DType q, double bound) {
     worst = std::max(worst, golden::max_abs_diff(got, expect.data).max_abs);
   }
   EXPECT_LE(worst, bound) << name << " " << dtype_name(q);
-  std::printf("%s %s: worst |logit - Transformers f32| %.4f\n", name, dtype_name(q), worst);
+  std::printf("%s %s on %s: worst |logit - Transformers f32| %.4f\n", name, dtype_name(q), device, worst);
 }
 
 TEST(QuantizeAtLoad, Q8_0NearTransformersFloat32) {
@@ -138,11 +140,13 @@ TEST(QuantizeAtLoad, NamesAndDevicesRefusedClearly) {
                         "unsupported dtype 'q5_k' (expected float32, bfloat16, float16, q8_0, q4_0 or q4_k)");
   // config.json's torch_dtype stays a float type.
   EXPECT_THROW(parse_dtype("q8_0"), Error);
-  LoadOptions opt;
-  opt.dtype = DType::Q8_0;
-  opt.device_map = "xla-cpu";
-  testing::expect_error([&] { AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), opt); },
-                        "dtype q8_0 (quantised at load) runs on the cpu device, not 'xla-cpu'");
+}
+
+// On a PJRT device the quantised matrices go up as int8 and scales and are dequantised in the program
+// (tests/test_quantized_gguf.cpp compares it with the cpu device's float32-input path on the same blocks).
+TEST(QuantizeAtLoad, Q8_0OnXlaCpuNearTransformersFloat32) {
+  REQUIRE_XLA_CPU();
+  check_fixture("qwen3_tied", DType::Q8_0, 0.35, "xla-cpu");
 }
 
 }  // namespace

@@ -148,3 +148,31 @@ TEST(QuantizedGguf, XlaCpuKeepsBlocksAndDequantisesInTheProgram) {
 }
 
 }  // namespace
+
+// --dtype q8_0 / q4_0 / q4_k on a PJRT device (xla-cpu): the same file's matrices dequantised, quantised
+// again at load, uploaded as integers, scales and offsets and dequantised inside the program. The cpu
+// device's float32-input path (exact_bf16_matmul) on the same blocks computes the same values: logits within
+// 1e-5 (the program rounds q * scale + offset twice, the cpu dequantiser once; sums in another order) and the
+// same 16 greedy tokens.
+TEST(QuantizedGguf, QuantisedAtLoadOnXlaCpuMatchesTheCpuDevice) {
+  REQUIRE_XLA_CPU();
+  const auto want = golden();
+  const auto ids = want["input_ids"].get<std::vector<int32_t>>();
+  for (DType q : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    SCOPED_TRACE(dtype_name(q));
+    LoadOptions on_cpu;
+    on_cpu.dtype = q;
+    on_cpu.exact_bf16_matmul = true;
+    LoadOptions on_xla = on_cpu;
+    on_xla.exact_bf16_matmul = false;
+    on_xla.device_map = "xla-cpu";
+    CausalLM cpu = load(on_cpu), xla = load(on_xla);
+    EXPECT_EQ(xla.info().dtype, q);
+    EXPECT_EQ(xla.info().weight_bytes, cpu.info().weight_bytes);
+    const std::vector<float> got = xla.forward(ids);
+    const double worst = worst_diff(got, cpu.forward(ids));
+    EXPECT_LE(worst, 1e-5);
+    EXPECT_EQ(greedy16(xla, ids), greedy16(cpu, ids));
+    std::printf("%s at load on xla-cpu: worst |logit - cpu device| %.2e\n", dtype_name(q), worst);
+  }
+}

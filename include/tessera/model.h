@@ -52,9 +52,10 @@ struct PluginSettings {
 };
 
 struct LoadOptions {
-  std::optional<DType> dtype;        // unset: the checkpoint's torch_dtype (GGUF: bfloat16; on the cpu device
-                                     // its block-quantised matrices stay as stored, see ModelInfo). Q8_0 or
-                                     // Q4_0 (cpu device): matrices quantised at load (parse_load_dtype)
+  std::optional<DType> dtype;  // unset: the checkpoint's torch_dtype (GGUF: bfloat16; on the cpu device
+                               // its block-quantised matrices stay as stored, see ModelInfo). Q8_0, Q4_0
+                               // or Q4_K: matrices quantised at load (parse_load_dtype; PJRT devices
+                               // take them as int8 and scales)
   std::string device_map = "cpu";    // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
   // Prompt-length buckets for generate()'s prefill (the prompt is left-padded up to its bucket, so mixed prompt
   // lengths share compiled shapes): "auto" = "pow2" on PJRT devices and "exact" on the native cpu backend

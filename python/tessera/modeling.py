@@ -9,7 +9,7 @@ from .generation import FIELDS, GenerationConfig
 
 _DTYPES = {"float32": "float32", "float": "float32", "bfloat16": "bfloat16", "float16": "float16",
            "half": "float16", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
-           # GGML blocks, quantised at load (cpu device), as the command's --dtype q8_0 / q4_0 / q4_k
+           # GGML blocks, quantised at load (PJRT devices: int8 and scales), as the command's --dtype q8_0 / q4_0 / q4_k
            "q8_0": "q8_0", "q4_0": "q4_0", "q4_k": "q4_k"}
 
 

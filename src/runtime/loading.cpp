@@ -140,12 +140,6 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       for (const auto& n : notes) log_note(n);
     }
   }
-  // Quantised at load: refused before a PJRT device starts, and by any backend without block kernels.
-  auto refuse_quantized = [&](const std::string& device) {
-    fail("dtype ", dtype_name(dtype), " (quantised at load) runs on the cpu device, not '", device,
-         "': use float32, bfloat16 or float16 there");
-  };
-  if (is_quantized(dtype) && backends::is_pjrt_device(opt.device_map)) refuse_quantized(opt.device_map);
   // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
   // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
   backends::CpuBackendOptions cpu_options;
@@ -158,7 +152,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                                           .pjrt = pjrt_settings(opt.plugins)});
   impl->caps = impl->backend->capabilities();
   impl->comm = comm;
-  if (is_quantized(dtype) && !impl->caps.block_quantized_weights) refuse_quantized(impl->backend->name());
+  // Quantised at load (--dtype q8_0 / q4_0 / q4_k): the native cpu backend computes from the blocks, PJRT
+  // devices take their integers and scales and dequantise in the program; a backend with neither refuses.
+  if (is_quantized(dtype) && !impl->caps.block_quantized_weights)
+    fail("dtype ", dtype_name(dtype), " (quantised at load) needs block-quantised weights, which the '",
+         impl->backend->name(), "' backend does not take: use float32, bfloat16 or float16 there");
   // A GGUF on a backend with block kernels (the native cpu one) keeps its Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
   // Q5_K and Q6_K matrices as stored and computes from the blocks, unless a dtype was asked for (then
   // everything is dequantised to it, as on PJRT devices, which always dequantise to `dtype` at load). Other
