@@ -806,12 +806,25 @@ inline void q4k_rows8(const uint8_t* grp, const QuantX& qx, int64_t m0, __m256 (
   for (int i = 0; i < MX; ++i) out[i] = _mm256_sub_ps(acc[i], macc[i]);
 }
 
+// Step k of half h of a Q6_K_R8 block (q = its bytes at 144 + 768h + 96k): 4 quants (0..63) of each of the
+// 8 rows, for each of the half's 4 sub-blocks t (w[t]): low nibbles of 32-byte rows l0 / l1, high nibbles,
+// with 2 bits of hb above them.
+inline void q6k_rows8_quants(const uint8_t* q, __m256i (&w)[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const __m256i l0 = load32(q), l1 = load32(q + 32), hb = load32(q + 64);
+  w[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+  w[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+  w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+  w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+}
+
 // As q4k_rows8, for Q6_K_R8: quants q - 32 with q = low nibble | 2 high bits << 4, a scale per 16 values.
 // Each half of a block is read once, in order: per k the quants of its 4 sub-blocks (4 values of each row).
 template <int MX>
 inline void q6k_rows8(const uint8_t* grp, const QuantX& qx, int64_t m0, __m256 (&out)[MX]) {
   constexpr size_t kB = 8 * 210;
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[MX];
 #pragma GCC unroll 4
   for (int i = 0; i < MX; ++i) acc[i] = _mm256_setzero_ps();
@@ -829,14 +842,8 @@ inline void q6k_rows8(const uint8_t* grp, const QuantX& qx, int64_t m0, __m256 (
           for (int t = 0; t < 4; ++t) dot[t][i] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int k = 4 * e; k < 4 * e + 4; ++k) {
-          const uint8_t* q = o + 144 + 768 * h + 96 * k;
-          const __m256i l0 = load32(q), l1 = load32(q + 32), hb = load32(q + 64);
-          const __m256i w[4] = {
-              _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
-              _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30))};
+          __m256i w[4];
+          q6k_rows8_quants(o + 144 + 768 * h + 96 * k, w);
           // Two products of at most 63 * 127 per int16 lane, twice: no overflow; widened every second k.
 #pragma GCC unroll 4
           for (int t = 0; t < 4; ++t)
@@ -887,7 +894,7 @@ inline void rows8_values(__m256i w, __m256 scale, __m256 offset, float* out, int
 // The 8 rows of group grp of an _R8 matrix dequantised: row r into y + r * K.
 template <DType WT>
 void rows8_dequant_group(const uint8_t* grp, int64_t K, float* y) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
   for (int64_t b = 0; b < K / 256; ++b) {
     float* yb = y + b * 256;
     if constexpr (WT == DType::Q4_K_R8) {
@@ -910,14 +917,8 @@ void rows8_dequant_group(const uint8_t* grp, int64_t K, float* y) {
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
       for (int h = 0; h < 2; ++h)
         for (int k = 0; k < 8; ++k) {
-          const uint8_t* q = o + 144 + 768 * h + 96 * k;
-          const __m256i l0 = load32(q), l1 = load32(q + 32), hb = load32(q + 64);
-          const __m256i w[4] = {
-              _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
-              _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30))};
+          __m256i w[4];
+          q6k_rows8_quants(o + 144 + 768 * h + 96 * k, w);
           for (int t = 0; t < 4; ++t) {
             const int s = 4 * h + t;
             // (q - 32) * scale, rounded once as the stored format's (q - 32 exact, times the scale).
