@@ -1090,24 +1090,27 @@ void split_quant_rows(DType wt, const void* w, int64_t K, int64_t rows, int8_t* 
     const auto* base = static_cast<const uint8_t*>(w);
     const size_t row_bytes = dtype_bytes(WT, K);
     const int64_t nb = K / dtype_block(WT), subs = K / QK;
-    qscalar::Unpacked<WT> u;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t b = 0; b < nb; ++b) {
-        qscalar::unpack<WT>(base + static_cast<size_t>(r) * row_bytes + static_cast<size_t>(b) * F::kBytes,
-                            u);
-        for (int s = 0; s < F::kSub; ++s) {
-          const int64_t sub = b * F::kSub + s;  // sub-block of 32 within the row
-          std::memcpy(q + r * K + sub * QK, u.q[s], QK);
-          if constexpr (WT == DType::Q6_K) {
-            scale[(r * subs + sub) * 2] = u.dlo[s];
-            scale[(r * subs + sub) * 2 + 1] = u.dhi[s];
-          } else {
-            scale[r * subs + sub] = u.dlo[s];  // both halves share it
+    // Rows split over the pool (a PJRT upload of a large matrix waits on this); each writes only its own.
+    ThreadPool::instance().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+      qscalar::Unpacked<WT> u;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t b = 0; b < nb; ++b) {
+          qscalar::unpack<WT>(base + static_cast<size_t>(r) * row_bytes + static_cast<size_t>(b) * F::kBytes,
+                              u);
+          for (int s = 0; s < F::kSub; ++s) {
+            const int64_t sub = b * F::kSub + s;  // sub-block of 32 within the row
+            std::memcpy(q + r * K + sub * QK, u.q[s], QK);
+            if constexpr (WT == DType::Q6_K) {
+              scale[(r * subs + sub) * 2] = u.dlo[s];
+              scale[(r * subs + sub) * 2 + 1] = u.dhi[s];
+            } else {
+              scale[r * subs + sub] = u.dlo[s];  // both halves share it
+            }
+            if constexpr (F::kMin) offset[r * subs + sub] = u.m[s];
           }
-          if constexpr (F::kMin) offset[r * subs + sub] = u.m[s];
         }
       }
-    }
+    });
   });
 }
 
