@@ -673,7 +673,8 @@ int run_devices(bool json) {
                                               {"kind", "cpu"},
                                               {"count", 1},
                                               {"threads", threads},
-                                              {"isa", isa}}});
+                                              {"isa", isa},
+                                              {"int8_dot", cpu::int8_dot_in_use()}}});
     for (const auto& p : probes) {
       ordered_json d = {{"device", p.device}, {"backend", "pjrt"}};
       if (p.info) {
@@ -693,7 +694,8 @@ int run_devices(bool json) {
     return 0;
   }
   std::printf("%-8s %-7s %-10s %-6s %s\n", "DEVICE", "BACKEND", "KIND", "COUNT", "DETAILS");
-  std::printf("%-8s %-7s %-10s %-6d threads=%d isa=%s\n", "cpu", "native", "cpu", 1, threads, isa);
+  std::printf("%-8s %-7s %-10s %-6d threads=%d isa=%s int8_dot=%s\n", "cpu", "native", "cpu", 1, threads, isa,
+              cpu::int8_dot_in_use());
   if (!pjrt::built_with_pjrt())
     std::printf("(this build has no PJRT support: run scripts/setup.sh and rebuild)\n");
   for (const auto& p : probes) {

@@ -9,12 +9,14 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/kernels.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "cli_util.h"
-#include "golden_util.h"
 #include "default_model.h"
+#include "golden_util.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
+#include "test_env_util.h"
 
 namespace golden = tessera::golden;
 
@@ -117,7 +119,14 @@ TEST(Cli, ChatAnswersOnStdin) {
 TEST(Cli, DevicesListsTheCpu) {
   Result r = run("devices --json");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["devices"][0]["kind"], "cpu");
+  const auto cpu = nlohmann::json::parse(r.out)["devices"][0];
+  EXPECT_EQ(cpu["kind"], "cpu");
+  // The quantised kernels' integer dot products, as the kernels pick them (TESSERA_ISA=scalar: none).
+  EXPECT_EQ(cpu["int8_dot"], tessera::cpu::int8_dot_in_use());
+  tessera::testing::ScopedEnv env("TESSERA_ISA", "scalar");
+  Result scalar = run("devices --json");
+  ASSERT_EQ(scalar.code, 0) << scalar.err;
+  EXPECT_EQ(nlohmann::json::parse(scalar.out)["devices"][0]["int8_dot"], "scalar");
 }
 
 TEST(Cli, XlaCpuGreedyTextEqualsNativeOnSmolLM2) {

@@ -37,7 +37,52 @@ using kernel_targets::all_targets;
 using kernel_targets::Target;
 using kernel_targets::target_name;
 
-class CpuQuantKernels : public kernel_targets::OnEachTarget {};
+// Every target of kernel_targets x every integer dot product (Int8Dot) this CPU has at that level; the
+// scalar level has none (its parameter's dot is unused).
+struct QuantTarget {
+  Target t;
+  Int8Dot dot;
+};
+void PrintTo(const QuantTarget& q, std::ostream* os) {
+  kernel_targets::PrintTo(q.t, os);
+  if (q.t.isa != Isa::Scalar) *os << " " << int8_dot_name(q.dot);
+}
+std::vector<QuantTarget> quant_targets() {
+  std::vector<QuantTarget> out;
+  for (const Target& t : all_targets()) {
+    if (t.isa == Isa::Scalar) {
+      out.push_back({t, Int8Dot::Avx2});
+      continue;
+    }
+    for (Int8Dot d : {Int8Dot::Avx2, Int8Dot::AvxVnni, Int8Dot::Avx512Vnni, Int8Dot::EmulatedVnni}) {
+      const bool avx512 = t.isa == Isa::Avx512 || t.isa == Isa::Avx512Bf16;
+      if (int8_dot_supported(d) && (d != Int8Dot::Avx512Vnni || avx512)) out.push_back({t, d});
+    }
+  }
+  return out;
+}
+std::string quant_target_name(const ::testing::TestParamInfo<QuantTarget>& info) {
+  std::string name = target_name(::testing::TestParamInfo<Target>(info.param.t, info.index));
+  if (info.param.t.isa == Isa::Scalar) return name;
+  name += std::string("_") + int8_dot_name(info.param.dot);
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+}
+
+class CpuQuantKernels : public ::testing::TestWithParam<QuantTarget> {
+ protected:
+  void SetUp() override {
+    set_isa(GetParam().t.isa);
+    ThreadPool::instance().set_num_threads(GetParam().t.threads);
+    if (GetParam().t.isa != Isa::Scalar) set_int8_dot(GetParam().dot);
+  }
+  void TearDown() override {
+    reset_int8_dot();
+    set_isa(best_isa());
+    ThreadPool::instance().set_num_threads(0);
+  }
+};
 
 constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                               DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
@@ -370,7 +415,41 @@ TEST_P(CpuQuantKernels, InterleavedRowsComputeAsStored) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(all_targets()), target_name);
+TEST_P(CpuQuantKernels, EveryInt8DotGivesTheAvx2Integers) {
+  // vpdpbusd (AVX-VNNI, AVX512-VNNI) sums the same integer products as vpmaddubsw + vpmaddwd, which never
+  // saturate on the kernels' operands, and the float steps after them are the same: every output equal,
+  // bit for bit, to the AVX2 pair's, for each format and the interleaved forms, at any M.
+  if (GetParam().t.isa == Isa::Scalar || GetParam().dot == Int8Dot::Avx2)
+    GTEST_SKIP() << "compares another integer dot product with the AVX2 pair";
+  uint32_t seed = 900;
+  std::vector<DType> formats(std::begin(kFormats), std::end(kFormats));
+  formats.push_back(DType::Q4_K_R8);
+  formats.push_back(DType::Q6_K_R8);
+  for (DType dt : formats)
+    for (int64_t K0 : {32, 288, 1056}) {
+      const DType stored = stored_dtype(dt);
+      const int64_t K = kdim(stored, K0), N = 72;
+      const QWeights w = make_qweights(stored, N, K, ++seed);
+      std::vector<uint8_t> raw = w.raw;
+      if (dt != stored) interleave_rows8(stored, raw.data(), N, K);
+      const std::vector<float> bias = random_vec(N, ++seed);
+      for (int64_t M : {1, 2, 3, 4, 5, 7, 9}) {
+        // A large and a tiny value too (a block whose other quants round to 0; one of tiny scale).
+        std::vector<float> x = random_vec(M * K, ++seed);
+        x[0] = 1e4f;
+        x[static_cast<size_t>(M * K - 1)] = -1e-6f;
+        std::vector<float> got(static_cast<size_t>(M * N), NAN), want(got.size(), NAN);
+        const MatmulOut g{raw.data(), N, bias.data(), got.data()}, a{raw.data(), N, bias.data(), want.data()};
+        matmul_rows(x.data(), M, K, dt, &g, 1, Bf16Dot::RoundX);
+        set_int8_dot(Int8Dot::Avx2);
+        matmul_rows(x.data(), M, K, dt, &a, 1, Bf16Dot::RoundX);
+        set_int8_dot(GetParam().dot);
+        ASSERT_EQ(got, want) << dtype_name(dt) << " K=" << K << " M=" << M;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(quant_targets()), quant_target_name);
 
 TEST(CpuInterleaveWeights, OnlyWholeGroupsTheMapAloneHoldsAreRewritten) {
   // What the cpu backend's bind_weights does after packing: each matrix below either comes back in its _R8

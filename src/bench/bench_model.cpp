@@ -180,6 +180,7 @@ BenchReport run_bench(const BenchOptions& o) {
                       med(&RunTimes::decode_s),  med(&RunTimes::decode_tokens_per_s)};
   r.threads = cpu::ThreadPool::instance().num_threads();
   r.isa = cpu::isa_name(cpu::active_isa());
+  r.int8_dot = cpu::int8_dot_in_use();
   r.cpu = cpu_model_name();
   if (o.probe_machine) {
     r.read_bandwidth_gbs = read_bandwidth_gbs(o.bandwidth_bytes, 5);
@@ -230,6 +231,7 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["quantized"] = r.quantized;  // block-quantised matrices kept as stored (decode bytes count their blocks)
   j["threads"] = r.threads;
   j["isa"] = r.isa;
+  j["int8_dot"] = r.int8_dot;  // the quantised decode kernels' integer dot products
   j["matmul_inputs"] = matmul_inputs(r);
   // Loaded kernel packages in use, as `tessera forward/generate --json` list them.
   ordered_json kernels = ordered_json::array();
@@ -299,8 +301,10 @@ std::string to_text(const BenchReport& r) {
   line("model        %s (%s, %s)", r.model_path.c_str(), r.architecture.c_str(), r.dtype.c_str());
   for (const KernelInUse& k : r.kernels)
     line("kernels      %s (%s on %d nodes, %s)", k.package.c_str(), k.op.c_str(), k.nodes, k.backend.c_str());
-  line("threads      %d (%s, matmul inputs %s); prompt %d tokens, %d new tokens, median of %d", r.threads,
-       r.isa.c_str(), matmul_inputs(r), r.options.prompt_tokens, r.options.new_tokens, r.options.repeats);
+  line("threads      %d (%s, matmul inputs %s%s%s); prompt %d tokens, %d new tokens, median of %d", r.threads,
+       r.isa.c_str(), matmul_inputs(r), r.quantized ? ", int8 dot " : "",
+       r.quantized ? r.int8_dot.c_str() : "", r.options.prompt_tokens, r.options.new_tokens,
+       r.options.repeats);
   line("load         %.3f s", r.median.load_s);
   line("first token  %.3f s", r.median.ttft_s);
   line("prefill      %.1f tokens/s", r.median.prefill_tokens_per_s);

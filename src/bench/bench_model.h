@@ -46,6 +46,7 @@ struct ModelCounts {
 struct BenchReport {
   BenchOptions options;
   std::string model_path, architecture, dtype, isa, cpu;
+  std::string int8_dot;  // cpu::int8_dot_in_use()
   int threads = 0;
   size_t weight_bytes = 0;  // ModelInfo::weight_bytes (everything the backend holds)
   bool quantized = false;   // some matrices kept block-quantised (ModelInfo::quantized_matrices)

@@ -23,6 +23,22 @@ Isa active_isa();               // the one kernels use now
 void set_isa(Isa isa);
 // Parses "scalar" | "avx2" | "avx512" | "avx512bf16"; throws tessera::Error otherwise.
 Isa parse_isa(const char* name);
+// The integer dot products of the block-quantised decode kernels (kernels_quant.cpp) on avx2 and above:
+// Avx2 = vpmaddubsw + vpmaddwd; AvxVnni = vpdpbusd (VEX); Avx512Vnni = vpdpbusd's EVEX form on 256-bit
+// vectors (AVX-512 machines without AVX-VNNI, only at the avx512 levels); EmulatedVnni = the VNNI kernels'
+// code with the AVX2 pair standing in for vpdpbusd, so that an AVX2 machine tests it (tests only). All four
+// give the same integers, so the same outputs bit for bit.
+enum class Int8Dot : uint8_t { Avx2, AvxVnni, Avx512Vnni, EmulatedVnni };
+const char* int8_dot_name(Int8Dot d);  // "avx2", "avx-vnni", "avx512-vnni", "emulated-vnni"
+bool int8_dot_supported(Int8Dot d);    // by this CPU (at any ISA)
+// The one the kernels use at the active ISA: the forced one (set_int8_dot), else AvxVnni where the CPU has
+// it, else Avx512Vnni at the avx512 levels where it has that, else Avx2. Meaningless on the scalar level.
+Int8Dot active_int8_dot();
+// Forces one (tests); throws tessera::Error when this CPU lacks it. reset_int8_dot() returns to the default.
+void set_int8_dot(Int8Dot d);
+void reset_int8_dot();
+// What the quantised decode kernels use now: "scalar" at the scalar level, else active_int8_dot()'s name.
+const char* int8_dot_in_use();
 
 // ---- linear algebra ----
 // What a matmul with bf16 weights may do with x. Exact: x stays f32 (products of f32 x and exactly widened

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
@@ -57,15 +58,32 @@ bool cpu_has_avx512bf16() {
   __builtin_cpu_init();
   return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
 }
+
+bool cpu_has_avxvnni() {
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avxvnni");
+}
+
+bool cpu_has_avx512vnni() {
+  __builtin_cpu_init();
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+}
 #else
 bool cpu_has_avx2() { return false; }
 bool cpu_has_avx512() { return false; }
 bool cpu_has_avx512bf16() { return false; }
+bool cpu_has_avxvnni() { return false; }
+bool cpu_has_avx512vnni() { return false; }
 #endif
 
 Isa& current_isa() {
   static Isa isa = best_isa();  // until set_isa (the tessera command: $TESSERA_ISA)
   return isa;
+}
+
+std::optional<Int8Dot>& forced_int8_dot() {
+  static std::optional<Int8Dot> d;  // set_int8_dot (tests)
+  return d;
 }
 
 }  // namespace
@@ -117,6 +135,54 @@ Isa active_isa() { return current_isa(); }
 void set_isa(Isa isa) {
   if (!isa_supported(isa)) fail("instruction set ", isa_name(isa), " is not supported by this CPU");
   current_isa() = isa;
+}
+
+const char* int8_dot_name(Int8Dot d) {
+  switch (d) {
+    case Int8Dot::Avx2:
+      return "avx2";
+    case Int8Dot::AvxVnni:
+      return "avx-vnni";
+    case Int8Dot::Avx512Vnni:
+      return "avx512-vnni";
+    case Int8Dot::EmulatedVnni:
+      return "emulated-vnni";
+  }
+  return "?";
+}
+
+bool int8_dot_supported(Int8Dot d) {
+  switch (d) {
+    case Int8Dot::Avx2:
+    case Int8Dot::EmulatedVnni:
+      return cpu_has_avx2();
+    case Int8Dot::AvxVnni:
+      return cpu_has_avxvnni();
+    case Int8Dot::Avx512Vnni:
+      return cpu_has_avx512vnni();
+  }
+  return false;
+}
+
+Int8Dot active_int8_dot() {
+  if (forced_int8_dot()) return *forced_int8_dot();
+  static const bool avxvnni = cpu_has_avxvnni(), avx512vnni = cpu_has_avx512vnni();
+  if (avxvnni) return Int8Dot::AvxVnni;
+  const Isa isa = current_isa();
+  if (avx512vnni && (isa == Isa::Avx512 || isa == Isa::Avx512Bf16)) return Int8Dot::Avx512Vnni;
+  return Int8Dot::Avx2;
+}
+
+void set_int8_dot(Int8Dot d) {
+  if (!int8_dot_supported(d))
+    fail("integer dot products ", int8_dot_name(d), " are not supported by this CPU");
+  forced_int8_dot() = d;
+}
+
+void reset_int8_dot() { forced_int8_dot().reset(); }
+
+const char* int8_dot_in_use() {
+  return current_isa() == Isa::Scalar ? "scalar" : int8_dot_name(active_int8_dot());
 }
 
 const VecOps& vec_ops() {
