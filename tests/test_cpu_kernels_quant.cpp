@@ -363,13 +363,15 @@ TEST_P(CpuQuantKernels, InterleavedRowsComputeAsStored) {
   EXPECT_EQ(rows8_dtype(DType::Q8_0), DType::Q8_0);
   EXPECT_EQ(stored_dtype(DType::Q8_0), DType::Q8_0);
   uint32_t seed = 700;
-  for (DType dt : {DType::Q4_K, DType::Q6_K}) {
+  for (DType dt : {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q4_1}) {
     const DType r8 = rows8_dtype(dt);
     ASSERT_NE(r8, dt);
     EXPECT_EQ(stored_dtype(r8), dt);
     EXPECT_EQ(dtype_bytes(r8, 256), dtype_bytes(dt, 256));
+    EXPECT_EQ(dtype_block(r8), dtype_block(dt));
     for (int64_t N : {8, 72, 136})
-      for (int64_t K : {256, 768, 1280}) {
+      for (int64_t K0 : {32, 256, 576, 1280}) {
+        const int64_t K = kdim(dt, K0);
         const std::string what =
             std::string(dtype_name(r8)) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
         const QWeights w = make_qweights(dt, N, K, ++seed);
@@ -423,8 +425,7 @@ TEST_P(CpuQuantKernels, EveryInt8DotGivesTheAvx2Integers) {
     GTEST_SKIP() << "compares another integer dot product with the AVX2 pair";
   uint32_t seed = 900;
   std::vector<DType> formats(std::begin(kFormats), std::end(kFormats));
-  formats.push_back(DType::Q4_K_R8);
-  formats.push_back(DType::Q6_K_R8);
+  for (DType r8 : {DType::Q4_K_R8, DType::Q6_K_R8, DType::Q4_0_R8, DType::Q4_1_R8}) formats.push_back(r8);
   for (DType dt : formats)
     for (int64_t K0 : {32, 288, 1056}) {
       const DType stored = stored_dtype(dt);

@@ -19,9 +19,9 @@ namespace tessera {
 //        min mn: d * sc * q - dmin * mn.  Q5_K {.. as Q4_K; u8 qh[32] before qs}: 176 bytes, 5-bit q.
 //   Q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: 210 bytes, d * scale (per 16 values) * (q - 32).
 // (src/common/ggml_blocks.h and kernels_quant.cpp spell out where each value's bits are.)
-// Q4_K_R8 and Q6_K_R8 are the cpu backend's own forms of Q4_K and Q6_K matrices (never in a file): the same
-// bytes per 256 values, each group of 8 rows stored as one run of blocks with the 8 rows' fields interleaved
-// (kernels_quant.cpp), so a decode kernel computes 8 rows per vector lane.
+// Q4_K_R8, Q6_K_R8, Q4_0_R8 and Q4_1_R8 are the cpu backend's own forms of Q4_K, Q6_K, Q4_0 and Q4_1
+// matrices (never in a file): the same bytes per block, each group of 8 rows stored as one run of blocks with
+// the 8 rows' fields interleaved (kernels_quant.cpp), so a decode kernel computes 8 rows per vector lane.
 enum class DType : uint8_t {
   F32,
   F16,
@@ -38,12 +38,14 @@ enum class DType : uint8_t {
   Q6_K,
   Q4_K_R8,
   Q6_K_R8,
+  Q4_0_R8,
+  Q4_1_R8,
   I8  // the integers of block-quantised weights on a PJRT device (pjrt_backend.cpp), never a model dtype
 };
 
 // Bytes per element of a plain dtype; an internal error for a block-quantised one (use dtype_bytes).
 size_t dtype_size(DType dt);
-// Whether dt is block-quantised (Q8_0 .. Q6_K_R8).
+// Whether dt is block-quantised (Q8_0 .. Q4_1_R8).
 bool is_quantized(DType dt);
 // Elements per block: 32 for Q8_0 .. Q5_1, 256 for the K-quants (and their _R8 forms), 1 otherwise.
 int64_t dtype_block(DType dt);

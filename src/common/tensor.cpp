@@ -36,7 +36,7 @@ size_t dtype_size(DType dt) {
   return 0;
 }
 
-bool is_quantized(DType dt) { return dt >= DType::Q8_0 && dt <= DType::Q6_K_R8; }
+bool is_quantized(DType dt) { return dt >= DType::Q8_0 && dt <= DType::Q4_1_R8; }
 
 int64_t dtype_block(DType dt) {
   if (dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q4_K_R8 ||
@@ -52,9 +52,11 @@ size_t dtype_bytes(DType dt, int64_t n) {
       block_bytes = 34;
       break;
     case DType::Q4_0:
+    case DType::Q4_0_R8:
       block_bytes = 18;
       break;
     case DType::Q4_1:
+    case DType::Q4_1_R8:
       block_bytes = 20;
       break;
     case DType::Q5_0:
@@ -114,6 +116,10 @@ const char* dtype_name(DType dt) {
       return "q4_k_r8";
     case DType::Q6_K_R8:
       return "q6_k_r8";
+    case DType::Q4_0_R8:
+      return "q4_0_r8";
+    case DType::Q4_1_R8:
+      return "q4_1_r8";
   }
   return "?";
 }

@@ -90,7 +90,8 @@ bool quant_has_offset(DType wdt);
 void split_quant_rows(DType wdt, const void* w, int64_t K, int64_t rows, int8_t* q, float* scale,
                       float* offset);
 // Rows interleaved by 8 (see kernels_quant.cpp): the _R8 form of a block-quantised dtype (Q4_K -> Q4_K_R8,
-// Q6_K -> Q6_K_R8), or dt itself where there is none; stored_dtype is the inverse (dt itself for the others).
+// Q6_K -> Q6_K_R8, Q4_0 -> Q4_0_R8, Q4_1 -> Q4_1_R8), or dt itself where there is none; stored_dtype is the
+// inverse (dt itself for the others).
 DType rows8_dtype(DType dt);
 DType stored_dtype(DType dt);
 // Rewrites w [N, K] of a dtype with an _R8 form (N a multiple of 8) in place into that form, over the pool's

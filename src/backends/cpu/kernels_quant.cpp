@@ -197,30 +197,52 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_
   return {q, d, s, isum, off16, K, nb, ld};
 }
 
-// ---- rows interleaved by 8 (Q4_K_R8, Q6_K_R8)
+// ---- rows interleaved by 8 (Q4_K_R8, Q6_K_R8, Q4_0_R8, Q4_1_R8)
 //
-// Rows 8g .. 8g + 7 of the matrix are one run of K / 256 blocks of 8 * (the format's block bytes), block b
-// holding block b of each of the 8 rows, field by field, so that 32 bytes hold 4 consecutive quants of each
-// row and a vector lane stays one row throughout (the decode kernel's 8 dots need no horizontal sums).
-// Q4_K_R8 (1152 bytes): d [8] f16 | dmin [8] f16 | scale byte j of row r at 32 + 8j + r (12 x 8) | quants at
+// Rows 8g .. 8g + 7 of the matrix are one run of K / (block values) blocks of 8 * (the format's block bytes),
+// block b holding block b of each of the 8 rows, field by field, so that 32 bytes hold 4 consecutive quants
+// of each row and a vector lane stays one row throughout (the decode kernel's 8 dots need no horizontal
+// sums). Q4_K_R8 (1152 bytes): d [8] f16 | dmin [8] f16 | scale byte j of row r at 32 + 8j + r (12 x 8) |
+// quants at
 //   128 + 256c + 32k + 4r + i: byte 32c + 4k + i of row r's qs (low nibble sub-block 2c, high 2c + 1).
 // Q6_K_R8 (1680 bytes): d [8] f16 | scale s of row r at 16 + 8s + r (16 x 8, int8) | then per half h of the
 //   block and k = 0..7, 96 bytes in the order the kernel reads them: at 144 + 768h + 96k + 32p + 4r + i, ql
 //   byte 64h + 32p + 4k + i (p = 0, 1), and at 144 + 768h + 96k + 64 + 4r + i, qh byte 32h + 4k + i.
+// Q4_0_R8 (144 bytes): d [8] f16 | quants at 16 + 32k + 4r + i: byte 4k + i of row r's qs (k = 0..3; low
+//   nibbles values 4k + i, high nibbles 16 + 4k + i).
+// Q4_1_R8 (160 bytes): d [8] f16 | m [8] f16 | quants at 32 + 32k + 4r + i, as Q4_0_R8's.
 // A group is as many bytes as its 8 rows, so a matrix keeps its size and row blocks of it (offsets in whole
 // groups) keep their place.
 constexpr int kR8 = 8;
 
-constexpr bool is_rows8(DType dt) { return dt == DType::Q4_K_R8 || dt == DType::Q6_K_R8; }
+constexpr bool is_rows8(DType dt) {
+  return dt == DType::Q4_K_R8 || dt == DType::Q6_K_R8 || dt == DType::Q4_0_R8 || dt == DType::Q4_1_R8;
+}
 constexpr DType stored_of(DType dt) {
-  return dt == DType::Q4_K_R8 ? DType::Q4_K : dt == DType::Q6_K_R8 ? DType::Q6_K : dt;
+  switch (dt) {
+    case DType::Q4_K_R8:
+      return DType::Q4_K;
+    case DType::Q6_K_R8:
+      return DType::Q6_K;
+    case DType::Q4_0_R8:
+      return DType::Q4_0;
+    case DType::Q4_1_R8:
+      return DType::Q4_1;
+    default:
+      return dt;
+  }
 }
 
 // f(stored offset, interleaved offset, bytes) for each run that row r's block (of the stored format) shares
 // with its group's interleaved block.
 template <typename F>
 void rows8_runs(DType stored, int r, F&& f) {
-  if (stored == DType::Q4_K) {
+  if (stored == DType::Q4_0 || stored == DType::Q4_1) {
+    const int qs = stored == DType::Q4_0 ? 2 : 4, iq = stored == DType::Q4_0 ? 16 : 32;  // quants' offsets
+    f(0, 2 * r, 2);
+    if (stored == DType::Q4_1) f(2, 16 + 2 * r, 2);
+    for (int q = 0; q < 16; q += 4) f(qs + q, iq + q / 4 * 32 + 4 * r, 4);
+  } else if (stored == DType::Q4_K) {
     f(0, 2 * r, 2);
     f(2, 16 + 2 * r, 2);
     for (int j = 0; j < 12; ++j) f(4 + j, 32 + 8 * j + r, 1);
@@ -248,7 +270,7 @@ inline void copy_run(uint8_t* dst, const uint8_t* src, int n) {
 // Group g of an interleaved matrix back to its 8 rows as stored (dst [8][row_bytes]).
 void deinterleave_group(DType r8, const uint8_t* w, size_t row_bytes, int64_t g, uint8_t* dst) {
   const DType stored = stored_of(r8);
-  const size_t bb = dtype_bytes(stored, 256);
+  const size_t bb = dtype_bytes(stored, dtype_block(stored));
   const uint8_t* grp = w + static_cast<size_t>(g) * kR8 * row_bytes;
   for (size_t b = 0; b < row_bytes / bb; ++b)
     for (int r = 0; r < kR8; ++r)
@@ -610,16 +632,27 @@ void split_quant_rows(DType wt, const void* w, int64_t K, int64_t rows, int8_t* 
 }
 
 DType rows8_dtype(DType dt) {
-  return dt == DType::Q4_K ? DType::Q4_K_R8 : dt == DType::Q6_K ? DType::Q6_K_R8 : dt;
+  switch (dt) {
+    case DType::Q4_K:
+      return DType::Q4_K_R8;
+    case DType::Q6_K:
+      return DType::Q6_K_R8;
+    case DType::Q4_0:
+      return DType::Q4_0_R8;
+    case DType::Q4_1:
+      return DType::Q4_1_R8;
+    default:
+      return dt;
+  }
 }
 
 DType stored_dtype(DType dt) { return stored_of(dt); }
 
 void interleave_rows8(DType dt, void* w, int64_t N, int64_t K) {
   const DType r8 = rows8_dtype(dt);
-  TS_ASSERT(r8 != dt && N % kR8 == 0 && K % 256 == 0, "interleave_rows8 of ", dtype_name(dt), " [", N, ", ",
-            K, "]");
-  const size_t row_bytes = dtype_bytes(dt, K), bb = dtype_bytes(dt, 256);
+  TS_ASSERT(r8 != dt && N % kR8 == 0 && K % dtype_block(dt) == 0, "interleave_rows8 of ", dtype_name(dt),
+            " [", N, ", ", K, "]");
+  const size_t row_bytes = dtype_bytes(dt, K), bb = dtype_bytes(dt, dtype_block(dt));
   auto* base = static_cast<uint8_t*>(w);
   ThreadPool::instance().parallel_for(N / kR8, 1, [&](int64_t g0, int64_t g1) {
     std::vector<uint8_t> rows(kR8 * row_bytes);
