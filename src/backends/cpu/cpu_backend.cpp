@@ -811,11 +811,12 @@ WeightMap pack_weights(WeightMap weights) {
 
 }  // namespace
 
-// Q4_K and Q6_K matrices (rows a multiple of 8) rewritten in place into their _R8 forms, rows interleaved by 8
-// (kernels_quant.cpp), which the decode kernel reads 8 rows per vector lane; the tensor's dtype says which
-// form it is in. Only memory that this map alone holds is rewritten (the arena of pack_weights, or owned
-// tensors nobody else shares), and only a matrix no other weight overlaps but its exact aliases (a tied table
-// and its lm_head: rewritten once, both relabelled); any other stays as stored and keeps the stored kernel.
+// Q4_K, Q6_K, Q4_0 and Q4_1 matrices (rows a multiple of 8) rewritten in place into their _R8 forms, rows
+// interleaved by 8 (kernels_quant.cpp), which the decode kernel reads 8 rows per vector lane; the tensor's
+// dtype says which form it is in. Only memory that this map alone holds is rewritten (the arena of
+// pack_weights, or owned tensors nobody else shares), and only a matrix no other weight overlaps but its
+// exact aliases (a tied table and its lm_head: rewritten once, both relabelled); any other stays as stored
+// and keeps the stored kernel.
 WeightMap cpu_interleave_weights(WeightMap weights) {
   std::map<const void*, long> holders;  // owner -> entries of the map holding it
   for (auto& [key, t] : weights)
