@@ -215,22 +215,20 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_
 // groups) keep their place.
 constexpr int kR8 = 8;
 
+// Each stored format with an interleaved form, and that form.
+constexpr std::pair<DType, DType> kRows8Forms[] = {{DType::Q4_K, DType::Q4_K_R8},
+                                                   {DType::Q6_K, DType::Q6_K_R8},
+                                                   {DType::Q4_0, DType::Q4_0_R8},
+                                                   {DType::Q4_1, DType::Q4_1_R8}};
 constexpr bool is_rows8(DType dt) {
-  return dt == DType::Q4_K_R8 || dt == DType::Q6_K_R8 || dt == DType::Q4_0_R8 || dt == DType::Q4_1_R8;
+  for (const auto& [stored, r8] : kRows8Forms)
+    if (dt == r8) return true;
+  return false;
 }
 constexpr DType stored_of(DType dt) {
-  switch (dt) {
-    case DType::Q4_K_R8:
-      return DType::Q4_K;
-    case DType::Q6_K_R8:
-      return DType::Q6_K;
-    case DType::Q4_0_R8:
-      return DType::Q4_0;
-    case DType::Q4_1_R8:
-      return DType::Q4_1;
-    default:
-      return dt;
-  }
+  for (const auto& [stored, r8] : kRows8Forms)
+    if (dt == r8) return stored;
+  return dt;
 }
 
 // f(stored offset, interleaved offset, bytes) for each run that row r's block (of the stored format) shares
@@ -632,18 +630,9 @@ void split_quant_rows(DType wt, const void* w, int64_t K, int64_t rows, int8_t* 
 }
 
 DType rows8_dtype(DType dt) {
-  switch (dt) {
-    case DType::Q4_K:
-      return DType::Q4_K_R8;
-    case DType::Q6_K:
-      return DType::Q6_K_R8;
-    case DType::Q4_0:
-      return DType::Q4_0_R8;
-    case DType::Q4_1:
-      return DType::Q4_1_R8;
-    default:
-      return dt;
-  }
+  for (const auto& [stored, r8] : kRows8Forms)
+    if (dt == stored) return r8;
+  return dt;
 }
 
 DType stored_dtype(DType dt) { return stored_of(dt); }
