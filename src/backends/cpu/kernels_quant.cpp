@@ -231,6 +231,31 @@ constexpr DType stored_of(DType dt) {
   return dt;
 }
 
+// fn(std::integral_constant<DType, wt>) for an interleaved form wt, as by_format for the stored ones.
+template <typename Fn>
+void by_rows8_format(DType wt, Fn&& fn) {
+  switch (wt) {
+    case DType::Q4_K_R8:
+      return fn(std::integral_constant<DType, DType::Q4_K_R8>{});
+    case DType::Q6_K_R8:
+      return fn(std::integral_constant<DType, DType::Q6_K_R8>{});
+    case DType::Q4_0_R8:
+      return fn(std::integral_constant<DType, DType::Q4_0_R8>{});
+    case DType::Q4_1_R8:
+      return fn(std::integral_constant<DType, DType::Q4_1_R8>{});
+    default:
+      TS_ASSERT(false, "interleaved kernel for ", dtype_name(wt));
+  }
+}
+
+// Q4_0_R8 / Q4_1_R8 blocks: bytes per block of 8 rows, and where the quants start (after the 8 d, and the
+// 8 m of Q4_1).
+template <DType WT>
+struct Q4Rows8 {
+  static constexpr bool kMin = WT == DType::Q4_1_R8;
+  static constexpr size_t kBytes = kMin ? 160 : 144, kQuants = kMin ? 32 : 16;
+};
+
 // f(stored offset, interleaved offset, bytes) for each run that row r's block (of the stored format) shares
 // with its group's interleaved block.
 template <typename F>
@@ -411,6 +436,47 @@ namespace {
 constexpr bool kVnni = false;
 TESSERA_DPBUSD_AVX2
 #include "backends/cpu/kernels_quant_avx2.inc"
+
+// quantize_block_scalar's integers with AVX2: the same products x * inv, rounded by vcvtps2dq in the default
+// mode (to nearest, ties to even, as nearbyint). Here only, not in the .inc: the x quantiser does not
+// depend on the integer dot.
+float quantize_block(const float* xb, int8_t* qb, int32_t* half) {
+  __m256 v[4];
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 mx = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(xb + 8 * k);
+    // The operand order makes a NaN lane keep mx, as std::max does in the scalar code.
+    mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), mx);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float finite_scale = _mm_cvtss_f32(m4) / 127.0f;
+  const float scale = _mm256_movemask_ps(nan) ? std::numeric_limits<float>::quiet_NaN() : finite_scale;
+  const __m256 inv = _mm256_set1_ps(finite_scale != 0.0f ? 1.0f / finite_scale : 0.0f);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i iv[4];
+  // As the scalar code: NaN products count 0, the rest clamp to +-127, then round.
+  for (int k = 0; k < 4; ++k) {
+    __m256 p = _mm256_mul_ps(v[k], inv);
+    p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+    iv[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(p, lo), hi));
+  }
+  const auto total = [](__m256i a) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1)));
+  };
+  half[0] = total(_mm256_add_epi32(iv[0], iv[1]));
+  half[1] = total(_mm256_add_epi32(iv[2], iv[3]));
+  // Packing works within 128-bit lanes: groups of four come out as (0 lo, 1 lo, 2 lo, 3 lo | 0 hi, ...).
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb),
+                      _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  return scale;
+}
 }  // namespace
 #include "backends/cpu/kernels_quant.inc"
 }  // namespace qavx2
