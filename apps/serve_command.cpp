@@ -1,11 +1,7 @@
 #include "serve_command.h"
 
-#include <dirent.h>
-#include <httplib.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
@@ -19,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "http_server.h"
 #include "serve/openai.h"
 #include "tessera/error.h"
 
@@ -63,6 +60,7 @@ struct Server {
   serve::ServedModel served;
   std::atomic<uint64_t> next_id{1};
   int64_t started = 0;
+  const http::Server* http = nullptr;
 
   std::mutex metrics_mu;
   Histogram ttft{latency_bounds()}, itl{latency_bounds()}, e2e{latency_bounds()}, queue{latency_bounds()};
@@ -84,25 +82,41 @@ struct Server {
   }
 };
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(serve::error_body(e).dump(), "application/json");
+http::Response error_response(const ApiError& e) {
+  http::Response r;
+  r.status = e.status;
+  r.body = serve::error_body(e).dump();
+  if (e.status == 429) r.headers.push_back({"Retry-After", "1"});
+  return r;
 }
 
-bool authorised(const Server& s, const httplib::Request& req, httplib::Response& res) {
-  if (s.settings.api_key.empty()) return true;
-  if (req.get_header_value("Authorization") == "Bearer " + s.settings.api_key) return true;
-  send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)", "",
-                           "authentication_error", "invalid_api_key"));
-  return false;
+// The API key check: an error when the request lacks it.
+std::optional<ApiError> unauthorised(const Server& s, const http::Request& req) {
+  if (s.settings.api_key.empty() || req.header("Authorization") == "Bearer " + s.settings.api_key)
+    return std::nullopt;
+  return ApiError(401, "a valid API key is required (Authorization: Bearer <key>)", "",
+                  "authentication_error", "invalid_api_key");
 }
 
-bool ready(const Server& s, httplib::Response& res) {
+std::optional<ApiError> not_ready(const Server& s) {
   const Phase p = s.phase.load();
-  if (p == Phase::Ready) return true;
-  send_error(res, ApiError(503, p == Phase::Loading ? "the model is loading" : "the server is shutting down",
-                           "", "service_unavailable"));
-  return false;
+  if (p == Phase::Ready) return std::nullopt;
+  return ApiError(503, p == Phase::Loading ? "the model is loading" : "the server is shutting down", "",
+                  "service_unavailable");
+}
+
+// JSON endpoints take only JSON: a body a browser may send cross-site without a CORS preflight (text/plain,
+// a form) is refused, so a web page cannot drive a local server.
+std::optional<ApiError> not_json(const http::Request& req) {
+  std::string type = req.header("Content-Type");
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
+  for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (type == "application/json") return std::nullopt;
+  return ApiError(415,
+                  type.empty() ? "the request needs Content-Type: application/json"
+                               : "Content-Type '" + type + "' is not accepted: send application/json",
+                  "", "invalid_request_error", "unsupported_media_type");
 }
 
 std::string metrics_text(Server& s) {
@@ -119,6 +133,7 @@ std::string metrics_text(Server& s) {
       << " counter\ntessera:" << name << label << " " << v << "\n";
   };
   gauge("num_requests_running", "Requests in decode slots.", st.running);
+  if (s.http) gauge("http_connections_open", "Open client connections.", s.http->open_connections());
   gauge("num_requests_waiting", "Requests waiting for a slot.", st.waiting);
   gauge("kv_cache_usage_perc", "Fraction of KV cache slots in use (1 = all).",
         st.slots ? static_cast<double>(st.running) / st.slots : 0.0);
@@ -221,52 +236,6 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
   return streams;
 }
 
-// The socket of the connection `req` arrived on, or -1. cpp-httplib 0.11 does not give a handler its socket,
-// so it is the one socket of this process whose two ends are `req`'s local and remote address and port
-// (formatted as httplib formats them: getnameinfo, numeric). The connection's worker thread is the one
-// running the handler, so the socket stays open (and its number is not reused) until the handler returns.
-int connection_socket(const httplib::Request& req) {
-  auto ends = [](int fd, bool peer, std::string& host, int& port) {
-    sockaddr_storage a{};
-    socklen_t n = sizeof(a);
-    if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n)
-              : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
-      return false;
-    char h[NI_MAXHOST], p[NI_MAXSERV];
-    if (::getnameinfo(reinterpret_cast<sockaddr*>(&a), n, h, sizeof(h), p, sizeof(p),
-                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-      return false;
-    host = h;
-    port = std::atoi(p);
-    return true;
-  };
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (!dir) return -1;
-  int found = -1;
-  while (const dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    const int fd = std::atoi(e->d_name);
-    std::string host;
-    int port = -1;
-    if (!ends(fd, true, host, port) || port != req.remote_port || host != req.remote_addr) continue;
-    if (!ends(fd, false, host, port) || port != req.local_port || host != req.local_addr) continue;
-    found = fd;
-    break;
-  }
-  ::closedir(dir);
-  return found;
-}
-
-// Whether the client closed (or reset) connection `fd`: a peek that reads the end of the stream or fails.
-// Bytes waiting (a pipelined next request) or none yet mean it is still there. A client that shuts down only
-// its sending side while it waits counts as gone (HTTP clients do not do that).
-bool client_gone(int fd) {
-  if (fd < 0) return false;
-  char c;
-  const ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 // A request that ended without its text (the model failed, or the server cancelled it): what the client gets.
 std::optional<ApiError> failure(const serve::StreamUpdate& u) {
   if (u.finish_reason == "error") return ApiError(500, u.error, "", "server_error");
@@ -280,53 +249,40 @@ void count_finish(Server& s, const std::string& reason) {
   ++s.finished[reason];
 }
 
-void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
-  if (!authorised(s, req, res) || !ready(s, res)) return;
+// A generation request, on a thread of its own (http::Route::blocking): parsed, submitted, then answered
+// whole or streamed as Server-Sent Events. The client is polled between updates (each new token, or 200 ms
+// without one): once it has gone, its rows are cancelled and their slots freed within a step.
+void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, http::Exchange& ex) {
   serve::ParsedRequest r;
   std::vector<std::shared_ptr<serve::Stream>> streams;
   try {
     r = serve::parse_request(endpoint, req.body, s.served);
     streams = submit_all(s, r);
   } catch (const ApiError& e) {
-    if (e.status == 429) res.set_header("Retry-After", "1");
-    send_error(res, e);
+    ex.respond(error_response(e));
     return;
   }
+  auto cancel_all = [&] {
+    for (auto& st : streams) st->cancel();
+  };
   const std::string id = std::string(endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-") +
                          std::to_string(s.started) + "-" + std::to_string(s.next_id.fetch_add(1));
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const int prompt_tokens = static_cast<int>(r.prompt.size());
   if (!r.stream) {
-    // Nothing is written until the end, so a client that goes away is seen by peeking at its socket after
-    // every update (each new token, or 200 ms without one); its rows are then cancelled as a broken stream's
-    // are.
-    const int fd = connection_socket(req);
-    if (fd < 0) {
-      static std::once_flag noted;
-      std::call_once(noted, [] {
-        std::fprintf(stderr,
-                     "tessera serve: warning: the socket of a connection was not found in /proc/self/fd; "
-                     "a client that leaves before a non-streamed answer is complete keeps its slot until "
-                     "the answer is\n");
-      });
-    }
     std::vector<serve::ChoiceResult> choices(streams.size());
     for (size_t i = 0; i < streams.size(); ++i) {
       std::vector<serve::TokenLogprob> lps;
       while (true) {
         serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(200));
-        if (!u.done && client_gone(fd)) {
-          for (auto& st : streams) st->cancel();
-          return;
-        }
+        if (!u.done && ex.client_gone()) return cancel_all();
         choices[i].text += u.text;
         for (auto& l : u.logprobs) lps.push_back(std::move(l));
         choices[i].completion_tokens = u.completion_tokens;
         if (!u.done) continue;
         if (auto e = failure(u)) {
-          for (auto& st : streams) st->cancel();
-          send_error(res, *e);
-          return;
+          cancel_all();
+          return ex.respond(error_response(*e));
         }
         choices[i].finish_reason = u.finish_reason;
         if (r.logprobs >= 0) {
@@ -337,69 +293,117 @@ void handle_generate(Server& s, Endpoint endpoint, const httplib::Request& req, 
         break;
       }
     }
-    res.set_content(serve::response_json(endpoint, id, created, s.served.name, choices, prompt_tokens).dump(),
-                    "application/json");
-    return;
+    http::Response res;
+    res.body = serve::response_json(endpoint, id, created, s.served.name, choices, prompt_tokens).dump();
+    return ex.respond(std::move(res));
   }
   const bool usage = r.include_usage, logprobs = r.logprobs >= 0;
-  const std::string model = s.served.name;
-  Server* sp = &s;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [sp, streams, endpoint, id, created, model, usage,
-                                                         logprobs,
-                                                         prompt_tokens](size_t, httplib::DataSink& sink) {
-    std::vector<size_t> offsets(streams.size(), 0);  // completions' text_offset per choice
-    auto cancel_all = [&] {
-      for (auto& st : streams) st->cancel();
-      return false;
-    };
-    auto put = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
-    if (endpoint == Endpoint::Chat) {
-      const std::string empty;
-      for (size_t i = 0; i < streams.size(); ++i)
-        if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &empty, true,
-                                              "", usage))))
-          return cancel_all();
-    }
-    std::vector<bool> done(streams.size(), false);
-    size_t left = streams.size();
-    int completion = 0;
-    while (left > 0) {
-      for (size_t i = 0; i < streams.size(); ++i) {
-        if (done[i]) continue;
-        if (!sink.is_writable()) return cancel_all();
-        serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
-        if (!u.text.empty() || !u.logprobs.empty()) {
-          const nlohmann::ordered_json lp =
-              logprobs ? serve::logprobs_json(endpoint, *sp->served.tokenizer, u.logprobs, offsets[i])
-                       : nlohmann::ordered_json(nullptr);
-          if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &u.text,
-                                                false, "", usage, lp))))
-            return cancel_all();
-        }
-        if (!u.done) continue;
-        done[i] = true;
-        --left;
-        completion += u.completion_tokens;
-        if (auto e = failure(u)) {
-          put(serve::sse(serve::error_body(*e)));
-          put("data: [DONE]\n\n");
-          sink.done();
-          return cancel_all();
-        }
-        count_finish(*sp, u.finish_reason);
-        if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), nullptr,
-                                              false, u.finish_reason, usage))))
+  const std::string& model = s.served.name;
+  ex.begin_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
+  auto put = [&](const std::string& text) { return ex.write(text); };
+  std::vector<size_t> offsets(streams.size(), 0);  // completions' text_offset per choice
+  if (endpoint == Endpoint::Chat) {
+    const std::string empty;
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (!put(serve::sse(
+              serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &empty, true, "", usage))))
+        return cancel_all();
+  }
+  std::vector<bool> done(streams.size(), false);
+  size_t left = streams.size();
+  int completion = 0;
+  while (left > 0) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (done[i]) continue;
+      if (ex.client_gone()) return cancel_all();
+      serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
+      if (!u.text.empty() || !u.logprobs.empty()) {
+        const nlohmann::ordered_json lp =
+            logprobs ? serve::logprobs_json(endpoint, *s.served.tokenizer, u.logprobs, offsets[i])
+                     : nlohmann::ordered_json(nullptr);
+        if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &u.text,
+                                              false, "", usage, lp))))
           return cancel_all();
       }
+      if (!u.done) continue;
+      done[i] = true;
+      --left;
+      completion += u.completion_tokens;
+      if (auto e = failure(u)) {
+        put(serve::sse(serve::error_body(*e)));
+        put("data: [DONE]\n\n");
+        ex.end();
+        return cancel_all();
+      }
+      count_finish(s, u.finish_reason);
+      if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), nullptr, false,
+                                            u.finish_reason, usage))))
+        return cancel_all();
     }
-    if (usage &&
-        !put(serve::sse(serve::usage_chunk_json(endpoint, id, created, model, prompt_tokens, completion))))
-      return false;
-    put("data: [DONE]\n\n");
-    sink.done();
-    return true;
-  });
+  }
+  if (usage &&
+      !put(serve::sse(serve::usage_chunk_json(endpoint, id, created, model, prompt_tokens, completion))))
+    return;
+  put("data: [DONE]\n\n");
+  ex.end();
+}
+
+// An answer given at once (on the I/O thread).
+http::Route answer(http::Response r) {
+  return {[r = std::move(r)](const http::Request&, http::Exchange& ex) { ex.respond(r); }, false, {}};
+}
+http::Route answer(const ApiError& e) { return answer(error_response(e)); }
+
+// Chooses what answers a request: the cheap endpoints and every refusal run inline; generation runs on a
+// thread of its own.
+http::Route route(Server& s, const http::Request& req) {
+  const bool get = req.method == "GET", post = req.method == "POST";
+  const std::string& p = req.path;
+  const bool generation = p == "/v1/chat/completions" || p == "/v1/completions";
+  const bool known = generation || p == "/health" || p == "/v1/models" || p == "/metrics";
+  if (!known)
+    return answer(ApiError(404, "no such endpoint: " + req.method + " " + p, "", "not_found_error"));
+  if (generation ? !post : !get)
+    return answer(ApiError(
+        405, "method not allowed: " + req.method + " " + p + " (use " + (generation ? "POST" : "GET") + ")"));
+  if (p == "/health") {
+    if (auto e = not_ready(s)) return answer(*e);
+    http::Response r;
+    r.body = "{\"status\":\"ok\"}";
+    return answer(std::move(r));
+  }
+  if (p == "/metrics") {
+    http::Response r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = metrics_text(s);
+    return answer(std::move(r));
+  }
+  if (auto e = unauthorised(s, req)) return answer(*e);
+  if (auto e = not_ready(s)) return answer(*e);
+  if (p == "/v1/models") {
+    ordered_json m = {{"id", s.served.name},
+                      {"object", "model"},
+                      {"created", s.started},
+                      {"owned_by", "tessera"},
+                      {"max_model_len", s.engine->options().max_model_len}};
+    http::Response r;
+    r.body = ordered_json({{"object", "list"}, {"data", ordered_json::array({m})}}).dump();
+    return answer(std::move(r));
+  }
+  if (auto e = not_json(req)) return answer(*e);
+  const Endpoint endpoint = p == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion;
+  http::Route rt;
+  rt.blocking = true;
+  rt.handler = [&s, endpoint](const http::Request& q, http::Exchange& ex) {
+    try {
+      handle_generate(s, endpoint, q, ex);
+    } catch (const std::exception& e) {  // a server fault (bad input is an ApiError, answered above)
+      ex.respond(error_response(ApiError(500, e.what(), "", "server_error")));
+    }
+  };
+  rt.busy = error_response(ApiError(429, "every request slot and queue place is taken; try again later", "",
+                                    "rate_limit_exceeded"));
+  return rt;
 }
 
 }  // namespace
@@ -452,6 +456,20 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
                   "SIGTERM/SIGINT: seconds in-flight requests get to finish before they are cancelled "
                   "(default 30)")
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--max-body-bytes", s.max_body_bytes,
+                  "Largest request body accepted, Content-Length or chunked; larger: 413 (default 4194304)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--header-timeout", s.header_timeout_s,
+                  "Seconds a client has to send a request's head (request line and headers); later: 408 "
+                  "and close. Idle keep-alive connections close after it too (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--read-timeout", s.read_timeout_s,
+                  "Seconds a request body may take after its head, and a write to a client that does not "
+                  "read may stall, before the connection is closed (default 30)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--max-connections", s.max_connections,
+                  "Open client connections at most, whatever they do; beyond: 503 and close (default 512)")
+      ->check(CLI::Range(1, 1 << 20));
   add_compile_flags(cmd, s.compile);
 }
 
@@ -500,65 +518,26 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
 
   Server s(settings);
   s.started = static_cast<int64_t>(std::time(nullptr));
-  httplib::Server http;
-  http.set_payload_max_length(settings.max_body_bytes);
-  http.set_read_timeout(settings.read_timeout_s, 0);
-  http.set_write_timeout(settings.read_timeout_s, 0);
-  const int threads = settings.engine.max_num_seqs + settings.engine.max_queue + 4;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-
-  http.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
-    if (!ready(s, res)) return;
-    res.set_content("{\"status\":\"ok\"}", "application/json");
-  });
-  http.Get("/v1/models", [&](const httplib::Request& req, httplib::Response& res) {
-    if (!authorised(s, req, res) || !ready(s, res)) return;
-    ordered_json m = {{"id", s.served.name},
-                      {"object", "model"},
-                      {"created", s.started},
-                      {"owned_by", "tessera"},
-                      {"max_model_len", s.engine->options().max_model_len}};
-    res.set_content(ordered_json({{"object", "list"}, {"data", ordered_json::array({m})}}).dump(),
-                    "application/json");
-  });
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_text(s), "text/plain; version=0.0.4");
-  });
-  http.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(s, Endpoint::Chat, req, res);
-  });
-  http.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(s, Endpoint::Completion, req, res);
-  });
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string what = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
-                             : res.status == 413 ? "the request body is too large"
-                             : res.status == 405 ? "method not allowed: " + req.method + " " + req.path
-                                                 : "bad request";
-    send_error(
-        res, ApiError(res.status, what, "", res.status == 404 ? "not_found_error" : "invalid_request_error"));
-  });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, what, "", "server_error"));
-  });
-
-  int port = settings.port;
-  if (port == 0) {
-    port = http.bind_to_any_port(settings.host);
-    if (port < 0) fail("serve: cannot listen on ", settings.host, " (--host)");
-  } else if (!http.bind_to_port(settings.host, port)) {
-    fail("serve: cannot listen on ", settings.host, ":", port,
-         " (--host/--port: in use, or not an address here)");
-  }
-  std::thread listener([&] { http.listen_after_bind(); });
+  http::Limits limits;
+  limits.max_body_bytes = settings.max_body_bytes;
+  limits.header_timeout_s = settings.header_timeout_s;
+  limits.body_timeout_s = settings.read_timeout_s;
+  limits.write_timeout_s = settings.read_timeout_s;
+  limits.max_connections = settings.max_connections;
+  // Generation requests beyond what the engine can hold (slots + queue) are refused with 429 without a
+  // thread.
+  limits.max_blocking = settings.engine.max_num_seqs + settings.engine.max_queue + 4;
+  http::Server server(
+      limits, [&s](const http::Request& req) { return route(s, req); },
+      [](int status, const std::string& message) {
+        return error_response(ApiError(status, message, "",
+                                       status == 503   ? "service_unavailable"
+                                       : status >= 500 ? "server_error"
+                                                       : "invalid_request_error"));
+      });
+  s.http = &server;
+  const int port = server.bind(settings.host, settings.port);
+  server.start();
   std::fprintf(stderr, "tessera serve: listening on http://%s:%d\n", settings.host.c_str(), port);
 
   std::string load_error;
@@ -592,16 +571,14 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
   loader.join();
   s.phase.store(Phase::Draining);
   if (!load_error.empty()) {
-    http.stop();
-    listener.join();
+    server.stop();
     fail(load_error);
   }
   if (!settings.quiet)
     std::fprintf(stderr, "tessera serve: %s: draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   if (s.engine)
     s.engine->drain(std::chrono::milliseconds(static_cast<int64_t>(settings.shutdown_timeout_s * 1000)));
-  http.stop();
-  listener.join();
+  server.stop(2);  // handlers were cancelled by the drain: their last events go out, then every socket closes
   if (!settings.quiet) std::fprintf(stderr, "tessera serve: stopped\n");
   return 0;
 }

@@ -20,8 +20,12 @@ struct ServeSettings {
   bool warmup = false;
   bool quiet = false;
   serve::EngineOptions engine;  // max_model_len 0: min(max_position_embeddings, 4096)
+  // Limits for untrusted clients (apps/http_server.h): request body size, the time the request head and then
+  // the body (or a stalled write) may take, open connections.
   size_t max_body_bytes = 4u << 20;
-  int read_timeout_s = 30;
+  double header_timeout_s = 10;
+  double read_timeout_s = 30;
+  int max_connections = 512;
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long to finish, then are cancelled
   CompileFlags compile;            // buckets, recompile guard, disk cache (as generate's flags)
 };

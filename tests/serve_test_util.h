@@ -70,6 +70,7 @@ class ServeProcess {
     }
     return 0;
   }
+  pid_t pid() const { return pid_; }
   bool exited() {
     if (exited_) return true;
     int status = 0;
