@@ -1,5 +1,6 @@
-# `tessera serve`: HTTP from Debian's cpp-httplib (libcpp-httplib-dev: a shared library plus its header; its
-# pkg-config file carries the defines the library was built with, which the header must see too).
+# HTTP clients from Debian's cpp-httplib (libcpp-httplib-dev: a shared library plus its header; its pkg-config
+# file carries the defines the library was built with, which the header must see too): `tessera chat --server`
+# and the tests' client. The server itself is apps/http_server.cpp (Boost.Beast, CMakeLists.txt).
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 target_link_libraries(tessera_cli PRIVATE PkgConfig::HTTPLIB)
 if(TARGET tessera_tests)
