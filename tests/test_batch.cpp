@@ -167,6 +167,69 @@ TEST(SlotBatchJoin, RowsJoiningAtDifferentTimesEachEqualTheRequestAloneOnXlaCpu)
   expect_each_equals_alone(m, "xla-cpu", true);   // logits back, sampled on the host
 }
 
+// Sampled: temperature 1, no top-k or top-p, every token possible, the draws keyed by `seed`.
+GenerationConfig seeded(int n, uint64_t seed) {
+  GenerationConfig g = greedy(n);
+  g.do_sample = true;
+  g.temperature = 1.0f;
+  g.top_k = 0;
+  g.seed = seed;
+  return g;
+}
+
+// A seeded sampled request gives the same tokens in slot 0 of an empty batch, in slot 2 or 1 joining after
+// other sampled and greedy requests have run a few steps, and through generate() as a one-prompt call: its
+// draws are keyed by its seed and its own token index, not by its slot or step row. (Keyed by the slot, as
+// before, slots 1 and 2 drew other numbers.) A generate() batch of two copies of the prompt with that seed
+// gives row 0 the same tokens and row 1 others (generation::row_seed).
+void expect_seeded_request_equal_in_any_slot(const std::string& device, bool host_sampling,
+                                             SlotBatchOptions::DecodeRows rows) {
+  const std::string what = device + (host_sampling ? " host sampling" : " in-step sampling");
+  CausalLM m = load("llama_gqa", device);
+  const std::vector<int32_t> p = prompt(6, 7);
+  const GenerationConfig g = seeded(9, 7);
+  const auto alone = m.generate({p}, {}, g).sequences[0];
+  const std::vector<int32_t> want(alone.begin() + 6, alone.end());
+  auto run = [&](int slot, bool neighbours) {
+    SlotBatch batch(m, 3, 40, {.host_sampling = host_sampling, .decode_rows = rows});
+    EXPECT_EQ(batch.device_sampling(), !host_sampling && device != "cpu") << what;
+    if (neighbours) {
+      for (int s = 0; s < 3; ++s)
+        if (s != slot) batch.prefill(s, prompt(4 + s, s), s == 0 ? greedy(16) : seeded(16, 100 + s));
+      batch.step();
+      batch.step();
+    }
+    batch.prefill(slot, p, g);
+    while (batch.running(slot)) batch.step();
+    for (int s = 0; neighbours && s < 3; ++s)
+      EXPECT_TRUE(s == slot || batch.running(s)) << what << ": slot " << s;
+    return batch.tokens(slot);
+  };
+  EXPECT_EQ(run(0, false), want) << what << ": slot 0, alone";
+  EXPECT_EQ(run(2, true), want) << what << ": slot 2, beside two others";
+  EXPECT_EQ(run(1, true), want) << what << ": slot 1, beside two others";
+  // It sampled (not its greedy tokens), and another seed draws other tokens.
+  const auto greedy_ids = m.generate({p}, {}, greedy(9)).sequences[0];
+  EXPECT_NE(std::vector<int32_t>(greedy_ids.begin() + 6, greedy_ids.end()), want) << what;
+  const auto other = m.generate({p}, {}, seeded(9, 8)).sequences[0];
+  EXPECT_NE(std::vector<int32_t>(other.begin() + 6, other.end()), want) << what;
+  const auto pair = m.generate({p, p}, {}, g).sequences;
+  EXPECT_EQ(std::vector<int32_t>(pair[0].begin() + 6, pair[0].end()), want) << what << ": generate() row 0";
+  EXPECT_NE(pair[1], pair[0]) << what << ": generate() row 1 draws with a seed of its own";
+}
+
+TEST(SlotBatchSeeded, ASeededRequestGivesTheSameTokensInAnySlotOnCpu) {
+  expect_seeded_request_equal_in_any_slot("cpu", true, SlotBatchOptions::DecodeRows::All);
+  expect_seeded_request_equal_in_any_slot("cpu", true, SlotBatchOptions::DecodeRows::Running);
+}
+
+TEST(SlotBatchSeeded, ASeededRequestGivesTheSameTokensInAnySlotOnXlaCpu) {
+  REQUIRE_XLA_CPU();
+  expect_seeded_request_equal_in_any_slot("xla-cpu", false, SlotBatchOptions::DecodeRows::All);
+  expect_seeded_request_equal_in_any_slot("xla-cpu", false, SlotBatchOptions::DecodeRows::Running);
+  expect_seeded_request_equal_in_any_slot("xla-cpu", true, SlotBatchOptions::DecodeRows::All);
+}
+
 // 20 requests of mixed prompt lengths arriving over time: one prefill program per prompt bucket used and one
 // decode program, whatever the arrival order.
 void expect_buckets_plus_one_decode(const std::string& device, const std::string& buckets) {

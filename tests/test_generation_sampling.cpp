@@ -43,16 +43,20 @@ GenerationConfig sampled(int n, uint64_t seed) {
   return g;
 }
 
-TEST(CounterRng, DependsOnlyOnSeedStepRowAndHas24Bits) {
-  const double a = generation::counter_uniform(42, 3, 1);
-  EXPECT_EQ(a, generation::counter_uniform(42, 3, 1));
-  EXPECT_NE(a, generation::counter_uniform(42, 3, 0));
-  EXPECT_NE(a, generation::counter_uniform(42, 4, 1));
-  EXPECT_NE(a, generation::counter_uniform(43, 3, 1));
-  EXPECT_NE(a, generation::counter_uniform(42 + (uint64_t{1} << 32), 3, 1)) << "the seed's high word counts";
+TEST(CounterRng, DependsOnlyOnSeedAndStepAndHas24Bits) {
+  const double a = generation::counter_uniform(42, 3);
+  EXPECT_EQ(a, generation::counter_uniform(42, 3));
+  EXPECT_NE(a, generation::counter_uniform(42, 4));
+  EXPECT_NE(a, generation::counter_uniform(43, 3));
+  EXPECT_NE(a, generation::counter_uniform(42 + (uint64_t{1} << 32), 3)) << "the seed's high word counts";
+  // generate()'s rows: row 0 keeps the seed, the others get seeds of their own.
+  EXPECT_EQ(generation::row_seed(42, 0), 42u);
+  EXPECT_NE(generation::row_seed(42, 1), 42u);
+  EXPECT_NE(generation::row_seed(42, 1), generation::row_seed(42, 2));
+  EXPECT_NE(generation::row_seed(42, 1), generation::row_seed(43, 1));
   double sum = 0;
   for (uint32_t i = 0; i < 4096; ++i) {
-    const double u = generation::counter_uniform(7, i, 0);
+    const double u = generation::counter_uniform(7, i);
     ASSERT_GE(u, 0.0);
     ASSERT_LT(u, 1.0);
     EXPECT_EQ(u, static_cast<double>(static_cast<float>(u))) << "u must be exact in float32";
@@ -102,7 +106,7 @@ TEST(CpuSampleOp, EqualsHostSamplerOnTheSameLogits) {
       std::memcpy(&p[graph::kMinP], &cfg.min_p, 4);
       std::memcpy(&p[graph::kRepetitionPenalty], &cfg.repetition_penalty, 4);
       p[graph::kTopK] = cfg.top_k;
-      p[graph::kSeedLo] = seed;
+      p[graph::kSeedLo] = seed + b;  // the draw is keyed by each row's own seed (and step), not by the row
       p[graph::kStep] = 0;
       p[graph::kDoSample] = 1;  // a Sample program samples the rows that ask for it (a Greedy one ignores it)
     }
@@ -120,8 +124,8 @@ TEST(CpuSampleOp, EqualsHostSamplerOnTheSameLogits) {
         expect = generation::argmax(row, config.vocab_size);
       } else {
         generation::apply_warpers(row, config.vocab_size, cfg);
-        expect = generation::sample_from_logits(row, config.vocab_size,
-                                                generation::counter_uniform(static_cast<uint64_t>(seed), 0, b));
+        expect = generation::sample_from_logits(
+            row, config.vocab_size, generation::counter_uniform(static_cast<uint64_t>(seed + b), 0));
       }
       EXPECT_EQ(tokens[static_cast<size_t>(b)], expect) << graph::sampling_name(mode) << " row " << b;
     }

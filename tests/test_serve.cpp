@@ -419,4 +419,52 @@ TEST(ServeEngine, FullQueueAndOverlongPromptsAreRefusedUpFront) {
   EXPECT_THROW(engine.submit({prompt, greedy(*l->model, 3), {}, true}), Error);
 }
 
+// Sampled at temperature 1 with seed `seed`, no eos (every request runs its whole budget).
+GenerationConfig seeded(const CausalLM& m, int new_tokens, uint64_t seed) {
+  GenerationConfig g = m.generation_config();
+  g.do_sample = true;
+  g.temperature = 1.0f;
+  g.seed = seed;
+  g.max_new_tokens = new_tokens;
+  g.eos_token_id.clear();
+  return g;
+}
+
+std::vector<int32_t> new_ids(const GenerateOutput& out, size_t prompt_len) {
+  return {out.sequences[0].begin() + static_cast<long>(prompt_len), out.sequences[0].end()};
+}
+
+// The same seeded sampled request (temperature 1, seed 7) gives the same text in slot 0 of an idle engine and
+// in slot 2 beside two running requests, and the same as generate() gives for it: draws are keyed by the
+// request's seed and its own token index, not by its slot.
+TEST(ServeEngine, ASeededSampledRequestGivesTheSameTextInAnySlot) {
+  REQUIRE_SMOLLM2(l);
+  CausalLM& m = *l->model;
+  const std::vector<int32_t> prompt = l->tok->encode("Tell me a story about a dragon.", true);
+  const GenerationConfig g = seeded(m, 12, 7);
+  const std::string want = l->tok->decode(new_ids(m.generate({prompt}, {}, g), prompt.size()), true);
+  serve::Engine engine(m, *l->tok, {.max_num_seqs = 3, .max_model_len = 160, .max_queue = 4});
+  engine.start();
+  const Finished first = drain_stream(*engine.submit({prompt, g, {}, true}));  // alone: slot 0
+  EXPECT_EQ(first.text, want);
+  EXPECT_EQ(first.tokens, 12);
+  // Two long requests take slots 0 and 1 (the lowest free); once both run, the seeded one can only take
+  // slot 2.
+  auto a = engine.submit({l->tok->encode("Count to one hundred:", true), seeded(m, 100, 1), {}, true});
+  auto b = engine.submit({l->tok->encode("List every country:", true), greedy(m, 100), {}, true});
+  while (a->wait(std::chrono::milliseconds(50)).text.empty()) {
+  }
+  while (b->wait(std::chrono::milliseconds(50)).text.empty()) {
+  }
+  ASSERT_EQ(engine.stats().running, 2);
+  const Finished beside = drain_stream(*engine.submit({prompt, g, {}, true}));
+  EXPECT_EQ(engine.stats().running, 2) << "the two others were still running: the request was in slot 2";
+  EXPECT_EQ(beside.text, want);
+  EXPECT_EQ(beside.tokens, 12);
+  // It sampled: another seed gives other text.
+  EXPECT_NE(l->tok->decode(new_ids(m.generate({prompt}, {}, seeded(m, 12, 8)), prompt.size()), true), want);
+  a->cancel();
+  b->cancel();
+}
+
 }  // namespace

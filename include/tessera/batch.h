@@ -15,7 +15,11 @@
 // compiles the buckets it uses plus one decode program. Where the backend samples inside the step
 // (Capabilities::in_step_sampling on a device that prefers buckets, as generate() decides) only token ids
 // come back; otherwise the logits do and each row is sampled on the host. Greedy tokens of a request equal
-// what generate() gives for it alone; seeded draws are keyed by (seed, step, slot).
+// what generate() gives for it alone. Sampled draws are keyed by the sequence's seed and its own token index
+// only (0: the prefill's token), never by its slot, its step row or its neighbours, on the host and in the
+// compiled step alike: a seeded sampled request gives the same tokens in any slot, alone or beside others,
+// and the same as generate() gives for it as a one-prompt call (row 0 of a generate() batch; its other rows
+// draw with seeds derived from the row, generation::row_seed, so one seed still samples them independently).
 //
 // A SlotBatch is used by one thread at a time; several SlotBatches (and generate() calls) may share one
 // CausalLM from different threads. The model must outlive the batch.

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "generation/rows.h"
+#include "generation/sampler.h"
 #include "generation/sampling_params.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -95,7 +96,8 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   out.device_sampling = on_device;
   std::vector<RowState> rows(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b)
-    rows[static_cast<size_t>(b)].start(cfg, seed, input_ids[static_cast<size_t>(b)],
+    rows[static_cast<size_t>(b)].start(cfg, row_seed(seed, static_cast<uint32_t>(b)),
+                                       input_ids[static_cast<size_t>(b)],
                                        static_cast<size_t>(pads[static_cast<size_t>(b)]), max_new);
 
   // Prefill: the whole prompt left-padded to the bucket; slots 0..prefill_len-1.
@@ -174,8 +176,7 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
       if (r.running()) {
         std::string why;
         tok = on_device ? device_tokens[static_cast<size_t>(b)]
-                        : host_token(r, logits.data() + static_cast<int64_t>(b) * vocab, vocab,
-                                     static_cast<uint32_t>(b), why);
+                        : host_token(r, logits.data() + static_cast<int64_t>(b) * vocab, vocab, why);
         // A NaN or infinite logit is an error naming where it appeared, never a token.
         if ((on_device && !device_token_ok(tok, vocab, why)) || (!on_device && tok < 0))
           fail("generate: step ", step, ", row ", b, ": the model produced a non-finite logit (", why, ")");

@@ -36,13 +36,13 @@ void RowState::start(const GenerationConfig& cfg, uint64_t seed, const std::vect
   finish = budget > 0 ? FinishReason::None : FinishReason::Length;
 }
 
-int32_t host_token(const RowState& row, float* logits, int64_t vocab, uint32_t rng_row, std::string& why) {
+int32_t host_token(const RowState& row, float* logits, int64_t vocab, std::string& why) {
   if (const int64_t v = first_non_finite(logits, vocab); v >= 0) {
     why = detail::concat(logits[v], " at vocabulary index ", v);
     return -1;
   }
   apply_repetition_penalty(logits, vocab, std::span<const int32_t>(row.seen), row.params.repetition_penalty);
-  return choose_token(logits, vocab, row.params, static_cast<uint32_t>(row.produced), rng_row);
+  return choose_token(logits, vocab, row.params, static_cast<uint32_t>(row.produced));
 }
 
 bool device_token_ok(int32_t token, int64_t vocab, std::string& why) {

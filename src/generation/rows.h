@@ -20,15 +20,16 @@ struct RowState {
   FinishReason finish = FinishReason::None;
 
   bool running() const { return finish == FinishReason::None; }
-  // Starts a sequence: `prompt` minus its first `padding` ids counts for the penalty.
+  // Starts a sequence: `prompt` minus its first `padding` ids counts for the penalty; `seed` keys its draws.
   void start(const GenerationConfig& cfg, uint64_t seed, const std::vector<int32_t>& prompt, size_t padding,
              int new_token_budget);
 };
 
 // The row's next token from its logits ([vocab], changed in place): the repetition penalty over row.seen,
-// then argmax or the warpers and a draw keyed by (seed, row.produced, rng_row). A NaN or infinite logit
-// gives no token: -1, with `why` saying which value and where.
-int32_t host_token(const RowState& row, float* logits, int64_t vocab, uint32_t rng_row, std::string& why);
+// then argmax or the warpers and a draw keyed by (row.params.seed, row.produced): the sequence's seed and its
+// own token index, never where it sits in a batch. A NaN or infinite logit gives no token: -1, with `why`
+// saying which value and where.
+int32_t host_token(const RowState& row, float* logits, int64_t vocab, std::string& why);
 // Whether a token the compiled sampling step chose is one (the step answers -1 for non-finite logits).
 bool device_token_ok(int32_t token, int64_t vocab, std::string& why);
 // Accepts the row's new token: counts it, then ends the row at an eos id, at its budget, or when `keep_going`

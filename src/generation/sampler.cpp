@@ -67,10 +67,10 @@ void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg) {
   apply_warpers(logits, vocab, SamplingParams::from_config(cfg, 0));
 }
 
-int32_t choose_token(float* logits, int64_t vocab, const SamplingParams& p, uint32_t step, uint32_t row) {
+int32_t choose_token(float* logits, int64_t vocab, const SamplingParams& p, uint32_t step) {
   if (!p.do_sample) return argmax(logits, vocab);
   apply_warpers(logits, vocab, p);
-  return sample_from_logits(logits, vocab, counter_uniform(p.seed, step, row));
+  return sample_from_logits(logits, vocab, counter_uniform(p.seed, step));
 }
 
 void apply_warpers(float* logits, int64_t vocab, const SamplingParams& cfg) {
@@ -112,19 +112,21 @@ void apply_warpers(float* logits, int64_t vocab, const SamplingParams& cfg) {
   }
 }
 
-uint32_t counter_hash(uint64_t seed, uint32_t step, uint32_t row) {
-  uint32_t h = mix32(row + 0x9e3779b9u);
+uint32_t counter_hash(uint64_t seed, uint32_t step) {
+  // The first round mixes a constant: what the earlier (seed, step, row) keying mixed for row 0, so a
+  // sequence that was row 0 or slot 0 draws what it drew before.
+  uint32_t h = mix32(0x9e3779b9u);
   h = mix32(h ^ step);
   h = mix32(h ^ static_cast<uint32_t>(seed));
   return mix32(h ^ static_cast<uint32_t>(seed >> 32));
 }
 
-double counter_uniform(uint64_t seed, uint64_t step, uint64_t row) {
+double counter_uniform(uint64_t seed, uint64_t step) {
   // 24 bits: exactly representable in float32, so the device draws the same u.
-  return static_cast<double>(counter_hash(seed, static_cast<uint32_t>(step), static_cast<uint32_t>(row)) >>
-                             8) *
-         0x1.0p-24;
+  return static_cast<double>(counter_hash(seed, static_cast<uint32_t>(step)) >> 8) * 0x1.0p-24;
 }
+
+uint64_t row_seed(uint64_t seed, uint32_t row) { return seed + uint64_t{row} * 0x9e3779b97f4a7c15ull; }
 
 void apply_repetition_penalty_mask(float* logits, int64_t vocab, const float* seen, float penalty) {
   if (penalty == 1.0f) return;

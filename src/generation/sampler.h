@@ -1,7 +1,9 @@
 // Logits processors and sampling with Transformers' order and semantics:
 // repetition penalty, then (sampling only) temperature, top-k, top-p, min-p,
-// softmax and a draw from a counter-based RNG keyed by (seed, step, row), so a
-// seeded run repeats exactly and does not depend on batch composition order.
+// softmax and a draw from a counter-based RNG keyed by (seed, step) only: the step is the sequence's own
+// token index (0: the token chosen from the prefill), never its row or slot, so a seeded sequence draws the
+// same numbers alone, in any slot of a SlotBatch, beside any other sequences, on the host and in the compiled
+// step. generate() gives the rows of one call distinct draws by giving row b the seed row_seed(seed, b).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -26,16 +28,20 @@ int32_t argmax(const float* logits, int64_t vocab);
 void apply_warpers(float* logits, int64_t vocab, const SamplingParams& p);
 void apply_warpers(float* logits, int64_t vocab, const GenerationConfig& cfg);
 
-// The token of one row whose logits already carry the repetition penalty (the caller applies it, from a list
-// of ids or a seen mask): argmax when !p.do_sample, else the warpers (in place) and a draw keyed by
-// (p.seed, step, row). Every host path and the cpu backend's Op::Sample choose tokens through this.
-int32_t choose_token(float* logits, int64_t vocab, const SamplingParams& p, uint32_t step, uint32_t row);
+// The token of one sequence whose logits already carry the repetition penalty (the caller applies it, from a
+// list of ids or a seen mask): argmax when !p.do_sample, else the warpers (in place) and a draw keyed by
+// (p.seed, step), `step` being the sequence's token index. Every host path chooses tokens through this.
+int32_t choose_token(float* logits, int64_t vocab, const SamplingParams& p, uint32_t step);
 
-// The counter-based RNG: a 32-bit hash of (seed, step, row) built from 32-bit integer ops only, so the
-// compiled sampling step (PJRT) draws exactly the same numbers.
-uint32_t counter_hash(uint64_t seed, uint32_t step, uint32_t row);
-// A uniform in [0, 1) with 24 bits (exact in float32) that depends only on (seed, step, row).
-double counter_uniform(uint64_t seed, uint64_t step, uint64_t row);
+// The counter-based RNG: a 32-bit hash of (seed, step) built from 32-bit integer ops only, so the compiled
+// sampling step (PJRT) draws exactly the same numbers.
+uint32_t counter_hash(uint64_t seed, uint32_t step);
+// A uniform in [0, 1) with 24 bits (exact in float32) that depends only on (seed, step).
+double counter_uniform(uint64_t seed, uint64_t step);
+// The seed of row `row` of one generate() call seeded `seed`: the seed itself for row 0 (so a one-prompt
+// call equals the same request in a SlotBatch), a different one (a Weyl step of 64-bit golden ratio) for each
+// other row, so identical prompts in one batch are sampled independently.
+uint64_t row_seed(uint64_t seed, uint32_t row);
 
 // The repetition penalty for the ids marked in `seen` ([vocab], non-zero = seen); same result as
 // apply_repetition_penalty over the list of those ids.

@@ -195,8 +195,9 @@ struct SlotBatch::Impl {
   }
   Slot& at(int slot, const char* what) { return const_cast<Slot&>(std::as_const(*this).at(slot, what)); }
 
-  // The token chosen for step row `b` (host: from logits row `b`), or -1 with `why`.
-  int32_t choose(Slot& s, int b, int slot, std::string& why) {
+  // The token chosen for step row `b` (host: from logits row `b`), or -1 with `why`. Its draw is keyed by the
+  // sequence's seed and token index only (not by `b` or the slot), as in the compiled step.
+  int32_t choose(Slot& s, int b, std::string& why) {
     const int64_t vocab = m->config.vocab_size;
     if (on_device) {
       const int32_t tok = tokens[static_cast<size_t>(b)];
@@ -204,7 +205,7 @@ struct SlotBatch::Impl {
     }
     float* row = logits.data() + static_cast<int64_t>(b) * vocab;
     if (options.keep_logits) s.logits.assign(row, row + vocab);
-    return generation::host_token(s.row, row, vocab, static_cast<uint32_t>(slot), why);
+    return generation::host_token(s.row, row, vocab, why);
   }
 
   // A new sequence for `slot` checked and set up (not yet run); chunk 0: one prefill at the prompt's bucket.
@@ -398,7 +399,7 @@ void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
 
 int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
   std::string why;
-  int32_t tok = choose(s, 0, slot, why);
+  int32_t tok = choose(s, 0, why);
   if (tok < 0)
     fail("SlotBatch::", what, ": slot ", slot, ", step 0: the model produced a non-finite logit (", why, ")");
   if (m->comm) m->comm->broadcast(&tok, sizeof tok, 0);
@@ -520,7 +521,7 @@ std::vector<SlotToken> SlotBatch::step() {
       if (!decode[static_cast<size_t>(r)]) continue;
       Slot& s = b.slots[static_cast<size_t>(r)];
       std::string why;
-      const int32_t tok = b.choose(s, step_row[static_cast<size_t>(r)], r, why);
+      const int32_t tok = b.choose(s, step_row[static_cast<size_t>(r)], why);
       if (tok < 0)
         bad(r, detail::concat("SlotBatch::step: step ", step, ", slot ", r, " (its token ", s.row.produced,
                               "): the model produced a non-finite logit (", why, ")"));

@@ -658,8 +658,9 @@ class CpuExecutable : public Executable {
   }
 
   // The host sampler (src/generation/sampler.cpp) on each row: penalty, then argmax or warpers + draw. The
-  // row's seen mask and its draw counter are those of its cache row (the step row in unmapped steps), so a
-  // sequence draws the same numbers whichever step rows it shares a step with.
+  // row's seen mask is that of its cache row (the step row in unmapped steps); its draw is keyed by its
+  // parameters' seed and step only (as the host and the PJRT lowering), so a sequence draws the same numbers
+  // whichever cache row it is in and whichever rows it shares a step with.
   void sample(const Run& r, const Node& n, int id) const {
     const float* logits = f32(r, n.inputs[0]);
     const int32_t* params = ints(r, n.inputs[2]);
@@ -696,8 +697,7 @@ class CpuExecutable : public Executable {
       const uint64_t seed =
           static_cast<uint32_t>(p[graph::kSeedLo]) | uint64_t{static_cast<uint32_t>(p[graph::kSeedHi])} << 32;
       out[b] = generation::sample_from_logits(
-          row.data(), vocab_,
-          generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep]), static_cast<uint64_t>(cb)));
+          row.data(), vocab_, generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep])));
     }
   }
 

@@ -775,7 +775,9 @@ class Lowering {
     return b_.reduce(b_.select(at, x, b_.splat_f32(none, {B, V})), {1}, "maximum", none);
   }
 
-  // The counter-based uniform of generation::counter_uniform: lowbias32 rounds over (row, step, seed lo, hi).
+  // The counter-based uniform of generation::counter_uniform: lowbias32 rounds over (a constant, step, seed
+  // lo, seed hi). The row is not in the key: a sequence draws by its own seed and token index (kStep)
+  // whatever step row or cache row it occupies.
   Val uniform(const Val& p) {
     const int64_t B = p.shape[0];
     auto mix = [&](Val x) {
@@ -789,7 +791,7 @@ class Lowering {
       return b_.binary("xor", x, shr(x, 16));
     };
     auto col = [&](int j) { return b_.bitcast(b_.reshape(b_.slice(p, {0, j}, {B, j + 1}), {B}), "ui32"); };
-    Val h = mix(b_.add(b_.iota(0, {B}, "ui32"), b_.splat_u32(0x9e3779b9u, {B})));
+    Val h = mix(b_.splat_u32(0x9e3779b9u, {B}));
     h = mix(b_.binary("xor", h, col(graph::kStep)));
     h = mix(b_.binary("xor", h, col(graph::kSeedLo)));
     h = mix(b_.binary("xor", h, col(graph::kSeedHi)));
@@ -800,7 +802,7 @@ class Lowering {
   // The logits processors and the draw, with the semantics of src/generation/sampler.cpp:
   // repetition penalty over the seen mask; Greedy: first argmax. Sample: temperature, top-k (ties at the k-th
   // value survive), top-p (stable ascending sort, drop the prefix whose cumulative mass <= 1 - top_p, keep at
-  // least one), min-p, softmax, inverse-CDF draw with u = counter_uniform(seed, step, row). A row whose
+  // least one), min-p, softmax, inverse-CDF draw with u = counter_uniform(seed, step). A row whose
   // logits hold a NaN or inf gets -1.
   Val sample(const Node& n) {
     b_.comment(n.name + ": in-step sampling (" + graph::sampling_name(g_.key.sampling) + ")");
