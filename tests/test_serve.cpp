@@ -411,7 +411,7 @@ TEST(ServeEngine, FullQueueAndOverlongPromptsAreRefusedUpFront) {
     EXPECT_NE(std::string(e.what()).find("max_model_len 32"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("30 tokens"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(engine.max_new_tokens_that_fit(30), 3);
+  EXPECT_EQ(engine.max_new_tokens_that_fit(30), 2);  // 30 + 2 = max_model_len
   engine.start();
   EXPECT_EQ(drain_stream(*a).tokens, 3);
   EXPECT_EQ(drain_stream(*b).tokens, 3);
@@ -465,6 +465,43 @@ TEST(ServeEngine, ASeededSampledRequestGivesTheSameTextInAnySlot) {
   EXPECT_NE(l->tok->decode(new_ids(m.generate({prompt}, {}, seeded(m, 12, 8)), prompt.size()), true), want);
   a->cancel();
   b->cancel();
+}
+
+// Without max_tokens the server gives a request max_new_tokens_that_fit(prompt): prompt + completion then
+// reach max_model_len exactly, never one more; one token more is refused up front. With chunked prefill
+// (the prompt padded to whole chunks in the cache) the cache bounds it too.
+TEST(ServeEngine, PromptAndCompletionNeverExceedMaxModelLen) {
+  REQUIRE_SMOLLM2(l);
+  CausalLM& m = *l->model;
+  const std::vector<int32_t> prompt = l->tok->encode("Once upon a time, in a land far away,", true);
+  const int len = static_cast<int>(prompt.size()), max_len = len + 9;
+  for (int chunk : {0, 8}) {
+    serve::Engine engine(
+        m, *l->tok, {.max_num_seqs = 1, .max_model_len = max_len, .max_queue = 2, .prefill_chunk = chunk});
+    const int fit = engine.max_new_tokens_that_fit(len);
+    const int padded = chunk > 0 ? (len + chunk - 1) / chunk * chunk : len;
+    EXPECT_EQ(fit, std::min(max_len - len, max_len - padded + 1)) << "chunk " << chunk;
+    engine.start();
+    GenerationConfig g = seeded(m, fit, 5);  // no eos: the whole budget
+    const Finished f = drain_stream(*engine.submit({prompt, g, {}, true}));
+    EXPECT_EQ(f.reason, "length");
+    EXPECT_EQ(f.tokens, fit);
+    EXPECT_LE(len + f.tokens, max_len) << "chunk " << chunk;
+    if (chunk == 0) {
+      EXPECT_EQ(len + f.tokens, max_len);
+    }
+    g.max_new_tokens = fit + 1;
+    try {
+      engine.submit({prompt, g, {}, true});
+      ADD_FAILURE() << "no error for " << fit + 1 << " new tokens";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("max_model_len " + std::to_string(max_len)), std::string::npos)
+          << e.what();
+    }
+  }
+  serve::Engine engine(m, *l->tok, {.max_num_seqs = 1, .max_model_len = 32, .max_queue = 1});
+  EXPECT_EQ(engine.max_new_tokens_that_fit(32), 0) << "a prompt of max_model_len tokens leaves no room";
+  EXPECT_EQ(engine.max_new_tokens_that_fit(31), 1);
 }
 
 }  // namespace

@@ -210,7 +210,11 @@ int Engine::padded_prompt(int len) const {
 }
 
 int Engine::max_new_tokens_that_fit(int prompt_len) const {
-  return options_.max_model_len - padded_prompt(prompt_len) + 1;
+  // Two limits: the prompt and its completion together are at most max_model_len tokens (as OpenAI servers
+  // count a context), and the slot's cache row holds the prompt as prefilled (padding included) and every new
+  // token but the last, which is never fed back.
+  return std::min(options_.max_model_len - prompt_len,
+                  options_.max_model_len - padded_prompt(prompt_len) + 1);
 }
 
 std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
@@ -220,11 +224,12 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
     fail("logprobs are not available on this device: tokens are sampled inside the compiled step");
   if (request.logprobs > 20) fail("logprobs: at most 20 alternatives, got ", request.logprobs);
   const int budget = request.config.new_token_budget(len, model_.info().max_position_embeddings);
-  const int padded = padded_prompt(len);
-  if (padded + budget - 1 > options_.max_model_len)
+  if (budget > max_new_tokens_that_fit(len)) {
+    const int padded = padded_prompt(len);
     fail("the prompt (", len, " tokens", padded != len ? detail::concat(", ", padded, " as prefilled") : "",
-         ") and ", budget, " new tokens need ", padded + budget - 1,
+         ") and ", budget, " new tokens need ", std::max(len + budget, padded + budget - 1),
          " positions; this server's context is max_model_len ", options_.max_model_len);
+  }
   auto stream = std::make_shared<Stream>();
   stream->prompt_tokens_ = len;
   {

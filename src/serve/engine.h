@@ -124,7 +124,9 @@ class Engine {
   // Whether requests may ask for logprobs (EngineRequest::logprobs): not where tokens are sampled inside the
   // compiled step (no logits come back to the host).
   bool logprobs_available() const { return !batch_.device_sampling(); }
-  // The most new tokens a prompt of `prompt_len` tokens can get in one slot (< 1: the prompt does not fit).
+  // The most new tokens a prompt of `prompt_len` tokens can get (< 1: the prompt does not fit): prompt + new
+  // tokens <= max_model_len, and the prompt as prefilled (bucket or chunk padding) + new tokens - 1 <= the
+  // slot's max_model_len cache positions. submit() refuses a request whose budget is larger.
   int max_new_tokens_that_fit(int prompt_len) const;
 
   // Queues a request. Throws QueueFull when every slot is busy and max_queue requests wait, Error when the
