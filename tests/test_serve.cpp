@@ -467,6 +467,62 @@ TEST(ServeEngine, ASeededSampledRequestGivesTheSameTextInAnySlot) {
   b->cancel();
 }
 
+// Logprobs of a sampled request at temperature 2 with one alternative: tokens are often not the likeliest,
+// and each entry is still the chosen token with its own log-probability (that of the model: forward() over
+// the sequence so far); the chat JSON carries it beside its top_logprobs, the completions JSON lists it among
+// them (OpenAI's up to logprobs + 1).
+TEST(ServeEngine, LogprobsAlwaysCarryTheSampledToken) {
+  REQUIRE_SMOLLM2(l);
+  CausalLM& m = *l->model;
+  const std::vector<int32_t> prompt = l->tok->encode("The weather today is", true);
+  GenerationConfig g = seeded(m, 16, 3);
+  g.temperature = 2.0f;
+  g.top_k = 0;
+  g.top_p = 1.0f;
+  serve::Engine engine(m, *l->tok, {.max_num_seqs = 1, .max_model_len = 64, .max_queue = 1});
+  engine.start();
+  auto s = engine.submit({prompt, g, {}, true, 1});
+  std::vector<serve::TokenLogprob> got;
+  for (int i = 0; i < 600; ++i) {
+    serve::StreamUpdate u = s->wait(std::chrono::milliseconds(100));
+    for (auto& x : u.logprobs) got.push_back(x);
+    if (u.done) break;
+  }
+  ASSERT_EQ(got.size(), 16u);
+  const int64_t vocab = m.info().vocab_size;
+  std::vector<int32_t> seq = prompt;
+  int not_top = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::vector<float> lg = m.forward(seq);
+    const serve::TokenLogprob want = serve::token_logprob(
+        lg.data() + (seq.size() - 1) * static_cast<size_t>(vocab), vocab, got[i].token, 1);
+    EXPECT_NEAR(got[i].logprob, want.logprob, 1e-3) << i;
+    ASSERT_EQ(got[i].top.size(), 1u) << i;
+    EXPECT_EQ(got[i].top[0].first, want.top[0].first) << i;
+    seq.push_back(got[i].token);
+    if (got[i].token == got[i].top[0].first) continue;
+    ++not_top;
+    const std::vector<serve::TokenLogprob> one = {got[i]};
+    size_t offset = 0;
+    const auto chat = serve::logprobs_json(serve::Endpoint::Chat, *l->tok, one, offset);
+    const auto& e = chat["content"][0];
+    const std::string raw = l->tok->token_bytes(got[i].token, false);
+    EXPECT_EQ(e["bytes"].size(), raw.size()) << i;
+    EXPECT_EQ(e["logprob"].get<float>(), got[i].logprob) << i;
+    ASSERT_EQ(e["top_logprobs"].size(), 1u) << i;
+    EXPECT_NE(e["top_logprobs"][0]["logprob"].get<float>(), got[i].logprob) << i;
+    offset = 0;
+    const auto comp = serve::logprobs_json(serve::Endpoint::Completion, *l->tok, one, offset);
+    const auto& top = comp["top_logprobs"][0];
+    const std::string text = comp["tokens"][0].get<std::string>();
+    EXPECT_EQ(comp["token_logprobs"][0].get<float>(), got[i].logprob) << i;
+    ASSERT_TRUE(top.contains(text)) << i << ": the sampled token is missing from " << top.dump();
+    EXPECT_EQ(top[text].get<float>(), got[i].logprob) << i;
+    EXPECT_EQ(top.size(), 2u) << top.dump();
+  }
+  EXPECT_GT(not_top, 0) << "at temperature 2 some sampled token should not be the likeliest";
+}
+
 // Without max_tokens the server gives a request max_new_tokens_that_fit(prompt): prompt + completion then
 // reach max_model_len exactly, never one more; one token more is refused up front. With chunked prefill
 // (the prompt padded to whole chunks in the cache) the cache bounds it too.

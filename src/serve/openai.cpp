@@ -380,6 +380,9 @@ ordered_json logprobs_json(Endpoint endpoint, const Tokenizer& tok, const std::v
       const std::string key = token_text(tok.token_bytes(id, false));
       if (!top.contains(key)) top[key] = lp;  // two ids with one text: the likelier one
     }
+    // OpenAI's completions always list the sampled token too (up to logprobs + 1 entries), also when it is
+    // not among the most likely (a sampled draw) or logprobs is 0.
+    if (const std::string key = token_text(raw); !top.contains(key)) top[key] = t.logprob;
     tops.push_back(std::move(top));
     offsets.push_back(text_offset);
     text_offset += raw.size();

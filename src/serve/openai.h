@@ -57,8 +57,11 @@ struct ChoiceResult {
   nlohmann::ordered_json logprobs;  // null, or logprobs_json() of its tokens
 };
 // A choice's "logprobs" for `tokens` as the endpoint writes it: chat {"content": [{token, logprob, bytes,
-// top_logprobs}]}; completions {tokens, token_logprobs, top_logprobs, text_offset}, where `text_offset` (the
-// bytes of the choice's tokens before these) advances past them, so stream chunks continue the count.
+// top_logprobs}]} (each entry the chosen token with its own logprob, whether or not it is among its
+// top_logprobs); completions {tokens, token_logprobs, top_logprobs, text_offset}, each top_logprobs object
+// holding the most likely tokens and the chosen one (up to logprobs + 1 entries, as OpenAI's), and
+// `text_offset` (the bytes of the choice's tokens before these) advancing past them, so stream chunks
+// continue the count.
 nlohmann::ordered_json logprobs_json(Endpoint endpoint, const Tokenizer& tok, const std::vector<TokenLogprob>& tokens,
                                      size_t& text_offset);
 nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens);
