@@ -107,10 +107,19 @@ TEST(ServeOpenAi, EveryBadFieldIsA400NamingIt) {
       {chat, R"({"messages": [{"content": "hi"}]})", "messages[0].role"},
       {chat, R"({"messages": [{"role": "user"}]})", "messages[0].content"},
       {chat, R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
-      {chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
-      {chat, R"({"messages": [{"role": "user", "content": "hi", "tool_calls": []}]})", "messages[0].tool_calls"},
+      {chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content[0].type"},
+      {chat, R"({"messages": [{"role": "user", "content": "hi", "tool_calls": []}]})",
+       "messages[0].tool_calls"},
       {chat, "{" + m + R"(, "tools": [{"type": "function"}]})", "tools"},
       {chat, "{" + m + R"(, "response_format": {"type": "json_object"}})", "response_format"},
+      {chat, "{" + m + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})",
+       "response_format"},
+      {comp, R"({"prompt": "a", "response_format": {"type": "json_object"}})", "response_format"},
+      {chat, "{" + m + R"(, "response_format": {"type": 5}})", "response_format.type"},
+      {chat, "{" + m + R"(, "response_format": {}})", "response_format.type"},
+      {chat, "{" + m + R"(, "response_format": {"type": "text", "strict": true}})", "response_format.strict"},
+      {chat, "{" + m + R"(, "response_format": "text"})", "response_format"},
       {chat, "{" + m + R"(, "logprobs": 1})", "logprobs"},
       {chat, "{" + m + R"(, "top_logprobs": 2})", "top_logprobs"},
       {chat, "{" + m + R"(, "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
@@ -135,7 +144,8 @@ TEST(ServeOpenAi, EveryBadFieldIsA400NamingIt) {
       {chat, "{" + m + R"(, "n": 100})", "n"},
       {chat, "{" + m + R"(, "stream": "yes"})", "stream"},
       {chat, "{" + m + R"(, "stream_options": {"include_usage": true}})", "stream_options"},
-      {chat, "{" + m + R"(, "stream": true, "stream_options": {"include_usage": 1}})", "stream_options.include_usage"},
+      {chat, "{" + m + R"(, "stream": true, "stream_options": {"include_usage": 1}})",
+       "stream_options.include_usage"},
       {chat, "{" + m + R"(, "stream": true, "stream_options": {"other": 1}})", "stream_options.other"},
       {chat, "{" + m + R"(, "stop": ["a", "b", "c", "d", "e"]})", "stop"},
       {chat, "{" + m + R"(, "stop": [1]})", "stop[0]"},
@@ -163,6 +173,131 @@ TEST(ServeOpenAi, EveryBadFieldIsA400NamingIt) {
   EXPECT_EQ(status_of("{" + m + R"(, "logprobs": false, "top_logprobs": 0, "tools": null, "user": "u"})", chat, *l),
             200);
   EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3], "echo": false, "max_tokens": 4, "stop": "x"})", comp, *l), 200);
+  // response_format {"type": "text"} is the API's default: accepted, and it changes nothing.
+  const std::string plain = "{" + m + R"(, "max_tokens": 3})";
+  const std::string text = "{" + m + R"(, "max_tokens": 3, "response_format": {"type": "text"}})";
+  EXPECT_EQ(status_of(text, chat, *l), 200);
+  EXPECT_EQ(status_of(R"({"prompt": "a", "response_format": {"type": "text"}})", comp, *l), 200);
+  EXPECT_EQ(serve::parse_request(chat, text, served(*l)).prompt,
+            serve::parse_request(chat, plain, served(*l)).prompt);
+}
+
+// The ApiError parse_request throws for `body` (status 0 when it throws none). Its JSON body must dump.
+serve::ApiError api_error(const std::string& body, serve::Endpoint e, Loaded& l) {
+  try {
+    serve::parse_request(e, body, served(l));
+  } catch (const serve::ApiError& err) {
+    EXPECT_NO_THROW(serve::error_body(err).dump()) << err.what();
+    return err;
+  }
+  return serve::ApiError(0, "(no error)");
+}
+
+#define EXPECT_400_NAMING(err, field)                                                            \
+  do {                                                                                           \
+    EXPECT_EQ((err).status, 400) << (err).what();                                                \
+    EXPECT_EQ((err).param, field) << (err).what();                                               \
+    EXPECT_NE(std::string((err).what()).find("'" + std::string(field) + "'"), std::string::npos) \
+        << (err).what();                                                                         \
+  } while (0)
+
+// A number beyond a double (nlohmann parses 1e999 to infinity and refuses it) is a 400 naming its field and
+// what the field must be, never a 500, in every numeric field of either endpoint.
+TEST(ServeOpenAi, NumbersThatOverflowADoubleAreA400NamingTheField) {
+  REQUIRE_SMOLLM2(l);
+  const auto chat = serve::Endpoint::Chat, comp = serve::Endpoint::Completion;
+  const std::string m = R"("messages": [{"role": "user", "content": "hi"}])";
+  for (const char* field :
+       {"max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+        "presence_penalty", "frequency_penalty", "seed", "n", "top_logprobs", "logprobs"})
+    for (const char* big : {"1e999", "-1e999", "1E+400"}) {
+      const serve::ApiError e = api_error("{" + m + ", \"" + field + "\": " + big + "}", chat, *l);
+      EXPECT_400_NAMING(e, field);
+      EXPECT_NE(std::string(e.what()).find(big), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("must be"), std::string::npos) << e.what();
+    }
+  for (const char* field : {"max_tokens", "temperature", "seed", "n", "logprobs"}) {
+    const serve::ApiError e = api_error(std::string(R"({"prompt": "a", ")") + field + "\": 1e999}", comp, *l);
+    EXPECT_400_NAMING(e, field);
+  }
+  const serve::ApiError e = api_error("{\"max_tokens\": 1e999, " + m + "}", chat, *l);
+  EXPECT_NE(std::string(e.what()).find("'max_tokens' must be an integer"), std::string::npos) << e.what();
+  EXPECT_400_NAMING(api_error(R"({"prompt": [1, 1e999]})", comp, *l), "prompt");
+  EXPECT_400_NAMING(api_error("{" + m + R"(, "chat_template_kwargs": {"a": [1e999]}})", chat, *l),
+                    "chat_template_kwargs");
+  // A finite number that is no integer names the field and the value.
+  const serve::ApiError f = api_error("{" + m + R"(, "max_tokens": 1e20})", chat, *l);
+  EXPECT_400_NAMING(f, "max_tokens");
+  EXPECT_NE(std::string(f.what()).find("1e+20"), std::string::npos) << f.what();
+  EXPECT_EQ(api_error("[1e999]", chat, *l).status, 400);
+}
+
+// Invalid UTF-8 inside a JSON string (a raw 0xFF, the overlong C0 AF for '/', an encoded surrogate, a
+// character cut short) is a 400 saying so with the byte offset and the field; the error's JSON dumps (the
+// parser's own message quotes the raw bytes, which dump() refused with type_error 316).
+TEST(ServeOpenAi, InvalidUtf8IsA400WithTheByteOffset) {
+  REQUIRE_SMOLLM2(l);
+  const auto chat = serve::Endpoint::Chat, comp = serve::Endpoint::Completion;
+  for (const std::string& bad : {std::string("\xFF"), std::string("\xC0\xAF"), std::string("\xED\xA0\x80"),
+                                 std::string("\xF0\x9F"), std::string("\x80")}) {
+    const std::string body = R"({"messages": [{"role": "user", "content": "caf)" + bad + R"(e"}]})";
+    const serve::ApiError e = api_error(body, chat, *l);
+    EXPECT_400_NAMING(e, "messages");
+    EXPECT_NE(std::string(e.what()).find("not valid UTF-8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("byte offset " + std::to_string(body.find(bad))), std::string::npos)
+        << e.what();
+    const serve::ApiError c = api_error(R"({"max_tokens": 2, "prompt": "x)" + bad + R"("})", comp, *l);
+    EXPECT_400_NAMING(c, "prompt");
+    // In a field name: no field holds it.
+    const serve::ApiError k = api_error("{\"a" + bad + R"(": 1, "prompt": "x"})", comp, *l);
+    EXPECT_EQ(k.status, 400);
+    EXPECT_EQ(k.param, "");
+    EXPECT_NE(std::string(k.what()).find("byte offset 3"), std::string::npos) << k.what();
+  }
+  // Outside a string, a valid character cut by the parser ("last read: '<C3>'") and a raw byte.
+  const serve::ApiError j = api_error("{\"prompt\": \xC3\xA9}", comp, *l);
+  EXPECT_EQ(j.status, 400);
+  EXPECT_NE(std::string(j.what()).find("not valid JSON"), std::string::npos) << j.what();
+  EXPECT_EQ(api_error("{\"prompt\": \xFF}", comp, *l).status, 400);
+}
+
+// Arrays and objects nested deeper than 64 levels anywhere are refused while parsing (a 400 naming the field
+// and the limit), so no recursive code sees them: 100,000 levels of chat_template_kwargs crashed the server
+// (a stack overflow). 64 levels in all are fine.
+TEST(ServeOpenAi, DeepNestingIsA400NamingTheFieldAndTheLimit) {
+  REQUIRE_SMOLLM2(l);
+  const auto chat = serve::Endpoint::Chat, comp = serve::Endpoint::Completion;
+  const std::string m = R"("messages": [{"role": "user", "content": "hi"}])";
+  auto objects = [](int n) {  // n nested objects {"a": {"a": ... 1 ...}}
+    std::string s;
+    for (int i = 0; i < n; ++i) s += "{\"a\": ";
+    s += "1";
+    return s + std::string(static_cast<size_t>(n), '}');
+  };
+  auto arrays = [](int n) {
+    return std::string(static_cast<size_t>(n), '[') + std::string(static_cast<size_t>(n), ']');
+  };
+  const serve::ApiError deep =
+      api_error("{" + m + ", \"chat_template_kwargs\": " + objects(100000) + "}", chat, *l);
+  EXPECT_400_NAMING(deep, "chat_template_kwargs");
+  EXPECT_NE(std::string(deep.what()).find("64"), std::string::npos) << deep.what();
+  // The body is level 1; 63 nested objects as chat_template_kwargs fill levels 2..64, 64 reach level 65.
+  EXPECT_EQ(
+      api_error("{" + m + ", \"max_tokens\": 2, \"chat_template_kwargs\": " + objects(63) + "}", chat, *l)
+          .status,
+      0);
+  EXPECT_400_NAMING(api_error("{" + m + ", \"chat_template_kwargs\": " + objects(64) + "}", chat, *l),
+                    "chat_template_kwargs");
+  EXPECT_400_NAMING(api_error("{" + m + ", \"tools\": " + arrays(100000) + "}", chat, *l), "tools");
+  EXPECT_400_NAMING(api_error("{" + m + ", \"frobnicate\": " + objects(5000) + "}", chat, *l), "frobnicate");
+  EXPECT_400_NAMING(
+      api_error(R"({"messages": [{"role": "user", "content": )" + arrays(100000) + "}]}", chat, *l),
+      "messages");
+  EXPECT_400_NAMING(api_error(R"({"prompt": )" + arrays(100000) + "}", comp, *l), "prompt");
+  const serve::ApiError body = api_error(arrays(100000), comp, *l);
+  EXPECT_EQ(body.status, 400);
+  EXPECT_EQ(body.param, "");
+  EXPECT_NE(std::string(body.what()).find("the body nests"), std::string::npos) << body.what();
 }
 
 TEST(ServeOpenAi, FieldsBecomeTheGenerationConfig) {

@@ -2,22 +2,35 @@
 
 #include <cmath>
 #include <set>
+#include <string_view>
+#include <utility>
 
 #include "tessera/auto_tokenizer.h"
-#include "tokenizer/unicode_util.h"
 #include "tessera/error.h"
+#include "tokenizer/unicode_util.h"
 
 namespace tessera::serve {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
 
+namespace {
+// `s` with each invalid UTF-8 subpart replaced by U+FFFD, so dump() never throws (type_error 316) on text
+// that quotes a request: a parser message's "last read" bytes, a field name.
+std::string valid_utf8(const std::string& s) {
+  if (tok::utf8_is_valid(s)) return s;
+  std::string out;
+  tok::utf8_repair_append(s, out);
+  return out;
+}
+}  // namespace
+
 ordered_json error_body(const ApiError& e) {
   ordered_json err;
-  err["message"] = e.what();
-  err["type"] = e.type;
-  err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(e.param);
-  err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(e.code);
+  err["message"] = valid_utf8(e.what());
+  err["type"] = valid_utf8(e.type);
+  err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(valid_utf8(e.param));
+  err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(valid_utf8(e.code));
   return {{"error", err}};
 }
 
@@ -57,6 +70,9 @@ double number(const json& v, const std::string& field, double lo, double hi, con
 }
 
 int64_t integer(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  if (v.is_number_float())  // 1.5, or 1e20 (JSON numbers with an exponent or beyond 64 bits parse as doubles)
+    bad(field, "'" + field + "' must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                   ", got " + v.dump());
   if (!v.is_number_integer()) wrong_type(field, v, "an integer");
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
     bad(field, "'" + field + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
@@ -158,13 +174,142 @@ std::vector<int32_t> completion_prompt(const json& body, const ServedModel& serv
 
 }  // namespace
 
-ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, const ServedModel& served) {
-  json body;
-  try {
-    body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+namespace {
+
+// How deep a request may nest arrays and objects (the body itself is level 1). Refused while parsing, so no
+// recursive code (dump(), copies, the chat template's values) ever sees a deeper value.
+constexpr int kMaxDepth = 64;
+
+// The first ill-formed UTF-8 sequence of `s` (RFC 3629: no overlong forms, no surrogates, nothing above
+// U+10FFFF): its offset and its bytes up to and including the first one that cannot belong to it; npos when
+// `s` is valid UTF-8.
+std::pair<size_t, std::string> first_invalid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b0 = static_cast<uint8_t>(s[i]);
+    size_t need = 1;
+    uint8_t lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (b0 < 0x80) {
+      need = 1;
+    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
+      need = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      need = 3;
+      if (b0 == 0xE0) lo = 0xA0;  // overlong below U+0800
+      if (b0 == 0xED) hi = 0x9F;  // surrogates
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      need = 4;
+      if (b0 == 0xF0) lo = 0x90;  // overlong below U+10000
+      if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return {i, std::string(1, s[i])};  // 0x80-0xC1 (a stray continuation, an overlong lead), 0xF5-0xFF
+    }
+    for (size_t k = 1; k < need; ++k) {
+      if (i + k >= s.size()) return {i, std::string(s.substr(i))};  // the body ends inside the character
+      const auto b = static_cast<uint8_t>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return {i, std::string(s.substr(i, k + 1))};
+    }
+    i += need;
   }
+  return {std::string::npos, {}};
+}
+
+std::string hex_bytes(const std::string& bytes) {
+  std::string out;
+  for (unsigned char c : bytes) {
+    static const char* digits = "0123456789ABCDEF";
+    if (!out.empty()) out += ' ';
+    out += "0x";
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+// What a numeric top-level field must be, for the message about a number that overflows a double ("": not a
+// numeric field).
+std::string numeric_expectation(const std::string& field, bool chat) {
+  static const std::pair<const char*, const char*> table[] = {
+      {"max_tokens", "an integer in 1..16777216"},
+      {"max_completion_tokens", "an integer in 1..16777216"},
+      {"temperature", "a number in [0, 2]"},
+      {"top_p", "a number in (0, 1]"},
+      {"top_k", "an integer in -1..16777216"},
+      {"min_p", "a number in [0, 1]"},
+      {"repetition_penalty", "a number in (0, 1e6]"},
+      {"presence_penalty", "a number in [-2, 2]"},
+      {"frequency_penalty", "a number in [-2, 2]"},
+      {"seed", "a 64-bit integer"},
+      {"n", "an integer in 1..16"},
+      {"top_logprobs", "an integer in 0..20"},
+  };
+  for (const auto& [name, what] : table)
+    if (field == name) return std::string("must be ") + what;
+  if (field == "logprobs") return chat ? "must be a boolean" : "must be an integer in 0..20";
+  if (field == "prompt") return "must be a string or token ids in 0..vocab_size-1";
+  return "";
+}
+
+// The body parsed, nesting at most kMaxDepth levels, every string valid UTF-8 and every number finite;
+// otherwise a 400 naming the top-level field where parsing stopped (when it stopped inside one).
+json parse_body(const std::string& text, bool chat) {
+  std::string field;  // the top-level field whose value is being parsed ("" between fields)
+  bool in_value = false;
+  const json::parser_callback_t track = [&](int depth, json::parse_event_t event, json& parsed) {
+    using E = json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxDepth)
+      throw ApiError(400,
+                     (in_value ? "'" + field + "' nests" : std::string("the body nests")) +
+                         " arrays and objects too deep: a request may nest at most " +
+                         std::to_string(kMaxDepth) + " levels (the body is level 1)",
+                     in_value ? field : "");
+    if (depth == 1) {
+      if (event == E::key) {
+        field = parsed.get<std::string>();
+        in_value = true;
+      } else if (event == E::value || event == E::object_end || event == E::array_end) {
+        in_value = false;
+      }
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, track);
+  } catch (const json::parse_error& e) {
+    if (const auto [at, bytes] = first_invalid_utf8(text); at != std::string::npos) {
+      // The parser stopped at the bad bytes (not at a syntax error before them): the field it was in holds
+      // them.
+      const bool named = in_value && e.byte > at;
+      throw ApiError(400,
+                     "the body is not valid UTF-8: byte offset " + std::to_string(at) +
+                         (named ? " (in '" + field + "')" : "") + " starts an ill-formed sequence (" +
+                         hex_bytes(bytes) + ")",
+                     named ? field : "");
+    }
+    throw ApiError(400, valid_utf8(std::string("the body is not valid JSON: ") + e.what()));
+  } catch (const json::out_of_range& e) {
+    // 406: a number beyond a double's range (1e999), which would parse to infinity.
+    std::string number;
+    const std::string what = e.what();
+    if (const size_t q = what.find("parsing '"); q != std::string::npos) {
+      const size_t end = what.find('\'', q + 9);
+      if (end != std::string::npos) number = what.substr(q + 9, end - q - 9);
+    }
+    const std::string got = number.empty() ? "a number" : number;
+    if (!in_value)
+      throw ApiError(400, valid_utf8("the body holds a number out of range: " + got + " overflows a double"));
+    const std::string want = numeric_expectation(field, chat);
+    throw ApiError(400,
+                   valid_utf8("'" + field + "' " +
+                              (want.empty() ? "holds a number out of range: " + got + " overflows a double"
+                                            : want + ", got " + got + " (it overflows a double)")),
+                   field);
+  }
+}
+
+}  // namespace
+
+ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, const ServedModel& served) {
+  json body = parse_body(body_text, endpoint == Endpoint::Chat);
   if (!body.is_object()) throw ApiError(400, std::string("the body must be a JSON object, got ") + type_name(body));
   const bool chat = endpoint == Endpoint::Chat;
   static const std::set<std::string> common = {"model",       "max_tokens",        "temperature", "top_p",
@@ -178,6 +323,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
       continue;
     if (!chat && k == "logprobs") continue;
     if (!chat && k == "prompt") continue;
+    if (k == "response_format" && v.is_object()) continue;  // {"type": "text"} is fine: checked below
     if (unsupported().count(k)) {
       // Explicit "off" values are what clients send by default: those are fine.
       if (v.is_null() || (v.is_boolean() && !v.get<bool>()) || (k == "top_logprobs" && v == 0)) continue;
@@ -264,6 +410,20 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
     r.logprobs = static_cast<int>(integer(body["logprobs"], "logprobs", 0, 20));
   }
   if (has("user") && !body["user"].is_string()) wrong_type("user", body["user"], "a string");
+  if (body.contains("response_format") && body["response_format"].is_object()) {
+    // {"type": "text"}, the API's default, asks for nothing: accepted. The others need constrained decoding.
+    const json& f = body["response_format"];
+    if (!f.contains("type") || !f["type"].is_string())
+      bad("response_format.type", "'response_format.type' must be a string (\"text\")");
+    const std::string type = f["type"].get<std::string>();
+    if (type != "text")
+      bad("response_format",
+          "'response_format' of type " + f["type"].dump() +
+              " is not supported (this server has no constrained decoding; only {\"type\": "
+              "\"text\"})");
+    for (const auto& [k, v] : f.items())
+      if (k != "type") bad("response_format." + k, "unknown field 'response_format." + k + "'");
+  }
   g.disable_compile = false;
   if (auto bad_field = g.invalid_field()) bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);
   return r;
@@ -393,6 +553,8 @@ ordered_json logprobs_json(Endpoint endpoint, const Tokenizer& tok, const std::v
           {"text_offset", std::move(offsets)}};
 }
 
-std::string sse(const ordered_json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const ordered_json& j) {
+  return "data: " + j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n\n";
+}
 
 }  // namespace tessera::serve
