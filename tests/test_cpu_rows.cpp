@@ -148,7 +148,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuRows,
 // and greedy (0), with a repetition penalty (the seen mask is per cache row, cleared by a prefill: a row that
 // replaces a finished one must not inherit its ids). Each request's tokens equal what it gives alone: greedy
 // rows alone in a 1-row cache; sampled rows alone in the same cache row of an otherwise idle cache (the draw
-// counter is the cache row's).
+// is keyed by the sequence's seed and token index only, so any row would do; the same row keeps the test's
+// reference independent of that).
 struct SampledRequest {
   std::vector<int32_t> prompt;
   int new_tokens = 0;

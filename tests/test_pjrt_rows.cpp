@@ -142,8 +142,8 @@ TEST(PjrtRows, RowsJoiningARunningBatchEqualEachSequenceAlone) {
 // request with the same prompt reuses the row of an earlier one: its seen mask must start empty (a prefill
 // clears the row's mask), or the penalty would bend its tokens. The Greedy program ignores kDoSample: fed
 // the same parameters, every row decodes as penalty + argmax (compared with the Sample program's greedy
-// rows alone). Sampled requests sit in cache row 0, which is step row 0 in every step they are in (the draw
-// is keyed by the step row, as generation::counter_uniform).
+// rows alone). The draw is keyed by the sequence's seed and token index only (generation::counter_uniform),
+// so a sampled request's row in the step does not matter.
 class PjrtRowsSampling : public ::testing::TestWithParam<Sampling> {};
 
 TEST_P(PjrtRowsSampling, RowsJoiningARunningBatchSampleAsAlone) {

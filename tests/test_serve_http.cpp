@@ -172,12 +172,12 @@ TEST(Cli, ServeRefusesWhatItCannotDoWithTheRightStatus) {
 }
 
 TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
-  START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "256", "--shutdown-timeout", "1"});
+  START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "2048", "--shutdown-timeout", "1"});
   std::string body;
   std::thread t([&] {
     auto c = client(s.port);
     auto r =
-        c->Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 200, "stream": true})",
+        c->Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 2000, "stream": true})",
                 "application/json");
     if (r) body = r->body;
   });
@@ -187,7 +187,8 @@ TEST(Cli, ServeSigtermDuringAStreamEndsItAndExitsZero) {
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   t.join();
-  // 200 tokens take longer than the 1 s it was given: the stream ends with an error event, then [DONE].
+  // 2000 tokens take longer than the 1 s it was given (about 8 s on 2 cores): the stream ends with an error
+  // event, then [DONE].
   EXPECT_NE(body.find("\"type\":\"service_unavailable\""), std::string::npos) << body;
   EXPECT_NE(body.find("data: [DONE]\n\n"), std::string::npos) << body;
 }
