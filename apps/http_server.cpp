@@ -116,6 +116,10 @@ struct Server::Impl {
   int blocking = 0;
 
   net::io_context io{1};
+  // Keeps io.run() going while nothing is pending on it: once stop() closes the listener, a connection whose
+  // handler runs on its own thread has no operation in flight, and the bytes that handler posts must still
+  // be written.
+  net::executor_work_guard<net::io_context::executor_type> work{io.get_executor()};
   tcp::acceptor acceptor{io};
   net::steady_timer accept_backoff{io};
   std::thread thread;
@@ -608,6 +612,7 @@ void Server::stop(double grace_s) {
     }
     wait(1);
   }
+  s.work.reset();
   s.io.stop();
   if (s.thread.joinable()) s.thread.join();
 }

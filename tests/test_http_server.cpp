@@ -88,6 +88,17 @@ struct Toy {
               },
               true,
               {}};
+    if (req.path == "/slowstream")  // three chunks 200 ms apart
+      return {[](const http::Request&, http::Exchange& ex) {
+                ex.begin_stream("text/plain");
+                for (int i = 0; i < 3; ++i) {
+                  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                  ex.write("part" + std::to_string(i) + ";");
+                }
+                ex.end();
+              },
+              true,
+              {}};
     if (req.path == "/wait")  // blocks until the client leaves (or 10 s)
       return {[this](const http::Request&, http::Exchange& ex) {
                 const auto t0 = Clock::now();
@@ -173,6 +184,26 @@ TEST(HttpServerConcurrency, StopIsBoundedWhateverClientsDo) {
   EXPECT_EQ(toy.saw_gone.load(), 1);  // stop() made the waiting handler see its client gone
   ::close(waiting);
   ::close(slow);
+}
+
+// stop() while a handler is still streaming: once the listener is closed nothing else is pending on the event
+// loop, yet the handler's last chunks must go out within the grace (the loop must not run dry and return).
+TEST(HttpServerConcurrency, StopLetsARunningHandlerFinishItsAnswer) {
+  Toy toy;
+  http::Server server(
+      {}, [&](const http::Request& r) { return toy.route(r); }, error_page);
+  const int port = server.bind("127.0.0.1", 0);
+  server.start();
+  const int fd = dial(port);
+  ASSERT_GE(fd, 0);
+  send_all(fd, "GET /slowstream HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread stopper([&] { server.stop(3); });
+  const std::string got = read_until(fd, "0\r\n\r\n");
+  stopper.join();
+  ::close(fd);
+  EXPECT_NE(got.find("part2;"), std::string::npos) << got;
+  EXPECT_NE(got.find("0\r\n\r\n"), std::string::npos) << got;
 }
 
 TEST(HttpServer, PortInUseIsAnErrorNamingIt) {
