@@ -1,4 +1,4 @@
-"""Shared by bench/bench_llamacpp.py and bench/bench_hf.py: the prompt, medians, peak RSS, the JSON record.
+"""Shared by bench/bench_hf.py: the prompt, medians, peak RSS, the JSON record.
 
 The record has the fields `tessera bench --json` prints (load_s, ttft_s, prefill_tokens_per_s,
 decode_tokens_per_s, peak_rss_mb, runs), so bench/compare_table.py treats every engine alike.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Side-by-side CPU benchmark, one run: Tessera (`tessera bench --json`), llama.cpp (llama-cpp-python) and
-# Transformers + PyTorch (eager; static cache + torch.compile), same weights, same token-id prompt, same
-# token counts, as many threads as cores. Medians of repeated runs; ratios are Tessera ÷ the other engine.
+# Side-by-side CPU benchmark, one run: Tessera (`tessera bench --json`), native llama.cpp (`llama-bench`, built
+# with GGML_NATIVE=ON by bench/build_llamacpp.sh from the source the pinned llama-cpp-python release vendors; not
+# the Python binding, whose per-token overhead would flatter Tessera) and Transformers + PyTorch (eager; static
+# cache + torch.compile), same weights, same token counts, as many threads as cores. Medians of repeated runs;
+# ratios are Tessera ÷ the other engine. The table records the CPU model and its ISA extensions.
 # Writes a Markdown table to stdout and to bench/results.md (raw JSON lines next to it in build/).
 #
 #   bench/compare.sh                  full comparison (SmolLM2-135M and a Qwen3-0.6B-shaped random model,
@@ -92,6 +94,7 @@ if [[ $QUICK == 1 ]]; then
     --threads "$THREADS"
 else
   PYJSON="$PY"
+  LLAMA_BIN="${LLAMA_BIN:-$("$ROOT/bench/build_llamacpp.sh")}"
   "$PY" "$ROOT/tools/make_bench_models.py" --out "$MODELS" >&2
   SMOLLM2_GGUF="$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import make_bench_models as m
 print(m.default_smollm2_gguf())' "$ROOT/tools")"
@@ -104,7 +107,8 @@ print(m.default_smollm2_gguf())' "$ROOT/tools")"
         elif [[ $key == qwen3 && $dtype != q4_1 ]]; then gguf="$MODELS/qwen3-0.6b-random-$dtype.gguf"
         else continue; fi
         run "$key" "$dtype" tessera "$TESSERA" bench "$gguf" --json "${common[@]}"
-        run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp.py "$gguf" --dtype "$dtype" "${common[@]}"
+        run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp_native.py "$gguf" --bin "$LLAMA_BIN" --dtype "$dtype" \
+          "${common[@]}"
         continue
       fi
       short="$([[ $dtype == bfloat16 ]] && echo bf16 || echo f32)"
@@ -116,7 +120,8 @@ print(m.default_smollm2_gguf())' "$ROOT/tools")"
         hf=("$MODELS/qwen3-0.6b-random")
       fi
       run "$key" "$dtype" tessera "$TESSERA" bench "${ours[@]}" --dtype "$dtype" --json "${common[@]}"
-      run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp.py "$gguf" --dtype "$dtype" "${common[@]}"
+      run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp_native.py "$gguf" --bin "$LLAMA_BIN" --dtype "$dtype" \
+        "${common[@]}"
       run "$key" "$dtype" transformers-eager "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" --mode eager "${common[@]}"
       if [[ $COMPILE == 1 && ",${COMPILE_MODELS:-smollm2,qwen3}," == *",$key,"* ]]; then
         run "$key" "$dtype" transformers-compile timeout "${COMPILE_TIMEOUT:-900}" "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" \

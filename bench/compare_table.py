@@ -40,6 +40,20 @@ def cpu_name():
     return platform.processor() or "unknown"
 
 
+def cpu_isa():
+    """The SIMD extensions that decide the kernels (both engines dispatch on them), from /proc/cpuinfo."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                names = ["avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                         "amx_int8", "amx_bf16"]
+                return " ".join(n.upper() for n in names if n in flags) or "no AVX2"
+    except OSError:
+        pass
+    return "unknown ISA"
+
+
 def fmt(v, digits=1):
     if v is None:
         return "—"
@@ -80,7 +94,8 @@ def main():
     versions = {"tessera": (sh(a.tessera, "--version") or "tessera ?") + f" (git {git_sha()})"}
     for r in rows:
         if r["engine"] == "llama.cpp" and "version" in r:
-            versions["llama.cpp"] = f"llama-cpp-python {r['version']}"
+            v = r["version"]
+            versions["llama.cpp"] = v if v.startswith("llama.cpp") else f"llama-cpp-python {v}"
         if r["engine"].startswith("transformers") and "torch" in r:
             versions["torch"] = f"torch {r['torch']}"
             versions["transformers"] = f"transformers {r['transformers']}"
@@ -91,7 +106,7 @@ def main():
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out.append(f"Measured {now}{' (quick mode: CI smoke run, not a measurement)' if a.quick == '1' else ''} by "
                "`bench/compare.sh`.  ")
-    out.append(f"Machine: {machine.get('cpu') or cpu_name()}, {os.cpu_count()} cores; load average "
+    out.append(f"Machine: {machine.get('cpu') or cpu_name()} ({cpu_isa()}), {os.cpu_count()} cores; load average "
                f"{min(loads, default=0):.2f}–{max(loads, default=0):.2f} during the runs (it counts the benchmark's "
                "own threads)" + (f"; other runnable jobs just before each run: at most {max(others)}" if others else "")
                + ".  ")

