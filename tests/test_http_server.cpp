@@ -15,34 +15,15 @@
 #include <vector>
 
 #include "http_server.h"
+#include "socket_test_util.h"
 #include "tessera/error.h"
 
 namespace {
 
 using namespace tessera;
+using tessera::testing::dial;
+using tessera::testing::send_all;
 using Clock = std::chrono::steady_clock;
-
-int dial(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void send_all(int fd, const std::string& s) {
-  size_t at = 0;
-  while (at < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + at, s.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    at += static_cast<size_t>(n);
-  }
-}
 
 // Reads until `marker` has been seen `count` times, the peer closes, or 10 s pass.
 std::string read_until(int fd, const std::string& marker, int count = 1) {

@@ -16,38 +16,16 @@
 #include <thread>
 
 #include "serve_test_util.h"
+#include "socket_test_util.h"
 
 namespace {
 
 using namespace tessera::testing::serve;
+using tessera::testing::dial;
+using tessera::testing::send_all;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// A connected socket to 127.0.0.1:port (-1 on failure).
-int dial(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool send_all(int fd, const std::string& bytes) {
-  size_t at = 0;
-  while (at < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    at += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 // Reads from `fd` into `buf` until `done(buf)` or the peer closes or `limit_s` passes; false on timeout.
 template <typename Done>
