@@ -208,13 +208,21 @@ void expect_mpirun_two_ranks_equal_one_device(const std::string& model,
   const auto want = ids_of(one.out);
   ASSERT_EQ(want.size(), 1u) << one.out;
   ASSERT_EQ(want[0].size(), prompt.size() + 12);
+  // Each rank writes its own file: through mpirun's shared stdout two long JSON lines can interleave.
+  const std::string base = ::testing::TempDir() + "tessera_mpirun_" + std::to_string(::getpid()) + "_out.";
   auto many = shell(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np 2 " +
-      std::string(TESSERA_CLI_PATH) + " " + args + " --tp-size 2");
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np 2 sh -c '" +
+      std::string(TESSERA_CLI_PATH) + " " + args + " --tp-size 2 > " + base + "$OMPI_COMM_WORLD_RANK'");
   ASSERT_EQ(many.code, 0) << many.err;
+  std::string outs;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream f(base + std::to_string(rank));
+    outs += std::string(std::istreambuf_iterator<char>(f), {});
+    std::remove((base + std::to_string(rank)).c_str());
+  }
   // Every rank prints the same ids (the launcher, not this test, keeps only rank 0's output).
-  const auto got = ids_of(many.out);
-  EXPECT_EQ(got.size(), 2u) << many.out;
+  const auto got = ids_of(outs);
+  EXPECT_EQ(got.size(), 2u) << outs;
   for (const auto& ids : got) EXPECT_EQ(ids, want[0]);
 }
 
