@@ -14,8 +14,10 @@
 #                                     Transformers, which dequantises GGUF to float, is left out of them.
 #   bench/compare.sh --quick          CI: tiny fixture model, few tokens, Tessera only (keeps the harness working)
 # Options: --repeats N  --threads N  --prompt-tokens N  --new-tokens N  --no-compile  --out FILE
-#          --models smollm2,qwen3  --dtypes bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m (a quantised dtype runs on
-#          the models that have it: q4_1 on smollm2, q8_0, q4_0 and q4_k_m on qwen3)
+#          --models smollm2,qwen3,qwen3_4b  --dtypes bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m (a quantised dtype
+#          runs on the models that have it: q4_1 on smollm2, q8_0, q4_0 and q4_k_m on qwen3 and qwen3_4b;
+#          qwen3_4b has quantised files only)  --no-make (use the files already in BENCH_MODELS, e.g. from
+#          make_bench_models.py --only qwen3-gguf / qwen3-4b-gguf, which need no torch)
 # Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
 #              COMPILE_TIMEOUT (s, default 900), COMPILE_MODELS (which models get the torch.compile run), PY (python with torch, transformers,
 #              llama-cpp-python, gguf; default venv-bench/bin/python, made by: python3 -m venv venv-bench &&
@@ -25,7 +27,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/tessera}"
 PY="${PY:-$ROOT/venv-bench/bin/python}"
 MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
-QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md"
+QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md" MAKE=1
 WHICH="smollm2,qwen3" DTYPES="bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -35,6 +37,7 @@ while [[ $# -gt 0 ]]; do
     --prompt-tokens) PROMPT="$2"; shift ;;
     --new-tokens) NEW="$2"; shift ;;
     --no-compile) COMPILE=0 ;;
+    --no-make) MAKE=0 ;;
     --models) WHICH="$2"; shift ;;
     --dtypes) DTYPES="$2"; shift ;;
     --out) OUT="$2"; shift ;;
@@ -95,7 +98,7 @@ if [[ $QUICK == 1 ]]; then
 else
   PYJSON="$PY"
   LLAMA_BIN="${LLAMA_BIN:-$("$ROOT/bench/build_llamacpp.sh")}"
-  "$PY" "$ROOT/tools/make_bench_models.py" --out "$MODELS" >&2
+  [[ $MAKE == 0 ]] || "$PY" "$ROOT/tools/make_bench_models.py" --out "$MODELS" >&2
   SMOLLM2_GGUF="$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import make_bench_models as m
 print(m.default_smollm2_gguf())' "$ROOT/tools")"
   cd "$ROOT/bench"  # the Python engines import bench_common
@@ -105,12 +108,15 @@ print(m.default_smollm2_gguf())' "$ROOT/tools")"
       if [[ $dtype == q* ]]; then  # quantised: the same file for both engines, Transformers left out
         if [[ $key == smollm2 && $dtype == q4_1 ]]; then gguf="$SMOLLM2_GGUF"
         elif [[ $key == qwen3 && $dtype != q4_1 ]]; then gguf="$MODELS/qwen3-0.6b-random-$dtype.gguf"
+        elif [[ $key == qwen3_4b && $dtype != q4_1 ]]; then gguf="$MODELS/qwen3-4b-random-$dtype.gguf"
         else continue; fi
+        [[ -f $gguf ]] || { echo "compare.sh: $gguf missing, $key $dtype skipped" >&2; continue; }
         run "$key" "$dtype" tessera "$TESSERA" bench "$gguf" --json "${common[@]}"
         run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp_native.py "$gguf" --bin "$LLAMA_BIN" --dtype "$dtype" \
           "${common[@]}"
         continue
       fi
+      [[ $key != qwen3_4b ]] || continue  # quantised files only
       short="$([[ $dtype == bfloat16 ]] && echo bf16 || echo f32)"
       if [[ $key == smollm2 ]]; then
         ours=("$MODELS/smollm2-135m-$short.gguf"); gguf="$MODELS/smollm2-135m-$short.gguf"
@@ -118,6 +124,7 @@ print(m.default_smollm2_gguf())' "$ROOT/tools")"
       else
         ours=("$MODELS/qwen3-0.6b-random"); gguf="$MODELS/qwen3-0.6b-random-$short.gguf"
         hf=("$MODELS/qwen3-0.6b-random")
+        [[ -d ${ours[0]} ]] || ours=("$gguf")  # GGUF-only models (--only qwen3-gguf): both engines read the file
       fi
       run "$key" "$dtype" tessera "$TESSERA" bench "${ours[@]}" --dtype "$dtype" --json "${common[@]}"
       run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp_native.py "$gguf" --bin "$LLAMA_BIN" --dtype "$dtype" \

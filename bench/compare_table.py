@@ -13,7 +13,8 @@ import statistics
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODEL_NAMES = {"smollm2": "SmolLM2-135M", "qwen3": "Qwen3-0.6B-shaped (random)", "qwen3_tied": "qwen3_tied fixture"}
+MODEL_NAMES = {"smollm2": "SmolLM2-135M", "qwen3": "Qwen3-0.6B-shaped (random)", "qwen3_4b": "Qwen3-4B-shaped (random)",
+               "qwen3_tied": "qwen3_tied fixture"}
 ENGINE_ORDER = ["tessera", "llama.cpp", "transformers-eager", "transformers-compile"]
 
 

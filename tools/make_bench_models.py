@@ -43,6 +43,10 @@ QWEN3_06B = dict(
     eos_token_id=151645,
 )
 
+# Qwen3-4B's published shape (config.json of Qwen/Qwen3-4B), random weights: the realistic-scale row of the
+# benchmark, written as GGUF directly (see make_qwen3_gguf).
+QWEN3_4B = dict(QWEN3_06B, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32)
+
 # HF module name inside a decoder layer -> llama.cpp tensor name (gguf-py MODEL_TENSOR names for QWEN3).
 QWEN3_LAYER_NAMES = {
     "input_layernorm": "attn_norm",
@@ -206,10 +210,31 @@ def dequantised_gguf(src, path, want_bf16):
     write_gguf(w, path)
 
 
+def native_llama_quantize():
+    """llama-quantize built by bench/build_llamacpp.sh (LLAMA_BIN, else build/llama.cpp-native/bin), or None."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    binary = os.path.join(os.environ.get("LLAMA_BIN", os.path.join(root, "build", "llama.cpp-native", "bin")),
+                          "llama-quantize")
+    return binary if os.access(binary, os.X_OK) else None
+
+
 def llamacpp_quantize(src, path, ftype):
-    """`src` quantised by llama.cpp (llama-cpp-python's binding of llama_model_quantize) to LLAMA_FTYPE_<ftype>."""
+    """`src` quantised by llama.cpp's own quantiser to LLAMA_FTYPE_<ftype>: the native llama-quantize when
+    bench/build_llamacpp.sh has built it, else llama-cpp-python's binding of llama_model_quantize."""
     if os.path.exists(path):
         print(f"{path}: exists, kept")
+        return
+    tool = native_llama_quantize()
+    if tool:
+        import subprocess
+
+        kind = ftype.removeprefix("MOSTLY_")  # llama-quantize's names: Q4_K_M, Q8_0, Q4_0 ...
+        tmp = path + ".part"
+        p = subprocess.run([tool, src, tmp, kind, str(os.cpu_count() or 1)], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"make_bench_models: llama-quantize {src} {kind} failed: {p.stderr.strip()[-300:]}")
+        os.replace(tmp, path)
+        print(f"{path}: {os.path.getsize(path) / 1e6:.0f} MB (llama-quantize {kind})")
         return
     try:
         import llama_cpp
@@ -229,11 +254,56 @@ def llamacpp_quantize(src, path, ftype):
     print(f"{path}: {os.path.getsize(path) / 1e6:.0f} MB")
 
 
+def make_qwen3_gguf(path, shape, name, seed):
+    """A Qwen3-shaped model with random weights written straight to a bf16 GGUF with numpy (no torch): normal
+    matrices with standard deviation 0.02 (Transformers' initializer_range), norms 1, tied embeddings, as
+    Qwen3ForCausalLM would be initialised. For speed measurements; the values are not a trained model's."""
+    import gguf
+
+    if os.path.exists(path):
+        print(f"{path}: exists, kept")
+        return
+    rng = np.random.default_rng(seed)
+    h, inter, heads, kv, hd = (shape[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                                  "num_key_value_heads", "head_dim"))
+    w = gguf.GGUFWriter(path, "qwen3")
+    w.add_name(name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_context_length(shape["max_position_embeddings"])
+    w.add_embedding_length(h)
+    w.add_block_count(shape["num_hidden_layers"])
+    w.add_feed_forward_length(inter)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(shape["rope_theta"])
+    w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
+    w.add_vocab_size(shape["vocab_size"])
+    w.add_tokenizer_model("none")
+
+    def matrix(rows, cols):
+        return rng.standard_normal((rows, cols), dtype=np.float32) * 0.02
+
+    add_float_tensor(w, "token_embd.weight", matrix(shape["vocab_size"], h), "bf16")
+    add_float_tensor(w, "output_norm.weight", np.ones(h, np.float32), "bf16")
+    mats = {"attn_q": (heads * hd, h), "attn_k": (kv * hd, h), "attn_v": (kv * hd, h), "attn_output": (h, heads * hd),
+            "ffn_gate": (inter, h), "ffn_up": (inter, h), "ffn_down": (h, inter)}
+    for i in range(shape["num_hidden_layers"]):
+        for norm, n in (("attn_norm", h), ("ffn_norm", h), ("attn_q_norm", hd), ("attn_k_norm", hd)):
+            add_float_tensor(w, f"blk.{i}.{norm}.weight", np.ones(n, np.float32), "bf16")
+        for t, (rows, cols) in mats.items():
+            add_float_tensor(w, f"blk.{i}.{t}.weight", matrix(rows, cols), "bf16")
+    write_gguf(w, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(root, "build", "bench-models"))
-    ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral"])
+    ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral", "qwen3-gguf", "qwen3-4b-gguf"],
+                    help="qwen3-gguf / qwen3-4b-gguf: the Qwen3-0.6B / Qwen3-4B shapes straight to GGUF with numpy "
+                         "(bf16, then q8_0, q4_0 and q4_k_m by llama.cpp's quantiser; no torch needed)")
     ap.add_argument("--smollm2-gguf", default=None)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -251,6 +321,14 @@ def main():
             qwen3_to_gguf(qdir, os.path.join(a.out, f"qwen3-0.6b-random-{suffix}.gguf"), suffix)
         llamacpp_quantize(os.path.join(a.out, "qwen3-0.6b-random-bf16.gguf"),
                           os.path.join(a.out, "qwen3-0.6b-random-q4_k_m.gguf"), "MOSTLY_Q4_K_M")
+    for only, shape, stem in (("qwen3-gguf", QWEN3_06B, "qwen3-0.6b-random"),
+                              ("qwen3-4b-gguf", QWEN3_4B, "qwen3-4b-random")):
+        if a.only != only:
+            continue
+        bf16 = os.path.join(a.out, f"{stem}-bf16.gguf")
+        make_qwen3_gguf(bf16, shape, stem, a.seed)
+        for suffix, ftype in (("q8_0", "MOSTLY_Q8_0"), ("q4_0", "MOSTLY_Q4_0"), ("q4_k_m", "MOSTLY_Q4_K_M")):
+            llamacpp_quantize(bf16, os.path.join(a.out, f"{stem}-{suffix}.gguf"), ftype)
 
 
 if __name__ == "__main__":
