@@ -47,8 +47,8 @@ ninja -C build-asan -j"$JOBS" tessera_tests
 # (the Pjrt* suites and every *XlaCpu* case: a quarter of this stage's time for code ASan cannot see) are
 # exercised by stage 1 and would only be slow here.
 # One case is left to stage 1: CpuRows.BatchWithPerRowSlotsEqualsEachSequenceAlone/llama_gqa_bf16kv differs
-# from its rows alone by 3e-4 in this -O1 GCC build on AVX512-BF16 machines (it passes in the release build
-# and in a clang build; cause not found yet: ARCHITECTURE.md, "Known gaps").
+# from its rows alone by 3e-4 in the -O1 GCC sanitizer builds on AVX512-BF16 machines (it passes in the release
+# build and in a clang build; cause not found yet: ARCHITECTURE.md, *Tests*). The TSan stage skips it too.
 # Leaks inside the (uninstrumented) xla-cpu plugin are its own: scripts/lsan.supp.
 LSAN_SUPP="$PWD/scripts/lsan.supp"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$LSAN_SUPP" \
@@ -63,7 +63,8 @@ ninja -C build-tsan -j"$JOBS" tessera_tests
 # cache (the rest are single-threaded callers, run under ASan above); not the xla-cpu ones: the plugin is not
 # instrumented, so TSan cannot see its own synchronisation.
 TESSERA_SOURCE_DIR="$PWD" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  build-tsan/tessera_tests --gtest_filter='*Concurren*:*CpuRows*:CpuThreadPool.*-*XlaCpu*:*Pjrt*'
+  build-tsan/tessera_tests \
+  --gtest_filter='*Concurren*:*CpuRows*:CpuThreadPool.*-*XlaCpu*:*Pjrt*:*BatchWithPerRowSlotsEqualsEachSequenceAlone/llama_gqa_bf16kv*'
 
 stage "fuzzers (${FUZZ_SECONDS:-15}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja "${SAN_FLAGS[@]}" -DTESSERA_FUZZ=ON \
