@@ -203,7 +203,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
   int version() const { return version_; }
-  bool keep_alive() const { return keep_alive_; }
+  bool keep_alive() const { return keep_alive_.load(); }
 
  private:
   Server::Impl& srv_;
@@ -213,7 +213,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool read_timed_out_ = false, linger_ = false;
   std::array<char, 16384> scratch_;
-  bool keep_alive_ = true, close_after_ = false, handler_running_ = false, writing_ = false, closed_ = false;
+  // keep_alive_ is also read by a handler's thread (the Connection header of its answer) while stop_soon()
+  // may clear it on the I/O thread; the rest is the I/O thread's alone.
+  std::atomic<bool> keep_alive_{true};
+  bool close_after_ = false, handler_running_ = false, writing_ = false, closed_ = false;
   int version_ = 11;
   std::deque<std::string> outq_;
 
