@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <set>
-#include <string_view>
 #include <utility>
 
 #include "tessera/auto_tokenizer.h"
@@ -180,39 +179,6 @@ namespace {
 // recursive code (dump(), copies, the chat template's values) ever sees a deeper value.
 constexpr int kMaxDepth = 64;
 
-// The first ill-formed UTF-8 sequence of `s` (RFC 3629: no overlong forms, no surrogates, nothing above
-// U+10FFFF): its offset and its bytes up to and including the first one that cannot belong to it; npos when
-// `s` is valid UTF-8.
-std::pair<size_t, std::string> first_invalid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto b0 = static_cast<uint8_t>(s[i]);
-    size_t need = 1;
-    uint8_t lo = 0x80, hi = 0xBF;  // the second byte's range
-    if (b0 < 0x80) {
-      need = 1;
-    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-      need = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-      need = 3;
-      if (b0 == 0xE0) lo = 0xA0;  // overlong below U+0800
-      if (b0 == 0xED) hi = 0x9F;  // surrogates
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-      need = 4;
-      if (b0 == 0xF0) lo = 0x90;  // overlong below U+10000
-      if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
-    } else {
-      return {i, std::string(1, s[i])};  // 0x80-0xC1 (a stray continuation, an overlong lead), 0xF5-0xFF
-    }
-    for (size_t k = 1; k < need; ++k) {
-      if (i + k >= s.size()) return {i, std::string(s.substr(i))};  // the body ends inside the character
-      const auto b = static_cast<uint8_t>(s[i + k]);
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return {i, std::string(s.substr(i, k + 1))};
-    }
-    i += need;
-  }
-  return {std::string::npos, {}};
-}
-
 std::string hex_bytes(const std::string& bytes) {
   std::string out;
   for (unsigned char c : bytes) {
@@ -275,7 +241,9 @@ json parse_body(const std::string& text, bool chat) {
   try {
     return json::parse(text, track);
   } catch (const json::parse_error& e) {
-    if (const auto [at, bytes] = first_invalid_utf8(text); at != std::string::npos) {
+    size_t subpart = 0;
+    if (const size_t at = tok::utf8_first_invalid(text, &subpart); at != std::string::npos) {
+      const std::string bytes(text.substr(at, subpart));  // the maximal ill-formed subpart
       // The parser stopped at the bad bytes (not at a syntax error before them): the field it was in holds
       // them.
       const bool named = in_value && e.byte > at;

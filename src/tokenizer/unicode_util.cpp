@@ -75,20 +75,24 @@ void utf8_repair_append(std::string_view in, std::string& out) {
   out.append(in.substr(run));
 }
 
-bool utf8_is_valid(std::string_view in) {
+size_t utf8_first_invalid(std::string_view in, size_t* subpart) {
   size_t i = 0;
   while (i < in.size()) {
     if (static_cast<uint8_t>(in[i]) < 0x80) {
       ++i;
       continue;
     }
-    size_t subpart = 0;
     bool truncated = false;
-    const size_t n = scan_sequence(in, i, &subpart, &truncated);
-    if (n == 0) return false;
+    const size_t n = scan_sequence(in, i, subpart, &truncated);
+    if (n == 0) return i;
     i += n;
   }
-  return true;
+  return std::string_view::npos;
+}
+
+bool utf8_is_valid(std::string_view in) {
+  size_t subpart = 0;
+  return utf8_first_invalid(in, &subpart) == std::string_view::npos;
 }
 
 size_t utf8_incomplete_tail(std::string_view in) {

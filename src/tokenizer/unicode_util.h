@@ -13,6 +13,9 @@ namespace tessera::tok {
 // bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy do).
 void utf8_repair_append(std::string_view in, std::string& out);
 bool utf8_is_valid(std::string_view in);
+// Offset of the first maximal invalid subpart of `in` (the unit utf8_repair_append replaces), with its length
+// in *subpart; npos when `in` is valid UTF-8.
+size_t utf8_first_invalid(std::string_view in, size_t* subpart);
 
 // Start of a trailing sequence that is a valid but truncated UTF-8 prefix
 // (could still be completed by more bytes); in.size() when there is none.
