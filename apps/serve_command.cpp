@@ -4,10 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <mutex>
