@@ -1,6 +1,6 @@
 // Micro-benchmark of the CPU kernels: read bandwidth, thread-pool fork-join cost, matmul at M=1 (weights
 // streamed from memory: GB/s) and M=512 (GFLOP/s) for SmolLM2 / Qwen3-0.6B shapes, attention.
-// Usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--threads N] [--isa scalar|avx2|avx512]
+// Usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--quant-gemm] [--threads N] [--isa scalar|avx2|avx512]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -138,14 +138,56 @@ void bench_decode_rows(bool quick) {
 
 }  // namespace
 
+// Block-quantised weights [N, K] of random quants with sane f16 scales (d, and m / dmin where the format has
+// one), for timing only.
+std::vector<uint8_t> random_blocks(DType dt, int64_t N, int64_t K) {
+  const size_t bytes = dtype_bytes(dt, K) * static_cast<size_t>(N), bb = dtype_bytes(dt, dtype_block(dt));
+  std::vector<uint8_t> w(bytes);
+  uint32_t s = 12345;
+  for (auto& b : w) b = static_cast<uint8_t>((s = s * 1664525u + 1013904223u) >> 24);
+  const uint16_t d = f32_to_f16(0.01f), m = f32_to_f16(-0.02f);
+  for (size_t o = 0; o < bytes; o += bb) {
+    const size_t at = dt == DType::Q6_K ? 208 : 0;
+    std::memcpy(&w[o + at], &d, 2);
+    if (dt == DType::Q4_1 || dt == DType::Q4_K || dt == DType::Q5_K) std::memcpy(&w[o + 2], &m, 2);
+  }
+  return w;
+}
+
+// The prefill matmul (M = 512) of block-quantised weights: the int8 gemm (RoundX) against the dequantising
+// f32 gemm (Exact), in GOP/s (2 M N K per call), the _R8 form where the cpu binds one.
+void bench_quant_gemm(bool quick) {
+  const int64_t M = quick ? 64 : 512;
+  const MatShape shapes[] = {{"qwen3 up 1024x3072", 1024, 3072}, {"qwen3 down 3072x1024", 3072, 1024}};
+  for (const MatShape& sh : shapes)
+    for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      std::vector<uint8_t> w = random_blocks(dt, sh.N, sh.K);
+      const DType bound = rows8_dtype(dt);
+      if (bound != dt) interleave_rows8(dt, w.data(), sh.N, sh.K);
+      std::vector<float> x(static_cast<size_t>(M * sh.K)), y(static_cast<size_t>(M * sh.N));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
+      const double ops = 2.0 * static_cast<double>(M * sh.N * sh.K) / 1e9;
+      double rate[2];
+      int i = 0;
+      for (Bf16Dot dot : {Bf16Dot::RoundX, Bf16Dot::Exact})
+        rate[i++] = ops / time_it(quick ? 1 : 5, [&] {
+                      matmul(x.data(), M, sh.K, w.data(), bound, sh.N, nullptr, y.data(), dot);
+                    });
+      std::printf("  %-22s %-8s M=%lld: int8 gemm %6.1f GOP/s, dequantised f32 gemm %6.1f GFLOP/s (%.2fx)\n",
+                  sh.name, dtype_name(bound), static_cast<long long>(M), rate[0], rate[1], rate[0] / rate[1]);
+    }
+}
+
 int run(int argc, char** argv) {
-  bool quick = false, matmuls = true, decode_rows = false;
+  bool quick = false, matmuls = true, decode_rows = false, quant = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
     } else if (a == "--attention-only") {
       matmuls = false;
+    } else if (a == "--quant-gemm") {
+      quant = true;
     } else if (a == "--decode-rows") {
       decode_rows = true;
     } else if (a == "--threads" && i + 1 < argc) {
@@ -155,11 +197,15 @@ int run(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--threads N] [--isa scalar|avx2|avx512]\n");
+          "usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--quant-gemm] [--threads N] [--isa scalar|avx2|avx512]\n");
       return 2;
     }
   }
   std::printf("isa %s, %d threads\n", isa_name(active_isa()), ThreadPool::instance().num_threads());
+  if (quant) {
+    bench_quant_gemm(quick);
+    return 0;
+  }
   if (decode_rows) {
     bench_decode_rows(quick);
     return 0;

@@ -4,13 +4,14 @@
 // and 2 threads, at odd shapes.
 //
 // References: the weights' values (d * q (+ m)) decoded from random block bytes by the GGUF reader's
-// dequantisers (src/io/gguf_quants.cpp, written apart from the kernels). The decode path (below 8 rows, and
-// matmul_rows at any M) multiplies x as the kernel rounds it: per row and block of 32, scale = max|x| / 127,
-// q = round-half-even(x / scale) (kernels_quant.cpp); the prefill path (8 rows and more in matmul) multiplies
-// x as it is. Tolerances: decode |y - ref| <= 3e-6 * sum_k |w_k xq_k| + 1.2e-7 |ref| (the integer dots are
-// exact; each block adds one f32 product of two scales and one FMA into one of 16 lanes, a few roundings of
-// 6e-8 per term at most); prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|. Dequantisation
-// rounds d * q + m once (d * q is exact in f32), as the reader's dequantisers do, so it is checked for
+// dequantisers (src/io/gguf_quants.cpp, written apart from the kernels). The int8 paths (decode below 8 rows
+// and matmul_rows at any M; the prefill gemm from 8 rows on with Bf16Dot::RoundX) multiply x as the kernels
+// round it: per row and block of 32, scale = max|x| / 127, q = round-half-even(x / scale)
+// (kernels_quant.cpp); the exact prefill (8 rows and more with Bf16Dot::Exact) multiplies x as it is.
+// Tolerances: int8 |y - ref| <= 3e-6 * sum_k |w_k xq_k| + 1.2e-7 |ref| (the integer dots are exact; each
+// block or scale group adds one f32 product of two scales and one or two FMAs into one accumulator, a few
+// roundings of 6e-8 per term at most); exact prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|.
+// Dequantisation rounds d * q + m once (d * q is exact in f32), as the reader's dequantisers do, so it is checked for
 // equality.
 #include <gtest/gtest.h>
 
@@ -210,20 +211,58 @@ TEST_P(CpuQuantKernels, MatmulDecodeEveryFormat) {
 }
 
 TEST_P(CpuQuantKernels, MatmulPrefillEveryFormat) {
-  // 8 rows and more: dequantised chunks through the f32 gemm (K = 8192: chunks of 256 rows, so N = 600 takes
-  // three, the last one short).
+  // 8 rows and more. RoundX: the int8 gemm (x rounded as for decode; panels of 16 weight rows, so N = 5, 67,
+  // 300 end in a short one; M = 13, 9 end in a short tile of x rows). Exact: dequantised chunks through the
+  // f32 gemm (K = 8192: chunks of 256 rows, so N = 600 takes three, the last one short).
   struct Case {
     int64_t M, K, N;
   };
   uint32_t seed = 100;
   for (DType dt : kFormats)
-    for (Case c : {Case{8, 32, 5}, Case{13, 160, 67}, Case{40, 576, 300}, Case{9, 8192, 600}}) {
-      c.K = kdim(dt, c.K);
-      const QWeights w = make_qweights(dt, c.N, c.K, ++seed);
-      const std::vector<float> x = random_vec(c.M * c.K, ++seed), bias = random_vec(c.N, ++seed);
-      std::vector<float> y(static_cast<size_t>(c.M * c.N), NAN);
-      matmul(x.data(), c.M, c.K, w.raw.data(), dt, c.N, bias.data(), y.data());
-      expect_matmul_near(y, x, w, &bias, c.M, c.K, c.N, false, dtype_name(dt));
+    for (Case c : {Case{8, 32, 5}, Case{13, 160, 67}, Case{40, 576, 300}, Case{9, 8192, 600}})
+      for (Bf16Dot dot : {Bf16Dot::RoundX, Bf16Dot::Exact}) {
+        c.K = kdim(dt, c.K);
+        const QWeights w = make_qweights(dt, c.N, c.K, ++seed);
+        const std::vector<float> x = random_vec(c.M * c.K, ++seed), bias = random_vec(c.N, ++seed);
+        std::vector<float> y(static_cast<size_t>(c.M * c.N), NAN);
+        matmul(x.data(), c.M, c.K, w.raw.data(), dt, c.N, bias.data(), y.data(), dot);
+        expect_matmul_near(y, x, w, &bias, c.M, c.K, c.N, dot == Bf16Dot::RoundX,
+                           std::string(dtype_name(dt)) + (dot == Bf16Dot::RoundX ? " int8 gemm" : " f32 gemm"));
+      }
+}
+
+TEST_P(CpuQuantKernels, Int8GemmGivesTheScalarBitsAndEachRowAsInAnyCompany) {
+  // The int8 gemm on this target against the scalar level's (the same integers and the same float operations
+  // in the same order: equal bit for bit), with large and tiny x values, every format and the interleaved
+  // forms; and each output row the same whatever the rows beside it (M = 8 against the first 8 rows of
+  // M = 29) and whatever product it shares a matmul_multi with.
+  uint32_t seed = 1200;
+  std::vector<DType> formats(std::begin(kFormats), std::end(kFormats));
+  for (DType r8 : {DType::Q4_K_R8, DType::Q6_K_R8, DType::Q4_0_R8, DType::Q4_1_R8}) formats.push_back(r8);
+  for (DType dt : formats)
+    for (int64_t K0 : {32, 288, 1056}) {
+      const DType stored = stored_dtype(dt);
+      const int64_t K = kdim(stored, K0), N = 72, M = 29;
+      const QWeights w = make_qweights(stored, N, K, ++seed);
+      std::vector<uint8_t> raw = w.raw;
+      if (dt != stored) interleave_rows8(stored, raw.data(), N, K);
+      const std::vector<float> bias = random_vec(N, ++seed);
+      std::vector<float> x = random_vec(M * K, ++seed);
+      x[0] = 1e4f;
+      x[static_cast<size_t>(M * K - 1)] = -1e-6f;
+      const std::string what = std::string(dtype_name(dt)) + " K=" + std::to_string(K);
+      std::vector<float> got(static_cast<size_t>(M * N), NAN), want(got.size(), NAN), few(8 * N, NAN);
+      matmul(x.data(), M, K, raw.data(), dt, N, bias.data(), got.data(), Bf16Dot::RoundX);
+      set_isa(Isa::Scalar);
+      matmul(x.data(), M, K, raw.data(), dt, N, bias.data(), want.data(), Bf16Dot::RoundX);
+      set_isa(GetParam().t.isa);
+      ASSERT_EQ(got, want) << what << ": against the scalar gemm";
+      matmul(x.data(), 8, K, raw.data(), dt, N, bias.data(), few.data(), Bf16Dot::RoundX);
+      ASSERT_TRUE(std::equal(few.begin(), few.end(), got.begin())) << what << ": 8 rows against 29";
+      std::vector<float> a(got.size(), NAN), b(static_cast<size_t>(M * 8), NAN);
+      const MatmulOut outs[2] = {{raw.data(), N, bias.data(), a.data()}, {raw.data(), 8, nullptr, b.data()}};
+      matmul_multi(x.data(), M, K, dt, outs, 2, Bf16Dot::RoundX);
+      ASSERT_EQ(a, got) << what << ": in a matmul_multi";
     }
 }
 
@@ -358,8 +397,8 @@ TEST_P(CpuQuantKernels, ExactDecodeEqualsDequantisedF32) {
 
 TEST_P(CpuQuantKernels, InterleavedRowsComputeAsStored) {
   // The _R8 forms (rows interleaved by 8, as the cpu backend binds Q4_K / Q6_K matrices): the same values
-  // (dequantised and looked up bit for bit), the prefill and the exact decode bit for bit as the stored
-  // format, the int8 decode within the reference's bound and each row as it is alone.
+  // (dequantised and looked up bit for bit), the prefill (both gemms) and the exact decode bit for bit as the
+  // stored format, the int8 decode within the reference's bound and each row as it is alone.
   EXPECT_EQ(rows8_dtype(DType::Q8_0), DType::Q8_0);
   EXPECT_EQ(stored_dtype(DType::Q8_0), DType::Q8_0);
   uint32_t seed = 700;
@@ -409,9 +448,12 @@ TEST_P(CpuQuantKernels, InterleavedRowsComputeAsStored) {
           matmul_rows(x.data(), M, K, dt, &q, 1, Bf16Dot::Exact);
           matmul_rows(x.data(), M, K, r8, &out, 1, Bf16Dot::Exact);
           ASSERT_EQ(got, want) << what << " exact decode M=" << M;
-          matmul(x.data(), M, K, w.raw.data(), dt, N, bias.data(), want.data());
-          matmul(x.data(), M, K, wi.data(), r8, N, bias.data(), got.data());
-          ASSERT_EQ(got, want) << what << " matmul M=" << M;
+          for (Bf16Dot dot : {Bf16Dot::Exact, Bf16Dot::RoundX}) {  // the int8 gemm from 8 rows on
+            if (dot == Bf16Dot::RoundX && M < 8) continue;  // the decode kernels, which sum in other orders
+            matmul(x.data(), M, K, w.raw.data(), dt, N, bias.data(), want.data(), dot);
+            matmul(x.data(), M, K, wi.data(), r8, N, bias.data(), got.data(), dot);
+            ASSERT_EQ(got, want) << what << " matmul M=" << M << (dot == Bf16Dot::RoundX ? " int8" : " exact");
+          }
         }
       }
   }

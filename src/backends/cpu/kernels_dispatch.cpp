@@ -167,9 +167,11 @@ bool int8_dot_supported(Int8Dot d) {
 Int8Dot active_int8_dot() {
   if (forced_int8_dot()) return *forced_int8_dot();
   static const bool avxvnni = cpu_has_avxvnni(), avx512vnni = cpu_has_avx512vnni();
-  if (avxvnni) return Int8Dot::AvxVnni;
+  // AVX512-VNNI first where the level is AVX-512: its decode is AVX-VNNI's speed (the same instruction on
+  // 256-bit vectors) and the prefill gemm runs it on 512-bit ones.
   const Isa isa = current_isa();
   if (avx512vnni && (isa == Isa::Avx512 || isa == Isa::Avx512Bf16)) return Int8Dot::Avx512Vnni;
+  if (avxvnni) return Int8Dot::AvxVnni;
   return Int8Dot::Avx2;
 }
 

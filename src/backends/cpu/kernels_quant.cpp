@@ -140,6 +140,7 @@ struct QuantX {
   const float* s;
   const int32_t* isum;
   const int32_t* off16;
+  const int32_t* isum16;  // [M][2 ld]: the sums of values 0..15 and 16..31 of each block, in block order
   int64_t K, nb, ld;
 };
 
@@ -174,13 +175,14 @@ float quantize_block_scalar(const float* xb, int8_t* qb, int32_t* half) {
 QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_block) {
   const int64_t nb = K / QK, ld = (nb + 7) / 8 * 8;
   const int64_t qfloats = (M * K + 63) / 64 * 16;  // the int8 quants, in whole 64-byte lines
-  float* buf = scratch(0, qfloats + 3 * M * ld + 2 * M * ld);
+  float* buf = scratch(0, qfloats + 3 * M * ld + 4 * M * ld);
   auto* q = reinterpret_cast<int8_t*>(buf);
   float* d = buf + qfloats;
   float* s = d + M * ld;
   auto* isum = reinterpret_cast<int32_t*>(s + M * ld);
   int32_t* off16 = isum + M * ld;
-  std::fill(d, d + 5 * M * ld, 0.0f);  // the padding of d, s, isum and off16 (0.0f is all zero bits)
+  int32_t* isum16 = off16 + 2 * M * ld;
+  std::fill(d, d + 7 * M * ld, 0.0f);  // the padding of d, s, isum, off16, isum16 (0.0f is all zero bits)
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
       int32_t half[2];
@@ -192,9 +194,11 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_
       d[m * ld + b] = scale;
       s[m * ld + b] = scale * static_cast<float>(half[0] + half[1]);
       isum[m * ld + b] = half[0] + half[1];
+      isum16[m * 2 * ld + 2 * b] = half[0];
+      isum16[m * 2 * ld + 2 * b + 1] = half[1];
     }
   }
-  return {q, d, s, isum, off16, K, nb, ld};
+  return {q, d, s, isum, off16, isum16, K, nb, ld};
 }
 
 // ---- rows interleaved by 8 (Q4_K_R8, Q6_K_R8, Q4_0_R8, Q4_1_R8)
@@ -414,6 +418,51 @@ inline void dequant_row(const uint8_t* wr, int64_t K, float* y) {
   }
 }
 
+// The int8 gemm's tile (kernels_quant_avx2.inc describes it) in scalar code: the same integers, then the
+// same float operations in the same order (std::fma is the vector FMA's single rounding), so the same bits.
+constexpr int kGemmMR = 4;
+
+template <DType WT>
+inline void unpack_bytes(const uint8_t* blk, int off, uint8_t (&q)[Fmt<WT>::kSub][QK], float* dlo, float* dhi,
+                         float* m) {
+  Unpacked<WT> u;
+  unpack<WT>(blk, u);
+  for (int s = 0; s < Fmt<WT>::kSub; ++s) {
+    for (int j = 0; j < QK; ++j) q[s][j] = static_cast<uint8_t>(u.q[s][j] + off);
+    dlo[s] = u.dlo[s];
+    dhi[s] = u.dhi[s];
+    m[s] = u.m[s];
+  }
+}
+
+template <int G, int kOff, bool kMin, bool kWide, int MR>
+inline void gemm_tile(const uint8_t* panel, int64_t ng, const QuantX& qx, int64_t m0, float (&out)[kGemmMR][16]) {
+  constexpr size_t kQ = 16 * G, kStride = kQ + 64 + (kMin ? 64 : 0);
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < 16; ++r) out[i][r] = 0.0f;
+  for (int64_t g = 0; g < ng; ++g) {
+    const uint8_t* p = panel + static_cast<size_t>(g) * kStride;
+    const int64_t xb = g * G / QK;
+    for (int i = 0; i < MR; ++i) {
+      const int8_t* xr = qx.q + (m0 + i) * qx.K + g * G;
+      const int32_t xsum = G == QK ? qx.isum[(m0 + i) * qx.ld + g] : qx.isum16[(m0 + i) * 2 * qx.ld + g];
+      const float xd = qx.d[(m0 + i) * qx.ld + xb], xs = qx.s[(m0 + i) * qx.ld + xb];
+      for (int r = 0; r < 16; ++r) {
+        int32_t dot = -kOff * xsum;
+        for (int k = 0; k < G / 4; ++k)
+          for (int j = 0; j < 4; ++j) dot += static_cast<int32_t>(p[64 * k + 4 * r + j]) * xr[4 * k + j];
+        float wd, wm;
+        std::memcpy(&wd, p + kQ + 4 * r, 4);
+        out[i][r] = std::fma(static_cast<float>(dot), wd * xd, out[i][r]);
+        if constexpr (kMin) {
+          std::memcpy(&wm, p + kQ + 64 + 4 * r, 4);
+          out[i][r] = std::fma(wm, xs, out[i][r]);
+        }
+      }
+    }
+  }
+}
+
 constexpr bool kRows8Kernels = false;  // the _R8 forms: each group's rows as stored, through the above
 
 }  // namespace
@@ -433,7 +482,8 @@ constexpr bool kRows8Kernels = false;  // the _R8 forms: each group's rows as st
 #pragma GCC target("avx2,fma,f16c")
 namespace qavx2 {
 namespace {
-constexpr bool kVnni = false;
+constexpr bool kVnni = false, kDpbusdOneInstruction = false, kGemmZmm = false;
+constexpr int kGemmMR = 4;  // 8 float and 4 int32 accumulators: 16 vector registers
 TESSERA_DPBUSD_AVX2
 #include "backends/cpu/kernels_quant_avx2.inc"
 
@@ -485,7 +535,8 @@ float quantize_block(const float* xb, int8_t* qb, int32_t* half) {
 // namespaces below run, testable on any AVX2 machine (Int8Dot::EmulatedVnni; tests only).
 namespace qvnni_emulated {
 namespace {
-constexpr bool kVnni = true;
+constexpr bool kVnni = true, kDpbusdOneInstruction = false, kGemmZmm = false;
+constexpr int kGemmMR = 4;
 TESSERA_DPBUSD_AVX2
 #include "backends/cpu/kernels_quant_avx2.inc"
 }  // namespace
@@ -498,7 +549,8 @@ TESSERA_DPBUSD_AVX2
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace qavxvnni {
 namespace {
-constexpr bool kVnni = true;
+constexpr bool kVnni = true, kDpbusdOneInstruction = true, kGemmZmm = false;
+constexpr int kGemmMR = 4;
 inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
 #include "backends/cpu/kernels_quant_avx2.inc"
 }  // namespace
@@ -512,9 +564,10 @@ inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
-namespace qavx512vnni {  // AVX-512 machines without AVX-VNNI: the EVEX form on 256-bit vectors
+namespace qavx512vnni {  // the EVEX form: 256-bit vectors for decode, 512-bit in the prefill gemm
 namespace {
-constexpr bool kVnni = true;
+constexpr bool kVnni = true, kDpbusdOneInstruction = true, kGemmZmm = true;
+constexpr int kGemmMR = 8;  // 8 float and 8 int32 accumulators of 32 vector registers
 inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 #include "backends/cpu/kernels_quant_avx2.inc"
 }  // namespace
@@ -551,6 +604,25 @@ void gemv_chunk(DType wt, const uint8_t* w, size_t row_bytes, const QuantX& qx, 
   }
 #endif
   qscalar::gemv_chunk(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+}
+
+void gemm_rows(DType wt, const uint8_t* w, size_t row_bytes, const QuantX& qx, int64_t M, int64_t n0,
+               int64_t n1, const float* bias, float* y, int64_t ldy) {
+#if TESSERA_CPU_WIDE
+  if (use_avx2()) {
+    switch (active_int8_dot()) {
+      case Int8Dot::Avx2:
+        return qavx2::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+      case Int8Dot::AvxVnni:
+        return qavxvnni::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+      case Int8Dot::Avx512Vnni:
+        return qavx512vnni::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+      case Int8Dot::EmulatedVnni:
+        return qvnni_emulated::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+    }
+  }
+#endif
+  qscalar::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
 }
 
 void dequant_rows(DType wt, const uint8_t* w, size_t row_bytes, int64_t K, int64_t r0, int64_t r1, float* y) {
@@ -593,6 +665,26 @@ void quant_gemm(const float* x, int64_t M, int64_t K, const MatmulOut& o, DType 
   }
 }
 
+// Prefill with x quantised to int8 (the int8 gemm of kernels_quant.inc): x once for every product, then each
+// product's panels of 16 weight rows claimed by the threads in chunks of about 256 KiB of panels (at least
+// two chunks per thread where there are enough).
+void int8_gemm(const float* x, int64_t M, int64_t K, DType wt, const MatmulOut* outs, int count,
+               BlockQuantizer quantize_block) {
+  const QuantX qx = quantize_x(x, M, K, quantize_block);
+  const size_t row_bytes = dtype_bytes(wt, K);
+  const int threads = ThreadPool::instance().num_threads();
+  for (int i = 0; i < count; ++i) {
+    const MatmulOut& o = outs[i];
+    const int64_t np = (o.N + 15) / 16;
+    const int64_t per = std::clamp<int64_t>(
+        std::min<int64_t>(int64_t{256} * 1024 / (16 * K), np / std::max(1, 2 * threads)), 1, 16);
+    ThreadPool::instance().parallel_chunks(np, per, [&](int64_t p0, int64_t p1) {
+      gemm_rows(wt, static_cast<const uint8_t*>(o.w), row_bytes, qx, M, 16 * p0, std::min(o.N, 16 * p1),
+                o.bias, o.y, o.N);
+    });
+  }
+}
+
 // Decode with x kept f32 (Bf16Dot::Exact): rows n0 .. n1 of o dequantised to f32 (scratch slot 1 of the
 // running thread) and multiplied with the f32 decode kernel, whose outputs are each one row's dot whatever
 // M and whatever the block of weight rows, so this gives what f32 weights give, bit for bit.
@@ -619,16 +711,17 @@ void matmul_quant(const float* x, int64_t M, int64_t K, DType wt, const MatmulOu
                   bool rows_invariant, bool exact) {
   check_quant_shape(wt, K);
   if (M == 0) return;
-  if (!rows_invariant && M >= kGemmMinRows) {
-    for (int i = 0; i < count; ++i)
-      if (outs[i].N > 0) quant_gemm(x, M, K, outs[i], wt);
-    return;
-  }
 #if TESSERA_CPU_WIDE
   const BlockQuantizer quantize_block = use_avx2() ? qavx2::quantize_block : quantize_block_scalar;
 #else
   const BlockQuantizer quantize_block = quantize_block_scalar;
 #endif
+  if (!rows_invariant && M >= kGemmMinRows) {
+    if (!exact) return int8_gemm(x, M, K, wt, outs, count, quantize_block);
+    for (int i = 0; i < count; ++i)
+      if (outs[i].N > 0) quant_gemm(x, M, K, outs[i], wt);
+    return;
+  }
   const QuantX qx = exact ? QuantX{} : quantize_x(x, M, K, quantize_block);
   const size_t row_bytes = dtype_bytes(wt, K);
   for_each_row_chunk(outs, count, kChunkRows, M * K, [&](const MatmulOut& o, int64_t n0, int64_t n1) {
