@@ -1,8 +1,8 @@
 // dtype q8_0 / q4_0 / q4_k (LoadOptions::dtype, --dtype): a float checkpoint's matrices quantised to GGML
 // blocks at load and computed from them on the cpu device (tests/test_cpu_kernels_quant.cpp checks the
 // kernels). Bounds against Transformers' float32 goldens of the tiny random fixtures (logits up to ~7.7,
-// where Transformers' own bfloat16 is 0.165 off): Q8_0 within 0.35 (measured 0.23-0.24, int8 decode inputs
-// included), Q4_0 within 4.0 (measured 2.9-3.1: 4-bit blocks of random weights). The kernels' and the
+// where Transformers' own bfloat16 is 0.165 off): Q8_0 within 0.5 (measured 0.32-0.35: every matmul input
+// rounded to int8 per block of 32, prefill included; 0.23-0.24 when prefill kept f32 inputs), Q4_0 within 4.0 (measured 2.9-3.1: 4-bit blocks of random weights). The kernels' and the
 // quantiser's exactness are checked apart (test_cpu_kernels_quant.cpp, RowsRoundTrip below); these catch the
 // loader path (which matrices, their layout). Greedy tokens are not compared: the goldens' top-2 margins
 // (0.002-0.04) are below bfloat16's own error.
@@ -123,8 +123,8 @@ void check_fixture(const char* name, DType q, double bound, const char* device =
 }
 
 TEST(QuantizeAtLoad, Q8_0NearTransformersFloat32) {
-  check_fixture("qwen3_tied", DType::Q8_0, 0.35);
-  check_fixture("glm4", DType::Q8_0, 0.35);
+  check_fixture("qwen3_tied", DType::Q8_0, 0.5);
+  check_fixture("glm4", DType::Q8_0, 0.5);
 }
 
 TEST(QuantizeAtLoad, Q4_0NearTransformersFloat32) {

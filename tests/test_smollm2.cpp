@@ -100,8 +100,8 @@ TEST(SmolLM2, LastPositionLogitsMatchTransformers) {
 }
 
 // The default load keeps the file's blocks on the cpu backend (30 layers x 7 Q4_1 matrices, and the Q8_0
-// embedding that is also the tied LM head) and computes from them: prompts under 8 tokens and every decode
-// step on the int8-activation kernel, longer prompts' prefill from dequantised f32 chunks.
+// embedding that is also the tied LM head) and computes from them with x rounded to int8 per block of 32:
+// prompts under 8 tokens and every decode step on the decode kernel, longer prompts' on the prefill gemm.
 double worst_top100(CausalLM& m, const nlohmann::json& p, std::vector<float>* last_out = nullptr) {
   auto ids = to32(p["input_ids"]);
   std::vector<float> logits = m.forward(ids);
@@ -120,7 +120,7 @@ TEST(SmolLM2, QuantisedPathGreedyTokens) {
   // (below) and flips near-ties: measured against Transformers' float32 greedy tokens, the chat prompt agrees
   // for all 32, "plain" for 30 and "long" for 1 (5 for "plain" before Q4_1 rows were interleaved, which sums
   // in another order; the dequantised bfloat16 path: 32, 32 and 4). Checked: the
-  // chat prompt's 32 tokens, and every prompt's first new token (its prefill runs from dequantised weights).
+  // chat prompt's 32 tokens, and every prompt's first new token (from the int8 prefill gemm).
   REQUIRE_SMOLLM2(path);
   auto j = golden::load_json(golden::model_path("smollm2_golden.json"));
   CausalLM m = AutoModelForCausalLM::from_pretrained(path, LoadOptions{});
@@ -146,17 +146,17 @@ TEST(SmolLM2, QuantisedPathLogitsNearTransformers) {
   auto j = golden::load_json(golden::model_path("smollm2_golden.json"));
   CausalLM m = AutoModelForCausalLM::from_pretrained(path, LoadOptions{});
   // Prompt 0 (5 tokens): every matmul on the int8 kernel (x rounded to 8 bits per block of 32) and a bfloat16
-  // KV cache. Stated bound 0.5 on logits of magnitude ~20 (measured 0.33).
+  // KV cache. Stated bound 0.5 on logits of magnitude ~20 (measured 0.47).
   std::vector<float> last;
   const double int8_worst = worst_top100(m, j["prompts"][0], &last);
   EXPECT_LE(int8_worst, 0.5);
   // Its argmax is Transformers' first greedy token.
   const auto first = j["prompts"][0]["greedy_no_eos"]["output_ids"][j["prompts"][0]["input_ids"].size()];
   EXPECT_EQ(std::max_element(last.begin(), last.end()) - last.begin(), first.get<int>());
-  // Prompt 1 (37 tokens): the prefill multiplies f32 x with the exactly dequantised weights, so only the
-  // bfloat16 KV cache separates it from Transformers' float32: stated bound 0.05.
+  // Prompt 1 (37 tokens): the prefill gemm, which rounds x to int8 as the decode kernel does (llama.cpp's
+  // prefill on this file does too): the same stated bound (measured 0.44).
   const double prefill_worst = worst_top100(m, j["prompts"][1]);
-  EXPECT_LE(prefill_worst, 0.05);
+  EXPECT_LE(prefill_worst, 0.5);
   std::printf(
       "quantised path, worst |logit - Transformers f32| over the top 100: %.4f (int8, 5 tokens), "
       "%.4f (prefill, 37 tokens)\n",

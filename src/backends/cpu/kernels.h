@@ -23,16 +23,16 @@ Isa active_isa();               // the one kernels use now
 void set_isa(Isa isa);
 // Parses "scalar" | "avx2" | "avx512" | "avx512bf16"; throws tessera::Error otherwise.
 Isa parse_isa(const char* name);
-// The integer dot products of the block-quantised decode kernels (kernels_quant.cpp) on avx2 and above:
-// Avx2 = vpmaddubsw + vpmaddwd; AvxVnni = vpdpbusd (VEX); Avx512Vnni = vpdpbusd's EVEX form on 256-bit
-// vectors (AVX-512 machines without AVX-VNNI, only at the avx512 levels); EmulatedVnni = the VNNI kernels'
+// The integer dot products of the block-quantised kernels (kernels_quant.cpp) on avx2 and above:
+// Avx2 = vpmaddubsw + vpmaddwd; AvxVnni = vpdpbusd (VEX); Avx512Vnni = vpdpbusd's EVEX form (only at the
+// avx512 levels: 256-bit vectors in decode, 512-bit in the prefill gemm); EmulatedVnni = the VNNI kernels'
 // code with the AVX2 pair standing in for vpdpbusd, so that an AVX2 machine tests it (tests only). All four
 // give the same integers, so the same outputs bit for bit.
 enum class Int8Dot : uint8_t { Avx2, AvxVnni, Avx512Vnni, EmulatedVnni };
 const char* int8_dot_name(Int8Dot d);  // "avx2", "avx-vnni", "avx512-vnni", "emulated-vnni"
 bool int8_dot_supported(Int8Dot d);    // by this CPU (at any ISA)
-// The one the kernels use at the active ISA: the forced one (set_int8_dot), else AvxVnni where the CPU has
-// it, else Avx512Vnni at the avx512 levels where it has that, else Avx2. Meaningless on the scalar level.
+// The one the kernels use at the active ISA: the forced one (set_int8_dot), else Avx512Vnni at the avx512
+// levels where the CPU has it, else AvxVnni where it has that, else Avx2. Meaningless on the scalar level.
 Int8Dot active_int8_dot();
 // Forces one (tests); throws tessera::Error when this CPU lacks it. reset_int8_dot() returns to the default.
 void set_int8_dot(Int8Dot d);
@@ -49,10 +49,10 @@ enum class Bf16Dot : uint8_t { Exact, RoundX };
 
 // Block-quantised weights (wdt Q8_0, Q4_0 or Q4_1, K a multiple of 32; see kernels_quant.cpp) are computed
 // from their blocks: below kGemmMinRows rows (and always in matmul_rows) x is quantised per row and block of
-// 32 to int8 and dotted in integers, as llama.cpp does; from kGemmMinRows rows on (prefill) the weights are
-// dequantised to f32 chunk by chunk and x stays f32. For them `bf16` says whether decode may round x to int8:
-// RoundX (the default callers pass) does; Exact keeps x f32 there too (dequantised chunks and the f32 decode
-// kernel: what f32 weights give, bit for bit).
+// 32 to int8 and dotted in integers, as llama.cpp does; from kGemmMinRows rows on (prefill) the int8 gemm
+// does the same with x (panels of 16 unpacked weight rows). For them `bf16` says whether x may be rounded to
+// int8: RoundX (the default callers pass) does; Exact keeps x f32 (dequantised chunks through the f32 gemm,
+// or the f32 decode kernel: what f32 weights give, bit for bit).
 //
 // y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16/quantised) row-major [N, K];
 // bias f32 or nullptr; y f32 (must not alias x). Accumulates in f32; x stays f32 unless `bf16` allows

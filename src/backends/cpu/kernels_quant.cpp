@@ -12,14 +12,16 @@
 //    An offset m adds m * (x scale * sum of the x quants), kept per block. Weights are read once per step
 //    whatever M: a chunk of 64 weight rows is dotted with every x row (in passes of up to 4) before the next
 //    chunk is read, and each output is the same sum whatever M (rows never share an accumulator).
-//  * Prefill (M >= kGemmMinRows in matmul / matmul_multi): chunks of weight rows are dequantised to f32 and
-//    run through the f32 gemm; x stays f32, so prefill computes exactly what dequantised f32 weights give.
-//  * Bf16Dot::Exact (exact_bf16_matmul): decode too keeps x f32, on chunks of 64 weight rows dequantised to
-//    f32 and the f32 decode kernel: bit for bit what the dequantised f32 checkpoint gives, at a lower rate.
+//  * Prefill (M >= kGemmMinRows in matmul / matmul_multi): the int8 gemm (kernels_quant.inc): x quantised
+//    as for decode, weight rows unpacked 16 at a time into panels of unsigned bytes, vpdpbusd tiles.
+//  * Bf16Dot::Exact (exact_bf16_matmul): x stays f32: prefill on chunks of weight rows dequantised to f32
+//    through the f32 gemm, decode on chunks of 64 rows and the f32 decode kernel: bit for bit what the
+//    dequantised f32 checkpoint gives, at a lower rate.
 // The AVX2 kernels (kernels_quant_avx2.inc) are compiled four times, over four forms of the integer dot
-// (cpu::Int8Dot): the AVX2 pair; vpdpbusd of AVX-VNNI; vpdpbusd's EVEX form on 256-bit vectors (AVX512-VNNI
-// machines without AVX-VNNI); and the VNNI kernels' code with the AVX2 pair standing in for vpdpbusd, which
-// tests that code on any AVX2 machine. The integers are the same in all four, so are the outputs.
+// (cpu::Int8Dot): the AVX2 pair; vpdpbusd of AVX-VNNI; vpdpbusd's EVEX form (AVX512-VNNI: 256-bit vectors
+// in decode, 512-bit in the prefill gemm); and the VNNI kernels' code with the AVX2 pair standing in for
+// vpdpbusd, which tests that code on any AVX2 machine. The integers are the same in all four, so are the
+// outputs.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -644,7 +646,7 @@ void store_cols(const float* yc, int64_t M, int64_t nc, float* y, int64_t ldy, i
     std::memcpy(y + m * ldy + n0, yc + m * nc, static_cast<size_t>(nc) * sizeof(float));
 }
 
-// Prefill: y = x · w^T for one product, in chunks of weight rows dequantised to f32 (scratch slot 2 of this
+// Exact prefill: y = x · w^T for one product, in chunks of weight rows dequantised to f32 (scratch slot 2 of this
 // thread, shared with the workers of the f32 gemm) and multiplied into a chunk of y (slot 3).
 void quant_gemm(const float* x, int64_t M, int64_t K, const MatmulOut& o, DType wt) {
   const size_t row_bytes = dtype_bytes(wt, K);
