@@ -203,6 +203,14 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_
   return {q, d, s, isum, off16, isum16, K, nb, ld};
 }
 
+// The int8 gemm's x panel (kernels_quant.inc), per group of G values and tile of MR x rows: the quants of the
+// MR rows 4 by 4 ([G / 4][MR][4] bytes), then per row the block's scale d, s = d * (quant sum) and the integer
+// correction -offset * (the group's quant sum), f32 / f32 / int32 [MR] each.
+template <int G, int MR>
+constexpr size_t x_group_bytes() {
+  return static_cast<size_t>(G) * MR + 12 * MR;
+}
+
 // ---- rows interleaved by 8 (Q4_K_R8, Q6_K_R8, Q4_0_R8, Q4_1_R8)
 //
 // Rows 8g .. 8g + 7 of the matrix are one run of K / (block values) blocks of 8 * (the format's block bytes),
@@ -437,22 +445,26 @@ inline void unpack_bytes(const uint8_t* blk, int off, uint8_t (&q)[Fmt<WT>::kSub
   }
 }
 
-template <int G, int kOff, bool kMin, bool kWide, int MR>
-inline void gemm_tile(const uint8_t* panel, int64_t ng, const QuantX& qx, int64_t m0, float (&out)[kGemmMR][16]) {
+template <int G, bool kMin, bool kWide>
+inline void gemm_tile(const uint8_t* panel, const uint8_t* px, int64_t ng, float (&out)[kGemmMR][16]) {
+  constexpr int MR = kGemmMR;
   constexpr size_t kQ = 16 * G, kStride = kQ + 64 + (kMin ? 64 : 0);
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < 16; ++r) out[i][r] = 0.0f;
-  for (int64_t g = 0; g < ng; ++g) {
-    const uint8_t* p = panel + static_cast<size_t>(g) * kStride;
-    const int64_t xb = g * G / QK;
+  for (int64_t g = 0; g < ng; ++g, panel += kStride, px += x_group_bytes<G, MR>()) {
+    const uint8_t* p = panel;
     for (int i = 0; i < MR; ++i) {
-      const int8_t* xr = qx.q + (m0 + i) * qx.K + g * G;
-      const int32_t xsum = G == QK ? qx.isum[(m0 + i) * qx.ld + g] : qx.isum16[(m0 + i) * 2 * qx.ld + g];
-      const float xd = qx.d[(m0 + i) * qx.ld + xb], xs = qx.s[(m0 + i) * qx.ld + xb];
+      float xd, xs;
+      int32_t corr;
+      std::memcpy(&xd, px + G * MR + 4 * i, 4);
+      std::memcpy(&xs, px + G * MR + 4 * (MR + i), 4);
+      std::memcpy(&corr, px + G * MR + 4 * (2 * MR + i), 4);
       for (int r = 0; r < 16; ++r) {
-        int32_t dot = -kOff * xsum;
+        int32_t dot = corr;
         for (int k = 0; k < G / 4; ++k)
-          for (int j = 0; j < 4; ++j) dot += static_cast<int32_t>(p[64 * k + 4 * r + j]) * xr[4 * k + j];
+          for (int j = 0; j < 4; ++j)
+            dot += static_cast<int32_t>(p[64 * k + 4 * r + j]) *
+                   static_cast<int8_t>(px[4 * (k * MR + i) + j]);
         float wd, wm;
         std::memcpy(&wd, p + kQ + 4 * r, 4);
         out[i][r] = std::fma(static_cast<float>(dot), wd * xd, out[i][r]);
@@ -608,24 +620,34 @@ void gemv_chunk(DType wt, const uint8_t* w, size_t row_bytes, const QuantX& qx, 
   qscalar::gemv_chunk(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
 }
 
-void gemm_rows(DType wt, const uint8_t* w, size_t row_bytes, const QuantX& qx, int64_t M, int64_t n0,
-               int64_t n1, const float* bias, float* y, int64_t ldy) {
+// The int8 gemm's entry points of the active instruction set's namespace.
+struct GemmFns {
+  size_t (*x_bytes)(DType, int64_t, int64_t);
+  void (*pack_x)(DType, const QuantX&, int64_t, uint8_t*);
+  void (*rows)(DType, const uint8_t*, size_t, int64_t, const uint8_t*, int64_t, int64_t, int64_t, const float*,
+               float*, int64_t);
+};
+#define TESSERA_GEMM_FNS(ns) \
+  GemmFns { ns::gemm_x_bytes, ns::gemm_pack_x, ns::gemm_rows }
+
+GemmFns gemm_fns() {
 #if TESSERA_CPU_WIDE
   if (use_avx2()) {
     switch (active_int8_dot()) {
       case Int8Dot::Avx2:
-        return qavx2::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+        return TESSERA_GEMM_FNS(qavx2);
       case Int8Dot::AvxVnni:
-        return qavxvnni::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+        return TESSERA_GEMM_FNS(qavxvnni);
       case Int8Dot::Avx512Vnni:
-        return qavx512vnni::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+        return TESSERA_GEMM_FNS(qavx512vnni);
       case Int8Dot::EmulatedVnni:
-        return qvnni_emulated::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+        return TESSERA_GEMM_FNS(qvnni_emulated);
     }
   }
 #endif
-  qscalar::gemm_rows(wt, w, row_bytes, qx, M, n0, n1, bias, y, ldy);
+  return TESSERA_GEMM_FNS(qscalar);
 }
+#undef TESSERA_GEMM_FNS
 
 void dequant_rows(DType wt, const uint8_t* w, size_t row_bytes, int64_t K, int64_t r0, int64_t r1, float* y) {
 #if TESSERA_CPU_WIDE
@@ -673,6 +695,9 @@ void quant_gemm(const float* x, int64_t M, int64_t K, const MatmulOut& o, DType 
 void int8_gemm(const float* x, int64_t M, int64_t K, DType wt, const MatmulOut* outs, int count,
                BlockQuantizer quantize_block) {
   const QuantX qx = quantize_x(x, M, K, quantize_block);
+  const GemmFns fns = gemm_fns();
+  auto* xp = reinterpret_cast<uint8_t*>(scratch(1, static_cast<int64_t>(fns.x_bytes(wt, M, K) + 3) / 4));
+  fns.pack_x(wt, qx, M, xp);
   const size_t row_bytes = dtype_bytes(wt, K);
   const int threads = ThreadPool::instance().num_threads();
   for (int i = 0; i < count; ++i) {
@@ -681,8 +706,8 @@ void int8_gemm(const float* x, int64_t M, int64_t K, DType wt, const MatmulOut* 
     const int64_t per = std::clamp<int64_t>(
         std::min<int64_t>(int64_t{256} * 1024 / (16 * K), np / std::max(1, 2 * threads)), 1, 16);
     ThreadPool::instance().parallel_chunks(np, per, [&](int64_t p0, int64_t p1) {
-      gemm_rows(wt, static_cast<const uint8_t*>(o.w), row_bytes, qx, M, 16 * p0, std::min(o.N, 16 * p1),
-                o.bias, o.y, o.N);
+      fns.rows(wt, static_cast<const uint8_t*>(o.w), row_bytes, K, xp, M, 16 * p0, std::min(o.N, 16 * p1), o.bias,
+               o.y, o.N);
     });
   }
 }
