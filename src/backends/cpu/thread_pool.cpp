@@ -121,11 +121,17 @@ uint64_t ThreadPool::publish(bool chunked) {
   return gen;
 }
 
-void ThreadPool::ChunkJob::work() {
-  for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
-       c = next.fetch_add(1, std::memory_order_relaxed)) {
-    (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
+void ThreadPool::ChunkJob::work(int first) {
+  for (int k = 0; k < spans; ++k) {
+    Span& s = span[static_cast<size_t>((first + k) % spans)];
+    for (int64_t c = s.next.fetch_add(1, std::memory_order_relaxed); c < s.end;
+         c = s.next.fetch_add(1, std::memory_order_relaxed))
+      (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
   }
+}
+
+void ThreadPool::ChunkJob::stop() {
+  for (int k = 0; k < spans; ++k) span[static_cast<size_t>(k)].next.store(chunks);
 }
 
 void ThreadPool::join_chunks(uint64_t gen) {
@@ -136,7 +142,7 @@ void ThreadPool::join_chunks(uint64_t gen) {
   }
   t_inside_job = true;
   try {
-    chunk_job_->work();
+    chunk_job_->work(chunk_job_->handed.fetch_add(1, std::memory_order_relaxed) % chunk_job_->spans);
   } catch (...) {
     std::lock_guard<std::mutex> lk(error_mu_);
     if (!error_) error_ = std::current_exception();
@@ -218,16 +224,23 @@ void ThreadPool::parallel_chunks(int64_t n, int64_t chunk,
   job.n = n;
   job.chunk = chunk;
   job.chunks = chunks;
+  job.spans = static_cast<int>(std::min<int64_t>(num_threads_, chunks));
+  if (job.spans > ChunkJob::kInline) job.heap_spans = std::make_unique<Span[]>(static_cast<size_t>(job.spans));
+  job.span = job.spans > ChunkJob::kInline ? job.heap_spans.get() : job.inline_spans;
+  for (int k = 0; k < job.spans; ++k) {
+    job.span[static_cast<size_t>(k)].next.store(chunks * k / job.spans, std::memory_order_relaxed);
+    job.span[static_cast<size_t>(k)].end = chunks * (k + 1) / job.spans;
+  }
   chunk_job_ = &job;
   error_ = nullptr;
   const uint64_t gen = publish(true);
   t_inside_job = true;
   std::exception_ptr caller_error;
   try {
-    job.work();
+    job.work(0);
   } catch (...) {
     caller_error = std::current_exception();
-    job.next.store(chunks);  // stop handing out chunks
+    job.stop();
   }
   t_inside_job = false;
   // Close the job, then wait only for the workers that joined it.

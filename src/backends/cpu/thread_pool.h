@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -43,10 +44,12 @@ class ThreadPool {
   // Splits [0, n) into contiguous chunks (>= grain elements, except a single short chunk) over the threads.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
 
-  // Covers [0, n) with chunks of `chunk` elements (the last one shorter) that the threads claim from a shared
-  // counter, so a thread that starts late or is preempted on a busy machine takes fewer chunks instead of
-  // holding up the others; the caller waits only for workers that took part. Runs inline when there is a
-  // single chunk.
+  // Covers [0, n) with chunks of `chunk` elements (the last one shorter) that the threads claim: the chunks
+  // are split into one contiguous span per thread, each taken front to back by the thread it is handed to
+  // (so a thread streams through neighbouring memory, as the decode kernels want), and a thread whose span
+  // is done claims from the others' in turn, so one that starts late or is preempted on a busy machine takes
+  // fewer chunks instead of holding up the others; the caller waits only for workers that took part. Runs
+  // inline when there is a single chunk.
   void parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
@@ -57,11 +60,21 @@ class ThreadPool {
   void join_chunks(uint64_t gen);  // a worker's part of chunked job `gen`, if it is still open
 
   // A parallel_chunks job: the caller's state, read only by workers that joined it (see chunk_state_).
+  struct alignas(64) Span {  // chunks next .. end - 1, claimed at next (a cache line each)
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
   struct ChunkJob {
     const std::function<void(int64_t, int64_t)>* fn;
     int64_t n, chunk, chunks;
-    std::atomic<int64_t> next{0};
-    void work();  // claims chunks until none is left
+    int spans;
+    Span* span;                     // kInline of them here; more (a pool past 16 threads) on the heap
+    static constexpr int kInline = 16;
+    Span inline_spans[kInline];
+    std::unique_ptr<Span[]> heap_spans;
+    std::atomic<int> handed{1};  // the span the next worker to join starts on (the caller has span 0)
+    void work(int first);        // claims chunks of span `first`, then of the others, until none is left
+    void stop();                 // no chunk is handed out after this
   };
 
   int num_threads_ = 1;
