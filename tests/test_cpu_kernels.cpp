@@ -18,12 +18,17 @@
 //  * add, embedding, argmax: exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
@@ -646,6 +651,36 @@ TEST(CpuThreadPool, ParallelChunksCoverRangeOnceInterleavedWithRun) {
     std::atomic<int64_t> total{0};
     pool.parallel_chunks(100, 7, [&](int64_t b, int64_t e) { total += e - b; });
     EXPECT_EQ(total.load(), 100);
+  }
+}
+
+TEST(CpuThreadPool, ParallelChunksHandEachThreadAContiguousSpan) {
+  // Two threads, 40 chunks: the caller takes span 0 (chunks 0-19) front to back and then whatever is left
+  // of span 1, so its chunks only increase and start at 0; a worker starts at the front of span 1 (chunk
+  // 20 or later, whenever it joins) and takes span 0's leftovers only after that.
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 50; ++rep) {
+    std::mutex mu;
+    std::map<std::thread::id, std::vector<int64_t>> order;
+    pool.parallel_chunks(40, 1, [&](int64_t b, int64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      std::lock_guard<std::mutex> lk(mu);
+      order[std::this_thread::get_id()].push_back(b);
+    });
+    size_t covered = 0;
+    for (const auto& [id, chunks] : order) {
+      covered += chunks.size();
+      if (id == std::this_thread::get_id()) {
+        EXPECT_EQ(chunks.front(), 0);
+        EXPECT_TRUE(std::is_sorted(chunks.begin(), chunks.end()));
+      } else {
+        EXPECT_GE(chunks.front(), 20);
+        const auto wrap = std::find_if(chunks.begin(), chunks.end(), [](int64_t c) { return c < 20; });
+        EXPECT_TRUE(std::is_sorted(chunks.begin(), wrap));
+        EXPECT_TRUE(std::is_sorted(wrap, chunks.end()));
+      }
+    }
+    EXPECT_EQ(covered, 40u);
   }
 }
 
