@@ -17,7 +17,8 @@
 #          --models smollm2,qwen3,qwen3_4b  --dtypes bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m (a quantised dtype
 #          runs on the models that have it: q4_1 on smollm2, q8_0, q4_0 and q4_k_m on qwen3 and qwen3_4b;
 #          qwen3_4b has quantised files only)  --no-make (use the files already in BENCH_MODELS, e.g. from
-#          make_bench_models.py --only qwen3-gguf / qwen3-4b-gguf, which need no torch)
+#          make_bench_models.py --only qwen3-gguf / qwen3-4b-gguf, which need no torch)  --no-transformers
+#          (Tessera and llama.cpp only: no torch needed, PY may be any python with gguf)
 # Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
 #              COMPILE_TIMEOUT (s, default 900), COMPILE_MODELS (which models get the torch.compile run), PY (python with torch, transformers,
 #              llama-cpp-python, gguf; default venv-bench/bin/python, made by: python3 -m venv venv-bench &&
@@ -27,7 +28,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/tessera}"
 PY="${PY:-$ROOT/venv-bench/bin/python}"
 MODELS="${BENCH_MODELS:-$ROOT/build/bench-models}"
-QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md" MAKE=1
+QUICK=0 REPEATS=3 THREADS="$(nproc)" PROMPT=512 NEW=128 COMPILE=1 OUT="$ROOT/bench/results.md" MAKE=1 HF=1
 WHICH="smollm2,qwen3" DTYPES="bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --new-tokens) NEW="$2"; shift ;;
     --no-compile) COMPILE=0 ;;
     --no-make) MAKE=0 ;;
+    --no-transformers) HF=0 ;;
     --models) WHICH="$2"; shift ;;
     --dtypes) DTYPES="$2"; shift ;;
     --out) OUT="$2"; shift ;;
@@ -129,6 +131,7 @@ print(m.default_smollm2_gguf())' "$ROOT/tools")"
       run "$key" "$dtype" tessera "$TESSERA" bench "${ours[@]}" --dtype "$dtype" --json "${common[@]}"
       run "$key" "$dtype" llama.cpp "$PY" bench_llamacpp_native.py "$gguf" --bin "$LLAMA_BIN" --dtype "$dtype" \
         "${common[@]}"
+      [[ $HF == 1 ]] || continue
       run "$key" "$dtype" transformers-eager "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" --mode eager "${common[@]}"
       if [[ $COMPILE == 1 && ",${COMPILE_MODELS:-smollm2,qwen3}," == *",$key,"* ]]; then
         run "$key" "$dtype" transformers-compile timeout "${COMPILE_TIMEOUT:-900}" "$PY" bench_hf.py "${hf[@]}" --dtype "$dtype" \

