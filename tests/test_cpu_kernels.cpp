@@ -142,17 +142,36 @@ TEST_P(CpuKernels, MatmulBf16DecodeShapes) {
 }
 
 TEST_P(CpuKernels, MatmulBf16PrefillShapes) {
-  // The prefill gemm of RoundX: row tiles of 6 with remainders, K tails inside a 32-value step and past one
-  // 512-value block, N past whole 16-column vectors and 64-column panels (split over the threads).
-  uint32_t seed = 500;
-  for (int64_t M : {8, 13, 64}) {
-    for (int64_t K : {2, 33, 95, 512, 577, 1100}) {
-      for (int64_t N : {1, 17, 65, 130}) {
-        ++seed;
-        check_matmul(M, K, N, DType::BF16, (seed & 1) != 0, seed, Bf16Dot::RoundX);
+  // The prefill gemm of RoundX: row tiles of 6 (vdpbf16ps) or 32 (AMX) with remainders, K tails inside a
+  // 32-value step and past one 512-value block, N past whole 16-column vectors, 32-column AMX steps and
+  // 64-column panels (split over the threads); on an AMX-BF16 machine both the tile and the vector gemm.
+  for (bool amx : {true, false}) {
+    if (amx && !amx_supported()) continue;
+    set_use_amx(amx);
+    uint32_t seed = 500;
+    for (int64_t M : {8, 13, 33, 64}) {
+      for (int64_t K : {2, 33, 95, 512, 577, 1100}) {
+        for (int64_t N : {1, 17, 65, 130}) {
+          ++seed;
+          check_matmul(M, K, N, DType::BF16, (seed & 1) != 0, seed, Bf16Dot::RoundX);
+        }
       }
     }
+    set_use_amx(true);
   }
+}
+
+TEST_P(CpuKernels, MatmulBf16AmxGemmRowsAsInAnyCompany) {
+  // The AMX gemm: each output row the same bits whatever the rows beside it (M = 8 against the first 8 rows
+  // of M = 70, whose last tile of 32 is part padding) and whatever the thread count splits.
+  if (GetParam().isa != Isa::Avx512Bf16 || !amx_supported()) GTEST_SKIP() << "needs AMX-BF16";
+  const int64_t K = 1100, N = 130;
+  std::vector<float> x = random_vec(70 * K, 61);
+  Weights w = make_weights(N * K, DType::BF16, 62);
+  std::vector<float> all(static_cast<size_t>(70 * N)), few(static_cast<size_t>(8 * N));
+  matmul(x.data(), 70, K, w.raw.data(), DType::BF16, N, nullptr, all.data(), Bf16Dot::RoundX);
+  matmul(x.data(), 8, K, w.raw.data(), DType::BF16, N, nullptr, few.data(), Bf16Dot::RoundX);
+  EXPECT_TRUE(std::equal(few.begin(), few.end(), all.begin()));
 }
 
 TEST_P(CpuKernels, MatmulRowsEachRowEqualsItAlone) {

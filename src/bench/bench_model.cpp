@@ -124,7 +124,8 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
 // What the matmuls multiply: bf16 models on avx512bf16 round their inputs unless exact_bf16_matmul.
 const char* matmul_inputs(const BenchReport& r) {
   const bool rounded = r.dtype == "bfloat16" && r.isa == "avx512bf16" && !r.options.exact_bf16_matmul;
-  return rounded ? "bfloat16" : "float32";
+  if (!rounded) return "float32";
+  return r.amx ? "bfloat16, prefill on AMX tiles" : "bfloat16";
 }
 
 void check_options(const BenchOptions& o) {
@@ -181,6 +182,7 @@ BenchReport run_bench(const BenchOptions& o) {
   r.threads = cpu::ThreadPool::instance().num_threads();
   r.isa = cpu::isa_name(cpu::active_isa());
   r.int8_dot = cpu::int8_dot_in_use();
+  r.amx = cpu::amx_in_use();
   r.cpu = cpu_model_name();
   if (o.probe_machine) {
     r.read_bandwidth_gbs = read_bandwidth_gbs(o.bandwidth_bytes, 5);
@@ -233,6 +235,7 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["isa"] = r.isa;
   j["int8_dot"] = r.int8_dot;  // the quantised decode kernels' integer dot products
   j["matmul_inputs"] = matmul_inputs(r);
+  j["amx"] = r.amx;  // the bf16 prefill gemm on AMX tiles (cpu::amx_in_use)
   // Loaded kernel packages in use, as `tessera forward/generate --json` list them.
   ordered_json kernels = ordered_json::array();
   for (const KernelInUse& k : r.kernels)

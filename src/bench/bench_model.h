@@ -47,6 +47,7 @@ struct BenchReport {
   BenchOptions options;
   std::string model_path, architecture, dtype, isa, cpu;
   std::string int8_dot;  // cpu::int8_dot_in_use()
+  bool amx = false;      // cpu::amx_in_use(): the bf16 prefill gemm on AMX tiles
   int threads = 0;
   size_t weight_bytes = 0;  // ModelInfo::weight_bytes (everything the backend holds)
   bool quantized = false;   // some matrices kept block-quantised (ModelInfo::quantized_matrices)

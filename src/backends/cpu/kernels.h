@@ -99,6 +99,12 @@ DType stored_dtype(DType dt);
 void interleave_rows8(DType dt, void* w, int64_t N, int64_t K);
 // Whether Bf16Dot::RoundX rounds x on the active instruction set.
 bool matmul_rounds_bf16();
+// AMX-BF16: whether this CPU has it and the OS grants this process tile data (asked once); whether the bf16
+// prefill gemm (RoundX, M >= kGemmMinRows, the avx512bf16 level) runs on it now; set_use_amx(false) keeps it
+// on vdpbf16ps (tests compare the two).
+bool amx_supported();
+bool amx_in_use();
+void set_use_amx(bool use);
 
 // ---- normalisation ----
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (weight f32 [dim]); x may equal y.

@@ -6,6 +6,9 @@
 #include <memory>
 #include <optional>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"
 #include "tessera/error.h"
@@ -182,6 +185,32 @@ void set_int8_dot(Int8Dot d) {
 }
 
 void reset_int8_dot() { forced_int8_dot().reset(); }
+
+namespace {
+bool& amx_allowed() {
+  static bool allowed = true;  // set_use_amx (tests)
+  return allowed;
+}
+}  // namespace
+
+bool amx_supported() {
+#if TESSERA_CPU_WIDE && defined(__linux__)
+  // Linux hands out AMX tile data only on request, once per process: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
+  // XFEATURE_XTILEDATA = 18); a kernel without it (before 5.16) refuses, and AMX stays unused.
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512bf16() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+           ::syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+void set_use_amx(bool use) { amx_allowed() = use; }
+
+bool amx_in_use() { return current_isa() == Isa::Avx512Bf16 && amx_allowed() && amx_supported(); }
 
 const char* int8_dot_in_use() {
   return current_isa() == Isa::Scalar ? "scalar" : int8_dot_name(active_int8_dot());

@@ -6,7 +6,8 @@
 //    one core streams weights well above its share of the memory bandwidth. Weights stay in the Hugging Face
 //    [N, K] row-major layout: pairs (w[n, k], w[n, k + 1]) meet (x[k], x[k + 1]) in the same lane whatever
 //    the alignment, and the K tail is a masked load.
-//  * Prefill (M >= kGemmMinRows): a gemm on panels of weight pairs, see matmul_bf16_gemm below.
+//  * Prefill (M >= kGemmMinRows): a gemm on panels of weight pairs, see matmul_bf16_gemm below; on CPUs with
+//    AMX-BF16 (and the kernel's permission for tile data) the same panels go through tdpbf16ps tiles.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -231,18 +232,102 @@ void gemm_cols(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
   }
 }
 
+// y rows m0 .. m0 + rows - 1, columns n0 .. n0 + cols - 1 (cols <= 32) from c [32][32] (ldc 32): stored, plus
+// bias in the first K block, or added to what the earlier blocks stored.
+void store_block(const float* c, int64_t rows, int64_t cols, bool first, const float* bias, int64_t n0,
+                 float* y, int64_t N) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* yr = y + i * N + n0;
+    for (int v = 0; v < 2 && v * 16 < cols; ++v) {
+      const __mmask16 m = tail_mask16(cols - v * 16);
+      __m512 r = _mm512_loadu_ps(c + i * 32 + v * 16);
+      if (first) {
+        if (bias) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, bias + n0 + v * 16));
+      } else {
+        r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, yr + v * 16));
+      }
+      _mm512_mask_storeu_ps(yr + v * 16, m, r);
+    }
+  }
+}
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16")
+// gemm_cols on AMX tiles: the same pair panels (the layout tdpbf16ps wants of its B operand: 16 rows of pair
+// words, one per column), 32 x rows by 32 columns per step: tiles 0-3 accumulate the 2 x 2 blocks of 16 x 16,
+// 4-5 hold 16 x rows of 32 bf16 each, 6-7 16 pairs of 16 columns each; one tdpbf16ps multiplies 16 x 16 x 32.
+// xb has Mp rows (M rounded up to 32, zeros past M).
+void gemm_cols_amx(const uint16_t* xb, int64_t M, int64_t Mp, int64_t Kp, const uint16_t* w, int64_t K, int64_t N,
+                   int64_t n_begin, int64_t n_end, const float* bias, float* y) {
+  struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  auto* wp = reinterpret_cast<uint32_t*>(scratch(1, kKcB / 2 * GNR));
+  alignas(64) float c[32 * 32];
+  const size_t xstride = static_cast<size_t>(Kp) * sizeof(uint16_t), wstride = GNR * sizeof(uint32_t);
+  for (int64_t k0 = 0; k0 < K; k0 += kKcB) {
+    const int64_t kc = std::min(kKcB, K - k0);
+    const int64_t steps = (kc + kStep - 1) / kStep;  // of 32 values (16 pairs); the padding is zeros
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += GNR) {
+      const int64_t cols = std::min<int64_t>(GNR, n_end - n0);
+      pack_pairs(w, K, N, n0, k0, kc, wp);
+      for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
+        for (int64_t h = 0; h * 32 < cols; ++h) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+          for (int64_t s = 0; s < steps; ++s) {
+            _tile_loadd(4, xb + m0 * Kp + k0 + s * kStep, xstride);
+            _tile_loadd(5, xb + (m0 + 16) * Kp + k0 + s * kStep, xstride);
+            _tile_loadd(6, wp + s * 16 * GNR + h * 32, wstride);
+            _tile_loadd(7, wp + s * 16 * GNR + h * 32 + 16, wstride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          _tile_stored(0, c, 128);
+          _tile_stored(1, c + 16, 128);
+          _tile_stored(2, c + 16 * 32, 128);
+          _tile_stored(3, c + 16 * 32 + 16, 128);
+          store_block(c, std::min<int64_t>(32, M - m0), std::min<int64_t>(32, cols - h * 32), k0 == 0, bias,
+                      n0 + h * 32, y + m0 * N, N);
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+#pragma GCC pop_options
+
 }  // namespace
 
 void matmul_bf16_gemm(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t N, const float* bias,
                       float* y) {
   const int64_t Kp = (K + kStep - 1) / kStep * kStep;
-  uint16_t* xb = reinterpret_cast<uint16_t*>(scratch(0, (M * Kp + 1) / 2 + 32));
+  const bool amx = amx_in_use();
+  const int64_t Mp = amx ? (M + 31) / 32 * 32 : M;  // AMX: whole tiles of 32 rows, zeros past M
+  uint16_t* xb = reinterpret_cast<uint16_t*>(scratch(0, (Mp * Kp + 1) / 2 + 32));
   round_x(x, M, K, Kp, xb);
+  std::memset(xb + M * Kp, 0, static_cast<size_t>((Mp - M) * Kp) * sizeof(uint16_t));
   // Columns split over the threads in whole 16-column vectors (each thread packs its own panels).
   const int64_t vecs = (N + 15) / 16;
   ThreadPool::instance().run([&](int tid, int nth) {
     const int64_t n0 = std::min(N, vecs * tid / nth * 16), n1 = std::min(N, vecs * (tid + 1) / nth * 16);
-    if (n0 < n1) gemm_cols(xb, M, Kp, w, K, N, n0, n1, bias, y);
+    if (n0 >= n1) return;
+    if (amx) {
+      gemm_cols_amx(xb, M, Mp, Kp, w, K, N, n0, n1, bias, y);
+    } else {
+      gemm_cols(xb, M, Kp, w, K, N, n0, n1, bias, y);
+    }
   });
 }
 
