@@ -1,6 +1,7 @@
 // Micro-benchmark of the CPU kernels: read bandwidth, thread-pool fork-join cost, matmul at M=1 (weights
 // streamed from memory: GB/s) and M=512 (GFLOP/s) for SmolLM2 / Qwen3-0.6B shapes, attention.
-// Usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--quant-gemm] [--threads N] [--isa scalar|avx2|avx512]
+// Usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--quant-gemm] [--threads N] [--isa
+// scalar|avx2|avx512]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -70,8 +71,9 @@ void bench_matmul(const MatShape& s, DType dt, bool quick) {
   double t1 = time_it(quick ? 20 : 200, [&] {
     matmul(x.data(), 1, s.K, w_bytes + (c++ % copies) * wbytes, dt, s.N, nullptr, y.data(), Bf16Dot::RoundX);
   });
-  double t512 =
-      time_it(quick ? 2 : 5, [&] { matmul(x.data(), 512, s.K, w_bytes, dt, s.N, nullptr, y.data(), Bf16Dot::RoundX); });
+  double t512 = time_it(quick ? 2 : 5, [&] {
+    matmul(x.data(), 512, s.K, w_bytes, dt, s.N, nullptr, y.data(), Bf16Dot::RoundX);
+  });
   std::printf("  %-22s %-8s M=1: %7.1f us  %6.1f GB/s of weights   M=512: %8.2f ms  %6.1f GFLOP/s\n", s.name,
               dtype_name(dt), t1 * 1e6, wbytes / t1 / 1e9, t512 * 1e3, 2.0 * 512 * s.K * s.N / t512 / 1e9);
 }
@@ -94,7 +96,6 @@ void bench_attention(int64_t T, int64_t ctx, DType kv_dtype, bool quick, int64_t
               dtype_name(kv_dtype), s * 1e6);
 }
 
-
 // One SmolLM2-135M decode step's matmuls (30 layers of q/k/v, o, gate/up, down and the 49152-row LM head,
 // bf16 weights, distinct per layer as in the model) over M rows: ms per step.
 void bench_decode_rows(bool quick) {
@@ -112,7 +113,8 @@ void bench_decode_rows(bool quick) {
     double t = time_it(quick ? 2 : 7, [&] {
       const uint16_t* p = w;
       for (int64_t l = 0; l < layers; ++l) {
-        const MatmulOut qkv[3] = {{p, d, nullptr, q.data()}, {p + d * d, kv, nullptr, k.data()},
+        const MatmulOut qkv[3] = {{p, d, nullptr, q.data()},
+                                  {p + d * d, kv, nullptr, k.data()},
                                   {p + d * d + kv * d, kv, nullptr, v.data()}};
         p += d * d + 2 * kv * d;
         matmul_rows(x.data(), M, d, DType::BF16, qkv, 3, Bf16Dot::RoundX);
@@ -168,12 +170,11 @@ void bench_quant_decode(bool quick) {
     std::memcpy(w, blocks.data(), blocks.size());
     const DType bound = rows8_dtype(dt);
     if (bound != dt) interleave_rows8(dt, w, N, K);
-    const double s = time_it(quick ? 2 : 10, [&] {
-      matmul(x.data(), 1, K, w, bound, N, nullptr, y.data(), Bf16Dot::RoundX);
-    });
+    const double s = time_it(
+        quick ? 2 : 10, [&] { matmul(x.data(), 1, K, w, bound, N, nullptr, y.data(), Bf16Dot::RoundX); });
     std::printf("  decode %-8s [%lld, %lld] M=1: %6.1f GB/s of weights (%.2f ms)\n", dtype_name(bound),
-                static_cast<long long>(N), static_cast<long long>(K), static_cast<double>(blocks.size()) / s / 1e9,
-                s * 1e3);
+                static_cast<long long>(N), static_cast<long long>(K),
+                static_cast<double>(blocks.size()) / s / 1e9, s * 1e3);
   }
 }
 
@@ -218,15 +219,16 @@ int run(int argc, char** argv) {
     } else if (a == "--isa" && i + 1 < argc) {
       set_isa(parse_isa(argv[++i]));
     } else {
-      std::fprintf(
-          stderr,
-          "usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--quant-gemm] [--threads N] [--isa scalar|avx2|avx512]\n");
+      std::fprintf(stderr,
+                   "usage: bench_kernels [--quick] [--attention-only] [--decode-rows] [--quant-gemm] "
+                   "[--threads N] [--isa scalar|avx2|avx512]\n");
       return 2;
     }
   }
   std::printf("isa %s, %d threads\n", isa_name(active_isa()), ThreadPool::instance().num_threads());
   if (quant) {
-    std::printf("  read bandwidth: %.1f GB/s\n", tessera::bench::read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20, 5));
+    std::printf("  read bandwidth: %.1f GB/s\n",
+                tessera::bench::read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20, 5));
     bench_quant_decode(quick);
     bench_quant_gemm(quick);
     return 0;
@@ -235,7 +237,8 @@ int run(int argc, char** argv) {
     bench_decode_rows(quick);
     return 0;
   }
-  std::printf("  read bandwidth: %.1f GB/s\n", tessera::bench::read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20, 5));
+  std::printf("  read bandwidth: %.1f GB/s\n",
+              tessera::bench::read_bandwidth_gbs(quick ? 128u << 20 : 512u << 20, 5));
   std::printf("  thread-pool fork-join: %.0f ns\n", fork_join_ns());
   const MatShape shapes[] = {{"smollm2 q 576x576", 576, 576},
                              {"smollm2 up 576x1536", 576, 1536},

@@ -8,21 +8,24 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "golden_util.h"
+#include "backends/cpu/kernels.h"
 #include "bench/bench_machine.h"
 #include "bench/bench_model.h"
+#include "golden_util.h"
 #include "tessera/error.h"
 
 namespace {
 
 void expect_positive_fields(const nlohmann::json& j) {
-  for (const char* k : {"load_s", "ttft_s", "prefill_s", "prefill_tokens_per_s", "decode_s", "decode_tokens_per_s",
-                        "peak_rss_mb", "weight_bytes", "decode_weight_bytes_per_token", "decode_kv_bytes_per_token",
-                        "prefill_flops", "decode_bandwidth_fraction", "prefill_gflops", "prefill_f32_peak_fraction"}) {
+  for (const char* k :
+       {"load_s", "ttft_s", "prefill_s", "prefill_tokens_per_s", "decode_s", "decode_tokens_per_s",
+        "peak_rss_mb", "weight_bytes", "decode_weight_bytes_per_token", "decode_kv_bytes_per_token",
+        "prefill_flops", "decode_bandwidth_fraction", "prefill_gflops", "prefill_f32_peak_fraction"}) {
     ASSERT_TRUE(j.contains(k)) << k;
     EXPECT_GT(j[k].get<double>(), 0) << k;
   }
-  for (const char* k : {"read_bandwidth_gbs", "peak_f32_gflops"}) EXPECT_GT(j["machine"][k].get<double>(), 0) << k;
+  for (const char* k : {"read_bandwidth_gbs", "peak_f32_gflops"})
+    EXPECT_GT(j["machine"][k].get<double>(), 0) << k;
   const auto& bf16 = j["machine"]["peak_bf16_gflops"];
   EXPECT_TRUE(bf16.is_null() || bf16.get<double>() > 0);
   EXPECT_EQ(j["runs"].size(), j["repeats"].get<size_t>());
@@ -39,7 +42,8 @@ TEST(Bench, PromptIsDeterministicAndInRange) {
     EXPECT_LT(id, 1024);
   }
   // The first ids are pinned: bench/bench_common.py reimplements the same sequence for the other engines.
-  EXPECT_EQ(tessera::bench::bench_prompt(3, 151936), (std::vector<int32_t>{63952, 63059, 67340}));  // from bench_common.py
+  EXPECT_EQ(tessera::bench::bench_prompt(3, 151936),
+            (std::vector<int32_t>{63952, 63059, 67340}));  // from bench_common.py
   EXPECT_THROW(tessera::bench::bench_prompt(4, 10), tessera::Error);
 }
 
@@ -81,8 +85,9 @@ TEST(Bench, BadOptionsAreErrors) {
 // `tessera bench FIXTURE --quick --json ARGS`: the report, or a test failure with the output.
 nlohmann::json cli_bench(const std::string& args) {
   const std::string out = ::testing::TempDir() + "tessera_bench_" + std::to_string(::getpid()) + ".json";
-  const std::string cmd = std::string(TESSERA_CLI_PATH) + " bench " + tessera::golden::model_path("qwen3_tied") +
-                          " --quick --json " + args + " >" + out + " 2>&1";
+  const std::string cmd = std::string(TESSERA_CLI_PATH) + " bench " +
+                          tessera::golden::model_path("qwen3_tied") + " --quick --json " + args + " >" + out +
+                          " 2>&1";
   const int status = std::system(cmd.c_str());
   std::ifstream f(out);
   const std::string text((std::istreambuf_iterator<char>(f)), {});
@@ -111,15 +116,18 @@ TEST(Bench, CliReportsMatmulInputsAndKvCacheDtype) {
   EXPECT_EQ(fast["matmul_inputs"], fast["isa"] == "avx512bf16" ? "bfloat16" : "float32");
   EXPECT_EQ(exact["matmul_inputs"], "float32");
   EXPECT_EQ(f32["matmul_inputs"], "float32");
+  // "amx": whether the bf16 prefill gemm runs on AMX tiles on this machine (the isa and the CPU decide).
+  EXPECT_EQ(fast["amx"].get<bool>(), fast["isa"] == "avx512bf16" && tessera::cpu::amx_supported());
   EXPECT_DOUBLE_EQ(exact["decode_kv_bytes_per_token"].get<double>(),
                    2 * fast["decode_kv_bytes_per_token"].get<double>());
-  EXPECT_DOUBLE_EQ(f32["decode_kv_bytes_per_token"].get<double>(), exact["decode_kv_bytes_per_token"].get<double>());
+  EXPECT_DOUBLE_EQ(f32["decode_kv_bytes_per_token"].get<double>(),
+                   exact["decode_kv_bytes_per_token"].get<double>());
 }
 
 TEST(Bench, CliBadModelIsOneLineError) {
   const std::string out = ::testing::TempDir() + "tessera_bench_err_" + std::to_string(::getpid());
-  const int status =
-      std::system((std::string(TESSERA_CLI_PATH) + " bench /nonexistent --quick >/dev/null 2>" + out).c_str());
+  const int status = std::system(
+      (std::string(TESSERA_CLI_PATH) + " bench /nonexistent --quick >/dev/null 2>" + out).c_str());
   std::ifstream f(out);
   const std::string err((std::istreambuf_iterator<char>(f)), {});
   std::remove(out.c_str());

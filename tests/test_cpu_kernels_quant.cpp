@@ -11,8 +11,8 @@
 // Tolerances: int8 |y - ref| <= 3e-6 * sum_k |w_k xq_k| + 1.2e-7 |ref| (the integer dots are exact; each
 // block or scale group adds one f32 product of two scales and one or two FMAs into one accumulator, a few
 // roundings of 6e-8 per term at most); exact prefill as the f32 matmul's: 1e-6 sqrt(K) rss + 1.2e-7 |ref|.
-// Dequantisation rounds d * q + m once (d * q is exact in f32), as the reader's dequantisers do, so it is checked for
-// equality.
+// Dequantisation rounds d * q + m once (d * q is exact in f32), as the reader's dequantisers do, so it is
+// checked for equality.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -226,8 +226,9 @@ TEST_P(CpuQuantKernels, MatmulPrefillEveryFormat) {
         const std::vector<float> x = random_vec(c.M * c.K, ++seed), bias = random_vec(c.N, ++seed);
         std::vector<float> y(static_cast<size_t>(c.M * c.N), NAN);
         matmul(x.data(), c.M, c.K, w.raw.data(), dt, c.N, bias.data(), y.data(), dot);
-        expect_matmul_near(y, x, w, &bias, c.M, c.K, c.N, dot == Bf16Dot::RoundX,
-                           std::string(dtype_name(dt)) + (dot == Bf16Dot::RoundX ? " int8 gemm" : " f32 gemm"));
+        expect_matmul_near(
+            y, x, w, &bias, c.M, c.K, c.N, dot == Bf16Dot::RoundX,
+            std::string(dtype_name(dt)) + (dot == Bf16Dot::RoundX ? " int8 gemm" : " f32 gemm"));
       }
 }
 
@@ -452,7 +453,8 @@ TEST_P(CpuQuantKernels, InterleavedRowsComputeAsStored) {
             if (dot == Bf16Dot::RoundX && M < 8) continue;  // the decode kernels, which sum in other orders
             matmul(x.data(), M, K, w.raw.data(), dt, N, bias.data(), want.data(), dot);
             matmul(x.data(), M, K, wi.data(), r8, N, bias.data(), got.data(), dot);
-            ASSERT_EQ(got, want) << what << " matmul M=" << M << (dot == Bf16Dot::RoundX ? " int8" : " exact");
+            ASSERT_EQ(got, want) << what << " matmul M=" << M
+                                 << (dot == Bf16Dot::RoundX ? " int8" : " exact");
           }
         }
       }

@@ -124,8 +124,7 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
 // What the matmuls multiply: bf16 models on avx512bf16 round their inputs unless exact_bf16_matmul.
 const char* matmul_inputs(const BenchReport& r) {
   const bool rounded = r.dtype == "bfloat16" && r.isa == "avx512bf16" && !r.options.exact_bf16_matmul;
-  if (!rounded) return "float32";
-  return r.amx ? "bfloat16, prefill on AMX tiles" : "bfloat16";
+  return rounded ? "bfloat16" : "float32";
 }
 
 void check_options(const BenchOptions& o) {
@@ -304,10 +303,11 @@ std::string to_text(const BenchReport& r) {
   line("model        %s (%s, %s)", r.model_path.c_str(), r.architecture.c_str(), r.dtype.c_str());
   for (const KernelInUse& k : r.kernels)
     line("kernels      %s (%s on %d nodes, %s)", k.package.c_str(), k.op.c_str(), k.nodes, k.backend.c_str());
-  line("threads      %d (%s, matmul inputs %s%s%s); prompt %d tokens, %d new tokens, median of %d", r.threads,
-       r.isa.c_str(), matmul_inputs(r), r.quantized ? ", int8 dot " : "",
-       r.quantized ? r.int8_dot.c_str() : "", r.options.prompt_tokens, r.options.new_tokens,
-       r.options.repeats);
+  const bool amx = r.amx && std::string(matmul_inputs(r)) == "bfloat16";
+  line("threads      %d (%s, matmul inputs %s%s%s%s); prompt %d tokens, %d new tokens, median of %d",
+       r.threads, r.isa.c_str(), matmul_inputs(r), amx ? ", prefill on AMX tiles" : "",
+       r.quantized ? ", int8 dot " : "", r.quantized ? r.int8_dot.c_str() : "", r.options.prompt_tokens,
+       r.options.new_tokens, r.options.repeats);
   line("load         %.3f s", r.median.load_s);
   line("first token  %.3f s", r.median.ttft_s);
   line("prefill      %.1f tokens/s", r.median.prefill_tokens_per_s);

@@ -367,7 +367,15 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   impl->data = impl->file->data();
   impl->size = impl->file->size();
   parse_into(*impl);
-  impl->file->prefault();
+  // Prefaulted when most bytes are block-quantised matrices, which stay views of the mapping; a file of
+  // float matrices (F32 0, F16 1, BF16 30) is copied tensor by tensor at load, each copy handing its source
+  // pages back, so faulting it all in first would only raise the load's peak by the file's size.
+  uint64_t quantised = 0, total = 0;
+  for (const GgufTensorInfo& t : impl->tensors) {
+    total += t.nbytes;
+    if (t.ggml_type != 0 && t.ggml_type != 1 && t.ggml_type != 30) quantised += t.nbytes;
+  }
+  if (2 * quantised >= total) impl->file->prefault();
   return std::make_shared<GgufFile>(std::move(impl));
 }
 

@@ -1,5 +1,8 @@
 #include "runtime/weight_loader.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -84,9 +87,23 @@ void check_checkpoint_matches_config(const io::WeightSource& src, const models::
 
 namespace {
 
-Tensor owned_copy(const Tensor& t) {
+// A copy of t that owns its bytes. release: t is a view of a file mapping that the copy replaces, whose whole
+// pages inside t are then handed back (MADV_PAGEOUT: clean file pages leave the resident set and are read
+// again if touched), so a GGUF whose matrices are stored as-is (bf16, f16, f32) peaks near one copy of its
+// weights, not the prefaulted mapping plus every copy. Advice only: a kernel without it keeps the pages.
+Tensor owned_copy(const Tensor& t, bool release = false) {
   Tensor copy = Tensor::empty(t.dtype, t.shape);
   std::memcpy(copy.data, t.data, t.nbytes());
+#ifdef MADV_PAGEOUT
+  if (release) {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(t.data);
+    const uintptr_t first = (begin + page - 1) / page * page, last = (begin + t.nbytes()) / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
+  }
+#else
+  (void)release;
+#endif
   return copy;
 }
 
@@ -199,11 +216,11 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     for (const auto* n : views) whole_kept = whole_kept || n->view.whole();
     const bool unmap =
         mapped && !zero_copy && !only_zeros;  // a GGUF tensor stored as-is: must not keep the mapping
-    if (unmap && whole_kept) full = owned_copy(full);
+    if (unmap && whole_kept) full = owned_copy(full, true);
     for (const auto* n : views) {
       Tensor t = apply_view(full, n->view, n->shape, c.tp.rank, zero_copy || whole_kept);
       if (unmap && !whole_kept && t.owner == full.owner)
-        t = owned_copy(t);  // a view apply_view passed through
+        t = owned_copy(t, true);  // a view apply_view passed through
       const bool aliases = whole_kept && !n->view.whole() && t.owner == full.owner && full.owner;
       if (!aliases) bytes += t.nbytes();
       weights.emplace(graph::weight_key(*n), std::move(t));

@@ -1,13 +1,13 @@
 // Instruction-set selection, the per-ISA tables of vector primitives, and per-thread scratch.
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
-
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_simd.h"

@@ -257,8 +257,8 @@ void store_block(const float* c, int64_t rows, int64_t cols, bool first, const f
 // words, one per column), 32 x rows by 32 columns per step: tiles 0-3 accumulate the 2 x 2 blocks of 16 x 16,
 // 4-5 hold 16 x rows of 32 bf16 each, 6-7 16 pairs of 16 columns each; one tdpbf16ps multiplies 16 x 16 x 32.
 // xb has Mp rows (M rounded up to 32, zeros past M).
-void gemm_cols_amx(const uint16_t* xb, int64_t M, int64_t Mp, int64_t Kp, const uint16_t* w, int64_t K, int64_t N,
-                   int64_t n_begin, int64_t n_end, const float* bias, float* y) {
+void gemm_cols_amx(const uint16_t* xb, int64_t M, int64_t Mp, int64_t Kp, const uint16_t* w, int64_t K,
+                   int64_t N, int64_t n_begin, int64_t n_end, const float* bias, float* y) {
   struct alignas(64) TileConfig {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};

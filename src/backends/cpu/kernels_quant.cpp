@@ -204,8 +204,8 @@ QuantX quantize_x(const float* x, int64_t M, int64_t K, BlockQuantizer quantize_
 }
 
 // The int8 gemm's x panel (kernels_quant.inc), per group of G values and tile of MR x rows: the quants of the
-// MR rows 4 by 4 ([G / 4][MR][4] bytes), then per row the block's scale d, s = d * (quant sum) and the integer
-// correction -offset * (the group's quant sum), f32 / f32 / int32 [MR] each.
+// MR rows 4 by 4 ([G / 4][MR][4] bytes), then per row the block's scale d, s = d * (quant sum) and the
+// integer correction -offset * (the group's quant sum), f32 / f32 / int32 [MR] each.
 template <int G, int MR>
 constexpr size_t x_group_bytes() {
   return static_cast<size_t>(G) * MR + 12 * MR;
@@ -463,8 +463,8 @@ inline void gemm_tile(const uint8_t* panel, const uint8_t* px, int64_t ng, float
         int32_t dot = corr;
         for (int k = 0; k < G / 4; ++k)
           for (int j = 0; j < 4; ++j)
-            dot += static_cast<int32_t>(p[64 * k + 4 * r + j]) *
-                   static_cast<int8_t>(px[4 * (k * MR + i) + j]);
+            dot +=
+                static_cast<int32_t>(p[64 * k + 4 * r + j]) * static_cast<int8_t>(px[4 * (k * MR + i) + j]);
         float wd, wm;
         std::memcpy(&wd, p + kQ + 4 * r, 4);
         out[i][r] = std::fma(static_cast<float>(dot), wd * xd, out[i][r]);
@@ -624,8 +624,8 @@ void gemv_chunk(DType wt, const uint8_t* w, size_t row_bytes, const QuantX& qx, 
 struct GemmFns {
   size_t (*x_bytes)(DType, int64_t, int64_t);
   void (*pack_x)(DType, const QuantX&, int64_t, uint8_t*);
-  void (*rows)(DType, const uint8_t*, size_t, int64_t, const uint8_t*, int64_t, int64_t, int64_t, const float*,
-               float*, int64_t);
+  void (*rows)(DType, const uint8_t*, size_t, int64_t, const uint8_t*, int64_t, int64_t, int64_t,
+               const float*, float*, int64_t);
 };
 #define TESSERA_GEMM_FNS(ns) \
   GemmFns { ns::gemm_x_bytes, ns::gemm_pack_x, ns::gemm_rows }
@@ -668,8 +668,8 @@ void store_cols(const float* yc, int64_t M, int64_t nc, float* y, int64_t ldy, i
     std::memcpy(y + m * ldy + n0, yc + m * nc, static_cast<size_t>(nc) * sizeof(float));
 }
 
-// Exact prefill: y = x · w^T for one product, in chunks of weight rows dequantised to f32 (scratch slot 2 of this
-// thread, shared with the workers of the f32 gemm) and multiplied into a chunk of y (slot 3).
+// Exact prefill: y = x · w^T for one product, in chunks of weight rows dequantised to f32 (scratch slot 2 of
+// this thread, shared with the workers of the f32 gemm) and multiplied into a chunk of y (slot 3).
 void quant_gemm(const float* x, int64_t M, int64_t K, const MatmulOut& o, DType wt) {
   const size_t row_bytes = dtype_bytes(wt, K);
   // About 8 MiB of f32 weights per chunk: the gemm packs each x block once per chunk and thread, and a
@@ -706,8 +706,8 @@ void int8_gemm(const float* x, int64_t M, int64_t K, DType wt, const MatmulOut* 
     const int64_t per = std::clamp<int64_t>(
         std::min<int64_t>(int64_t{256} * 1024 / (16 * K), np / std::max(1, 2 * threads)), 1, 16);
     ThreadPool::instance().parallel_chunks(np, per, [&](int64_t p0, int64_t p1) {
-      fns.rows(wt, static_cast<const uint8_t*>(o.w), row_bytes, K, xp, M, 16 * p0, std::min(o.N, 16 * p1), o.bias,
-               o.y, o.N);
+      fns.rows(wt, static_cast<const uint8_t*>(o.w), row_bytes, K, xp, M, 16 * p0, std::min(o.N, 16 * p1),
+               o.bias, o.y, o.N);
     });
   }
 }

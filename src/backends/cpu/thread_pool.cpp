@@ -225,7 +225,8 @@ void ThreadPool::parallel_chunks(int64_t n, int64_t chunk,
   job.chunk = chunk;
   job.chunks = chunks;
   job.spans = static_cast<int>(std::min<int64_t>(num_threads_, chunks));
-  if (job.spans > ChunkJob::kInline) job.heap_spans = std::make_unique<Span[]>(static_cast<size_t>(job.spans));
+  if (job.spans > ChunkJob::kInline)
+    job.heap_spans = std::make_unique<Span[]>(static_cast<size_t>(job.spans));
   job.span = job.spans > ChunkJob::kInline ? job.heap_spans.get() : job.inline_spans;
   for (int k = 0; k < job.spans; ++k) {
     job.span[static_cast<size_t>(k)].next.store(chunks * k / job.spans, std::memory_order_relaxed);

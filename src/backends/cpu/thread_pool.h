@@ -68,7 +68,7 @@ class ThreadPool {
     const std::function<void(int64_t, int64_t)>* fn;
     int64_t n, chunk, chunks;
     int spans;
-    Span* span;                     // kInline of them here; more (a pool past 16 threads) on the heap
+    Span* span;  // kInline of them here; more (a pool past 16 threads) on the heap
     static constexpr int kInline = 16;
     Span inline_spans[kInline];
     std::unique_ptr<Span[]> heap_spans;
