@@ -318,6 +318,31 @@ TEST(IoGgufBounds, ArraysAreNotCopiedAtParseTime) {
   EXPECT_EQ(*sg->get_string_array("strs"), (std::vector<std::string>{"a", "", "ccc"}));
 }
 
+TEST(IoGgufBounds, OnlyFilesOfMostlyBlocksArePrefaultedAtOpen) {
+  // 48 MiB in one tensor: as BF16 (type 30) the file is copied tensor by tensor at load, so opening it must
+  // not fault its pages in; as Q8_0 (type 8) its blocks stay views of the mapping and are faulted in at open.
+  TempDir dir;
+  struct Case {
+    uint32_t type;
+    uint64_t rows, row_bytes;  // rows of 4096 values
+    bool prefaulted;
+  };
+  for (const Case& c : {Case{30, 6144, 8192, false}, Case{8, 11565, 4352, true}}) {
+    GgufBuilder b;
+    b.header(3, 1, 0).tensor("w", {4096, c.rows}, c.type, 0).align().zeros(c.rows * c.row_bytes);
+    const std::string path = dir / ("w" + std::to_string(c.type) + ".gguf");
+    write_file(path, b.bytes());
+    const size_t before = rss_bytes();
+    auto g = GgufFile::open(path);
+    const size_t now = rss_bytes(), grew = now > before ? now - before : 0;
+    if (c.prefaulted) {
+      EXPECT_GT(grew, size_t{40} << 20) << "type " << c.type;  // MADV_POPULATE_READ (Linux 5.14+)
+    } else {
+      EXPECT_LT(grew, kRssSlack * (size_t{8} << 20)) << "type " << c.type;
+    }
+  }
+}
+
 TEST(IoSafetensorsBounds, ManyEntriesAreStreamedNotHeldAsOneDom) {
   // 200k zero-size entries (and a duplicate name: the last entry wins, as in a JSON map).
   std::string header = "{";
