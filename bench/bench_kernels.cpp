@@ -156,8 +156,9 @@ std::vector<uint8_t> random_blocks(DType dt, int64_t N, int64_t K) {
   return w;
 }
 
-// The decode matmul (M = 1) of block-quantised weights: a [16384, 4096] matrix (37-70 MB, past the last-level
-// cache) streamed once per call, in GB/s of weight bytes, the _R8 form where the cpu binds one.
+// The decode matmul (M = 1) of block-quantised weights: a [N, 4096] matrix streamed once per call, in GB/s of
+// weight bytes, the _R8 form where the cpu binds one. N = 16384 (37-70 MB), or $BIGN (163840: 370-700 MB,
+// past any last-level cache share).
 void bench_quant_decode(bool quick) {
   const int64_t N = quick ? 4096 : (std::getenv("BIGN") ? std::atoll(std::getenv("BIGN")) : 16384), K = 4096;
   std::vector<float> x(static_cast<size_t>(K)), y(static_cast<size_t>(N));
