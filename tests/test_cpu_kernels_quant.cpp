@@ -234,9 +234,10 @@ TEST_P(CpuQuantKernels, MatmulPrefillEveryFormat) {
 
 TEST_P(CpuQuantKernels, Int8GemmGivesTheScalarBitsAndEachRowAsInAnyCompany) {
   // The int8 gemm on this target against the scalar level's (the same integers and the same float operations
-  // in the same order: equal bit for bit), with large and tiny x values, every format and the interleaved
-  // forms; and each output row the same whatever the rows beside it (M = 8 against the first 8 rows of
-  // M = 29) and whatever product it shares a matmul_multi with.
+  // in the same order: equal bit for bit; on AMX-INT8 machines with the AVX512-VNNI dot, rows 0-15 run on AMX
+  // tiles and are checked against vpdpbusd too), with large and tiny x values, every format and the
+  // interleaved forms; and each output row the same whatever the rows beside it (M = 8 against the first 8
+  // rows of M = 29) and whatever product it shares a matmul_multi with.
   uint32_t seed = 1200;
   std::vector<DType> formats(std::begin(kFormats), std::end(kFormats));
   for (DType r8 : {DType::Q4_K_R8, DType::Q6_K_R8, DType::Q4_0_R8, DType::Q4_1_R8}) formats.push_back(r8);
@@ -258,6 +259,12 @@ TEST_P(CpuQuantKernels, Int8GemmGivesTheScalarBitsAndEachRowAsInAnyCompany) {
       matmul(x.data(), M, K, raw.data(), dt, N, bias.data(), want.data(), Bf16Dot::RoundX);
       set_isa(GetParam().t.isa);
       ASSERT_EQ(got, want) << what << ": against the scalar gemm";
+      if (amx_int8_in_use()) {  // whole blocks of 16 rows on AMX tiles: the same bits as without them
+        set_use_amx(false);
+        matmul(x.data(), M, K, raw.data(), dt, N, bias.data(), want.data(), Bf16Dot::RoundX);
+        set_use_amx(true);
+        ASSERT_EQ(got, want) << what << ": AMX tiles against vpdpbusd";
+      }
       matmul(x.data(), 8, K, raw.data(), dt, N, bias.data(), few.data(), Bf16Dot::RoundX);
       ASSERT_TRUE(std::equal(few.begin(), few.end(), got.begin())) << what << ": 8 rows against 29";
       std::vector<float> a(got.size(), NAN), b(static_cast<size_t>(M * 8), NAN);

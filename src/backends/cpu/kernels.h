@@ -54,8 +54,8 @@ enum class Bf16Dot : uint8_t { Exact, RoundX };
 // int8: RoundX (the default callers pass) does; Exact keeps x f32 (dequantised chunks through the f32 gemm,
 // or the f32 decode kernel: what f32 weights give, bit for bit).
 //
-// y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16/quantised) row-major [N, K];
-// bias f32 or nullptr; y f32 (must not alias x). Accumulates in f32; x stays f32 unless `bf16` allows
+// y[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x f32 row-major; w in wdt (F32/BF16/F16/quantised) row-major [N,
+// K]; bias f32 or nullptr; y f32 (must not alias x). Accumulates in f32; x stays f32 unless `bf16` allows
 // rounding (above).
 void matmul(const float* x, int64_t M, int64_t K, const void* w, DType wdt, int64_t N, const float* bias,
             float* y, Bf16Dot bf16 = Bf16Dot::Exact);
@@ -101,10 +101,14 @@ void interleave_rows8(DType dt, void* w, int64_t N, int64_t K);
 bool matmul_rounds_bf16();
 // AMX-BF16: whether this CPU has it and the OS grants this process tile data (asked once); whether the bf16
 // prefill gemm (RoundX, M >= kGemmMinRows, the avx512bf16 level) runs on it now; set_use_amx(false) keeps it
-// on vdpbf16ps (tests compare the two).
+// on vdpbf16ps and the int8 gemm on vpdpbusd (tests compare the two).
 bool amx_supported();
 bool amx_in_use();
 void set_use_amx(bool use);
+// AMX-INT8 likewise, for the int8 prefill gemm of block-quantised weights (with the Avx512Vnni integer dot:
+// tdpbsud gives its integers, and the float steps after them are the same, so the same bits).
+bool amx_int8_supported();
+bool amx_int8_in_use();
 
 // ---- normalisation ----
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (weight f32 [dim]); x may equal y.

@@ -193,15 +193,35 @@ bool& amx_allowed() {
 }
 }  // namespace
 
-bool amx_supported() {
+namespace {
+// Linux hands out AMX tile data only on request, once per process: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
+// XFEATURE_XTILEDATA = 18); a kernel without it (before 5.16) refuses, and AMX stays unused.
+bool amx_tiles_granted() {
 #if TESSERA_CPU_WIDE && defined(__linux__)
-  // Linux hands out AMX tile data only on request, once per process: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
-  // XFEATURE_XTILEDATA = 18); a kernel without it (before 5.16) refuses, and AMX stays unused.
   static const bool ok = [] {
     __builtin_cpu_init();
-    return cpu_has_avx512bf16() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+    return cpu_has_avx512() && __builtin_cpu_supports("amx-tile") &&
            ::syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   }();
+  return ok;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+bool amx_supported() {
+#if TESSERA_CPU_WIDE
+  static const bool ok = cpu_has_avx512bf16() && __builtin_cpu_supports("amx-bf16") && amx_tiles_granted();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool amx_int8_supported() {
+#if TESSERA_CPU_WIDE
+  static const bool ok = cpu_has_avx512vnni() && __builtin_cpu_supports("amx-int8") && amx_tiles_granted();
   return ok;
 #else
   return false;
@@ -211,6 +231,11 @@ bool amx_supported() {
 void set_use_amx(bool use) { amx_allowed() = use; }
 
 bool amx_in_use() { return current_isa() == Isa::Avx512Bf16 && amx_allowed() && amx_supported(); }
+
+bool amx_int8_in_use() {
+  return active_int8_dot() == Int8Dot::Avx512Vnni && current_isa() != Isa::Scalar && amx_allowed() &&
+         amx_int8_supported();
+}
 
 const char* int8_dot_in_use() {
   return current_isa() == Isa::Scalar ? "scalar" : int8_dot_name(active_int8_dot());

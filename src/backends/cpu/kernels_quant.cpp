@@ -430,7 +430,14 @@ inline void dequant_row(const uint8_t* wr, int64_t K, float* y) {
 
 // The int8 gemm's tile (kernels_quant_avx2.inc describes it) in scalar code: the same integers, then the
 // same float operations in the same order (std::fma is the vector FMA's single rounding), so the same bits.
+// No AMX here (the AMX functions are never called: gemm_rows takes them only where kGemmZmm).
 constexpr int kGemmMR = 4;
+constexpr bool kGemmZmm = false;
+template <int G>
+inline void gemm_amx_config() {}
+inline void gemm_amx_release() {}
+template <int G, int kOff, bool kMin>
+inline void gemm_amx_tile(const uint8_t*, int64_t, const QuantX&, int64_t, float (&)[16][16]) {}
 
 template <DType WT>
 inline void unpack_bytes(const uint8_t* blk, int off, uint8_t (&q)[Fmt<WT>::kSub][QK], float* dlo, float* dhi,
@@ -577,7 +584,7 @@ inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_
 // GCC 12 intrinsics self-initialise "undefined" vectors (__m512 __Y = __Y), which -Wuninitialized flags.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni,amx-tile,amx-int8")
 namespace qavx512vnni {  // the EVEX form: 256-bit vectors for decode, 512-bit in the prefill gemm
 namespace {
 constexpr bool kVnni = true, kDpbusdOneInstruction = true, kGemmZmm = true;
@@ -624,7 +631,7 @@ void gemv_chunk(DType wt, const uint8_t* w, size_t row_bytes, const QuantX& qx, 
 struct GemmFns {
   size_t (*x_bytes)(DType, int64_t, int64_t);
   void (*pack_x)(DType, const QuantX&, int64_t, uint8_t*);
-  void (*rows)(DType, const uint8_t*, size_t, int64_t, const uint8_t*, int64_t, int64_t, int64_t,
+  void (*rows)(DType, const uint8_t*, size_t, const QuantX&, const uint8_t*, bool, int64_t, int64_t, int64_t,
                const float*, float*, int64_t);
 };
 #define TESSERA_GEMM_FNS(ns) \
@@ -698,6 +705,7 @@ void int8_gemm(const float* x, int64_t M, int64_t K, DType wt, const MatmulOut* 
   const GemmFns fns = gemm_fns();
   auto* xp = reinterpret_cast<uint8_t*>(scratch(1, static_cast<int64_t>(fns.x_bytes(wt, M, K) + 3) / 4));
   fns.pack_x(wt, qx, M, xp);
+  const bool amx = amx_int8_in_use();
   const size_t row_bytes = dtype_bytes(wt, K);
   const int threads = ThreadPool::instance().num_threads();
   for (int i = 0; i < count; ++i) {
@@ -706,8 +714,8 @@ void int8_gemm(const float* x, int64_t M, int64_t K, DType wt, const MatmulOut* 
     const int64_t per = std::clamp<int64_t>(
         std::min<int64_t>(int64_t{256} * 1024 / (16 * K), np / std::max(1, 2 * threads)), 1, 16);
     ThreadPool::instance().parallel_chunks(np, per, [&](int64_t p0, int64_t p1) {
-      fns.rows(wt, static_cast<const uint8_t*>(o.w), row_bytes, K, xp, M, 16 * p0, std::min(o.N, 16 * p1),
-               o.bias, o.y, o.N);
+      fns.rows(wt, static_cast<const uint8_t*>(o.w), row_bytes, qx, xp, amx, M, 16 * p0,
+               std::min(o.N, 16 * p1), o.bias, o.y, o.N);
     });
   }
 }
