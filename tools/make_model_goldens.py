@@ -36,6 +36,7 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
 from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
+from transformers import MixtralConfig, Qwen3MoeConfig  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -327,6 +328,62 @@ def spec_list():
         sliding_window_pattern=2,
         **gemma_common,
     )
+    # Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention, 8 experts of moe_intermediate 32, top 3 renormalised
+    # (norm_topk_prob), 3 layers with layer 1 dense (mlp_only_layers) of intermediate 128; saved as
+    # save_pretrained does by default: one tensor per expert (mlp.experts.<e>.gate_proj, ...).
+    qwen3_moe = Qwen3MoeConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=3,
+        norm_topk_prob=True,
+        mlp_only_layers=[1],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **(common | {"num_hidden_layers": 3}),
+    )
+    # The same family in Transformers 5's fused layout (save_original_format=False: mlp.experts.gate_up_proj
+    # [E, 2I, H] and down_proj [E, H, I]): an odd expert count (5), top 2 not renormalised, every second layer
+    # sparse (decoder_sparse_step 2: layer 1 of 2), tied, moe_intermediate 24.
+    qwen3_moe_fused = Qwen3MoeConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=24,
+        num_experts=5,
+        num_experts_per_tok=2,
+        norm_topk_prob=False,
+        decoder_sparse_step=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **common,
+    )
+    # Mixtral (MixtralForCausalLM): Mistral's attention, every layer sparse: 4 experts of intermediate 64, top
+    # 2 renormalised; saved one tensor per expert as the hub's files (block_sparse_moe.experts.<e>.w1/w2/w3,
+    # block_sparse_moe.gate).
+    mixtral = MixtralConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -342,12 +399,18 @@ def spec_list():
         ("phi3", phi3, torch.float32, 1, 1012),
         ("gemma2", gemma2, torch.bfloat16, 1, 1013),
         ("gemma3", gemma3, torch.float32, 1, 1014),
+        ("qwen3_moe", qwen3_moe, torch.bfloat16, 1, 1015),
+        ("qwen3_moe_fused", qwen3_moe_fused, torch.float32, 1, 1016),
+        ("mixtral", mixtral, torch.float32, 1, 1017),
     ]
 
 
 # Fixtures whose config.json is rewritten into the Transformers 4.x layout; every other one is exactly what
 # save_pretrained wrote.
 V4_LAYOUT = {"llama3_v4", "glm4_v4"}
+# Mixtures of experts saved in Transformers 5's fused expert layout (save_original_format=False); the others
+# as save_pretrained writes them by default (the original format: one tensor per expert).
+FUSED_EXPERTS = {"qwen3_moe_fused"}
 
 
 @torch.no_grad()
@@ -363,6 +426,8 @@ def randomize(model, seed):
             p.copy_(0.05 * torch.randn(p.shape, generator=gen))
         elif "embed_tokens" in name or name == "lm_head.weight":
             p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+        elif name.endswith(".mlp.gate.weight"):  # a mixture-of-experts router: peaked, so its choices are clear
+            p.copy_(0.5 * torch.randn(p.shape, generator=gen))
         else:
             p.copy_(0.15 * torch.randn(p.shape, generator=gen))
 
@@ -403,7 +468,8 @@ def save_checkpoint(name, config, dtype, shards, seed, out_dir):
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     # Shard limit a bit above half the size; the loop below checks we really got `shards` files.
     max_shard = n_bytes if shards == 1 else (n_bytes // shards) + n_bytes // 8
-    model.save_pretrained(d, max_shard_size=max(max_shard, 1) if shards > 1 else "50GB")
+    model.save_pretrained(d, max_shard_size=max(max_shard, 1) if shards > 1 else "50GB",
+                          save_original_format=name not in FUSED_EXPERTS)
     files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
     if len(files) != shards:
         raise RuntimeError(f"{name}: expected {shards} safetensors files, got {files}")
@@ -618,6 +684,7 @@ def tiny_golden(name, config, saved_dtype, seed, d):
 
     m32 = load(d, torch.float32)
     mbf = load(d, torch.bfloat16)
+    margins = RouterMargins(m32)
     greedy, cache_class = greedy_cases(m32, greedy_prompts, 32)
     golden = {
         "model": name,
@@ -643,7 +710,36 @@ def tiny_golden(name, config, saved_dtype, seed, d):
         float(np.abs(np.array(a["logits"]) - np.array(b["logits"])).max())
         for a, b in zip(golden["forward"], golden["forward_bf16"])
     )
+    if margins.routers:
+        # Every float32 routing decision of the goldens is clear of ties: the k-th and (k+1)-th largest router
+        # logits of every token in every sparse layer differ by at least this much (an exact tie is broken by
+        # torch.topk in no documented order, and a near one by rounding).
+        golden["router_min_margin"] = margins.min_margin
+        if margins.min_margin < 1e-4:
+            raise RuntimeError(f"{name}: a routing decision is within {margins.min_margin:g} of a tie; pick another seed")
+    margins.remove()
     write_json(os.path.join(d, "golden.json"), golden)
+
+
+class RouterMargins:
+    """Forward hooks on every mixture-of-experts router (modules named *.mlp.gate with a top_k): the smallest
+    gap, over every token routed while attached, between the k-th and (k+1)-th largest router logit (the
+    softmax keeps their order)."""
+
+    def __init__(self, model):
+        self.min_margin = float("inf")
+        self.routers = [m for n, m in model.named_modules() if n.endswith("mlp.gate") and hasattr(m, "top_k")]
+        self.handles = [m.register_forward_hook(self.hook) for m in self.routers]
+
+    def hook(self, module, args, out):
+        logits = out[0].float().sort(dim=-1, descending=True).values
+        if logits.shape[-1] > module.top_k:
+            gap = logits[..., module.top_k - 1] - logits[..., module.top_k]
+            self.min_margin = min(self.min_margin, float(gap.min()))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
 
 
 # ----------------------------------------------------------------------------------------------

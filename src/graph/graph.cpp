@@ -13,7 +13,7 @@ const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "deco
 constexpr const char* kOpNames[] = {"input",      "weight",    "cache_state",   "embedding", "rms_norm",
                                     "matmul",     "rope",      "cache_update",  "attention", "gated_act",
                                     "add",        "last_row",  "sampler_state", "mark_seen", "sample",
-                                    "all_reduce", "all_gather", "soft_cap"};
+                                    "all_reduce", "all_gather", "soft_cap",      "moe_route", "moe_experts"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
 }  // namespace
@@ -30,6 +30,18 @@ const char* activation_name(Activation a) {
       return "gelu_tanh";
     case Activation::Relu:
       return "relu";
+  }
+  return "?";
+}
+
+const char* routing_name(Routing r) {
+  switch (r) {
+    case Routing::SoftmaxTopK:
+      return "softmax_topk";
+    case Routing::SoftmaxTopKNorm:
+      return "softmax_topk_norm";
+    case Routing::TopKSoftmax:
+      return "topk_softmax";
   }
   return "?";
 }
@@ -162,6 +174,8 @@ std::string Graph::dump() const {
     if (n.op == Op::Attention && n.window > 0) os << " (window " << n.window << ")";
     if ((n.op == Op::Attention || n.op == Op::SoftCap) && n.softcap > 0) os << " (softcap " << n.softcap << ")";
     if (n.op == Op::Embedding && n.scale != 0.f) os << " (scale " << n.scale << ")";
+    if (n.op == Op::MoeRoute) os << " (" << routing_name(n.routing) << ", top " << n.top_k << " of " << n.experts << ")";
+    if (n.op == Op::MoeExperts) os << " (" << n.experts << " experts, " << activation_name(n.act) << ")";
     os << "\n";
   }
   os << "outputs:";

@@ -79,6 +79,13 @@ enum class Op : uint8_t {
   AllGather,  // (x [rows, c]) -> [rows, c * tp_size]: rank r's columns at [r*c, (r+1)*c) (vocab-parallel
               // lm_head)
   SoftCap,    // (x) -> tanh(x / softcap) * softcap elementwise, in f32 (Gemma's final logit soft-capping)
+  // Mixture of experts (one sparse MLP block = MatMul (router) -> MoeRoute -> MoeExperts):
+  MoeRoute,    // (logits [rows, experts]) -> [rows, experts] f32: each row's weight for the top_k experts the
+               // `routing` rule picks, 0 for the others. Ties pick the lower expert index.
+  MoeExperts,  // (x [rows, H], route [rows, E], gate_up [E, 2I, H], down [E, H, I], gate_up_bias? [E, 2I],
+               // down_bias? [E, H]) -> [rows, H]: for each row the sum, over its experts e (route != 0) in
+               // ascending e, of route[row, e] * down_e(act(gate_e x) * up_e x); gate_up[e] holds expert e's
+               // gate rows [0, I), then its up rows [I, 2I)
   kCount
 };
 const char* op_name(Op op);
@@ -90,6 +97,14 @@ const char* op_name(Op op);
 //   Relu:     max(x, 0)
 enum class Activation : uint8_t { Silu, Gelu, GeluTanh, Relu };
 const char* activation_name(Activation a);  // "silu", "gelu", "gelu_tanh", "relu"
+
+// How Op::MoeRoute turns router logits into expert weights (softmax in f32 over the dims named).
+enum class Routing : uint8_t {
+  SoftmaxTopK,      // softmax over every expert, then the top_k largest kept (Qwen3-MoE, norm_topk_prob off)
+  SoftmaxTopKNorm,  // ... then divided by their sum (Qwen3-MoE with norm_topk_prob, Mixtral)
+  TopKSoftmax,      // the top_k largest logits, then a softmax over those k (gpt-oss)
+};
+const char* routing_name(Routing r);
 
 enum class InputKind : uint8_t {
   TokenIds,
@@ -155,6 +170,8 @@ struct Node {
   int64_t window = 0;                 // Attention: sliding window in keys (0: the whole prefix)
   Activation act = Activation::Silu;  // GatedAct
   int rope_table = -1;                // Rope: index into Graph::rope_tables
+  int64_t experts = 0, top_k = 0;     // MoeRoute (both), MoeExperts (experts)
+  Routing routing = Routing::SoftmaxTopKNorm;  // MoeRoute
   WeightView view{};                  // Weight: the part of the stored tensor `name` that is read
 };
 

@@ -46,7 +46,7 @@ std::unique_ptr<WeightSource> open_directory(const std::string& dir) {
       fail(dir, ": holds several GGUF files (", list, "); pass one of them as the model");
     }
   }
-  return open_safetensors_dir(dir);
+  return with_fused_experts(open_safetensors_dir(dir));
 }
 
 }  // namespace

@@ -52,6 +52,11 @@ std::unique_ptr<WeightSource> open_safetensors_dir(const std::string& dir);
 std::unique_ptr<WeightSource> open_gguf(const std::string& path);
 // The same view over an already parsed GGUF (e.g. GgufFile::parse of an in-memory image).
 std::unique_ptr<WeightSource> open_gguf(std::shared_ptr<GgufFile> file);
+// `src` seen with mixture-of-experts weights in Transformers 5's fused layout (mlp.gate.weight,
+// mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]) when it stores one tensor per expert
+// (Qwen-MoE's mlp.experts.<e>.{gate,up,down}_proj, Mixtral's block_sparse_moe.experts.<e>.{w1,w3,w2} and
+// block_sparse_moe.gate): the stacked tensors are assembled at load. `src` itself when it stores none.
+std::unique_ptr<WeightSource> with_fused_experts(std::unique_ptr<WeightSource> src);
 // Dispatches on the argument: a .gguf file, or a directory (after HF-cache resolution, see hf_cache.h).
 std::unique_ptr<WeightSource> open_checkpoint(const std::string& path);
 

@@ -54,17 +54,21 @@ void GraphBuilder::record_module(const std::string& module, Role role, int64_t l
   if (module_names_.insert(module).second) modules_.push_back(ModuleSpec{module, role, layer});
 }
 
-int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightView view) {
+int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightView view, bool never_quantize) {
   const size_t dot = name.rfind('.');
   record_module(dot == std::string::npos ? name : name.substr(0, dot), Role::kOther);
   // Matrices in the model dtype; vectors (norms, biases) stay float32.
   DType dt = stored.size() == 1 ? DType::F32 : g_.key.dtype;
-  const int64_t cols = stored.size() == 2 ? (view.split_dim == 1 ? stored[1] / view.shards : stored[1]) : 0;
-  if (auto q = c_.quantized_weights.find(name); q != c_.quantized_weights.end() && stored.size() == 2) {
-    if (cols % dtype_block(q->second) == 0) dt = q->second;
+  const int64_t cols = stored.size() == 2   ? (view.split_dim == 1 ? stored[1] / view.shards : stored[1])
+                       : stored.size() == 3 ? stored[2]
+                                            : 0;
+  bool as_stored = false;  // kept in the block format the checkpoint stores
+  if (auto q = c_.quantized_weights.find(name); q != c_.quantized_weights.end() && stored.size() >= 2) {
+    as_stored = cols % dtype_block(q->second) == 0;
+    if (as_stored) dt = q->second;
   }
   // Quantised at load (the graph's dtype is a block format): rows that are not whole blocks stay float32.
-  if (is_quantized(dt) && cols % dtype_block(dt) != 0) dt = DType::F32;
+  if (is_quantized(dt) && !as_stored && (cols % dtype_block(dt) != 0 || never_quantize)) dt = DType::F32;
   Shape local = stored;
   if (view.rows >= 0) local[0] = view.rows;
   if (view.split_dim >= 0) {
@@ -72,6 +76,7 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
               " over ", view.shards);
     local[static_cast<size_t>(view.split_dim)] /= view.shards;
   }
+  TS_ASSERT(stored.size() < 3 || view.whole(), name, ": a view of stacked experts");
   view.stored = std::move(stored);
   Node n{.op = Op::Weight, .name = name, .inputs = {}, .shape = std::move(local), .dtype = dt};
   n.view = std::move(view);
@@ -213,6 +218,35 @@ int GraphBuilder::soft_cap(int x, double cap, const std::string& name) {
   return g_.add(std::move(n));
 }
 
+int GraphBuilder::moe_route(int logits, graph::Routing routing, int64_t top_k, const std::string& name) {
+  const int64_t experts = cols(logits);
+  TS_ASSERT(top_k >= 1 && top_k <= experts, name, ": top ", top_k, " of ", experts);
+  Node n{.op = Op::MoeRoute, .name = name, .inputs = {logits}, .shape = g_.at(logits).shape};
+  n.experts = experts;
+  n.top_k = top_k;
+  n.routing = routing;
+  return g_.add(std::move(n));
+}
+
+int GraphBuilder::moe_experts(int x, int route, int gate_up, int down, int gate_up_bias, int down_bias,
+                              int64_t experts, graph::Activation act, const std::string& name) {
+  const int64_t H = cols(x), I = g_.at(down).shape.back();
+  TS_ASSERT(cols(route) == experts && g_.at(gate_up).shape == Shape({experts, 2 * I, H}) &&
+                g_.at(down).shape == Shape({experts, H, I}),
+            name, ": experts ", experts, ", gate_up ", shape_str(g_.at(gate_up).shape), ", down ",
+            shape_str(g_.at(down).shape), ", x ", shape_str(g_.at(x).shape));
+  std::vector<int> ins{x, route, gate_up, down};
+  if (gate_up_bias >= 0 || down_bias >= 0) {
+    TS_ASSERT(gate_up_bias >= 0 && down_bias >= 0, name, ": both expert biases or none");
+    ins.push_back(gate_up_bias);
+    ins.push_back(down_bias);
+  }
+  Node n{.op = Op::MoeExperts, .name = name, .inputs = ins, .shape = g_.at(x).shape};
+  n.experts = experts;
+  n.act = act;
+  return g_.add(std::move(n));
+}
+
 int GraphBuilder::last_row(int x, const std::string& name) {
   return g_.add(Node{.op = Op::LastRow, .name = name, .inputs = {x}, .shape = {g_.key.batch, cols(x)}});
 }
@@ -299,6 +333,31 @@ int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const
   x = b.add(x, self_attention(b, in, n, h, a), n.node + "attn_residual");
   h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
   return b.add(x, gated_mlp(b, n, h, m), n.node + "mlp_residual");
+}
+
+int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) {
+  const DecoderConfig& c = b.config();
+  TS_ASSERT(b.key().tp_size == 1, "mixture-of-experts layers are not split over tensor-parallel ranks yet");
+  const std::string mlp = n.module + "mlp.";
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  // The router: never quantised at load (as llama.cpp's quantiser keeps ffn_gate_inp), since its logits
+  // choose the experts; a checkpoint that stores it quantised is read as stored.
+  const int logits = b.matmul(h, b.weight(mlp + "gate.weight", {E, H}, {}, true), -1, n.node + "router");
+  const int route = b.moe_route(logits, m.routing, c.num_experts_per_tok, n.node + "route");
+  const int gate_up = b.weight(mlp + "experts.gate_up_proj", {E, 2 * I, H});
+  const int down = b.weight(mlp + "experts.down_proj", {E, H, I});
+  return b.moe_experts(h, route, gate_up, down, -1, -1, E, graph_activation(c.hidden_act), n.node + "experts");
+}
+
+int pre_norm_moe_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
+                       const SparseMoe& m) {
+  const DecoderConfig& c = b.config();
+  const LayerNames n = layer_names(layer);
+  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
+  x = b.add(x, self_attention(b, in, n, h, a), n.node + "attn_residual");
+  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
+  const int mlp = c.layer_is_sparse(layer) ? sparse_moe(b, n, h, m) : gated_mlp(b, n, h, {});
+  return b.add(x, mlp, n.node + "mlp_residual");
 }
 
 int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a) {

@@ -30,7 +30,8 @@ class GraphBuilder {
   int input(graph::InputKind kind, Shape shape, const char* name);
   // A weight node reading `view` (default: all) of the stored tensor `name` of shape `stored`. Its module
   // (`name` up to its last '.') is recorded with Role::kOther unless already recorded.
-  int weight(const std::string& name, Shape stored, graph::WeightView view = {});
+  // never_quantize: float32 when the graph's dtype is a block format (quantised at load).
+  int weight(const std::string& name, Shape stored, graph::WeightView view = {}, bool never_quantize = false);
   int cache_state(int layer, int which);
   int embedding(int table, int ids, const std::string& name, float scale = 0.0f);  // scale 0: none
   int rms_norm(int x, int w, int64_t dim, const std::string& name);
@@ -63,6 +64,12 @@ class GraphBuilder {
   int add(int a, int b, const std::string& name);
   int last_row(int x, const std::string& name);
   int soft_cap(int x, double cap, const std::string& name);  // tanh(x / cap) * cap
+  // Op::MoeRoute over router logits [rows, experts].
+  int moe_route(int logits, graph::Routing routing, int64_t top_k, const std::string& name);
+  // Op::MoeExperts: gate_up [E * 2I, H] and down [E * H, I] (expert weights as read by expert_weight),
+  // biases -1 for none.
+  int moe_experts(int x, int route, int gate_up, int down, int gate_up_bias, int down_bias, int64_t experts,
+                  graph::Activation act, const std::string& name);
 
   // Records `module` with `role` unless already recorded (the first role stays: a tied LM head reads the
   // embedding module).
@@ -126,10 +133,23 @@ struct GatedMlp {
 // hidden_act, split per layer when the plan says so. Returns down_proj's output [rows, hidden].
 int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& m);
 
+struct SparseMoe {
+  graph::Routing routing = graph::Routing::SoftmaxTopKNorm;
+};
+// `mlp.*` of layer n as a mixture of experts (config().num_experts of them, config().num_experts_per_tok per
+// token): the router mlp.gate.weight [E, H] -> Op::MoeRoute -> Op::MoeExperts over mlp.experts.gate_up_proj
+// [E, 2I, H] and mlp.experts.down_proj [E, H, I] (I = moe_intermediate_size; Transformers 5's fused layout,
+// which io presents for every layout a checkpoint stores). Returns [rows, hidden] (before any residual).
+int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m);
+
 // The Llama family's pre-norm decoder layer (Llama, Qwen2, Qwen3, Mistral, Phi-3): input_layernorm ->
 // self_attention -> residual -> post_attention_layernorm -> gated_mlp -> residual. x [rows, hidden].
 int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
                    const GatedMlp& m);
+// pre_norm_layer with sparse_moe in place of gated_mlp in the layers config().layer_is_sparse marks
+// (Qwen3-MoE, Mixtral).
+int pre_norm_moe_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
+                       const SparseMoe& m);
 
 // The Gemma 2 / Gemma 3 decoder layer: input_layernorm -> self_attention -> post_attention_layernorm ->
 // residual -> pre_feedforward_layernorm -> gated_mlp -> post_feedforward_layernorm -> residual.

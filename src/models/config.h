@@ -99,6 +99,12 @@ struct DecoderConfig {
   // others'.
   RopeConfig local_rope;
   std::vector<uint8_t> layer_local_rope;
+  // Mixture of experts (num_experts 0: dense). The layers marked in layer_sparse replace the gated MLP by the
+  // sparse block: a router (mlp.gate) choosing num_experts_per_tok of num_experts experts per token, each a
+  // gated MLP of moe_intermediate_size (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]).
+  int64_t num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
+  std::vector<uint8_t> layer_sparse;  // [num_layers]
+  bool moe_norm_topk = false;         // the kept routing weights divided by their sum (Qwen3-MoE's norm_topk_prob)
   std::optional<DType> torch_dtype;
   // Matrices kept block-quantised as the checkpoint stores them (a GGUF's block-quantised tensors on the
   // native cpu backend), by Hugging Face name; every other matrix is in the graph's dtype. Set by the loader,
@@ -111,6 +117,10 @@ struct DecoderConfig {
   bool layer_is_sliding(int64_t layer) const {
     return sliding_window > 0 && layer < static_cast<int64_t>(layer_sliding.size()) &&
            layer_sliding[static_cast<size_t>(layer)] != 0;
+  }
+  bool layer_is_sparse(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_sparse.size()) &&
+           layer_sparse[static_cast<size_t>(layer)] != 0;
   }
   bool layer_uses_local_rope(int64_t layer) const {
     return layer < static_cast<int64_t>(layer_local_rope.size()) &&

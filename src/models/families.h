@@ -19,6 +19,16 @@ ConfigDefaults gemma_defaults(const char* model_type, int64_t max_position_embed
 // Qwen2Config's defaults, which Qwen3Config shares but for head_dim.
 ConfigDefaults qwen_defaults(const char* model_type);
 
+// Mixtures of experts (qwen3_moe.cpp): the keys every MoE config reads alike (own_intermediate: and
+// moe_intermediate_size), and their parser into c.num_experts (num_local_experts or num_experts, the same
+// setting under two names), c.num_experts_per_tok and c.moe_intermediate_size (intermediate 0: the config's
+// intermediate_size, as Mixtral's experts use).
+struct MoeDefaults {
+  int64_t experts = 0, per_token = 0, intermediate = 0;
+};
+std::vector<ConfigKey> moe_config_keys(bool own_intermediate);
+void parse_moe_experts(const ConfigReader& r, DecoderConfig& c, const MoeDefaults& d);
+
 // self_attn.{q,k}_norm replicated_with_grad_allreduce (Qwen3's and Gemma 3's base_model_tp_plan).
 TpPlan qk_norm_tp_plan();
 

@@ -33,12 +33,19 @@ Architecture architecture();
 namespace gemma3 {
 Architecture architecture();
 }
+namespace qwen3_moe {
+Architecture architecture();
+}
+namespace mixtral {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
       qwen3::architecture(),   llama::architecture(), glm4::architecture(),   qwen2::architecture(),
       mistral::architecture(), phi3::architecture(),  gemma2::architecture(), gemma3::architecture(),
+      qwen3_moe::architecture(), mixtral::architecture(),
   };
   return t;
 }

@@ -118,7 +118,7 @@ Tensor quantized_copy(const io::WeightSource& src, const std::string& name, DTyp
   const Tensor f = src.load(name, DType::F32);
   Tensor out = Tensor::empty(q, f.shape);
   try {
-    quantize_rows(f.ptr<float>(), f.shape[0], f.numel() / f.shape[0], q, out.data);
+    quantize_rows(f.ptr<float>(), f.numel() / f.shape.back(), f.shape.back(), q, out.data);
   } catch (const Error& e) {
     fail(src.find(name)->file, ": tensor '", name, "': ", e.what());
   }

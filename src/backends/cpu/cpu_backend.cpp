@@ -135,6 +135,18 @@ cpu::GateAct gate_act(graph::Activation a) {
   fail("unknown activation ", static_cast<int>(a));
 }
 
+cpu::MoeRouting moe_routing(graph::Routing r) {
+  switch (r) {
+    case graph::Routing::SoftmaxTopK:
+      return cpu::MoeRouting::SoftmaxTopK;
+    case graph::Routing::SoftmaxTopKNorm:
+      return cpu::MoeRouting::SoftmaxTopKNorm;
+    case graph::Routing::TopKSoftmax:
+      return cpu::MoeRouting::TopKSoftmax;
+  }
+  fail("unknown routing ", static_cast<int>(r));
+}
+
 class CpuExecutable : public Executable {
  public:
   CpuExecutable(const Graph& g, const WeightMap& weights, Communicator* comm, std::atomic<bool>* comm_busy,
@@ -592,6 +604,25 @@ class CpuExecutable : public Executable {
       case Op::SoftCap:
         cpu::softcap(f32(r, in[0]), rows * cols, n.softcap, f32(r, id));
         return;
+      case Op::MoeRoute:
+        cpu::moe_route(f32(r, in[0]), rows, n.experts, n.top_k, moe_routing(n.routing), f32(r, id));
+        return;
+      case Op::MoeExperts: {
+        const Node& down = g_.at(in[3]);
+        const bool bias = in.size() > 5;
+        const cpu::MoeWeights w{weight(in[2]),
+                                weight(in[3]),
+                                weight_dtype(in[2]),
+                                weight_dtype(in[3]),
+                                bias ? static_cast<const float*>(weight(in[4])) : nullptr,
+                                bias ? static_cast<const float*>(weight(in[5])) : nullptr,
+                                n.experts,
+                                cols,
+                                down.shape[2]};
+        cpu::moe_experts(f32(r, in[0]), rows, f32(r, in[1]), w, gate_act(n.act),
+                         g_.key.phase == graph::Phase::Decode, bf16_dot_, f32(r, id));
+        return;
+      }
       case Op::kCount:
         break;
     }
@@ -840,8 +871,11 @@ WeightMap cpu_interleave_weights(WeightMap weights) {
         (j < all.size() && reinterpret_cast<uintptr_t>(all[j]->data) < end);
     const bool ours = t.owner && t.owner.use_count() == holders[t.owner.get()];
     const DType r8 = cpu::rows8_dtype(t.dtype);
-    if (r8 != t.dtype && t.shape.size() == 2 && t.shape[0] % 8 == 0 && !overlapped && ours) {
-      cpu::interleave_rows8(t.dtype, t.data, t.shape[0], t.shape[1]);
+    // A matrix [N, K], or stacked experts [E, N, K] whose every expert's halves of rows are whole groups of 8
+    // (gate_up [E, 2I, H]: each half whole groups, so 2I a multiple of 16).
+    const bool matrix = (t.shape.size() == 2 && t.shape[0] % 8 == 0) || (t.shape.size() == 3 && t.shape[1] % 16 == 0);
+    if (r8 != t.dtype && matrix && !overlapped && ours) {
+      cpu::interleave_rows8(t.dtype, t.data, t.numel() / t.shape.back(), t.shape.back());
       for (size_t k = i; k < j; ++k) all[k]->dtype = r8;
     }
     i = j;

@@ -153,6 +153,31 @@ void add(const float* a, const float* b, int64_t n, float* y);
 void softcap(const float* x, int64_t n, float cap, float* y);
 // In-place softmax over each row of x [rows, n] (f32, max-subtracted).
 void softmax(float* x, int64_t rows, int64_t n);
+
+// ---- mixture of experts (kernels_moe.cpp) ----
+// How router logits become expert weights: SoftmaxTopK: softmax (f32) over all experts, the top_k kept;
+// SoftmaxTopKNorm: ... divided by their sum (in top-k order); TopKSoftmax: softmax over the top_k logits.
+// Ties go to the lower expert index.
+enum class MoeRouting : uint8_t { SoftmaxTopK, SoftmaxTopKNorm, TopKSoftmax };
+// route [rows, E]: each row's weights for its top_k experts, 0 for the others, from logits [rows, E].
+void moe_route(const float* logits, int64_t rows, int64_t experts, int64_t top_k, MoeRouting routing,
+               float* route);
+// The experts of a sparse MLP block. Weights in wdt (as matmul takes them): gate_up [E, 2I, H] (expert e's
+// gate rows, then its up rows), down [E, H, I]; biases (f32, or nullptr) [E, 2I] and [E, H].
+struct MoeWeights {
+  const void* gate_up;
+  const void* down;
+  DType gate_up_dtype, down_dtype;
+  const float* gate_up_bias;
+  const float* down_bias;
+  int64_t experts, hidden, inter;
+};
+// y [rows, H] = for each row, the sum over its experts e (route[row, e] != 0) in ascending e of
+// route[row, e] * down_e(act(gate_e x) * up_e x). Each expert's rows are gathered and multiplied together
+// (its weights read once per call). row_invariant (decode steps): each row's result is bit-identical to the
+// row alone (matmul_rows); otherwise matmul (the prefill gemm). y must not alias x.
+void moe_experts(const float* x, int64_t rows, const float* route, const MoeWeights& w, GateAct act,
+                 bool row_invariant, Bf16Dot bf16, float* y);
 // Index of the largest value in x[0, n) (the first one on ties; NaN is never chosen unless all are NaN).
 int64_t argmax(const float* x, int64_t n);
 

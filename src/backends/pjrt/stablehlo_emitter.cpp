@@ -404,6 +404,12 @@ class Lowering {
         b_.comment(n.name + ": soft_cap");
         vals_[static_cast<size_t>(id)] = soft_cap(val(n.inputs[0]), n.softcap);
         break;
+      case Op::MoeRoute:
+        vals_[static_cast<size_t>(id)] = moe_route(n);
+        break;
+      case Op::MoeExperts:
+        vals_[static_cast<size_t>(id)] = moe_experts(n);
+        break;
       case Op::kCount:
         fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
@@ -669,36 +675,91 @@ class Lowering {
   //                                                                   polynomial)
   //   gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (PyTorch's tanh GELU, op for op)
   //   relu(g) = max(g, 0)                                           (NaN-propagating maximum)
-  Val gated_act(const Node& n) {
-    const Val& g = val(n.inputs[0]);
+  // act(g) elementwise, as Op::GatedAct's activations; `what` names the node in the comment.
+  Val activate(const Val& g, graph::Activation a, const std::string& what) {
     auto splat = [&](float x) { return b_.splat_f32(x, g.shape); };
-    Val act;
-    switch (n.act) {
+    switch (a) {
       case graph::Activation::Silu: {
-        b_.comment(n.name + ": swiglu");
+        b_.comment(what + ": swiglu");
         Val e = b_.unary("exponential", b_.unary("negate", g));
-        act = b_.div(g, b_.add(splat(1.0f), e));
-        break;
+        return b_.div(g, b_.add(splat(1.0f), e));
       }
       case graph::Activation::Gelu: {
-        b_.comment(n.name + ": gelu(gate) * up");
+        b_.comment(what + ": gelu(gate) * up");
         Val erf = b_.unary("chlo.erf", b_.mul(g, splat(0.70710678118654752f)));
-        act = b_.mul(b_.mul(g, splat(0.5f)), b_.add(splat(1.0f), erf));
-        break;
+        return b_.mul(b_.mul(g, splat(0.5f)), b_.add(splat(1.0f), erf));
       }
       case graph::Activation::GeluTanh: {
-        b_.comment(n.name + ": gelu_tanh(gate) * up");
+        b_.comment(what + ": gelu_tanh(gate) * up");
         Val cube = b_.mul(b_.mul(g, g), g);
         Val inner = b_.mul(splat(0.79788456080286536f), b_.add(g, b_.mul(splat(0.044715f), cube)));
-        act = b_.mul(b_.mul(g, splat(0.5f)), b_.add(splat(1.0f), b_.unary("tanh", inner)));
-        break;
+        return b_.mul(b_.mul(g, splat(0.5f)), b_.add(splat(1.0f), b_.unary("tanh", inner)));
       }
       case graph::Activation::Relu:
-        b_.comment(n.name + ": relu(gate) * up");
-        act = b_.max(g, splat(0.0f));
-        break;
+        b_.comment(what + ": relu(gate) * up");
+        return b_.max(g, splat(0.0f));
     }
-    return b_.mul(act, val(n.inputs[1]));
+    fail("stablehlo emitter: unknown activation in ", what);
+  }
+
+  Val gated_act(const Node& n) { return b_.mul(activate(val(n.inputs[0]), n.act, n.name), val(n.inputs[1])); }
+
+  // Router logits [R, E] -> weights [R, E] (0 for experts not chosen), as Op::MoeRoute: softmax in f32, then
+  // top_k rounds of "the largest value left, the lowest index among equals" (so ties go to the lower expert),
+  // each masking its pick; then the chosen weights renormalised or soft-maxed as the routing says.
+  Val moe_route(const Node& n) {
+    b_.comment(n.name + ": moe_route (" + graph::routing_name(n.routing) + ", top " + std::to_string(n.top_k) +
+               ")");
+    const Val& logits = val(n.inputs[0]);
+    const int64_t R = logits.shape[0], E = logits.shape[1];
+    const Shape re{R, E};
+    const float inf = std::numeric_limits<float>::infinity();
+    Val p = n.routing == graph::Routing::TopKSoftmax ? logits : softmax_rows(logits);
+    Val idx = b_.iota(1, re, "i32");
+    Val left = p;
+    Val chosen = b_.compare(idx, b_.splat_i32(-1, re), "EQ", "SIGNED");  // all false
+    Val first_max;                                                      // [R]: the largest value
+    for (int64_t k = 0; k < n.top_k; ++k) {
+      Val mx = b_.reduce(left, {1}, "maximum", -inf);
+      if (k == 0) first_max = mx;
+      Val at_max = b_.compare(left, b_.broadcast(mx, {0}, re), "EQ", "FLOAT");
+      Val lowest = b_.reduce(b_.select(at_max, idx, b_.splat_i32(static_cast<int32_t>(E), re)), {1}, "minimum",
+                             static_cast<float>(E));
+      Val pick = b_.compare(idx, b_.broadcast(lowest, {0}, re), "EQ", "SIGNED");
+      chosen = b_.op("or", {chosen, pick}, "", re, "i1");
+      left = b_.select(pick, b_.splat_f32(-inf, re), left);
+    }
+    Val zero = b_.splat_f32(0.0f, re);
+    if (n.routing == graph::Routing::TopKSoftmax) {
+      Val e = b_.unary("exponential", b_.sub(p, b_.broadcast(first_max, {0}, re)));
+      e = b_.select(chosen, e, zero);
+      return b_.div(e, b_.broadcast(b_.reduce(e, {1}, "add", 0.0f), {0}, re));
+    }
+    Val w = b_.select(chosen, p, zero);
+    if (n.routing == graph::Routing::SoftmaxTopKNorm)
+      w = b_.div(w, b_.broadcast(b_.reduce(w, {1}, "add", 0.0f), {0}, re));
+    return w;
+  }
+
+  // The experts of a sparse block, dense: every expert on every row ([R, E, 2I] and [E, R, H] products), each
+  // row's outputs weighted by its route (0 for experts not chosen) and summed over E. Compiled once per shape
+  // like every op; it computes E / top_k times the chosen experts' work (see ARCHITECTURE.md).
+  Val moe_experts(const Node& n) {
+    b_.comment(n.name + ": moe_experts (dense over " + std::to_string(n.experts) + " experts)");
+    const Val& x = val(n.inputs[0]);
+    const Val& route = val(n.inputs[1]);
+    Val gu = weight_f32(n.inputs[2]);    // [E, 2I, H]
+    Val down = weight_f32(n.inputs[3]);  // [E, H, I]
+    const int64_t R = x.shape[0], H = x.shape[1], E = n.experts, I = down.shape[2];
+    Val h = b_.dot(x, gu, {}, {}, {1}, {2}, {R, E, 2 * I});  // [R, E, 2I]
+    if (n.inputs.size() > 5) h = b_.add(h, b_.broadcast(val(n.inputs[4]), {1, 2}, {R, E, 2 * I}));
+    Val gate = b_.slice(h, {0, 0, 0}, {R, E, I});
+    Val up = b_.slice(h, {0, 0, I}, {R, E, 2 * I});
+    Val a = b_.transpose(b_.mul(activate(gate, n.act, n.name), up), {1, 0, 2});  // [E, R, I]
+    Val y = b_.dot(a, down, {0}, {0}, {2}, {2}, {E, R, H});                    // [E, R, H]
+    if (n.inputs.size() > 5) y = b_.add(y, b_.broadcast(val(n.inputs[5]), {0, 2}, {E, R, H}));
+    Val w = b_.broadcast(b_.transpose(route, {1, 0}), {0, 1}, {E, R, H});
+    return b_.reduce(b_.mul(y, w), {0}, "add", 0.0f);
   }
 
   // x [B*S, D] -> [B, D]: the last position of each row.
