@@ -154,6 +154,16 @@ TEST(SlotBatchJoin, RunningRowsOnlyDecodeEachEqualsTheRequestAloneOnCpu) {
   expect_each_equals_alone(m, "cpu", true, SlotBatchOptions::DecodeRows::Auto);  // cpu: Running
 }
 
+// Mixtures of experts: a decode row's experts run on its own rows (matmul_rows), so each request's logits are
+// bit-equal to its run alone, whichever experts its neighbours chose.
+TEST(SlotBatchJoin, MixtureOfExpertsEachEqualsTheRequestAloneOnCpu) {
+  for (const char* name : {"qwen3_moe", "mixtral"}) {
+    CausalLM m = load(name, "cpu");
+    expect_each_equals_alone(m, "cpu", true);
+    expect_each_equals_alone(m, "cpu", true, SlotBatchOptions::DecodeRows::Running);
+  }
+}
+
 TEST(SlotBatchJoin, RunningRowsOnlyDecodeEachEqualsTheRequestAloneOnXlaCpu) {
   REQUIRE_XLA_CPU();
   CausalLM m = load("llama_gqa", "xla-cpu");

@@ -31,6 +31,7 @@ const std::map<std::string, std::string> kFixtureOf = {
     {"Qwen3ForCausalLM", "qwen3_tied"}, {"LlamaForCausalLM", "llama_gqa"}, {"Glm4ForCausalLM", "glm4"},
     {"Qwen2ForCausalLM", "qwen2"},      {"MistralForCausalLM", "mistral"}, {"Phi3ForCausalLM", "phi3"},
     {"Gemma2ForCausalLM", "gemma2"},    {"Gemma3ForCausalLM", "gemma3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
 };
 
 json fixture_config(const std::string& fixture) {

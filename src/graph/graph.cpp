@@ -10,9 +10,9 @@ namespace tessera::graph {
 namespace {
 const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "decode"; }
 
-constexpr const char* kOpNames[] = {"input",      "weight",    "cache_state",   "embedding", "rms_norm",
-                                    "matmul",     "rope",      "cache_update",  "attention", "gated_act",
-                                    "add",        "last_row",  "sampler_state", "mark_seen", "sample",
+constexpr const char* kOpNames[] = {"input",      "weight",     "cache_state",   "embedding", "rms_norm",
+                                    "matmul",     "rope",       "cache_update",  "attention", "gated_act",
+                                    "add",        "last_row",   "sampler_state", "mark_seen", "sample",
                                     "all_reduce", "all_gather", "soft_cap",      "moe_route", "moe_experts"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
@@ -142,14 +142,17 @@ void append_sampling(Graph& g, int64_t vocab) {
   };
   int rows = -1;  // the CacheRows input of a row-mapped step (added by the model's step inputs)
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (g.nodes[i].op == Op::Input && g.nodes[i].input_kind == InputKind::CacheRows) rows = static_cast<int>(i);
+    if (g.nodes[i].op == Op::Input && g.nodes[i].input_kind == InputKind::CacheRows)
+      rows = static_cast<int>(i);
   TS_ASSERT(k.row_mapped() == (rows >= 0), "cache rows input and ShapeKey ", k.str(), " disagree");
   Node state{.op = Op::SamplerState, .name = "sampler.seen", .inputs = {}, .shape = {k.cache_batch(), vocab}};
   std::vector<int> mark_inputs = {g.add(std::move(state)), ids};
   if (k.phase == Phase::Prefill) mark_inputs.push_back(input(InputKind::SeenFrom, "seen_from", k.batch));
   if (rows >= 0) mark_inputs.push_back(rows);
-  const int seen = g.add(Node{
-      .op = Op::MarkSeen, .name = "sampler.mark_seen", .inputs = mark_inputs, .shape = {k.cache_batch(), vocab}});
+  const int seen = g.add(Node{.op = Op::MarkSeen,
+                              .name = "sampler.mark_seen",
+                              .inputs = mark_inputs,
+                              .shape = {k.cache_batch(), vocab}});
   const int params = input(InputKind::SampleParams, "sample_params", int64_t{k.batch} * kSampleParams);
   std::vector<int> sample_inputs = {logits, seen, params};
   if (rows >= 0) sample_inputs.push_back(rows);
@@ -172,9 +175,11 @@ std::string Graph::dump() const {
        << (n.op == Op::Weight ? weight_key(n) : n.name);
     if (n.op == Op::GatedAct) os << " (" << activation_name(n.act) << ")";
     if (n.op == Op::Attention && n.window > 0) os << " (window " << n.window << ")";
-    if ((n.op == Op::Attention || n.op == Op::SoftCap) && n.softcap > 0) os << " (softcap " << n.softcap << ")";
+    if ((n.op == Op::Attention || n.op == Op::SoftCap) && n.softcap > 0)
+      os << " (softcap " << n.softcap << ")";
     if (n.op == Op::Embedding && n.scale != 0.f) os << " (scale " << n.scale << ")";
-    if (n.op == Op::MoeRoute) os << " (" << routing_name(n.routing) << ", top " << n.top_k << " of " << n.experts << ")";
+    if (n.op == Op::MoeRoute)
+      os << " (" << routing_name(n.routing) << ", top " << n.top_k << " of " << n.experts << ")";
     if (n.op == Op::MoeExperts) os << " (" << n.experts << " experts, " << activation_name(n.act) << ")";
     os << "\n";
   }

@@ -47,25 +47,25 @@ struct ShapeKeyHash {
 };
 
 enum class Op : uint8_t {
-  Input,        // step input bound at run time (ids, positions, slots, kv_begin, cache rows, ...)
-  Weight,       // a named model weight
-  CacheState,   // KV cache of one layer, [cache_batch, kv_heads, cache_len, head_dim]
-  Embedding,    // (table, ids) -> [rows, dim], times Node::scale when it is not 0 (Gemma's sqrt(hidden))
-  RmsNorm,      // (x, weight) -> x normalised over groups of `dim`
-  MatMul,       // (x [rows, in], weight [out, in], bias? [out]) -> [rows, out]
-  Rope,         // (x [rows, heads*head_dim], positions [rows]) -> rotated
+  Input,       // step input bound at run time (ids, positions, slots, kv_begin, cache rows, ...)
+  Weight,      // a named model weight
+  CacheState,  // KV cache of one layer, [cache_batch, kv_heads, cache_len, head_dim]
+  Embedding,   // (table, ids) -> [rows, dim], times Node::scale when it is not 0 (Gemma's sqrt(hidden))
+  RmsNorm,     // (x, weight) -> x normalised over groups of `dim`
+  MatMul,      // (x [rows, in], weight [out, in], bias? [out]) -> [rows, out]
+  Rope,        // (x [rows, heads*head_dim], positions [rows]) -> rotated
   // Slots are per step row: slots[b * seq + s] is the cache slot of row b's column s (within a row, columns
   // occupy consecutive slots). `rows` (present only when ShapeKey::row_mapped()) maps step row b to its cache
   // row rows[b]; otherwise step row b is cache row b.
   CacheUpdate,  // (cache, new [batch*seq, kv_heads*head_dim], slots [batch*seq], rows? [batch]) -> cache with
                 // cache[rows[b], :, slots[b*seq+s], :] = new[b*seq+s]
-  Attention,  // (q, k_cache, v_cache, slots [batch*seq], kv_begin [batch], rows? [batch]) -> [rows, heads*
-              // head_dim]: row b's query in slot q sees cache row rows[b]'s keys j with kv_begin[b] <= j <= q;
-              // `window` > 0: only keys j > q - window (sliding-window attention); `softcap` > 0: the scaled
-              // scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2)
-  GatedAct,   // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
-  Add,        // (a, b) -> a + b
-  LastRow,    // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
+  Attention,    // (q, k_cache, v_cache, slots [batch*seq], kv_begin [batch], rows? [batch]) -> [rows, heads*
+                // head_dim]: row b's query in slot q sees cache row rows[b]'s keys j with kv_begin[b] <= j <=
+              // q; `window` > 0: only keys j > q - window (sliding-window attention); `softcap` > 0: the
+              // scaled scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2)
+  GatedAct,  // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
+  Add,       // (a, b) -> a + b
+  LastRow,   // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
   // In-step sampling (ShapeKey::sampling != Off; appended by graph::append_sampling):
   SamplerState,  // per-cache-row "seen" mask [cache_batch, vocab] f32 (1 = id occurred in the row), device
                  // state kept with the KV cache
@@ -124,10 +124,10 @@ enum SampleParam : int {
   kRepetitionPenalty,  // f32 bits
   kTopK,               // 0 = off
   kSeedLo,
-  kSeedHi,       // 64-bit seed
-  kStep,         // generation step (0 = the token chosen from the prefill)
-  kDoSample,     // Sampling::Sample programs: 1 = sample this row, 0 = greedy (penalty + argmax); so rows with
-                 // and without sampling share one program. Sampling::Greedy programs ignore it.
+  kSeedHi,    // 64-bit seed
+  kStep,      // generation step (0 = the token chosen from the prefill)
+  kDoSample,  // Sampling::Sample programs: 1 = sample this row, 0 = greedy (penalty + argmax); so rows with
+              // and without sampling share one program. Sampling::Greedy programs ignore it.
   kSampleParams  // count
 };
 
@@ -167,12 +167,12 @@ struct Node {
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
   float scale = 0.f;                                           // Attention; Embedding (0: none)
   float softcap = 0.f;                                         // Attention (0: none), SoftCap
-  int64_t window = 0;                 // Attention: sliding window in keys (0: the whole prefix)
-  Activation act = Activation::Silu;  // GatedAct
-  int rope_table = -1;                // Rope: index into Graph::rope_tables
-  int64_t experts = 0, top_k = 0;     // MoeRoute (both), MoeExperts (experts)
+  int64_t window = 0;                          // Attention: sliding window in keys (0: the whole prefix)
+  Activation act = Activation::Silu;           // GatedAct
+  int rope_table = -1;                         // Rope: index into Graph::rope_tables
+  int64_t experts = 0, top_k = 0;              // MoeRoute (both), MoeExperts (experts)
   Routing routing = Routing::SoftmaxTopKNorm;  // MoeRoute
-  WeightView view{};                  // Weight: the part of the stored tensor `name` that is read
+  WeightView view{};                           // Weight: the part of the stored tensor `name` that is read
 };
 
 // The name a backend binds a weight node's tensor under: the stored name, plus the view when it is not the

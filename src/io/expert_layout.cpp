@@ -5,8 +5,9 @@
 //   Qwen2/Qwen3-MoE: mlp.experts.<e>.gate_proj / up_proj / down_proj .weight
 //   Mixtral:         block_sparse_moe.experts.<e>.w1 (gate) / w3 (up) / w2 (down) .weight, and the router
 //                    block_sparse_moe.gate.weight
-// This view presents such a checkpoint in the fused layout: the per-expert tensors are hidden and each stacked
-// tensor is assembled at load (converted to the dtype asked, block-quantised rows copied as they are).
+// This view presents such a checkpoint in the fused layout: the per-expert tensors are hidden and each
+// stacked tensor is assembled at load (converted to the dtype asked, block-quantised rows copied as they
+// are).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -29,7 +30,9 @@ class ExpertLayoutSource : public WeightSource {
  public:
   ExpertLayoutSource(std::unique_ptr<WeightSource> inner, std::vector<TensorMeta> metas,
                      std::map<std::string, Stack> stacks, std::map<std::string, std::string> renamed)
-      : inner_(std::move(inner)), metas_(std::move(metas)), stacks_(std::move(stacks)),
+      : inner_(std::move(inner)),
+        metas_(std::move(metas)),
+        stacks_(std::move(stacks)),
         renamed_(std::move(renamed)) {}
 
   const std::vector<TensorMeta>& tensors() const override { return metas_; }
@@ -75,7 +78,8 @@ class ExpertLayoutSource : public WeightSource {
 
 std::unique_ptr<WeightSource> with_fused_experts(std::unique_ptr<WeightSource> src) {
   // <layer prefix>(mlp|block_sparse_moe).experts.<e>.<proj>.weight
-  static const std::regex kExpert(R"(^(model\.layers\.\d+\.)(mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$)");
+  static const std::regex kExpert(
+      R"(^(model\.layers\.\d+\.)(mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$)");
   static const std::regex kRouter(R"(^(model\.layers\.\d+\.)block_sparse_moe\.gate\.weight$)");
   // layer prefix -> kind (0 gate, 1 up, 2 down) -> expert -> tensor
   std::map<std::string, std::array<std::map<int64_t, const TensorMeta*>, 3>> found;
@@ -109,7 +113,8 @@ std::unique_ptr<WeightSource> with_fused_experts(std::unique_ptr<WeightSource> s
     for (int k = 0; k < 3; ++k) {
       const auto& by_e = kinds[static_cast<size_t>(k)];
       if (by_e.empty())
-        fail(src->origin(), ": layer '", prefix, "' stores experts one tensor each but has no expert ", kKind[k]);
+        fail(src->origin(), ": layer '", prefix, "' stores experts one tensor each but has no expert ",
+             kKind[k]);
       for (int64_t e = 0; e < static_cast<int64_t>(by_e.size()); ++e)
         if (!by_e.count(e))
           fail(src->origin(), ": missing tensor '", prefix, "experts.", e, ".", kKind[k],
@@ -148,7 +153,8 @@ std::unique_ptr<WeightSource> with_fused_experts(std::unique_ptr<WeightSource> s
     stacks.emplace(gu, std::move(gate_up));
     stacks.emplace(dn, std::move(down));
   }
-  std::sort(metas.begin(), metas.end(), [](const TensorMeta& a, const TensorMeta& b) { return a.name < b.name; });
+  std::sort(metas.begin(), metas.end(),
+            [](const TensorMeta& a, const TensorMeta& b) { return a.name < b.name; });
   for (size_t i = 1; i < metas.size(); ++i)
     if (metas[i].name == metas[i - 1].name)
       fail(src->origin(), ": tensor '", metas[i].name, "' is stored both fused and one expert at a time");

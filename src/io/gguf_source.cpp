@@ -1,14 +1,18 @@
-// A GGUF of a supported architecture (llama, qwen2, qwen3, gemma2, gemma3, phi3, glm4) seen as a Hugging Face
-// checkpoint: config.json derived from the metadata (under the architecture's key prefix) as llama.cpp reads
-// it, tensor names mapped to HF's, and for llama the q/k projection rows put back in HF order (the HF->GGUF
-// converter interleaves each head's two rotary halves for llama.cpp's rope; see unpermute_rows). The others
-// are stored unpermuted (llama.cpp runs them with the NeoX rope, as Transformers does). Mistral has no
-// architecture of its own: llama.cpp's converter writes it as llama (no sliding window), and so it loads.
-// Gemma's RMSNorm weights are stored as 1 + weight and are given back as HF stores them (GemmaGgufSource).
+// A GGUF of a supported architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4) seen as a
+// Hugging Face checkpoint: config.json derived from the metadata (under the architecture's key prefix) as
+// llama.cpp reads it, tensor names mapped to HF's, and for llama the q/k projection rows put back in HF order
+// (the HF->GGUF converter interleaves each head's two rotary halves for llama.cpp's rope; see
+// unpermute_rows). The others are stored unpermuted (llama.cpp runs them with the NeoX rope, as Transformers
+// does). Mistral has no architecture of its own: llama.cpp's converter writes it as llama (no sliding
+// window), and so it loads. Gemma's RMSNorm weights are stored as 1 + weight and are given back as HF stores
+// them (GemmaGgufSource). Mixtures of experts: qwen3moe is Qwen3MoeForCausalLM, and a llama GGUF with experts
+// (llama.cpp's Mixtral) MixtralForCausalLM; their experts are presented in Transformers 5's fused layout (see
+// map_experts).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "io/gguf.h"
 #include "io/io_util.h"
@@ -30,6 +34,13 @@ enum class Layout {
            // (on the MLP's output); ffn_up holds gate rows, then up, as HF's gate_up_proj
 };
 
+// Mixtures of experts, as llama.cpp reads them (blk.N.ffn_gate_inp and the stacked ffn_{gate,up,down}_exps).
+enum class Moe {
+  kNone,
+  kMixtral,  // llama: experts in every block when <arch>.expert_count > 0 (Mixtral), else a dense llama
+  kQwen3,    // qwen3moe: Qwen3's blocks with experts (and, here, the dense blocks of mlp_only_layers)
+};
+
 // What differs between the GGUF architectures read here; the metadata keys are "<gguf>.<name>".
 struct ArchSpec {
   const char* gguf;        // general.architecture
@@ -44,19 +55,23 @@ struct ArchSpec {
   int64_t gemma_27b_blocks = 0;
   // The rotary part may be smaller than the head: rope.dimension_count is HF's partial_rotary_factor.
   bool partial_rotary = false;
+  Moe moe = Moe::kNone;
 };
 constexpr ArchSpec kArchs[] = {
-    {"llama", "LlamaForCausalLM", "llama", true, true, true},
+    {"llama", "LlamaForCausalLM", "llama", true, true, true, Layout::kLlama, 0, false, Moe::kMixtral},
     {"qwen2", "Qwen2ForCausalLM", "qwen2", false, false,
      false},  // q/k/v biases always (Qwen2Config has no key)
     {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, true, false, Layout::kLlama, 0, false,
+     Moe::kQwen3},
     {"gemma2", "Gemma2ForCausalLM", "gemma2", false, true, false, Layout::kGemma, 46},
     {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, true, false, Layout::kGemma, 62},
     {"phi3", "Phi3ForCausalLM", "phi3", false, false, false, Layout::kPhi3, 0, true},
     // GLM-4's rotary pairs are interleaved in HF's rows as in llama.cpp's normal rope: stored unpermuted.
     {"glm4", "Glm4ForCausalLM", "glm4", false, true, false, Layout::kGlm4, 0, true},
 };
-const char* const kSupportedArchs = "llama, qwen2, qwen3, gemma2, gemma3, phi3, glm4";
+const char* const kSupportedArchs =
+    "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
@@ -64,10 +79,58 @@ const ArchSpec* find_arch(const std::string& name) {
   return nullptr;
 }
 
+// Slice `index` of `slices` equal slices (along the outermost dimension) of a GGUF tensor.
+struct Piece {
+  std::string gguf_name;
+  int64_t slices = 1, index = 0;
+};
+
 struct Mapping {
   std::string gguf_name;
   int64_t permute_heads = 0;  // > 0: un-permute rows for this many heads (q: n_head, k: n_head_kv)
+  std::vector<Piece> pieces;  // non-empty: the HF tensor is these, concatenated (gguf_name unused)
 };
+
+// "blk.<N>.<part>.weight" -> {N, part}; N at most 6 digits, as hf_name_for reads it.
+std::optional<std::pair<int64_t, std::string>> block_weight(const std::string& g) {
+  const std::string suffix = ".weight";
+  if (g.rfind("blk.", 0) != 0 || g.size() <= suffix.size() ||
+      g.compare(g.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return std::nullopt;
+  const size_t d2 = g.find('.', 4);
+  if (d2 == std::string::npos || d2 == 4 || d2 - 4 > 6) return std::nullopt;
+  int64_t n = 0;
+  for (size_t i = 4; i < d2; ++i) {
+    if (g[i] < '0' || g[i] > '9') return std::nullopt;
+    n = n * 10 + (g[i] - '0');
+  }
+  if (d2 + 1 >= g.size() - suffix.size()) return std::nullopt;
+  return std::make_pair(n, g.substr(d2 + 1, g.size() - suffix.size() - d2 - 1));
+}
+
+// The tensors of a block's experts as llama.cpp names them (see GgufSource::map_experts).
+enum ExpertPart { kRouter, kGateExps, kUpExps, kDownExps, kGateUpExps, kNumExpertParts };
+constexpr const char* kExpertPartNames[] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+                                            "ffn_gate_up_exps"};
+// llama.cpp's converter before April 2024 wrote Mixtral one tensor per expert: blk.N.ffn_gate.E.weight,
+// ffn_up.E, ffn_down.E (the order of the stacked 3-D tensors' first index).
+constexpr const char* kPerExpertNames[] = {"ffn_gate", "ffn_up", "ffn_down"};
+
+// "ffn_up.3" -> {1, 3} (kind: gate, up, down); nullopt for any other part. E at most 6 digits.
+std::optional<std::pair<int, int64_t>> per_expert_part(const std::string& part) {
+  for (int k = 0; k < 3; ++k) {
+    const std::string prefix = std::string(kPerExpertNames[k]) + ".";
+    if (part.rfind(prefix, 0) != 0 || part.size() == prefix.size() || part.size() - prefix.size() > 6)
+      continue;
+    int64_t e = 0;
+    for (size_t i = prefix.size(); i < part.size(); ++i) {
+      if (part[i] < '0' || part[i] > '9') return std::nullopt;
+      e = e * 10 + (part[i] - '0');
+    }
+    return std::make_pair(k, e);
+  }
+  return std::nullopt;
+}
 
 // "blk.12.attn_q.weight" -> "model.layers.12.self_attn.q_proj.weight"; "" when there is no HF name.
 std::string hf_name_for(const std::string& g, Layout layout) {
@@ -149,6 +212,7 @@ class GgufSource : public WeightSource {
     if (n_head_ <= 0 || n_head_kv_ <= 0 || n_head_ > (1 << 20) || n_head_ % n_head_kv_ != 0)
       fail(path, ": ", key("attention.head_count"), " ", n_head_, " / ", key("attention.head_count_kv"), " ",
            n_head_kv_, " are inconsistent (both must be positive and the first a multiple of the second)");
+    read_experts();
     map_tensors();
     build_config();
   }
@@ -162,6 +226,7 @@ class GgufSource : public WeightSource {
   Tensor load(const std::string& name, DType dtype) const override {
     auto it = map_.find(name);
     if (it == map_.end()) fail(origin_, ": checkpoint has no tensor named '", printable(name), "'");
+    if (!it->second.pieces.empty()) return assemble(name, it->second.pieces, dtype);
     Tensor t = g_->load_tensor(it->second.gguf_name, dtype);
     if (it->second.permute_heads > 0) unpermute_rows(t, it->second.permute_heads);
     return t;
@@ -173,6 +238,10 @@ class GgufSource : public WeightSource {
   std::shared_ptr<const GgufFile> gguf() const override { return g_; }
 
  private:
+  // config.json's class: a llama GGUF with experts is Mixtral.
+  const char* hf_class() const {
+    return moe_ && arch_->moe == Moe::kMixtral ? "MixtralForCausalLM" : arch_->hf_class;
+  }
   // The metadata key `name` under this architecture's prefix ("qwen3.block_count").
   std::string key(const char* name) const { return std::string(arch_->gguf) + "." + name; }
   int64_t require_int(const std::string& key) const {
@@ -199,6 +268,7 @@ class GgufSource : public WeightSource {
     for (const GgufTensorInfo& t : g_->tensors()) {
       if (arch_->layout == Layout::kPhi3) check_phi3_tensor(t.name);
       if (arch_->layout == Layout::kGlm4) check_glm4_tensor(t.name);
+      if (moe_ && collect_expert_tensor(t)) continue;
       const std::string hf = hf_name_for(t.name, arch_->layout);
       if (hf.empty()) {
         unmapped_.push_back(t.name);
@@ -210,10 +280,285 @@ class GgufSource : public WeightSource {
       if (m.permute_heads > 0 && t.shape[0] % (2 * m.permute_heads) != 0)
         fail(origin_, ": tensor '", printable(t.name), "' has ", t.shape[0], " rows, not a multiple of 2 x ",
              m.permute_heads, " heads");
-      if (!map_.emplace(hf, m).second) fail(origin_, ": two tensors map to '", hf, "'");
-      metas_.push_back(TensorMeta{hf, t.shape, t.type_name, origin_});
+      add_tensor(hf, std::move(m), t.shape, t.type_name);
     }
+    if (moe_) map_experts();
     std::sort(metas_.begin(), metas_.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  }
+
+  void add_tensor(const std::string& hf, Mapping m, const Shape& shape, const std::string& type_name) {
+    if (!map_.emplace(hf, std::move(m)).second) fail(origin_, ": two tensors map to '", hf, "'");
+    metas_.push_back(TensorMeta{hf, shape, type_name, origin_});
+  }
+
+  // ---- Mixtures of experts ----
+  //
+  // llama.cpp stores a block's experts as 3-D tensors, GGUF dims reversed to [E, rows, cols] here:
+  //   blk.N.ffn_gate_inp.weight   [E, H]     the router           -> model.layers.N.mlp.gate.weight
+  //   blk.N.ffn_gate_exps.weight  [E, I, H]  each expert's gate   \
+  //   blk.N.ffn_up_exps.weight    [E, I, H]  each expert's up     -> model.layers.N.mlp.experts.gate_up_proj
+  //                                                                  [E, 2I, H], assembled at load: per
+  //                                                                  expert its I gate rows, then its I up
+  //                                                                  rows
+  //   blk.N.ffn_down_exps.weight  [E, H, I]  each expert's down   -> model.layers.N.mlp.experts.down_proj
+  //                                                                  (as stored: zero-copy)
+  // The converter's --fuse-gate-up-exps writes blk.N.ffn_gate_up_exps [E, 2I, H], already HF's layout (read
+  // as stored). llama.cpp's Mixtral files from before April 2024 hold one 2-D tensor per expert
+  // (blk.N.ffn_gate.E / ffn_up.E / ffn_down.E); they are stacked the same way at load (llama only). Shared
+  // experts (*_shexp), qwen2moe and the other MoE architectures are refused.
+
+  // llama.cpp's metadata for the experts, checked and refused where it says what these models do not do.
+  void read_experts() {
+    if (arch_->moe == Moe::kNone) return;
+    const std::string count_key = key("expert_count");
+    const auto count = g_->get_int(count_key);
+    const GgufTensorInfo* expert_tensor = nullptr;
+    for (const GgufTensorInfo& t : g_->tensors())
+      if (auto bw = block_weight(t.name)) {
+        const std::string& part = bw->second;
+        if (part.find("_exps") != std::string::npos || part == kExpertPartNames[kRouter] ||
+            part.find("shexp") != std::string::npos || per_expert_part(part)) {
+          expert_tensor = &t;
+          break;
+        }
+      }
+    // llama: llama.cpp builds experts when expert_count > 0 and a dense MLP otherwise.
+    if (arch_->moe == Moe::kMixtral && count.value_or(0) == 0 && !expert_tensor) return;
+    if (!count)
+      fail(origin_, ": GGUF metadata key '", count_key, "' is missing",
+           expert_tensor ? " (the file has expert tensors, e.g. '" + printable(expert_tensor->name) + "')"
+                         : "");
+    if (*count <= 0 || *count > (1 << 16))
+      fail(origin_, ": ", count_key, " is ", *count,
+           expert_tensor ? "" : " but the file has no expert tensors (blk.N.ffn_gate_inp.weight)",
+           ", expected 1 to 65536 experts");
+    moe_ = true;
+    n_expert_ = *count;
+    const std::string used_key = key("expert_used_count");
+    n_expert_used_ = require_int(used_key);
+    if (n_expert_used_ <= 0 || n_expert_used_ > n_expert_)
+      fail(origin_, ": ", used_key, " is ", n_expert_used_, ", expected 1 to ", count_key, " (", n_expert_,
+           ")");
+    const int64_t ffn = require_int(key("feed_forward_length"));
+    if (arch_->moe == Moe::kQwen3) {
+      // llama.cpp: expert_feed_forward_length, or without it feed_forward_length / expert_used_count.
+      n_ff_exp_ = g_->get_int(key("expert_feed_forward_length")).value_or(ffn / n_expert_used_);
+      if (n_ff_exp_ <= 0 || n_ff_exp_ > (1 << 20))
+        fail(origin_, ": ", key("expert_feed_forward_length"), " is ", n_ff_exp_,
+             ", expected a positive size");
+    } else {
+      n_ff_exp_ = ffn;  // llama.cpp's llama: the experts are feed_forward_length wide
+    }
+    // Shared experts (Qwen2-MoE's, Granite-MoE's) and routing llama.cpp does not do for these architectures.
+    for (const char* k : {"expert_shared_count", "expert_shared_feed_forward_length"})
+      if (auto v = g_->get_int(key(k)); v && *v != 0)
+        fail(origin_, ": ", key(k), " is ", *v, ": shared experts are not supported (", arch_->gguf,
+             " GGUFs as llama.cpp writes them have none)");
+    if (auto v = g_->get_int(key("expert_group_count")); v && *v > 1)
+      fail(origin_, ": ", key("expert_group_count"), " is ", *v, ": grouped expert routing is not supported");
+    // llama.cpp's qwen3moe and llama graphs route with a softmax and renormalise the kept weights, unscaled,
+    // whatever these say (their loaders do not read them and their converter does not write them); a file
+    // that says otherwise is refused rather than run against its own metadata.
+    if (auto v = g_->get_int(key("expert_gating_func")); v && *v != 1)
+      fail(origin_, ": ", key("expert_gating_func"), " is ", *v,
+           ": only softmax routing (1) is supported (llama.cpp routes ", arch_->gguf, " with a softmax)");
+    if (auto v = g_->get_bool(key("expert_weights_norm")); v && !*v)
+      fail(origin_, ": ", key("expert_weights_norm"),
+           " is false: llama.cpp renormalises the top-k weights of ", arch_->gguf, " regardless");
+    if (auto v = finite_float(key("expert_weights_scale")); v && *v != 0.0 && *v != 1.0)
+      fail(origin_, ": ", key("expert_weights_scale"), " is ", *v,
+           ": scaled expert weights are not supported");
+  }
+
+  struct ExpertBlock {
+    const GgufTensorInfo* parts[kNumExpertParts] = {};
+    std::map<int64_t, const GgufTensorInfo*> per_expert[3];  // gate, up, down: one tensor per expert
+  };
+
+  // Takes a block's expert tensor (and notes the dense MLP blocks); false for any other tensor.
+  bool collect_expert_tensor(const GgufTensorInfo& t) {
+    const auto bw = block_weight(t.name);
+    if (!bw) {
+      if (t.name.find("shexp") != std::string::npos)
+        fail(origin_, ": tensor '", printable(t.name), "': shared experts are not supported");
+      return false;
+    }
+    const auto& [block, part] = *bw;
+    if (part.find("shexp") != std::string::npos)
+      fail(origin_, ": tensor '", printable(t.name), "': shared experts are not supported (", hf_class(),
+           " has none)");
+    for (int p = 0; p < kNumExpertParts; ++p)
+      if (part == kExpertPartNames[p]) {
+        expert_blocks_[block].parts[p] = &t;
+        return true;
+      }
+    if (arch_->moe == Moe::kMixtral)
+      if (auto pe = per_expert_part(part)) {
+        expert_blocks_[block].per_expert[pe->first][pe->second] = &t;
+        return true;
+      }
+    if (part == "ffn_gate" || part == "ffn_up" || part == "ffn_down") dense_blocks_.insert(block);
+    return false;
+  }
+
+  // Every block's experts checked against the metadata and each other, and mapped to HF's fused layout.
+  void map_experts() {
+    const int64_t E = n_expert_, I = n_ff_exp_, H = require_int(key("embedding_length"));
+    const std::string count_key = key("expert_count");
+    const std::string ffn_key = arch_->moe == Moe::kQwen3 && g_->has(key("expert_feed_forward_length"))
+                                    ? key("expert_feed_forward_length")
+                                : arch_->moe == Moe::kQwen3
+                                    ? key("feed_forward_length") + " / " + key("expert_used_count")
+                                    : key("feed_forward_length");
+    const std::string sizes = " (" + count_key + " " + std::to_string(E) + ", " + ffn_key + " " +
+                              std::to_string(I) + ", " + key("embedding_length") + " " + std::to_string(H) +
+                              ")";
+    auto name = [](int64_t b, const char* part) {
+      return "blk." + std::to_string(b) + "." + part + ".weight";
+    };
+    auto expect_shape = [&](const GgufTensorInfo& t, const Shape& want) {
+      if (t.shape != want)
+        fail(origin_, ": tensor '", printable(t.name), "' is ", shape_str(t.shape), ", expected ",
+             shape_str(want), sizes);
+    };
+    std::set<int64_t> blocks;  // every block some tensor names
+    for (const GgufTensorInfo& t : g_->tensors())
+      if (auto bw = block_weight(t.name)) blocks.insert(bw->first);
+    for (const auto& [b, eb] : expert_blocks_) blocks.insert(b);
+    for (const int64_t b : blocks) {
+      const auto it = expert_blocks_.find(b);
+      const bool dense = dense_blocks_.count(b) > 0;
+      if (it == expert_blocks_.end()) {
+        // llama.cpp's llama reads experts in every block once expert_count > 0; Qwen3-MoE's dense blocks are
+        // its mlp_only_layers (llama.cpp's own qwen3moe has none).
+        if (arch_->moe == Moe::kMixtral || !dense)
+          fail(origin_, ": missing tensor '", name(b, "ffn_gate_inp"), "' (", count_key, " is ", E,
+               arch_->moe == Moe::kMixtral
+                   ? ": every block of a llama GGUF with experts has them)"
+                   : "; the block has neither experts nor a dense ffn_up/ffn_gate/ffn_down)");
+        dense_layers_.push_back(b);
+        continue;
+      }
+      const ExpertBlock& eb = it->second;
+      if (dense)
+        fail(origin_, ": block ", b, " has both experts and a dense MLP (blk.", b,
+             ".ffn_gate/ffn_up/ffn_down.weight); a block has one or the other");
+      const GgufTensorInfo* const* p = eb.parts;
+      if (!p[kRouter])
+        fail(origin_, ": missing tensor '", name(b, "ffn_gate_inp"), "' (the router of block ", b, ")");
+      if (p[kRouter]->shape.size() == 2 && p[kRouter]->shape[1] == H && p[kRouter]->shape[0] != E)
+        fail(origin_, ": ", count_key, " is ", E, " but tensor '", printable(p[kRouter]->name), "' is ",
+             shape_str(p[kRouter]->shape), " (", p[kRouter]->shape[0], " experts)");
+      expect_shape(*p[kRouter], {E, H});
+      const std::string prefix = "model.layers." + std::to_string(b) + ".mlp.";
+      add_tensor(prefix + "gate.weight", Mapping{p[kRouter]->name}, p[kRouter]->shape, p[kRouter]->type_name);
+      const bool stacked = p[kGateExps] || p[kUpExps] || p[kDownExps] || p[kGateUpExps];
+      const bool per_expert =
+          !eb.per_expert[0].empty() || !eb.per_expert[1].empty() || !eb.per_expert[2].empty();
+      if (stacked && per_expert)
+        fail(origin_, ": block ", b, " has both stacked expert tensors (blk.", b,
+             ".ffn_*_exps.weight) and one tensor per expert (blk.", b, ".ffn_*.E.weight)");
+      if (per_expert) {
+        map_per_expert(b, eb, prefix, expect_shape, name);
+        continue;
+      }
+      for (const int part :
+           {kDownExps, p[kGateUpExps] ? kGateUpExps : kGateExps, p[kGateUpExps] ? kGateUpExps : kUpExps})
+        if (!p[part])
+          fail(origin_, ": missing tensor '", name(b, kExpertPartNames[part]), "' (block ", b,
+               " has experts)");
+      for (const int part : {kGateExps, kUpExps, kDownExps, kGateUpExps})
+        if (p[part] && p[part]->shape.size() == 3 && p[part]->shape[0] != E)
+          fail(origin_, ": ", count_key, " is ", E, " but tensor '", printable(p[part]->name), "' is ",
+               shape_str(p[part]->shape), " (", p[part]->shape[0], " experts)");
+      expect_shape(*p[kDownExps], {E, H, I});
+      add_tensor(prefix + "experts.down_proj", Mapping{p[kDownExps]->name}, p[kDownExps]->shape,
+                 p[kDownExps]->type_name);
+      if (p[kGateUpExps]) {
+        for (const int part : {kGateExps, kUpExps})
+          if (p[part])
+            fail(origin_, ": block ", b, " has both '", name(b, kExpertPartNames[kGateUpExps]), "' and '",
+                 printable(p[part]->name), "'");
+        expect_shape(*p[kGateUpExps], {E, 2 * I, H});
+        add_tensor(prefix + "experts.gate_up_proj", Mapping{p[kGateUpExps]->name}, p[kGateUpExps]->shape,
+                   p[kGateUpExps]->type_name);
+        continue;
+      }
+      expect_shape(*p[kGateExps], {E, I, H});
+      expect_shape(*p[kUpExps], {E, I, H});
+      if (p[kGateExps]->type_name != p[kUpExps]->type_name)
+        fail(origin_, ": tensors '", printable(p[kGateExps]->name), "' (", p[kGateExps]->type_name, ") and '",
+             printable(p[kUpExps]->name), "' (", p[kUpExps]->type_name,
+             ") are stored in different types; they are read as one tensor (mlp.experts.gate_up_proj)");
+      Mapping gate_up;
+      for (int64_t e = 0; e < E; ++e) {
+        gate_up.pieces.push_back({p[kGateExps]->name, E, e});
+        gate_up.pieces.push_back({p[kUpExps]->name, E, e});
+      }
+      add_tensor(prefix + "experts.gate_up_proj", std::move(gate_up), {E, 2 * I, H}, p[kGateExps]->type_name);
+    }
+  }
+
+  // llama.cpp's Mixtral files from before April 2024: blk.N.ffn_{gate,up,down}.E.weight, one per expert.
+  template <class ExpectShape, class Name>
+  void map_per_expert(int64_t b, const ExpertBlock& eb, const std::string& prefix,
+                      const ExpectShape& expect_shape, const Name& name) {
+    const int64_t E = n_expert_, I = n_ff_exp_, H = require_int(key("embedding_length"));
+    const Shape want[3] = {{I, H}, {I, H}, {H, I}};
+    for (int k = 0; k < 3; ++k) {
+      const auto& by_e = eb.per_expert[k];
+      for (int64_t e = 0; e < E; ++e)
+        if (!by_e.count(e))
+          fail(origin_, ": missing tensor '",
+               name(b, (std::string(kPerExpertNames[k]) + "." + std::to_string(e)).c_str()), "' (block ", b,
+               " stores its ", E, " experts one tensor each)");
+      if (by_e.rbegin()->first >= E)
+        fail(origin_, ": ", key("expert_count"), " is ", E, " but the file has tensor '",
+             printable(by_e.rbegin()->second->name), "'");
+      for (const auto& [e, t] : by_e) {
+        expect_shape(*t, want[k]);
+        const GgufTensorInfo* first = eb.per_expert[k == 1 ? 0 : k].begin()->second;  // up must match gate
+        if (t->type_name != first->type_name)
+          fail(origin_, ": tensors '", printable(first->name), "' (", first->type_name, ") and '",
+               printable(t->name), "' (", t->type_name,
+               ") are stored in different types; they are read as one tensor (mlp.experts.",
+               k == 2 ? "down_proj" : "gate_up_proj", ")");
+      }
+    }
+    Mapping gate_up, down;
+    for (int64_t e = 0; e < E; ++e) {
+      gate_up.pieces.push_back({eb.per_expert[0].at(e)->name});
+      gate_up.pieces.push_back({eb.per_expert[1].at(e)->name});
+      down.pieces.push_back({eb.per_expert[2].at(e)->name});
+    }
+    add_tensor(prefix + "experts.gate_up_proj", std::move(gate_up), {E, 2 * I, H},
+               eb.per_expert[0].begin()->second->type_name);
+    add_tensor(prefix + "experts.down_proj", std::move(down), {E, H, I},
+               eb.per_expert[2].begin()->second->type_name);
+  }
+
+  // The HF tensor made of `pieces` (an expert stack), each GGUF tensor read once as `dtype`.
+  Tensor assemble(const std::string& name, const std::vector<Piece>& pieces, DType dtype) const {
+    const TensorMeta* meta = find(name);
+    TS_ASSERT(meta, name);
+    Tensor out = Tensor::empty(dtype, meta->shape);
+    auto* dst = static_cast<uint8_t*>(out.data);
+    std::map<std::string, Tensor> loaded;
+    for (const Piece& p : pieces) {
+      auto it = loaded.find(p.gguf_name);
+      if (it == loaded.end()) it = loaded.emplace(p.gguf_name, g_->load_tensor(p.gguf_name, dtype)).first;
+      const Tensor& t = it->second;
+      TS_ASSERT(t.nbytes() % static_cast<size_t>(p.slices) == 0, p.gguf_name, ": ", t.nbytes(), " bytes in ",
+                p.slices, " slices");
+      const size_t bytes = t.nbytes() / static_cast<size_t>(p.slices);
+      TS_ASSERT(dst + bytes <= static_cast<uint8_t*>(out.data) + out.nbytes(), name, ": pieces overrun ",
+                out.nbytes(), " bytes");
+      std::memcpy(dst, static_cast<const uint8_t*>(t.data) + bytes * static_cast<size_t>(p.index), bytes);
+      dst += bytes;
+    }
+    TS_ASSERT(dst == static_cast<uint8_t*>(out.data) + out.nbytes(), name, ": assembled ",
+              dst - static_cast<uint8_t*>(out.data), " bytes of ", out.nbytes());
+    return out;
   }
 
   // Phi-3 as llama.cpp's converter writes it from HF's fused qkv_proj / gate_up_proj. llama.cpp also reads
@@ -246,8 +591,9 @@ class GgufSource : public WeightSource {
     const GgufTensorInfo* embd = g_->find_tensor("token_embd.weight");
     if (!embd || embd->shape.size() != 2) fail(origin_, ": GGUF has no 2-D token_embd.weight tensor");
     ojson c;
-    c["architectures"] = {arch_->hf_class};
-    c["model_type"] = arch_->model_type;
+    const bool mixtral = moe_ && arch_->moe == Moe::kMixtral;
+    c["architectures"] = {hf_class()};
+    c["model_type"] = mixtral ? "mixtral" : arch_->model_type;
     c["hidden_size"] = require_int(key("embedding_length"));
     c["intermediate_size"] = require_int(key("feed_forward_length"));
     c["num_hidden_layers"] = require_int(key("block_count"));
@@ -257,7 +603,8 @@ class GgufSource : public WeightSource {
     const auto key_length = g_->get_int(key("attention.key_length"));
     if (key_length) c["head_dim"] = *key_length;
     // Glm4Config's head_dim default is 128, llama.cpp's hidden / heads: say which.
-    if (!key_length && arch_->layout == Layout::kGlm4)
+    // Qwen3-MoE's too when it is not hidden / heads, so say it for both.
+    if (!key_length && (arch_->layout == Layout::kGlm4 || arch_->moe == Moe::kQwen3))
       c["head_dim"] = c["hidden_size"].get<int64_t>() / n_head_;
     check_head_dims(key_length);
     if (arch_->layout == Layout::kGemma)
@@ -272,8 +619,16 @@ class GgufSource : public WeightSource {
         g_->has("tokenizer.ggml.tokens") ? g_->array_size("tokenizer.ggml.tokens") : std::nullopt;
     c["vocab_size"] = n_tokens ? static_cast<int64_t>(*n_tokens) : embd->shape[0];
     c["tie_word_embeddings"] = g_->find_tensor("output.weight") == nullptr;
-    if (arch_->bias_keys) c["attention_bias"] = g_->find_tensor("blk.0.attn_q.bias") != nullptr;
-    if (arch_->mlp_bias_key) c["mlp_bias"] = g_->find_tensor("blk.0.ffn_up.bias") != nullptr;
+    if (mixtral) {
+      // MixtralConfig has no bias keys: MixtralForCausalLM has none.
+      for (const GgufTensorInfo& t : g_->tensors())
+        if (t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0)
+          fail(origin_, ": tensor '", printable(t.name), "': MixtralForCausalLM has no biases");
+    } else {
+      if (arch_->bias_keys) c["attention_bias"] = g_->find_tensor("blk.0.attn_q.bias") != nullptr;
+      if (arch_->mlp_bias_key) c["mlp_bias"] = g_->find_tensor("blk.0.ffn_up.bias") != nullptr;
+    }
+    if (moe_) add_expert_keys(c);
     if (arch_->layout == Layout::kGemma) add_gemma_keys(c, key_length);
     if (arch_->partial_rotary) add_partial_rotary(c, key_length);
     if (arch_->layout == Layout::kPhi3) add_phi3_window(c);
@@ -317,9 +672,12 @@ class GgufSource : public WeightSource {
     const int64_t ffn = require_int(key("feed_forward_length"));
     const bool fused_up = arch_->layout == Layout::kPhi3 || arch_->layout == Layout::kGlm4;
     const int64_t up_rows = fused_up ? 2 * ffn : ffn;  // phi3, glm4: gate and up rows
-    if (const GgufTensorInfo* up = g_->find_tensor("blk.0.ffn_up.weight");
+    // The first dense MLP (block 0 but for a Qwen3-MoE whose first dense block is a later one).
+    const std::string up_name =
+        "blk." + std::to_string(dense_layers_.empty() ? 0 : dense_layers_.front()) + ".ffn_up.weight";
+    if (const GgufTensorInfo* up = g_->find_tensor(up_name);
         up && up->shape.size() == 2 && up->shape[0] != up_rows)
-      fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, " but blk.0.ffn_up.weight is ",
+      fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, " but ", up_name, " is ",
            shape_str(up->shape));
     if (ffn <= 0) fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, ", expected a positive size");
     const int64_t ctx = require_int(key("context_length"));
@@ -329,6 +687,26 @@ class GgufSource : public WeightSource {
     if (const double eps = require_float(key("attention.layer_norm_rms_epsilon")); eps < 0)
       fail(origin_, ": ", key("attention.layer_norm_rms_epsilon"), " is ", eps,
            ", expected a non-negative epsilon");
+  }
+
+  // The experts' config keys. Qwen3-MoE: norm_topk_prob is true whatever the checkpoint's config said:
+  // llama.cpp's qwen3moe graph renormalises the top-k weights unconditionally (build_moe_ffn with norm_w =
+  // true in src/models/qwen3moe.cpp) and its converter writes no key for norm_topk_prob, so this is how every
+  // qwen3moe GGUF runs in llama.cpp (true in Qwen3-30B-A3B's and Qwen3-235B-A22B's configs). A block is
+  // sparse when it has experts: decoder_sparse_step 1 and the others listed in mlp_only_layers. Mixtral:
+  // experts in every block, each of intermediate_size, renormalised (MixtralForCausalLM always does).
+  void add_expert_keys(ojson& c) const {
+    if (arch_->moe == Moe::kMixtral) {
+      c["num_local_experts"] = n_expert_;
+      c["num_experts_per_tok"] = n_expert_used_;
+      return;
+    }
+    c["num_experts"] = n_expert_;
+    c["num_experts_per_tok"] = n_expert_used_;
+    c["moe_intermediate_size"] = n_ff_exp_;
+    c["norm_topk_prob"] = true;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = dense_layers_;
   }
 
   // Hugging Face attention has one head_dim for queries, keys and values, and (but for Phi-3 and GLM-4,
@@ -425,8 +803,13 @@ class GgufSource : public WeightSource {
   std::string origin_;
   const ArchSpec* arch_ = nullptr;
   int64_t n_head_ = 0, n_head_kv_ = 0;
-  std::map<std::string, Mapping> map_;  // HF name -> GGUF tensor
-  std::vector<TensorMeta> metas_;       // sorted by HF name
+  bool moe_ = false;  // read as a mixture of experts (read_experts)
+  int64_t n_expert_ = 0, n_expert_used_ = 0, n_ff_exp_ = 0;
+  std::map<int64_t, ExpertBlock> expert_blocks_;  // block -> its expert tensors
+  std::set<int64_t> dense_blocks_;                // blocks with ffn_gate / ffn_up / ffn_down
+  std::vector<int64_t> dense_layers_;             // of a MoE file: the blocks without experts, ascending
+  std::map<std::string, Mapping> map_;            // HF name -> GGUF tensor
+  std::vector<TensorMeta> metas_;                 // sorted by HF name
   std::vector<std::string> unmapped_;
   std::string config_, generation_config_;
 };

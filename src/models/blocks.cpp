@@ -337,7 +337,11 @@ int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const
 
 int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) {
   const DecoderConfig& c = b.config();
-  TS_ASSERT(b.key().tp_size == 1, "mixture-of-experts layers are not split over tensor-parallel ranks yet");
+  if (b.key().tp_size > 1)
+    fail(c.architecture,
+         ": mixture-of-experts layers are not split over tensor-parallel ranks yet; run it with "
+         "--tp 1 (tp_size ",
+         b.key().tp_size, " asked)");
   const std::string mlp = n.module + "mlp.";
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
   // The router: never quantised at load (as llama.cpp's quantiser keeps ffn_gate_inp), since its logits
@@ -346,7 +350,8 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   const int route = b.moe_route(logits, m.routing, c.num_experts_per_tok, n.node + "route");
   const int gate_up = b.weight(mlp + "experts.gate_up_proj", {E, 2 * I, H});
   const int down = b.weight(mlp + "experts.down_proj", {E, H, I});
-  return b.moe_experts(h, route, gate_up, down, -1, -1, E, graph_activation(c.hidden_act), n.node + "experts");
+  return b.moe_experts(h, route, gate_up, down, -1, -1, E, graph_activation(c.hidden_act),
+                       n.node + "experts");
 }
 
 int pre_norm_moe_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,

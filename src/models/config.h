@@ -101,10 +101,11 @@ struct DecoderConfig {
   std::vector<uint8_t> layer_local_rope;
   // Mixture of experts (num_experts 0: dense). The layers marked in layer_sparse replace the gated MLP by the
   // sparse block: a router (mlp.gate) choosing num_experts_per_tok of num_experts experts per token, each a
-  // gated MLP of moe_intermediate_size (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]).
+  // gated MLP of moe_intermediate_size (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H,
+  // I]).
   int64_t num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
   std::vector<uint8_t> layer_sparse;  // [num_layers]
-  bool moe_norm_topk = false;         // the kept routing weights divided by their sum (Qwen3-MoE's norm_topk_prob)
+  bool moe_norm_topk = false;  // the kept routing weights divided by their sum (Qwen3-MoE's norm_topk_prob)
   std::optional<DType> torch_dtype;
   // Matrices kept block-quantised as the checkpoint stores them (a GGUF's block-quantised tensors on the
   // native cpu backend), by Hugging Face name; every other matrix is in the graph's dtype. Set by the loader,

@@ -1,7 +1,7 @@
-// MixtralForCausalLM (Mixtral 8x7B, 8x22B): Mistral's attention (no biases, GQA, sliding_window in every layer
-// when set) and a mixture of experts in every layer: the router's softmax in float32 over num_local_experts,
-// the top num_experts_per_tok (2) kept and divided by their sum; each expert a SwiGLU MLP of
-// intermediate_size. Checkpoints store the experts one tensor each (block_sparse_moe.experts.N.w1 / w3 /
+// MixtralForCausalLM (Mixtral 8x7B, 8x22B): Mistral's attention (no biases, GQA, sliding_window in every
+// layer when set) and a mixture of experts in every layer: the router's softmax in float32 over
+// num_local_experts, the top num_experts_per_tok (2) kept and divided by their sum; each expert a SwiGLU MLP
+// of intermediate_size. Checkpoints store the experts one tensor each (block_sparse_moe.experts.N.w1 / w3 /
 // w2, as the hub's files and save_pretrained write them) or fused (mlp.experts.gate_up_proj / down_proj);
 // io presents both as the fused layout.
 #include <nlohmann/json.hpp>

@@ -30,18 +30,19 @@ std::vector<ConfigKey> keys() {
   };
   const std::vector<ConfigKey> moe = moe_config_keys(true);
   k.insert(k.end(), moe.begin(), moe.end());
-  k.push_back({"decoder_sparse_step", kImplemented, "", "absent: 1; layer l is sparse when (l + 1) % step == 0"});
+  k.push_back(
+      {"decoder_sparse_step", kImplemented, "", "absent: 1; layer l is sparse when (l + 1) % step == 0"});
   k.push_back({"mlp_only_layers", kImplemented, "", "absent or null: none; these layers keep the dense MLP"});
-  k.push_back({"norm_topk_prob", kImplemented, "", "absent: false; true: the kept weights divided by their sum"});
+  k.push_back(
+      {"norm_topk_prob", kImplemented, "", "absent: false; true: the kept weights divided by their sum"});
   return k;
 }
 
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
   const DecoderConfig& c = b.config();
-  return pre_norm_moe_layer(b, in, x, l,
-                            {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .qk_norm = true},
-                            {.routing = c.moe_norm_topk ? graph::Routing::SoftmaxTopKNorm
-                                                        : graph::Routing::SoftmaxTopK});
+  return pre_norm_moe_layer(
+      b, in, x, l, {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .qk_norm = true},
+      {.routing = c.moe_norm_topk ? graph::Routing::SoftmaxTopKNorm : graph::Routing::SoftmaxTopK});
 }
 
 void finish(const ConfigReader& r, DecoderConfig& c) {
@@ -53,10 +54,12 @@ void finish(const ConfigReader& r, DecoderConfig& c) {
   for (int64_t l = 0; l < c.num_layers; ++l) sparse[static_cast<size_t>(l)] = (l + 1) % step == 0 ? 1 : 0;
   if (r.has("mlp_only_layers")) {
     const nlohmann::json& list = *r.find("mlp_only_layers");
-    if (!list.is_array()) r.fail_field("mlp_only_layers", "must be a list of layer indices, got " + ConfigReader::show(list));
+    if (!list.is_array())
+      r.fail_field("mlp_only_layers", "must be a list of layer indices, got " + ConfigReader::show(list));
     for (const nlohmann::json& v : list) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.num_layers)
-        r.fail_field("mlp_only_layers", "has " + ConfigReader::show(v) + ", not a layer index below num_hidden_layers " +
+        r.fail_field("mlp_only_layers", "has " + ConfigReader::show(v) +
+                                            ", not a layer index below num_hidden_layers " +
                                             std::to_string(c.num_layers));
       sparse[static_cast<size_t>(v.get<int64_t>())] = 0;
     }
@@ -99,7 +102,8 @@ std::vector<ConfigKey> moe_config_keys(bool own_intermediate) {
       {"output_router_logits", kNoEffect, "", "training output (the auxiliary loss)"},
       {"router_aux_loss_coef", kNoEffect, "", "training loss weight"},
   };
-  if (own_intermediate) k.push_back({"moe_intermediate_size", kImplemented, "", "each expert's intermediate size"});
+  if (own_intermediate)
+    k.push_back({"moe_intermediate_size", kImplemented, "", "each expert's intermediate size"});
   return k;
 }
 

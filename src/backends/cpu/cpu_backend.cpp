@@ -31,10 +31,10 @@ using graph::InputKind;
 using graph::Node;
 using graph::Op;
 
-// Arenas of caches that are gone, kept for the next caches: generate() makes a cache per call, and a fresh arena
-// would be allocated, zeroed and faulted in by its prefill (megabytes for a long prompt) where the executable's
-// own arena used to be warm. Shared by a backend's caches; the lock is taken only when a cache gets or drops
-// an arena, never per step.
+// Arenas of caches that are gone, kept for the next caches: generate() makes a cache per call, and a fresh
+// arena would be allocated, zeroed and faulted in by its prefill (megabytes for a long prompt) where the
+// executable's own arena used to be warm. Shared by a backend's caches; the lock is taken only when a cache
+// gets or drops an arena, never per step.
 class ArenaPool {
  public:
   // A spare arena of at least `floats` (the smallest that fits), or an empty tensor.
@@ -56,8 +56,9 @@ class ArenaPool {
     std::lock_guard<std::mutex> lock(mu_);
     spare_.push_back(std::move(t));
     if (spare_.size() > kSpare) {
-      auto smallest = std::min_element(spare_.begin(), spare_.end(),
-                                       [](const Tensor& a, const Tensor& b) { return a.numel() < b.numel(); });
+      auto smallest = std::min_element(spare_.begin(), spare_.end(), [](const Tensor& a, const Tensor& b) {
+        return a.numel() < b.numel();
+      });
       spare_.erase(smallest);
     }
   }
@@ -68,15 +69,17 @@ class ArenaPool {
   std::vector<Tensor> spare_;
 };
 
-// Everything a step writes besides its outputs: the KV cache, the sampler state and the scratch the step runs in.
-// Executables keep nothing per run, so any number of threads may run one executable, each with its own cache.
+// Everything a step writes besides its outputs: the KV cache, the sampler state and the scratch the step runs
+// in. Executables keep nothing per run, so any number of threads may run one executable, each with its own
+// cache.
 class CpuCache : public DeviceCache {
  public:
   // k[l], v[l]: [batch, kv_heads, cache_len, head_dim], float32 or bfloat16 (CpuBackendOptions)
   std::vector<Tensor> k, v;
   std::vector<float> seen;  // sampler state [batch, vocab] (1 = id seen in the row); empty until first used
   // Scratch of the steps run with this cache, grown to the largest plan run with it and then reused (a warm
-  // step allocates nothing): the activation arena, the AllGather staging buffer, one row of logits for Sample.
+  // step allocates nothing): the activation arena, the AllGather staging buffer, one row of logits for
+  // Sample.
   Tensor arena;
   std::vector<float> gather, sample_row;
   std::shared_ptr<ArenaPool> pool;  // where the arena goes when the cache does (and where it came from)
@@ -89,7 +92,8 @@ class CpuCache : public DeviceCache {
   }
 };
 
-// One run: its inputs, its cache and the cache's arena (an executable's plan is fixed; this is all that varies).
+// One run: its inputs, its cache and the cache's arena (an executable's plan is fixed; this is all that
+// varies).
 struct Run {
   const StepInputs& in;
   CpuCache& cache;
@@ -173,7 +177,8 @@ class CpuExecutable : public Executable {
     std::memcpy(logits.data(), f32(r, g_.outputs[0]), logits.size() * sizeof(float));
   }
 
-  void run_tokens(const StepInputs& in, DeviceCache& cache_base, std::vector<int32_t>& tokens) const override {
+  void run_tokens(const StepInputs& in, DeviceCache& cache_base,
+                  std::vector<int32_t>& tokens) const override {
     const Node& out = g_.at(g_.outputs[0]);
     if (out.op != Op::Sample)
       fail("cpu step ", g_.key.str(), ": run_tokens() needs a graph with in-step sampling");
@@ -181,7 +186,8 @@ class CpuExecutable : public Executable {
     validate(in, cache);
     const size_t state = static_cast<size_t>(cache.batch) * static_cast<size_t>(vocab_);
     if (cache.seen.size() != state) cache.seen.assign(state, 0.0f);
-    if (cache.sample_row.size() < static_cast<size_t>(vocab_)) cache.sample_row.resize(static_cast<size_t>(vocab_));
+    if (cache.sample_row.size() < static_cast<size_t>(vocab_))
+      cache.sample_row.resize(static_cast<size_t>(vocab_));
     const CommTurn turn(*this);
     const Run r = begin(in, cache);
     for (size_t i = 0; i < g_.nodes.size(); ++i) exec(r, static_cast<int>(i));
@@ -207,13 +213,15 @@ class CpuExecutable : public Executable {
     return Run{in, cache, cache.arena.ptr<float>()};
   }
   // Tensor-parallel steps exchange activations with the other ranks in program order, so a rank runs one at a
-  // time (several threads of one rank would interleave their collectives); a second concurrent one is refused.
+  // time (several threads of one rank would interleave their collectives); a second concurrent one is
+  // refused.
   struct CommTurn {
     std::atomic<bool>* busy = nullptr;
     explicit CommTurn(const CpuExecutable& e) {
       if (e.g_.key.tp_size <= 1 || !e.comm_busy_) return;
       if (e.comm_busy_->exchange(true, std::memory_order_acquire))
-        fail("cpu step ", e.g_.key.str(), ": another tensor-parallel step is running on this rank; tensor-parallel "
+        fail("cpu step ", e.g_.key.str(),
+             ": another tensor-parallel step is running on this rank; tensor-parallel "
              "steps run one at a time per rank (from one thread)");
       busy = e.comm_busy_;
     }
@@ -233,7 +241,8 @@ class CpuExecutable : public Executable {
       fail("cpu step ", k.str(), ": the cache has ", cache.k.size(), " layers, the step needs ", layers_);
     for (int id : cache_nodes_) {
       const Node& n = g_.at(id);
-      const Tensor& t = n.which == 0 ? cache.k[static_cast<size_t>(n.layer)] : cache.v[static_cast<size_t>(n.layer)];
+      const Tensor& t =
+          n.which == 0 ? cache.k[static_cast<size_t>(n.layer)] : cache.v[static_cast<size_t>(n.layer)];
       if (t.shape != n.shape)
         fail("cpu step ", k.str(), ": ", n.name, " is ", shape_str(t.shape), " in the cache, the step needs ",
              shape_str(n.shape));
@@ -256,7 +265,8 @@ class CpuExecutable : public Executable {
   }
   // Row b's slots: its own (StepInputs::slots of batch * seq values) or the shared [seq] ones.
   const int32_t* row_slots(const Run& r, const int32_t* slots, int64_t b) const {
-    return static_cast<int64_t>(r.in.slots.size()) == g_.key.batch * g_.key.seq ? slots + b * g_.key.seq : slots;
+    return static_cast<int64_t>(r.in.slots.size()) == g_.key.batch * g_.key.seq ? slots + b * g_.key.seq
+                                                                                : slots;
   }
 
   void plan(const WeightMap& weights) {
@@ -310,10 +320,10 @@ class CpuExecutable : public Executable {
           node.op == Op::CacheUpdate || node.op == Op::SamplerState || node.op == Op::MarkSeen)
         continue;
       int src = node.inputs.empty() ? -1 : node.inputs[0];
-      bool in_place =
-          (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add || node.op == Op::AllReduce ||
-           node.op == Op::SoftCap) &&
-          src >= 0 && buffer[static_cast<size_t>(src)] >= 0 && last_use[static_cast<size_t>(src)] == i;
+      bool in_place = (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add ||
+                       node.op == Op::AllReduce || node.op == Op::SoftCap) &&
+                      src >= 0 && buffer[static_cast<size_t>(src)] >= 0 &&
+                      last_use[static_cast<size_t>(src)] == i;
       if (in_place) {
         buffer[i] = buffer[static_cast<size_t>(src)];
       } else {
@@ -330,10 +340,11 @@ class CpuExecutable : public Executable {
     siblings_.assign(n, {});
     fused_away_.assign(n, false);
     if (g_.key.phase == graph::Phase::Decode) {
-      const auto bound_dtype = [&](int w) {  // a weight node's tensor as bound (a matrix may be in an _R8 form)
-        const auto it = weights.find(graph::weight_key(g_.at(w)));
-        return it != weights.end() ? it->second.dtype : g_.at(w).dtype;
-      };
+      const auto bound_dtype =
+          [&](int w) {  // a weight node's tensor as bound (a matrix may be in an _R8 form)
+            const auto it = weights.find(graph::weight_key(g_.at(w)));
+            return it != weights.end() ? it->second.dtype : g_.at(w).dtype;
+          };
       std::map<int, size_t> first_reader;  // x -> first matmul reading it
       for (size_t i = 0; i < n; ++i) {
         const Node& node = g_.nodes[i];
@@ -468,8 +479,8 @@ class CpuExecutable : public Executable {
         return;
       case Op::Embedding: {
         const Node& t = g_.at(in[0]);
-        cpu::embedding(ints(r, in[1]), rows, weight(in[0]), weight_dtype(in[0]), t.shape[0], t.shape[1], f32(r, id),
-                       n.scale != 0.f ? n.scale : 1.0f);
+        cpu::embedding(ints(r, in[1]), rows, weight(in[0]), weight_dtype(in[0]), t.shape[0], t.shape[1],
+                       f32(r, id), n.scale != 0.f ? n.scale : 1.0f);
         return;
       }
       case Op::RmsNorm:
@@ -478,8 +489,8 @@ class CpuExecutable : public Executable {
                                                     rows * cols / n.dim, n.dim, n.eps, f32(r, id));
           return;
         }
-        cpu::rms_norm(f32(r, in[0]), static_cast<const float*>(weight(in[1])), rows * cols / n.dim, n.dim, n.eps,
-                      f32(r, id));
+        cpu::rms_norm(f32(r, in[0]), static_cast<const float*>(weight(in[1])), rows * cols / n.dim, n.dim,
+                      n.eps, f32(r, id));
         return;
       case Op::MatMul: {
         if (const TesseraMatmulFn fn = loaded_matmul(id)) {
@@ -487,7 +498,8 @@ class CpuExecutable : public Executable {
           const float* bias = in.size() > 2 ? static_cast<const float*>(weight(in[2])) : nullptr;
           const int64_t K = w.shape[1], N = w.shape[0];
           // A decode step calls the kernel once per row: the ABI does not ask a kernel to sum a row the same
-          // way at every row count, and a decode row's logits must not depend on how many rows share the step.
+          // way at every row count, and a decode row's logits must not depend on how many rows share the
+          // step.
           if (g_.key.phase == graph::Phase::Decode) {
             for (int64_t i = 0; i < rows; ++i)
               fn(f32(r, in[0]) + i * K, weight(in[1]), bias, 1, K, N, f32(r, id) + i * N);
@@ -508,8 +520,8 @@ class CpuExecutable : public Executable {
           cpu::matmul_rows(f32(r, in[0]), rows, w.shape[1], weight_dtype(in[1]), &out, 1, bf16_dot_);
           return;
         }
-        cpu::matmul(f32(r, in[0]), rows, w.shape[1], weight(in[1]), weight_dtype(in[1]), w.shape[0], bias, f32(r, id),
-                    bf16_dot_);
+        cpu::matmul(f32(r, in[0]), rows, w.shape[1], weight(in[1]), weight_dtype(in[1]), w.shape[0], bias,
+                    f32(r, id), bf16_dot_);
         return;
       }
       case Op::Rope: {
@@ -521,7 +533,8 @@ class CpuExecutable : public Executable {
         return;
       }
       case Op::CacheUpdate: {
-        // new rows [batch * seq, kv_heads * head_dim] -> cache[rows[b], h, slots[b, s], :] (rounded when bf16)
+        // new rows [batch * seq, kv_heads * head_dim] -> cache[rows[b], h, slots[b, s], :] (rounded when
+        // bf16)
         Tensor& c = cache(r, in[0]);
         const float* x = f32(r, in[1]);
         const int32_t* slots = ints(r, in[2]);
@@ -555,8 +568,8 @@ class CpuExecutable : public Executable {
           const size_t cb = static_cast<size_t>(map ? map[b] : b);
           cpu::attention(f32(r, in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
                          kc.ptr<uint8_t>() + cb * per_row, vc.ptr<uint8_t>() + cb * per_row, kc.dtype,
-                         n.kv_heads, len, row_slots(r, slots, b), kv_begin[b], n.scale, f32(r, id) + b * seq * cols,
-                         n.window, n.softcap);
+                         n.kv_heads, len, row_slots(r, slots, b), kv_begin[b], n.scale,
+                         f32(r, id) + b * seq * cols, n.window, n.softcap);
         }
         return;
       }
@@ -597,8 +610,7 @@ class CpuExecutable : public Executable {
         float* y = f32(r, id);
         for (int64_t t = 0; t < tp; ++t)
           for (int64_t i = 0; i < rows; ++i)
-            std::memcpy(y + i * cols + t * c, gather.data() + (t * rows + i) * c,
-                        static_cast<size_t>(c) * 4);
+            std::memcpy(y + i * cols + t * c, gather.data() + (t * rows + i) * c, static_cast<size_t>(c) * 4);
         return;
       }
       case Op::SoftCap:
@@ -734,14 +746,14 @@ class CpuExecutable : public Executable {
 
   // The plan: fixed once compiled (no member changes after the constructor).
   Graph g_;
-  Communicator* comm_ = nullptr;             // tensor-parallel group (tp_size > 1), owned by the backend
-  std::atomic<bool>* comm_busy_ = nullptr;   // set while a tensor-parallel step of this rank runs (backend's)
-  cpu::Bf16Dot bf16_dot_;                    // what matmuls with bf16 weights may do with their inputs
-  size_t arena_floats_ = 0;                  // activation arena a run needs (CpuCache::arena)
-  int64_t vocab_ = 0;             // sampler state width (graphs with in-step sampling)
-  int layers_ = 0;                // KV cache layers the step reads
-  std::vector<int> cache_nodes_;  // CacheState nodes (their shapes are checked against the cache)
-  StepChecks checks_;             // what the step's inputs must fit (its key, inputs, vocabulary)
+  Communicator* comm_ = nullptr;            // tensor-parallel group (tp_size > 1), owned by the backend
+  std::atomic<bool>* comm_busy_ = nullptr;  // set while a tensor-parallel step of this rank runs (backend's)
+  cpu::Bf16Dot bf16_dot_;                   // what matmuls with bf16 weights may do with their inputs
+  size_t arena_floats_ = 0;                 // activation arena a run needs (CpuCache::arena)
+  int64_t vocab_ = 0;                       // sampler state width (graphs with in-step sampling)
+  int layers_ = 0;                          // KV cache layers the step reads
+  std::vector<int> cache_nodes_;            // CacheState nodes (their shapes are checked against the cache)
+  StepChecks checks_;                       // what the step's inputs must fit (its key, inputs, vocabulary)
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> siblings_;  // MatMul node -> its sibling group (first member only; see plan)
   std::vector<bool> fused_away_;            // MatMul nodes computed by their group's first member
@@ -855,9 +867,8 @@ WeightMap cpu_interleave_weights(WeightMap weights) {
   std::vector<Tensor*> all;
   for (auto& [key, t] : weights)
     if (t.data != nullptr && t.nbytes() > 0) all.push_back(&t);
-  std::sort(all.begin(), all.end(), [](const Tensor* a, const Tensor* b) {
-    return std::less<const void*>()(a->data, b->data);
-  });
+  std::sort(all.begin(), all.end(),
+            [](const Tensor* a, const Tensor* b) { return std::less<const void*>()(a->data, b->data); });
   const auto same = [](const Tensor* a, const Tensor* b) {
     return a->data == b->data && a->dtype == b->dtype && a->shape == b->shape;
   };
@@ -873,7 +884,8 @@ WeightMap cpu_interleave_weights(WeightMap weights) {
     const DType r8 = cpu::rows8_dtype(t.dtype);
     // A matrix [N, K], or stacked experts [E, N, K] whose every expert's halves of rows are whole groups of 8
     // (gate_up [E, 2I, H]: each half whole groups, so 2I a multiple of 16).
-    const bool matrix = (t.shape.size() == 2 && t.shape[0] % 8 == 0) || (t.shape.size() == 3 && t.shape[1] % 16 == 0);
+    const bool matrix =
+        (t.shape.size() == 2 && t.shape[0] % 8 == 0) || (t.shape.size() == 3 && t.shape[1] % 16 == 0);
     if (r8 != t.dtype && matrix && !overlapped && ours) {
       cpu::interleave_rows8(t.dtype, t.data, t.numel() / t.shape.back(), t.shape.back());
       for (size_t k = i; k < j; ++k) all[k]->dtype = r8;
@@ -912,8 +924,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
                                             int64_t cache_len, int64_t head_dim) override {
     if (layers < 1 || batch < 1 || kv_heads < 1 || cache_len < 1 || head_dim < 1)
-      fail("cpu create_cache: layers ", layers, ", rows ", batch, ", kv heads ", kv_heads, ", slots ", cache_len,
-           ", head_dim ", head_dim, ": each must be at least 1");
+      fail("cpu create_cache: layers ", layers, ", rows ", batch, ", kv heads ", kv_heads, ", slots ",
+           cache_len, ", head_dim ", head_dim, ": each must be at least 1");
     auto c = std::make_unique<CpuCache>();
     c->pool = arenas_;
     c->batch = batch;
@@ -930,9 +942,10 @@ class CpuBackend : public Backend {
     if (!fp || !tp) fail("cpu copy_cache: a cache that the cpu backend did not make");
     const CpuCache& from = *fp;
     CpuCache& to = *tp;
-    const bool fits = from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len &&
-                      (from.k.empty() || (from.k[0].shape[1] == to.k[0].shape[1] &&
-                                          from.k[0].shape[3] == to.k[0].shape[3]));
+    const bool fits = from.k.size() == to.k.size() && from.batch == to.batch &&
+                      to.cache_len >= from.cache_len &&
+                      (from.k.empty() ||
+                       (from.k[0].shape[1] == to.k[0].shape[1] && from.k[0].shape[3] == to.k[0].shape[3]));
     if (!fits)
       fail("cpu copy_cache: from ", from.k.size(), " layers x ", from.batch, " rows x ", from.cache_len,
            " slots into ", to.k.size(), " layers x ", to.batch, " rows x ", to.cache_len,

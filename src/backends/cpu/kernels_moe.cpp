@@ -37,7 +37,8 @@ void moe_route(const float* logits, int64_t rows, int64_t experts, int64_t top_k
     for (int64_t k = 0; k < top_k; ++k) {
       int64_t best = -1;
       for (int64_t e = 0; e < experts; ++e)
-        if (!taken[static_cast<size_t>(e)] && (best < 0 || p[static_cast<size_t>(e)] > p[static_cast<size_t>(best)]))
+        if (!taken[static_cast<size_t>(e)] &&
+            (best < 0 || p[static_cast<size_t>(e)] > p[static_cast<size_t>(best)]))
           best = e;
       taken[static_cast<size_t>(best)] = 1;
       pick[static_cast<size_t>(k)] = best;
@@ -84,14 +85,16 @@ void moe_experts(const float* x, int64_t rows, const float* route, const MoeWeig
     if (n != rows) {  // gather the expert's rows (all rows in order: x itself)
       xs.resize(static_cast<size_t>(n * H));
       for (int64_t j = 0; j < n; ++j)
-        std::memcpy(xs.data() + j * H, x + rows_of[static_cast<size_t>(b + j)] * H, static_cast<size_t>(H) * 4);
+        std::memcpy(xs.data() + j * H, x + rows_of[static_cast<size_t>(b + j)] * H,
+                    static_cast<size_t>(H) * 4);
       xe = xs.data();
     }
     gate.resize(static_cast<size_t>(n * I));
     up.resize(static_cast<size_t>(n * I));
     const auto* gu = static_cast<const uint8_t*>(w.gate_up) + static_cast<size_t>(2 * e) * gu_bytes;
     const float* gub = w.gate_up_bias ? w.gate_up_bias + e * 2 * I : nullptr;
-    const MatmulOut gate_up[2] = {{gu, I, gub, gate.data()}, {gu + gu_bytes, I, gub ? gub + I : nullptr, up.data()}};
+    const MatmulOut gate_up[2] = {{gu, I, gub, gate.data()},
+                                  {gu + gu_bytes, I, gub ? gub + I : nullptr, up.data()}};
     if (row_invariant) {
       matmul_rows(xe, n, H, w.gate_up_dtype, gate_up, 2, bf16);
     } else {

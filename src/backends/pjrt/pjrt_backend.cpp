@@ -257,13 +257,15 @@ class PjrtBackendImpl : public PjrtBackend {
     for (auto& [name, t] : weights) {
       if (is_quantized(
               t.dtype)) {  // GGML blocks: their integers, scales and offsets as the program reads them
-        if (t.shape.size() != 2)
+        if (t.shape.size() != 2 && t.shape.size() != 3)
           fail("weight ", name, ": ", dtype_name(t.dtype), " blocks of shape ", shape_str(t.shape),
-               " (PJRT devices take block-quantised matrices only)");
-        const std::vector<pjrt::QuantPart> parts = pjrt::quant_parts_of(t.dtype, t.shape);
+               " (PJRT devices take block-quantised matrices and stacked experts only)");
+        // Stacked experts [E, N, K] as the matrix of their rows [E * N, K] (the program reshapes them back).
+        const Shape rows{t.numel() / t.shape.back(), t.shape.back()};
+        const std::vector<pjrt::QuantPart> parts = pjrt::quant_parts_of(t.dtype, rows);
         std::vector<Tensor> arrays;
         for (const pjrt::QuantPart& part : parts) arrays.push_back(Tensor::empty(part.dtype, part.shape));
-        cpu::split_quant_rows(t.dtype, t.data, t.shape[1], t.shape[0], arrays[0].ptr<int8_t>(),
+        cpu::split_quant_rows(t.dtype, t.data, rows[1], rows[0], arrays[0].ptr<int8_t>(),
                               arrays[1].ptr<float>(), arrays.size() > 2 ? arrays[2].ptr<float>() : nullptr);
         for (size_t i = 0; i < parts.size(); ++i)
           upload(pjrt::quant_part_name(name, parts[i].part), arrays[i].data, parts[i].dtype, parts[i].shape,

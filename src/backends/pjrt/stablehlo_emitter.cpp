@@ -278,7 +278,9 @@ class Lowering {
       if (it == weights.end()) {
         if (is_quantized(n.dtype)) {
           std::vector<Val> parts;  // in part order: integers, scales, offsets
-          for (const QuantPart& part : quant_parts_of(n.dtype, n.shape))
+          // Stacked experts [E, N, K] are uploaded as their rows [E * N, K] (pjrt_backend.cpp).
+          const Shape rows = n.shape.size() == 3 ? Shape{n.shape[0] * n.shape[1], n.shape[2]} : n.shape;
+          for (const QuantPart& part : quant_parts_of(n.dtype, rows))
             parts.push_back(add_arg(
                 {StablehloArg::Weight, quant_part_name(key, part.part), {}, -1, 0, part.shape, part.dtype}));
           QuantParts p{parts[1], std::nullopt};
@@ -591,7 +593,8 @@ class Lowering {
         Val row_upd = B == 1 ? upd : b_.slice(upd, {b, 0, 0, 0}, {b + 1, kv, S, hd});  // [1, KV, S, hd]
         Val first = element(slots, b * S);
         Val row = mapped ? element(val(n.inputs[3]), b) : b_.splat_i32(static_cast<int32_t>(b), {});
-        out = b_.op("dynamic_update_slice", {out, row_upd, row, zero, first, zero}, "", cache.shape, cache.et);
+        out =
+            b_.op("dynamic_update_slice", {out, row_upd, row, zero, first, zero}, "", cache.shape, cache.et);
       }
     }
     for (size_t i = 0; i < cache_args_.size(); ++i)
@@ -708,8 +711,8 @@ class Lowering {
   // top_k rounds of "the largest value left, the lowest index among equals" (so ties go to the lower expert),
   // each masking its pick; then the chosen weights renormalised or soft-maxed as the routing says.
   Val moe_route(const Node& n) {
-    b_.comment(n.name + ": moe_route (" + graph::routing_name(n.routing) + ", top " + std::to_string(n.top_k) +
-               ")");
+    b_.comment(n.name + ": moe_route (" + graph::routing_name(n.routing) + ", top " +
+               std::to_string(n.top_k) + ")");
     const Val& logits = val(n.inputs[0]);
     const int64_t R = logits.shape[0], E = logits.shape[1];
     const Shape re{R, E};
@@ -718,13 +721,13 @@ class Lowering {
     Val idx = b_.iota(1, re, "i32");
     Val left = p;
     Val chosen = b_.compare(idx, b_.splat_i32(-1, re), "EQ", "SIGNED");  // all false
-    Val first_max;                                                      // [R]: the largest value
+    Val first_max;                                                       // [R]: the largest value
     for (int64_t k = 0; k < n.top_k; ++k) {
       Val mx = b_.reduce(left, {1}, "maximum", -inf);
       if (k == 0) first_max = mx;
       Val at_max = b_.compare(left, b_.broadcast(mx, {0}, re), "EQ", "FLOAT");
-      Val lowest = b_.reduce(b_.select(at_max, idx, b_.splat_i32(static_cast<int32_t>(E), re)), {1}, "minimum",
-                             static_cast<float>(E));
+      Val lowest = b_.reduce(b_.select(at_max, idx, b_.splat_i32(static_cast<int32_t>(E), re)), {1},
+                             "minimum", static_cast<float>(E));
       Val pick = b_.compare(idx, b_.broadcast(lowest, {0}, re), "EQ", "SIGNED");
       chosen = b_.op("or", {chosen, pick}, "", re, "i1");
       left = b_.select(pick, b_.splat_f32(-inf, re), left);
@@ -748,15 +751,17 @@ class Lowering {
     b_.comment(n.name + ": moe_experts (dense over " + std::to_string(n.experts) + " experts)");
     const Val& x = val(n.inputs[0]);
     const Val& route = val(n.inputs[1]);
-    Val gu = weight_f32(n.inputs[2]);    // [E, 2I, H]
-    Val down = weight_f32(n.inputs[3]);  // [E, H, I]
-    const int64_t R = x.shape[0], H = x.shape[1], E = n.experts, I = down.shape[2];
+    const Shape& gs = g_.at(n.inputs[2]).shape;        // [E, 2I, H]
+    const Shape& ds = g_.at(n.inputs[3]).shape;        // [E, H, I]
+    Val gu = b_.reshape(weight_f32(n.inputs[2]), gs);  // block-quantised stacks dequantise as [E * 2I, H]
+    Val down = b_.reshape(weight_f32(n.inputs[3]), ds);
+    const int64_t R = x.shape[0], H = x.shape[1], E = n.experts, I = ds[2];
     Val h = b_.dot(x, gu, {}, {}, {1}, {2}, {R, E, 2 * I});  // [R, E, 2I]
     if (n.inputs.size() > 5) h = b_.add(h, b_.broadcast(val(n.inputs[4]), {1, 2}, {R, E, 2 * I}));
     Val gate = b_.slice(h, {0, 0, 0}, {R, E, I});
     Val up = b_.slice(h, {0, 0, I}, {R, E, 2 * I});
     Val a = b_.transpose(b_.mul(activate(gate, n.act, n.name), up), {1, 0, 2});  // [E, R, I]
-    Val y = b_.dot(a, down, {0}, {0}, {2}, {2}, {E, R, H});                    // [E, R, H]
+    Val y = b_.dot(a, down, {0}, {0}, {2}, {2}, {E, R, H});                      // [E, R, H]
     if (n.inputs.size() > 5) y = b_.add(y, b_.broadcast(val(n.inputs[5]), {0, 2}, {E, R, H}));
     Val w = b_.broadcast(b_.transpose(route, {1, 0}), {0, 1}, {E, R, H});
     return b_.reduce(b_.mul(y, w), {0}, "add", 0.0f);
@@ -800,8 +805,8 @@ class Lowering {
       Val row = element(rows, b);
       Val mark = B == 1 ? any : b_.slice(any, {b, 0}, {b + 1, V});  // [1, V]
       if (!prefill)
-        mark = b_.max(b_.op("dynamic_slice", {out, row, zero}, "slice_sizes = array<i64: 1, " + std::to_string(V) + ">",
-                            {1, V}, out.et),
+        mark = b_.max(b_.op("dynamic_slice", {out, row, zero},
+                            "slice_sizes = array<i64: 1, " + std::to_string(V) + ">", {1, V}, out.et),
                       mark);
       out = b_.op("dynamic_update_slice", {out, mark, row, zero}, "", state.shape, state.et);
     }
@@ -992,8 +997,8 @@ class Lowering {
   }
 
   const Graph& g_;
-  std::vector<Val> vals_;                                       // per node
-  std::map<int, Val> converted_;                                // weight node -> f32 value
+  std::vector<Val> vals_;                          // per node
+  std::map<int, Val> converted_;                   // weight node -> f32 value
   std::map<std::string, QuantParts> quant_parts_;  // a block-quantised weight's integers' name -> the rest
   std::map<std::pair<int, int>, std::pair<Val, Val>> rope_cs_;  // (positions, table) -> cos, sin [R, half]
   std::vector<int> cache_args_;                                 // CacheState node ids, argument order
