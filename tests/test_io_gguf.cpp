@@ -167,9 +167,10 @@ TEST(IoGgufLlama, LoadsAsBf16) {
 TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   TempDir d;
   write_file(d / "m.gguf", llama_gguf({}, 0, "falcon"));
-  expect_error([&] { open_gguf(d / "m.gguf"); }, {"m.gguf",
-                                                  "architecture 'falcon' is not supported (supported: llama, "
-                                                  "qwen2, qwen3, gemma2, gemma3, phi3, glm4)"});
+  expect_error([&] { open_gguf(d / "m.gguf"); },
+               {"m.gguf",
+                "architecture 'falcon' is not supported (supported: llama (with experts: Mixtral), "
+                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4)"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {

@@ -47,6 +47,14 @@ QWEN3_06B = dict(
 # benchmark, written as GGUF directly (see make_qwen3_gguf).
 QWEN3_4B = dict(QWEN3_06B, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32)
 
+# Qwen3-30B-A3B's published shape (config.json of Qwen/Qwen3-30B-A3B: 128 experts of 768, top 8, hidden 2048,
+# 32 heads / 4 KV heads of 128, untied), random weights, with 4 of its 48 layers so that it fits this machine:
+# the mixture-of-experts row of the benchmark (per token each layer reads 8 of the 128 experts).
+QWEN3_MOE_A3B = dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
+                     num_experts_per_tok=8, num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=4,
+                     head_dim=128, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                     rms_norm_eps=1e-6)
+
 # HF module name inside a decoder layer -> llama.cpp tensor name (gguf-py MODEL_TENSOR names for QWEN3).
 QWEN3_LAYER_NAMES = {
     "input_layernorm": "attn_norm",
@@ -131,7 +139,7 @@ def add_float_tensor(w, name, arr_f32, want):
 
     kinds = {"bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
              "q4_0": gguf.GGMLQuantizationType.Q4_0}
-    if want in kinds and arr_f32.ndim == 2:
+    if want in kinds and arr_f32.ndim >= 2:  # matrices, and stacked experts [E, N, K]
         w.add_tensor(name, gguf.quants.quantize(arr_f32, kinds[want]), raw_dtype=kinds[want])
     else:
         w.add_tensor(name, np.ascontiguousarray(arr_f32, dtype=np.float32))
@@ -355,13 +363,66 @@ def make_qwen3_gguf(path, shape, name, seed):
     write_gguf(w, path)
 
 
+def make_qwen3moe_gguf(path, shape, name, seed):
+    """A Qwen3-MoE-shaped model with random weights written straight to a bf16 GGUF (arch qwen3moe, as llama.cpp's
+    converter writes Qwen3MoeForCausalLM: blk.N.ffn_gate_inp [E, H] in f32, ffn_{gate,up}_exps [E, I, H],
+    ffn_down_exps [E, H, I]), untied, norms 1, matrices normal with sd 0.02, the router's with sd 0.5 (so that
+    tokens spread over the experts as a trained router's do rather than all picking the same few), and the bench
+    tokenizer. For speed measurements."""
+    import gguf
+
+    if os.path.exists(path):
+        print(f"{path}: exists, kept")
+        return
+    rng = np.random.default_rng(seed)
+    h, heads, kv, hd = (shape[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"))
+    e, inter = shape["num_experts"], shape["moe_intermediate_size"]
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_name(name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_context_length(shape["max_position_embeddings"])
+    w.add_embedding_length(h)
+    w.add_block_count(shape["num_hidden_layers"])
+    w.add_feed_forward_length(shape["intermediate_size"])
+    w.add_expert_feed_forward_length(inter)
+    w.add_expert_count(e)
+    w.add_expert_used_count(shape["num_experts_per_tok"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(shape["rope_theta"])
+    w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
+    w.add_vocab_size(shape["vocab_size"])
+    add_bench_tokenizer(w, shape["vocab_size"])
+
+    def normal(*dims, sd=0.02):
+        return rng.standard_normal(dims, dtype=np.float32) * sd
+
+    add_float_tensor(w, "token_embd.weight", normal(shape["vocab_size"], h), "bf16")
+    add_float_tensor(w, "output.weight", normal(shape["vocab_size"], h), "bf16")
+    add_float_tensor(w, "output_norm.weight", np.ones(h, np.float32), "bf16")
+    for i in range(shape["num_hidden_layers"]):
+        for norm, n in (("attn_norm", h), ("ffn_norm", h), ("attn_q_norm", hd), ("attn_k_norm", hd)):
+            add_float_tensor(w, f"blk.{i}.{norm}.weight", np.ones(n, np.float32), "bf16")
+        for t, dims in (("attn_q", (heads * hd, h)), ("attn_k", (kv * hd, h)), ("attn_v", (kv * hd, h)),
+                        ("attn_output", (h, heads * hd))):
+            add_float_tensor(w, f"blk.{i}.{t}.weight", normal(*dims), "bf16")
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", normal(e, h, sd=0.5))
+        for t, dims in (("ffn_gate_exps", (e, inter, h)), ("ffn_up_exps", (e, inter, h)),
+                        ("ffn_down_exps", (e, h, inter))):
+            add_float_tensor(w, f"blk.{i}.{t}.weight", normal(*dims), "bf16")
+    write_gguf(w, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(root, "build", "bench-models"))
-    ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral", "qwen3-gguf", "qwen3-4b-gguf"],
+    ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral", "qwen3-gguf", "qwen3-4b-gguf", "qwen3-moe-gguf"],
                     help="qwen3-gguf / qwen3-4b-gguf: the Qwen3-0.6B / Qwen3-4B shapes straight to GGUF with numpy "
-                         "(bf16, then q8_0, q4_0 and q4_k_m by llama.cpp's quantiser; no torch needed)")
+                         "(bf16, then q8_0, q4_0 and q4_k_m by llama.cpp's quantiser; no torch needed); "
+                         "qwen3-moe-gguf: Qwen3-30B-A3B's shape with 4 layers (bf16, q8_0, q4_k_m)")
     ap.add_argument("--smollm2-gguf", default=None)
     ap.add_argument("--add-tokenizer", nargs=2, metavar=("SRC", "DST"),
                     help="copy GGUF SRC to DST with SmolLM2's tokenizer padded to SRC's vocabulary (for the "
@@ -391,6 +452,12 @@ def main():
         bf16 = os.path.join(a.out, f"{stem}-bf16.gguf")
         make_qwen3_gguf(bf16, shape, stem, a.seed)
         for suffix, ftype in (("q8_0", "MOSTLY_Q8_0"), ("q4_0", "MOSTLY_Q4_0"), ("q4_k_m", "MOSTLY_Q4_K_M")):
+            llamacpp_quantize(bf16, os.path.join(a.out, f"{stem}-{suffix}.gguf"), ftype)
+    if a.only == "qwen3-moe-gguf":
+        stem = "qwen3-30b-a3b-4l-random"
+        bf16 = os.path.join(a.out, f"{stem}-bf16.gguf")
+        make_qwen3moe_gguf(bf16, QWEN3_MOE_A3B, stem, a.seed)
+        for suffix, ftype in (("q8_0", "MOSTLY_Q8_0"), ("q4_k_m", "MOSTLY_Q4_K_M")):
             llamacpp_quantize(bf16, os.path.join(a.out, f"{stem}-{suffix}.gguf"), ftype)
 
 

@@ -274,7 +274,7 @@ class GgufSource : public WeightSource {
         unmapped_.push_back(t.name);
         continue;
       }
-      Mapping m{t.name, 0};
+      Mapping m{t.name, 0, {}};
       if (arch_->permuted_qk && t.name.find(".attn_q.") != std::string::npos) m.permute_heads = n_head_;
       if (arch_->permuted_qk && t.name.find(".attn_k.") != std::string::npos) m.permute_heads = n_head_kv_;
       if (m.permute_heads > 0 && t.shape[0] % (2 * m.permute_heads) != 0)
@@ -295,17 +295,18 @@ class GgufSource : public WeightSource {
   //
   // llama.cpp stores a block's experts as 3-D tensors, GGUF dims reversed to [E, rows, cols] here:
   //   blk.N.ffn_gate_inp.weight   [E, H]     the router           -> model.layers.N.mlp.gate.weight
-  //   blk.N.ffn_gate_exps.weight  [E, I, H]  each expert's gate   \
+  //   blk.N.ffn_gate_exps.weight  [E, I, H]  each expert's gate   |
   //   blk.N.ffn_up_exps.weight    [E, I, H]  each expert's up     -> model.layers.N.mlp.experts.gate_up_proj
   //                                                                  [E, 2I, H], assembled at load: per
   //                                                                  expert its I gate rows, then its I up
   //                                                                  rows
   //   blk.N.ffn_down_exps.weight  [E, H, I]  each expert's down   -> model.layers.N.mlp.experts.down_proj
   //                                                                  (as stored: zero-copy)
-  // The converter's --fuse-gate-up-exps writes blk.N.ffn_gate_up_exps [E, 2I, H], already HF's layout (read
-  // as stored). llama.cpp's Mixtral files from before April 2024 hold one 2-D tensor per expert
-  // (blk.N.ffn_gate.E / ffn_up.E / ffn_down.E); they are stacked the same way at load (llama only). Shared
-  // experts (*_shexp), qwen2moe and the other MoE architectures are refused.
+  // The converter's --fuse-gate-up-exps writes blk.N.ffn_gate_up_exps [E, 2I, H], already HF's layout: read
+  // as stored (llama.cpp's own qwen3moe and llama loaders do not read it, its newer architectures do).
+  // llama.cpp's Mixtral files from before April 2024 hold one 2-D tensor per expert (blk.N.ffn_gate.E /
+  // ffn_up.E / ffn_down.E); they are stacked the same way at load (llama only). Shared experts (*_shexp),
+  // qwen2moe and the other MoE architectures are refused.
 
   // llama.cpp's metadata for the experts, checked and refused where it says what these models do not do.
   void read_experts() {
@@ -329,9 +330,7 @@ class GgufSource : public WeightSource {
            expert_tensor ? " (the file has expert tensors, e.g. '" + printable(expert_tensor->name) + "')"
                          : "");
     if (*count <= 0 || *count > (1 << 16))
-      fail(origin_, ": ", count_key, " is ", *count,
-           expert_tensor ? "" : " but the file has no expert tensors (blk.N.ffn_gate_inp.weight)",
-           ", expected 1 to 65536 experts");
+      fail(origin_, ": ", count_key, " is ", *count, ", expected 1 to 65536 experts");
     moe_ = true;
     n_expert_ = *count;
     const std::string used_key = key("expert_used_count");
@@ -451,7 +450,8 @@ class GgufSource : public WeightSource {
              shape_str(p[kRouter]->shape), " (", p[kRouter]->shape[0], " experts)");
       expect_shape(*p[kRouter], {E, H});
       const std::string prefix = "model.layers." + std::to_string(b) + ".mlp.";
-      add_tensor(prefix + "gate.weight", Mapping{p[kRouter]->name}, p[kRouter]->shape, p[kRouter]->type_name);
+      add_tensor(prefix + "gate.weight", Mapping{p[kRouter]->name, 0, {}}, p[kRouter]->shape,
+                 p[kRouter]->type_name);
       const bool stacked = p[kGateExps] || p[kUpExps] || p[kDownExps] || p[kGateUpExps];
       const bool per_expert =
           !eb.per_expert[0].empty() || !eb.per_expert[1].empty() || !eb.per_expert[2].empty();
@@ -472,7 +472,7 @@ class GgufSource : public WeightSource {
           fail(origin_, ": ", count_key, " is ", E, " but tensor '", printable(p[part]->name), "' is ",
                shape_str(p[part]->shape), " (", p[part]->shape[0], " experts)");
       expect_shape(*p[kDownExps], {E, H, I});
-      add_tensor(prefix + "experts.down_proj", Mapping{p[kDownExps]->name}, p[kDownExps]->shape,
+      add_tensor(prefix + "experts.down_proj", Mapping{p[kDownExps]->name, 0, {}}, p[kDownExps]->shape,
                  p[kDownExps]->type_name);
       if (p[kGateUpExps]) {
         for (const int part : {kGateExps, kUpExps})
@@ -480,8 +480,8 @@ class GgufSource : public WeightSource {
             fail(origin_, ": block ", b, " has both '", name(b, kExpertPartNames[kGateUpExps]), "' and '",
                  printable(p[part]->name), "'");
         expect_shape(*p[kGateUpExps], {E, 2 * I, H});
-        add_tensor(prefix + "experts.gate_up_proj", Mapping{p[kGateUpExps]->name}, p[kGateUpExps]->shape,
-                   p[kGateUpExps]->type_name);
+        add_tensor(prefix + "experts.gate_up_proj", Mapping{p[kGateUpExps]->name, 0, {}},
+                   p[kGateUpExps]->shape, p[kGateUpExps]->type_name);
         continue;
       }
       expect_shape(*p[kGateExps], {E, I, H});
@@ -537,17 +537,21 @@ class GgufSource : public WeightSource {
                eb.per_expert[2].begin()->second->type_name);
   }
 
-  // The HF tensor made of `pieces` (an expert stack), each GGUF tensor read once as `dtype`.
+  // The HF tensor made of `pieces` (an expert stack), each GGUF tensor read once as `dtype` (a stacked one
+  // kept while its slices are copied; a whole one dropped once copied).
   Tensor assemble(const std::string& name, const std::vector<Piece>& pieces, DType dtype) const {
     const TensorMeta* meta = find(name);
     TS_ASSERT(meta, name);
     Tensor out = Tensor::empty(dtype, meta->shape);
     auto* dst = static_cast<uint8_t*>(out.data);
-    std::map<std::string, Tensor> loaded;
+    std::map<std::string, Tensor> stacked;
     for (const Piece& p : pieces) {
-      auto it = loaded.find(p.gguf_name);
-      if (it == loaded.end()) it = loaded.emplace(p.gguf_name, g_->load_tensor(p.gguf_name, dtype)).first;
-      const Tensor& t = it->second;
+      Tensor whole;
+      if (p.slices == 1) whole = g_->load_tensor(p.gguf_name, dtype);
+      auto it = stacked.find(p.gguf_name);
+      if (p.slices > 1 && it == stacked.end())
+        it = stacked.emplace(p.gguf_name, g_->load_tensor(p.gguf_name, dtype)).first;
+      const Tensor& t = p.slices == 1 ? whole : it->second;
       TS_ASSERT(t.nbytes() % static_cast<size_t>(p.slices) == 0, p.gguf_name, ": ", t.nbytes(), " bytes in ",
                 p.slices, " slices");
       const size_t bytes = t.nbytes() / static_cast<size_t>(p.slices);

@@ -164,7 +164,9 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   if (is_gguf && !opt.dtype && impl->caps.block_quantized_weights) {
     for (const auto& m : src->tensors()) {
       const DType q = block_dtype_of_ggml(m.stored_type);
-      if (m.shape.size() == 2 && is_quantized(q)) impl->config.quantized_weights[m.name] = q;
+      // Matrices, and stacked experts [E, N, K] (rows of blocks alike).
+      if ((m.shape.size() == 2 || m.shape.size() == 3) && is_quantized(q))
+        impl->config.quantized_weights[m.name] = q;
     }
   }
   // Kernel packages, checked against this backend and the model's graph (its ops' attributes and dtypes do

@@ -38,7 +38,8 @@ void moe_route(const float* logits, int64_t rows, int64_t experts, int64_t top_k
       int64_t best = -1;
       for (int64_t e = 0; e < experts; ++e)
         if (!taken[static_cast<size_t>(e)] &&
-            (best < 0 || p[static_cast<size_t>(e)] > p[static_cast<size_t>(best)]))
+            (best < 0 || p[static_cast<size_t>(e)] > p[static_cast<size_t>(best)] ||
+             (std::isnan(p[static_cast<size_t>(best)]) && !std::isnan(p[static_cast<size_t>(e)]))))
           best = e;
       taken[static_cast<size_t>(best)] = 1;
       pick[static_cast<size_t>(k)] = best;
