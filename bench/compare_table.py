@@ -14,6 +14,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL_NAMES = {"smollm2": "SmolLM2-135M", "qwen3": "Qwen3-0.6B-shaped (random)", "qwen3_4b": "Qwen3-4B-shaped (random)",
+               "qwen3_moe": "Qwen3-30B-A3B-shaped, 4 of 48 layers (random)",
                "qwen3_tied": "qwen3_tied fixture"}
 ENGINE_ORDER = ["tessera", "llama.cpp", "transformers-eager", "transformers-compile"]
 

@@ -58,12 +58,14 @@ ModelCounts count_params(const std::string& path) {
   n.tied = true;
   int64_t embedding_qbytes = -1;  // the embedding's block bytes (the LM head when tied), -1: not quantised
   for (const models::WeightSpec& w : arch.weights(c)) {
-    if (w.is_vector || w.shape.size() != 2) continue;
-    const int64_t numel = w.shape[0] * w.shape[1];
+    if (w.is_vector || (w.shape.size() != 2 && w.shape.size() != 3)) continue;
+    // Stacked experts [E, N, K]: a token reads num_experts_per_tok of the E (its active parameters).
+    const int64_t stack = w.shape.size() == 3 ? w.shape[0] : 1, used = stack > 1 ? c.num_experts_per_tok : 1;
+    const int64_t per_matrix = w.shape[w.shape.size() - 2] * w.shape.back(), numel = per_matrix * used;
     const io::TensorMeta* m = src->find(w.name);
     const std::string stored = m ? m->stored_type : "";
     const DType q = block_dtype_of_ggml(stored);
-    const int64_t qbytes = is_quantized(q) ? static_cast<int64_t>(dtype_bytes(q, numel)) : -1;
+    const int64_t qbytes = is_quantized(q) ? static_cast<int64_t>(dtype_bytes(q, per_matrix)) * used : -1;
     const bool read_per_token = w.name.rfind("model.layers.", 0) == 0 || w.name == "lm_head.weight";
     if (read_per_token)
       (qbytes >= 0 ? n.quantized_bytes : n.unquantized_params) += qbytes >= 0 ? qbytes : numel;

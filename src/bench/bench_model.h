@@ -33,7 +33,8 @@ struct RunTimes {
 
 // Sizes that turn throughput into bandwidth and FLOP fractions.
 struct ModelCounts {
-  int64_t layer_matrix_params = 0;  // every 2-D weight inside the decoder layers
+  int64_t layer_matrix_params = 0;  // every 2-D weight inside the decoder layers (of stacked experts, the
+                                    // num_experts_per_tok a token reads)
   int64_t embedding_params = 0;     // vocab × hidden
   int64_t lm_head_params = 0;       // = embedding_params when tied (the same matrix is read)
   bool tied = false;

@@ -16,6 +16,7 @@
 
 #include "io/gguf.h"
 #include "io/io_util.h"
+#include "io/mapped_file.h"
 #include "io/weight_source.h"
 #include "tessera/error.h"
 
@@ -539,6 +540,16 @@ class GgufSource : public WeightSource {
 
   // The HF tensor made of `pieces` (an expert stack), each GGUF tensor read once as `dtype` (a stacked one
   // kept while its slices are copied; a whole one dropped once copied).
+  // Whether GGUF tensor `gguf_name` loads as `dtype` without conversion (a view of the file's mapping).
+  bool stored_as_is(const std::string& gguf_name, DType dtype) const {
+    const GgufTensorInfo* info = g_->find_tensor(gguf_name);
+    if (!info) return false;
+    if (is_quantized(dtype)) return block_dtype_of_ggml(info->type_name) == dtype;
+    return (info->type_name == "F32" && dtype == DType::F32) ||
+           (info->type_name == "BF16" && dtype == DType::BF16) ||
+           (info->type_name == "F16" && dtype == DType::F16);
+  }
+
   Tensor assemble(const std::string& name, const std::vector<Piece>& pieces, DType dtype) const {
     const TensorMeta* meta = find(name);
     TS_ASSERT(meta, name);
@@ -557,7 +568,10 @@ class GgufSource : public WeightSource {
       const size_t bytes = t.nbytes() / static_cast<size_t>(p.slices);
       TS_ASSERT(dst + bytes <= static_cast<uint8_t*>(out.data) + out.nbytes(), name, ": pieces overrun ",
                 out.nbytes(), " bytes");
-      std::memcpy(dst, static_cast<const uint8_t*>(t.data) + bytes * static_cast<size_t>(p.index), bytes);
+      const uint8_t* from = static_cast<const uint8_t*>(t.data) + bytes * static_cast<size_t>(p.index);
+      std::memcpy(dst, from, bytes);
+      if (stored_as_is(p.gguf_name, dtype))
+        release_pages(from, bytes);  // the mapping's pages: not needed again
       dst += bytes;
     }
     TS_ASSERT(dst == static_cast<uint8_t*>(out.data) + out.nbytes(), name, ": assembled ",

@@ -64,4 +64,16 @@ MappedFile::~MappedFile() { ::munmap(const_cast<uint8_t*>(data_), size_); }
 
 std::string read_text_file(const std::string& path) { return read_regular_file(path, kMaxConfigFileBytes); }
 
+void release_pages(const void* begin, size_t n) {
+#ifdef MADV_PAGEOUT
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto b = reinterpret_cast<uintptr_t>(begin);
+  const uintptr_t first = (b + page - 1) / page * page, last = (b + n) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
+#else
+  (void)begin;
+  (void)n;
+#endif
+}
+
 }  // namespace tessera::io

@@ -33,6 +33,13 @@ class MappedFile {
   size_t size_;
 };
 
+// The whole pages inside [begin, begin + n) of a source just copied, handed back to the kernel
+// (MADV_PAGEOUT): a file mapping's clean pages leave this process's resident set and are read again if
+// touched; anonymous memory keeps its contents (swapped out at most). So a mapped file and the copies made
+// from it are not resident together, and a load peaks near one copy of the weights, not two. Advice only: a
+// kernel without MADV_PAGEOUT (before 5.4) refuses it and the pages stay.
+void release_pages(const void* begin, size_t n);
+
 // Reads a whole (small) regular file such as config.json, at most kMaxConfigFileBytes
 // (json_util.h); throws Error naming it.
 std::string read_text_file(const std::string& path);

@@ -1,14 +1,12 @@
 #include "runtime/weight_loader.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "io/mapped_file.h"
 #include "tessera/error.h"
 
 namespace tessera::runtime {
@@ -87,23 +85,13 @@ void check_checkpoint_matches_config(const io::WeightSource& src, const models::
 
 namespace {
 
-// A copy of t that owns its bytes. release: t is a view of a file mapping that the copy replaces, whose whole
-// pages inside t are then handed back (MADV_PAGEOUT: clean file pages leave the resident set and are read
-// again if touched), so a GGUF whose matrices are stored as-is (bf16, f16, f32) peaks near one copy of its
-// weights, not the prefaulted mapping plus every copy. Advice only: a kernel without it keeps the pages.
+// A copy of t that owns its bytes. release: t is a view of a file mapping that the copy replaces, whose pages
+// are then handed back (io::release_pages), so a GGUF whose matrices are stored as-is (bf16, f16, f32) peaks
+// near one copy of its weights, not the prefaulted mapping plus every copy.
 Tensor owned_copy(const Tensor& t, bool release = false) {
   Tensor copy = Tensor::empty(t.dtype, t.shape);
   std::memcpy(copy.data, t.data, t.nbytes());
-#ifdef MADV_PAGEOUT
-  if (release) {
-    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const auto begin = reinterpret_cast<uintptr_t>(t.data);
-    const uintptr_t first = (begin + page - 1) / page * page, last = (begin + t.nbytes()) / page * page;
-    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
-  }
-#else
-  (void)release;
-#endif
+  if (release) io::release_pages(t.data, t.nbytes());
   return copy;
 }
 

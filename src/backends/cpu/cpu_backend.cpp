@@ -20,6 +20,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "backends/step_checks.h"
 #include "generation/sampler.h"
+#include "io/mapped_file.h"
 #include "kernels/package.h"
 #include "tessera/error.h"
 
@@ -768,21 +769,6 @@ class CpuExecutable : public Executable {
 // of 2 MiB and more (converted or dequantised ones) already are on huge pages and stay where they are.
 // Tensors that share memory (a tied table and the row blocks that alias it; neighbours in one file mapping)
 // are copied as one range, so they still share it. The sources go once their tensors point into the arena.
-// The whole pages inside [begin, begin + n) of a source just copied, handed back to the kernel (MADV_PAGEOUT:
-// a file mapping's clean pages leave this process's resident set and are read again if touched; anonymous
-// memory keeps its contents, being swapped out at most), so a model's mapped file and its arena copy are not
-// resident together: the load peaks near one copy of the weights instead of two. Advice only: a kernel
-// without MADV_PAGEOUT (before 5.4) refuses it and the pages stay.
-void release_source_pages(uintptr_t begin, size_t n) {
-#ifdef MADV_PAGEOUT
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + n) / page * page;
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
-#else
-  (void)begin;
-  (void)n;
-#endif
-}
 
 WeightMap pack_weights(WeightMap weights) {
   struct Use {
@@ -839,7 +825,7 @@ WeightMap pack_weights(WeightMap weights) {
           const size_t off = pieces[static_cast<size_t>(p)].second;
           const size_t n = std::min(kPiece, r.end - r.begin - off);
           std::memcpy(base + r.offset + off, reinterpret_cast<const uint8_t*>(r.begin) + off, n);
-          release_source_pages(r.begin + off, n);
+          io::release_pages(reinterpret_cast<const void*>(r.begin + off), n);
         }
       });
   for (const Range& r : ranges) {
