@@ -175,6 +175,9 @@ TEST(Cli, TpFamiliesXlaCpuTwoRanksGreedyEqualsOneDevice) {
   expect_tp_same_as_one_process({golden::variant_path("phi3_sliding"), 2, "", kLongPrompt, "xla-cpu"});
   // Gemma 3 (soft-capped logits after the all-gather, two ropes); Gemma 2's layer is the same on cpu.
   expect_tp_same_as_one_process({golden::variant_path("gemma3_sliding"), 2, "", kLongPrompt, "xla-cpu"});
+  // Qwen3-MoE: every expert's intermediate slice per device, the all-reduce after the dense expert form.
+  expect_tp_same_as_one_process(
+      {golden::model_path("qwen3_moe"), 2, "", "5,17,33,250,7,99,201,3", "xla-cpu"});
 }
 
 }  // namespace
@@ -245,13 +248,47 @@ TEST(MoeConfig, SparseLayersAsQwen3MoeConfigDecidesThem) {
   refused("mixtral", {{"num_local_experts", 0}}, "num_local_experts");
 }
 
-// Experts are not split over tensor-parallel ranks yet: a clear refusal, not a wrong split.
-TEST(MoeTp, TensorParallelExpertsAreRefusedNamingTheFlag) {
+// Experts under tensor parallelism (Transformers' MoE plan: gate_up_proj packed_colwise, down_proj rowwise):
+// each rank a slice of every expert's intermediate dimension (its gate and up halves alike), one all-reduce;
+// the router replicated. Logits within 1e-4 of one process, the same greedy tokens.
+TEST(Cli, TpMixturesOfExpertsTwoRanksAndAutoPlanOnFour) {
+  expect_tp_same_as_one_process({golden::model_path("qwen3_moe"), 2, ""});
+  expect_tp_same_as_one_process({golden::model_path("qwen3_moe_fused"), 2, ""});  // I = 24: 12 per rank
+  expect_tp_same_as_one_process({golden::model_path("mixtral"), 2, ""});
+  expect_tp_same_as_one_process({golden::model_path("qwen3_moe"), 4, "--tp-plan auto"});  // 2 KV heads
+}
+
+TEST(MoeTp, PlanSplitsEveryExpertOrNamesWhatDoesNotDivide) {
   const nlohmann::json j = golden::load_json(golden::model_path("qwen3_moe/config.json"));
   const auto& arch = models::find_architecture("Qwen3MoeForCausalLM", "qwen3_moe");
-  models::DecoderConfig c = arch.parse_config(j, "qwen3_moe");
-  c.tp.size = 2;
-  graph::ShapeKey key{.phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 8};
-  key.tp_size = 2;
-  tessera::testing::expect_error([&] { arch.build_graph(c, key); }, "--tp 1");
+  const models::DecoderConfig c = arch.parse_config(j, "qwen3_moe");
+  auto resolve = [&](int tp, bool autoplan, std::vector<TpPlanRule> rules = {}) {
+    DistributedConfig d{.tp_size = tp, .tp_plan = std::move(rules)};
+    d.tp_plan_auto = autoplan;
+    return distributed::resolve_tp_plan(arch, c, d, 0, "qwen3_moe", nullptr);
+  };
+  const models::TpLayout t = resolve(2, false);
+  EXPECT_TRUE(t.mlp_split_at(0) && t.mlp_split_at(1) && t.mlp_split_at(2));  // sparse, dense, sparse
+  EXPECT_EQ(t.split(models::Role::kExpertsGateUp, 0), models::TpSplit::kCol);
+  EXPECT_EQ(t.split(models::Role::kExpertsDown, 2), models::TpSplit::kRow);
+  // moe_intermediate_size 32 over 3 ranks (attention replicated: 2 KV heads): refused naming it.
+  std::vector<TpPlanRule> attn;
+  for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
+    attn.push_back({std::string("layers.*.self_attn.") + p, "replicated", "test"});
+  tessera::testing::expect_error([&] { resolve(3, false, attn); },
+                                 "moe_intermediate_size 32 does not divide");
+  const models::TpLayout three = resolve(3, true);  // --tp-plan auto: the experts replicated
+  EXPECT_FALSE(three.mlp_split_at(0));
+  // Half a plan (experts' input split, down replicated) is refused naming both.
+  tessera::testing::expect_error(
+      [&] {
+        resolve(2, false, {{"layers.*.mlp.experts.down_proj", "replicated", "test"}});
+      },
+      "gate_up_proj=packed_colwise, down_proj=replicated");
+  // Both replicated: the experts stay whole on every rank.
+  const models::TpLayout rep = resolve(2, false,
+                                       {{"layers.*.mlp.experts.gate_up_proj", "replicated", "test"},
+                                        {"layers.*.mlp.experts.down_proj", "replicated", "test"}});
+  EXPECT_FALSE(rep.mlp_split_at(0));
+  EXPECT_TRUE(rep.mlp_split_at(1));  // the dense layer keeps its plan
 }

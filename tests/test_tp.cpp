@@ -139,7 +139,8 @@ TEST(TpPlan, BadRulesListWhatIsValid) {
   EXPECT_NE(
       e.find(
           "--tp-rule: tp_plan rule 'layers.*.self_attn.q_proj': unknown style 'colwize' (valid: colwise, "
-          "rowwise, colwise_gather_output, rowwise_split_input, replicated_with_grad_allreduce, replicated)"),
+          "rowwise, colwise_gather_output, rowwise_split_input, replicated_with_grad_allreduce, replicated, "
+          "packed_colwise)"),
       std::string::npos)
       << e;
   e = error_of([&] { resolve(m, 2, {{"layers.*.attn.q_proj", "colwise", "plan.json"}}); });

@@ -20,6 +20,7 @@ constexpr std::pair<TpStyle, const char*> kStyles[] = {
     {TpStyle::RowwiseSplitInput, "rowwise_split_input"},
     {TpStyle::ReplicatedWithGradAllreduce, "replicated_with_grad_allreduce"},
     {TpStyle::Replicated, "replicated"},
+    {TpStyle::PackedColwise, "packed_colwise"},
 };
 
 std::string strip_model(const std::string& s) { return s.rfind("model.", 0) == 0 ? s.substr(6) : s; }
@@ -51,7 +52,9 @@ std::string wildcard_layers(const std::string& m) {
 }
 
 bool replicated(TpStyle s) { return s == TpStyle::Replicated || s == TpStyle::ReplicatedWithGradAllreduce; }
-bool column(TpStyle s) { return s == TpStyle::Colwise || s == TpStyle::ColwiseGatherOutput; }
+bool column(TpStyle s) {
+  return s == TpStyle::Colwise || s == TpStyle::ColwiseGatherOutput || s == TpStyle::PackedColwise;
+}
 bool row(TpStyle s) { return s == TpStyle::Rowwise || s == TpStyle::RowwiseSplitInput; }
 
 // A module of the model, as Transformers names it relative to the base model, with its role.
@@ -252,10 +255,14 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
 
     // MLP: its input projections (gate and up, or the fused gate_up) colwise and down rowwise, or replicated.
     const std::string p = "layers." + std::to_string(l) + ".mlp";
-    const Part down = part(l, Role::kMlpDown, "down_proj", p);
+    // A sparse layer's experts (mlp.experts.gate_up_proj packed_colwise, mlp.experts.down_proj rowwise) are
+    // its MLP: each rank a slice of every expert's intermediate dimension.
+    const bool sparse = by_role.count({l, Role::kExpertsDown}) > 0;
+    const Part down = sparse ? part(l, Role::kExpertsDown, "experts.down_proj", p)
+                             : part(l, Role::kMlpDown, "down_proj", p);
     bool cols = true, reps = replicated(down.style);
     std::string desc;
-    for (Role r : {Role::kMlpGate, Role::kMlpUp, Role::kMlpGateUp}) {
+    for (Role r : {Role::kMlpGate, Role::kMlpUp, Role::kMlpGateUp, Role::kExpertsGateUp}) {
       if (!by_role.count({l, r})) continue;
       const Part in = part(l, r, "", p);
       cols = cols && column(in.style);
@@ -302,18 +309,27 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     say(os.str());
   }
   int64_t mlp_changed = 0;
-  for (auto& m : t.mlp_split)
-    if (m && c.intermediate_size % tp != 0) {
-      if (!d.tp_plan_auto)
-        fail(model, ": intermediate_size ", c.intermediate_size, " does not divide by tp_size ", tp,
-             "; replicate the MLP with --tp-rule layers.*.mlp.<proj>=replicated for each projection, or pass "
-             "--tp-plan auto");
-      m = 0;
-      ++mlp_changed;
-    }
+  std::string mlp_why;
+  for (size_t l = 0; l < t.mlp_split.size(); ++l) {
+    const bool sparse = c.layer_is_sparse(static_cast<int64_t>(l));
+    const int64_t inter = sparse ? c.moe_intermediate_size : c.intermediate_size;
+    const char* key = sparse ? "moe_intermediate_size" : "intermediate_size";
+    if (!t.mlp_split[l] || inter % tp == 0) continue;
+    if (!d.tp_plan_auto)
+      fail(model, ": ", key, " ", inter, " does not divide by tp_size ", tp,
+           sparse
+               ? "; replicate the experts with --tp-rule layers.*.mlp.experts.gate_up_proj=replicated and "
+                 "--tp-rule layers.*.mlp.experts.down_proj=replicated, or pass --tp-plan auto"
+               : "; replicate the MLP with --tp-rule layers.*.mlp.<proj>=replicated for each projection, or "
+                 "pass --tp-plan auto");
+    t.mlp_split[l] = 0;
+    ++mlp_changed;
+    mlp_why = std::string(key) + " " + std::to_string(inter);
+  }
   if (mlp_changed)
-    say("--tp-plan auto: intermediate_size " + std::to_string(c.intermediate_size) +
-        " does not divide by tp_size " + std::to_string(tp) + "; the MLP is replicated on every rank");
+    say("--tp-plan auto: " + mlp_why + " does not divide by tp_size " + std::to_string(tp) + "; the MLP of " +
+        std::to_string(mlp_changed) + " layer" + (mlp_changed == 1 ? "" : "s") +
+        " is replicated on every rank");
   if (t.lm_head_split && c.vocab_size % tp != 0) {
     if (!d.tp_plan_auto)
       fail(model, ": vocab_size ", c.vocab_size, " does not divide by tp_size ", tp,

@@ -18,6 +18,7 @@ enum class TpStyle : uint8_t {
   RowwiseSplitInput,            // rowwise on a replicated input (we split it locally: same as rowwise)
   ReplicatedWithGradAllreduce,  // replicated (the gradient all-reduce is a training matter)
   Replicated,
+  PackedColwise,  // colwise on a packed tensor (a fused gate/up: each part split alike; stacked experts)
 };
 std::optional<TpStyle> parse_style(const std::string& s);
 const char* style_name(TpStyle s);

@@ -61,11 +61,11 @@ enum class Op : uint8_t {
                 // cache[rows[b], :, slots[b*seq+s], :] = new[b*seq+s]
   Attention,    // (q, k_cache, v_cache, slots [batch*seq], kv_begin [batch], rows? [batch]) -> [rows, heads*
                 // head_dim]: row b's query in slot q sees cache row rows[b]'s keys j with kv_begin[b] <= j <=
-              // q; `window` > 0: only keys j > q - window (sliding-window attention); `softcap` > 0: the
-              // scaled scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2)
-  GatedAct,  // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
-  Add,       // (a, b) -> a + b
-  LastRow,   // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
+                // q; `window` > 0: only keys j > q - window (sliding-window attention); `softcap` > 0: the
+                // scaled scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2)
+  GatedAct,     // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
+  Add,          // (a, b) -> a + b
+  LastRow,      // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
   // In-step sampling (ShapeKey::sampling != Off; appended by graph::append_sampling):
   SamplerState,  // per-cache-row "seen" mask [cache_batch, vocab] f32 (1 = id occurred in the row), device
                  // state kept with the KV cache
@@ -133,13 +133,16 @@ enum SampleParam : int {
 
 // Op::Weight: the part of the stored (Hugging Face) tensor a node reads, and how it is rearranged. A view is
 // the same on every tensor-parallel rank (so every rank runs the same program); the rank picks its shard when
-// the weight is loaded. Rows/columns count in the stored tensor's [out, in] layout.
+// the weight is loaded. Rows/columns count in the stored tensor's [out, in] layout; of stacked experts
+// [E, out, in], in each expert's [out, in] matrix (the view applies to every expert alike).
 struct WeightView {
   Shape stored;                      // the stored tensor's shape (what the checkpoint must hold)
   int64_t row_begin = 0, rows = -1;  // a block of rows (a part of a fused tensor); -1: all rows
   int split_dim = -1;                // 0: the rows above split into `shards` equal blocks, one per rank;
   int shards = 1;                    // 1: the columns split likewise (-1: not split)
-  bool rank0_only = false;           // rank 0 holds the tensor, the others zeros (a row-parallel bias)
+  int packed = 1;           // split_dim 0: the rows form `packed` equal parts (a fused gate/up), each
+                            // split into `shards` blocks; a rank takes its block of every part
+  bool rank0_only = false;  // rank 0 holds the tensor, the others zeros (a row-parallel bias)
   // > 0: rows form heads of `rope_head` rows whose first `rope_rot` rows hold interleaved rotary pairs
   // (0,1), (2,3), ...; they are reordered to the rotate-half layout (0,2,4,...,1,3,5,...) so one Rope op
   // serves both conventions (q . k is unchanged when q and k are permuted alike).

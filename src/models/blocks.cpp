@@ -59,9 +59,9 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
   record_module(dot == std::string::npos ? name : name.substr(0, dot), Role::kOther);
   // Matrices in the model dtype; vectors (norms, biases) stay float32.
   DType dt = stored.size() == 1 ? DType::F32 : g_.key.dtype;
-  const int64_t cols = stored.size() == 2   ? (view.split_dim == 1 ? stored[1] / view.shards : stored[1])
-                       : stored.size() == 3 ? stored[2]
-                                            : 0;
+  // A matrix [out, in], or stacked experts [E, out, in] (the view applies to each expert's matrix).
+  const int64_t cols =
+      stored.size() >= 2 ? (view.split_dim == 1 ? stored.back() / view.shards : stored.back()) : 0;
   bool as_stored = false;  // kept in the block format the checkpoint stores
   if (auto q = c_.quantized_weights.find(name); q != c_.quantized_weights.end() && stored.size() >= 2) {
     as_stored = cols % dtype_block(q->second) == 0;
@@ -70,13 +70,14 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
   // Quantised at load (the graph's dtype is a block format): rows that are not whole blocks stay float32.
   if (is_quantized(dt) && !as_stored && (cols % dtype_block(dt) != 0 || never_quantize)) dt = DType::F32;
   Shape local = stored;
-  if (view.rows >= 0) local[0] = view.rows;
+  const size_t out_dim = stored.size() == 3 ? 1 : 0;
+  if (view.rows >= 0) local[out_dim] = view.rows;
   if (view.split_dim >= 0) {
-    TS_ASSERT(local[static_cast<size_t>(view.split_dim)] % view.shards == 0, name, " ", shape_str(local),
-              " over ", view.shards);
-    local[static_cast<size_t>(view.split_dim)] /= view.shards;
+    const size_t d = out_dim + static_cast<size_t>(view.split_dim);
+    TS_ASSERT(local[d] % (view.shards * view.packed) == 0, name, " ", shape_str(local), " over ", view.shards,
+              " in ", view.packed, " parts");
+    local[d] /= view.shards;
   }
-  TS_ASSERT(stored.size() < 3 || view.whole(), name, ": a view of stacked experts");
   view.stored = std::move(stored);
   Node n{.op = Op::Weight, .name = name, .inputs = {}, .shape = std::move(local), .dtype = dt};
   n.view = std::move(view);
@@ -337,21 +338,32 @@ int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const
 
 int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) {
   const DecoderConfig& c = b.config();
-  if (b.key().tp_size > 1)
-    fail(c.architecture,
-         ": mixture-of-experts layers are not split over tensor-parallel ranks yet; run it with "
-         "--tp 1 (tp_size ",
-         b.key().tp_size, " asked)");
   const std::string mlp = n.module + "mlp.";
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  const int l = n.layer;
   // The router: never quantised at load (as llama.cpp's quantiser keeps ffn_gate_inp), since its logits
-  // choose the experts; a checkpoint that stores it quantised is read as stored.
+  // choose the experts; a checkpoint that stores it quantised is read as stored. Replicated on every rank.
   const int logits = b.matmul(h, b.weight(mlp + "gate.weight", {E, H}, {}, true), -1, n.node + "router");
   const int route = b.moe_route(logits, m.routing, c.num_experts_per_tok, n.node + "route");
-  const int gate_up = b.weight(mlp + "experts.gate_up_proj", {E, 2 * I, H});
-  const int down = b.weight(mlp + "experts.down_proj", {E, H, I});
-  return b.moe_experts(h, route, gate_up, down, -1, -1, E, graph_activation(c.hidden_act),
-                       n.node + "experts");
+  // Tensor parallelism as Transformers' MoE plans (packed_colwise gate_up, rowwise down): each rank holds a
+  // slice of every expert's intermediate dimension, its partial sums added by one all-reduce.
+  const std::string gate_up_name = mlp + "experts.gate_up_proj", down_name = mlp + "experts.down_proj";
+  b.record_module(gate_up_name, Role::kExpertsGateUp, l);
+  b.record_module(down_name, Role::kExpertsDown, l);
+  const bool split = b.key().tp_size > 1 && c.tp.split(Role::kExpertsGateUp, l) == TpSplit::kCol;
+  graph::WeightView gu_view, down_view;
+  if (split) {
+    gu_view.split_dim = 0;
+    gu_view.shards = b.key().tp_size;
+    gu_view.packed = 2;  // the gate half and the up half each split
+    down_view.split_dim = 1;
+    down_view.shards = b.key().tp_size;
+  }
+  const int gate_up = b.weight(gate_up_name, {E, 2 * I, H}, gu_view);
+  const int down = b.weight(down_name, {E, H, I}, down_view);
+  const int y =
+      b.moe_experts(h, route, gate_up, down, -1, -1, E, graph_activation(c.hidden_act), n.node + "experts");
+  return split ? b.all_reduce(y, n.node + "experts.all_reduce") : y;
 }
 
 int pre_norm_moe_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
@@ -431,6 +443,11 @@ TpPlan gated_mlp_tp_plan() {
   return {{"layers.*.mlp.gate_proj", "colwise"},
           {"layers.*.mlp.up_proj", "colwise"},
           {"layers.*.mlp.down_proj", "rowwise"}};
+}
+
+TpPlan experts_tp_plan() {
+  return {{"layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+          {"layers.*.mlp.experts.down_proj", "rowwise"}};
 }
 
 TpPlan fused_gate_up_tp_plan() {

@@ -177,6 +177,9 @@ graph::Activation graph_activation(Activation a);
 // blocks.
 TpPlan attention_tp_plan();  // self_attn.{q,k,v}_proj colwise, self_attn.o_proj rowwise
 TpPlan gated_mlp_tp_plan();  // mlp.{gate,up}_proj colwise, mlp.down_proj rowwise
+// mlp.experts.gate_up_proj packed_colwise, mlp.experts.down_proj rowwise (Transformers' MoE plans; the router
+// stays replicated).
+TpPlan experts_tp_plan();
 // mlp.gate_up_proj colwise_gather_output, mlp.down_proj rowwise_split_input. We run gate_up_proj as its gate
 // and up halves each split column-wise and down_proj row-wise: the same numbers with one all-reduce and no
 // gather.

@@ -714,8 +714,10 @@ TpSplit TpLayout::split(Role role, int64_t layer) const {
     case Role::kMlpGate:
     case Role::kMlpUp:
     case Role::kMlpGateUp:  // each half split alike, so gate and up stay paired on every rank
+    case Role::kExpertsGateUp:
       return mlp_split_at(layer) ? TpSplit::kCol : TpSplit::kNone;
     case Role::kMlpDown:
+    case Role::kExpertsDown:
       return mlp_split_at(layer) ? TpSplit::kRow : TpSplit::kNone;
     case Role::kLmHead:
       return lm_head_split ? TpSplit::kColGather : TpSplit::kNone;

@@ -40,7 +40,9 @@ enum class Role : uint8_t {
   kMlpGateUp,  // a fused gate/up projection (gate rows first)
   kMlpDown,
   kLmHead,
-  kAttnQkv,  // a fused q/k/v projection (q rows, then k, then v): split by heads like q/k/v
+  kAttnQkv,        // a fused q/k/v projection (q rows, then k, then v): split by heads like q/k/v
+  kExpertsGateUp,  // stacked experts' gate/up [E, 2I, H]: each expert's gate and up halves split alike
+  kExpertsDown,    // stacked experts' down [E, H, I]: each expert's columns split
 };
 bool is_linear(Role r);  // every role but kOther and kEmbed
 

@@ -62,9 +62,8 @@ Architecture architecture() {
        .null_refused = {{"num_key_value_heads", "MixtralConfig's field is an integer"}},
        .finish = finish,
        .config_keys = keys(),
-       // Mixtral's base_model_tp_plan for attention, plus the vocab-parallel LM head; the experts are not
-       // split yet.
-       .tp_plan = causal_lm_tp_plan({attention_tp_plan()})});
+       // Mixtral's base_model_tp_plan (attention, the experts), plus the vocab-parallel LM head.
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), experts_tp_plan()})});
 }
 
 }  // namespace tessera::models::mixtral

@@ -84,9 +84,10 @@ Architecture architecture() {
                         {"num_key_value_heads", "Qwen3MoeConfig's field is an integer"}},
        .finish = finish,
        .config_keys = keys(),
-       // Qwen3-MoE's base_model_tp_plan for attention and the dense layers, plus the vocab-parallel LM head;
-       // its expert entries are refused by the tp-plan resolver until experts are split.
-       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), qk_norm_tp_plan(), gated_mlp_tp_plan()})});
+       // Qwen3-MoE's base_model_tp_plan (attention, the dense layers' MLP, the experts), plus the
+       // vocab-parallel LM head.
+       .tp_plan = causal_lm_tp_plan(
+           {attention_tp_plan(), qk_norm_tp_plan(), gated_mlp_tp_plan(), experts_tp_plan()})});
 }
 
 }  // namespace tessera::models::qwen3_moe

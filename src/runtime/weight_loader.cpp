@@ -127,13 +127,33 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
     return out;
   }
   if (v.whole() || (v.rank0_only && v.rows < 0 && v.split_dim < 0 && v.rope_head == 0)) return full;
+  if (full.shape.size() == 3) {  // stacked experts: the view of each expert's [out, in] matrix, in order
+    TS_ASSERT(local.size() == 3 && local[0] == full.shape[0], "view of ", shape_str(full.shape), " as ",
+              shape_str(local));
+    const Shape matrix{full.shape[1], full.shape[2]}, part{local[1], local[2]};
+    const size_t in_bytes = dtype_bytes(full.dtype, matrix[0] * matrix[1]);
+    const size_t out_bytes = dtype_bytes(full.dtype, part[0] * part[1]);
+    Tensor out = Tensor::empty(full.dtype, local);
+    for (int64_t e = 0; e < full.shape[0]; ++e) {
+      const Tensor m =
+          Tensor::view(full.dtype, matrix, static_cast<uint8_t*>(full.data) + e * in_bytes, full.owner);
+      const Tensor p = apply_view(m, v, part, rank, false);
+      std::memcpy(static_cast<uint8_t*>(out.data) + e * out_bytes, p.data, out_bytes);
+    }
+    return out;
+  }
   const int64_t stored_cols = full.shape.size() > 1 ? full.shape[1] : 1;
   int64_t row0 = v.rows >= 0 ? v.row_begin : 0, col0 = 0;
   const int64_t rows = local[0], cols = local.size() > 1 ? local[1] : 1;
-  if (v.split_dim == 0) row0 += rank * rows;
+  // packed > 1: the selected rows form `packed` equal parts, each split; this rank's block of every part.
+  const int64_t part_rows = rows / v.packed, part_stride = (v.rows >= 0 ? v.rows : full.shape[0]) / v.packed;
+  TS_ASSERT(v.packed >= 1 && rows % v.packed == 0, "view of ", shape_str(full.shape), " in ", v.packed,
+            " parts");
+  if (v.split_dim == 0) row0 += rank * part_rows;
   if (v.split_dim == 1) col0 = rank * cols;
-  TS_ASSERT(row0 >= 0 && row0 + rows <= full.shape[0] && col0 >= 0 && col0 + cols <= stored_cols, "view of ",
-            shape_str(full.shape));
+  TS_ASSERT(row0 >= 0 && row0 + (v.packed - 1) * part_stride + part_rows <= full.shape[0] && col0 >= 0 &&
+                col0 + cols <= stored_cols,
+            "view of ", shape_str(full.shape));
   // Byte offsets through dtype_bytes: block-quantised rows split only at whole blocks (the graph keeps a
   // column block that is not whole blocks in a float dtype).
   const int64_t blk = dtype_block(full.dtype);
@@ -141,7 +161,7 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
             shape_str(full.shape), " at ", col0, " of ", cols);
   const size_t stored_row_bytes = dtype_bytes(full.dtype, stored_cols);
   auto* base = static_cast<uint8_t*>(full.data);
-  if (zero_copy && cols == stored_cols && v.rope_head == 0)
+  if (zero_copy && cols == stored_cols && v.rope_head == 0 && v.packed == 1)
     return Tensor::view(full.dtype, local, base + static_cast<size_t>(row0) * stored_row_bytes, full.owner);
   Tensor out = Tensor::empty(full.dtype, local);
   auto* dst = static_cast<uint8_t*>(out.data);
@@ -149,6 +169,7 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
   for (int64_t r = 0; r < rows; ++r) {
     // Interleaved rotary rows (2i, 2i+1) of each head's first rope_rot rows go to i and i + rope_rot / 2.
     int64_t src_r = r;
+    if (v.packed > 1) src_r = (r / part_rows) * part_stride + r % part_rows;
     if (v.rope_head > 0) {
       const int64_t head = r / v.rope_head, j = r % v.rope_head, half = v.rope_rot / 2;
       if (j < v.rope_rot) src_r = head * v.rope_head + (j < half ? 2 * j : 2 * (j - half) + 1);
