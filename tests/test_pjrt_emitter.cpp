@@ -189,4 +189,20 @@ TEST(PjrtEmitter, Gemma2ScalesEmbeddingsAndSoftCaps) {
   EXPECT_EQ(count(text, "logits_softcap: soft_cap"), 1u);
 }
 
+// Mixtures of experts: the router's top-k, then the experts gathered per (row, choice) when rows × top_k are
+// fewer than the experts (decode) and dense otherwise (a prompt, a full batch); both are checked against
+// Transformers through the families tests on xla-cpu.
+TEST(PjrtEmitter, ExpertsGatheredForFewRowsDenseForMany) {
+  // qwen3_moe: 8 experts, top 3, layers 0 and 2 sparse.
+  const std::string decode = pjrt::emit_stablehlo(tiny_graph("qwen3_moe", kDecode16));
+  EXPECT_EQ(count(decode, "moe_route (softmax_topk_norm, top 3)"), 2u);
+  EXPECT_EQ(count(decode, "moe_experts (gathered: top 3 of 8 experts per row)"), 2u);
+  EXPECT_EQ(count(decode, "moe_experts (dense"), 0u);
+  ShapeKey batch = kDecode16;
+  batch.batch = 3;  // 9 (row, choice) pairs for 8 experts
+  const std::string dense = pjrt::emit_stablehlo(tiny_graph("qwen3_moe", batch));
+  EXPECT_EQ(count(dense, "moe_experts (dense over 8 experts)"), 2u);
+  EXPECT_EQ(count(dense, "gathered"), 0u);
+}
+
 }  // namespace

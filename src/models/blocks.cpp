@@ -230,7 +230,8 @@ int GraphBuilder::moe_route(int logits, graph::Routing routing, int64_t top_k, c
 }
 
 int GraphBuilder::moe_experts(int x, int route, int gate_up, int down, int gate_up_bias, int down_bias,
-                              int64_t experts, graph::Activation act, const std::string& name) {
+                              int64_t experts, int64_t top_k, graph::Activation act,
+                              const std::string& name) {
   const int64_t H = cols(x), I = g_.at(down).shape.back();
   TS_ASSERT(cols(route) == experts && g_.at(gate_up).shape == Shape({experts, 2 * I, H}) &&
                 g_.at(down).shape == Shape({experts, H, I}),
@@ -244,6 +245,7 @@ int GraphBuilder::moe_experts(int x, int route, int gate_up, int down, int gate_
   }
   Node n{.op = Op::MoeExperts, .name = name, .inputs = ins, .shape = g_.at(x).shape};
   n.experts = experts;
+  n.top_k = top_k;
   n.act = act;
   return g_.add(std::move(n));
 }
@@ -361,8 +363,8 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   }
   const int gate_up = b.weight(gate_up_name, {E, 2 * I, H}, gu_view);
   const int down = b.weight(down_name, {E, H, I}, down_view);
-  const int y =
-      b.moe_experts(h, route, gate_up, down, -1, -1, E, graph_activation(c.hidden_act), n.node + "experts");
+  const int y = b.moe_experts(h, route, gate_up, down, -1, -1, E, c.num_experts_per_tok,
+                              graph_activation(c.hidden_act), n.node + "experts");
   return split ? b.all_reduce(y, n.node + "experts.all_reduce") : y;
 }
 

@@ -66,10 +66,10 @@ class GraphBuilder {
   int soft_cap(int x, double cap, const std::string& name);  // tanh(x / cap) * cap
   // Op::MoeRoute over router logits [rows, experts].
   int moe_route(int logits, graph::Routing routing, int64_t top_k, const std::string& name);
-  // Op::MoeExperts: gate_up [E * 2I, H] and down [E * H, I] (expert weights as read by expert_weight),
-  // biases -1 for none.
+  // Op::MoeExperts: gate_up [E, 2I, H] and down [E, H, I], biases -1 for none; top_k: the experts each row
+  // chose (its route has that many nonzero weights).
   int moe_experts(int x, int route, int gate_up, int down, int gate_up_bias, int down_bias, int64_t experts,
-                  graph::Activation act, const std::string& name);
+                  int64_t top_k, graph::Activation act, const std::string& name);
 
   // Records `module` with `role` unless already recorded (the first role stays: a tied LM head reads the
   // embedding module).

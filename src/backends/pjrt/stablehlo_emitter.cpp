@@ -469,15 +469,21 @@ class Lowering {
     return b_.reshape(y, {rows, cols});
   }
 
-  // Rows `idx` [R, 1] of table [V, D] (a gather of whole rows).
+  // Rows `idx` [R, 1] of table [V, D] (a gather of whole rows); of a table [V, A, B], its [A, B] slices.
   Val gather_rows(const Val& table, const Val& idx) {
-    const int64_t rows = idx.shape[0], dim = table.shape[1];
+    Shape shape{idx.shape[0]};
+    std::string offset_dims, sizes = "1";
+    for (size_t d = 1; d < table.shape.size(); ++d) {
+      shape.push_back(table.shape[d]);
+      offset_dims += (d > 1 ? ", " : "") + std::to_string(d);
+      sizes += ", " + std::to_string(table.shape[d]);
+    }
     return b_.op("gather", {table, idx},
-                 "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
-                 "start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
-                 "slice_sizes = array<i64: 1, " +
-                     std::to_string(dim) + ">",
-                 {rows, dim}, table.et);
+                 "dimension_numbers = #stablehlo.gather<offset_dims = [" + offset_dims +
+                     "], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, "
+                     "indices_are_sorted = false, slice_sizes = array<i64: " +
+                     sizes + ">",
+                 shape, table.et);
   }
 
   // tanh(x / cap) * cap elementwise (PyTorch's order: divide, tanh, multiply).
@@ -744,10 +750,57 @@ class Lowering {
     return w;
   }
 
-  // The experts of a sparse block, dense: every expert on every row ([R, E, 2I] and [E, R, H] products), each
-  // row's outputs weighted by its route (0 for experts not chosen) and summed over E. Compiled once per shape
-  // like every op; it computes E / top_k times the chosen experts' work (see ARCHITECTURE.md).
+  // The experts of a sparse block. Two forms, both compiled once per shape: gathered when the step's rows ×
+  // top_k are fewer than the experts (decode: only the chosen experts' weights are read, one slice per
+  // (row, choice)), else dense (every expert on every row: each expert's weights read once, E / top_k times
+  // the chosen work; a prompt's rows choose most experts anyway). ARCHITECTURE.md has the measurement.
   Val moe_experts(const Node& n) {
+    const int64_t R = val(n.inputs[0]).shape[0];
+    if (n.top_k > 0 && R * n.top_k < n.experts) return moe_experts_gathered(n);
+    return moe_experts_dense(n);
+  }
+
+  // Gathered form: the top_k experts of each row (k rounds of "largest route, lowest index"), their gate_up
+  // and down slices gathered per (row, choice) [P = R * k], batched dots, weighted, summed over the k.
+  Val moe_experts_gathered(const Node& n) {
+    b_.comment(n.name + ": moe_experts (gathered: top " + std::to_string(n.top_k) + " of " +
+               std::to_string(n.experts) + " experts per row)");
+    const Val& x = val(n.inputs[0]);
+    const Val& route = val(n.inputs[1]);
+    const Shape& gs = g_.at(n.inputs[2]).shape;  // [E, 2I, H]
+    const Shape& ds = g_.at(n.inputs[3]).shape;  // [E, H, I]
+    const int64_t R = x.shape[0], H = x.shape[1], E = n.experts, I = ds[2], k = n.top_k, P = R * k;
+    const Shape re{R, E};
+    Val idx = b_.iota(1, re, "i32");
+    Val left = route;
+    std::vector<Val> picks, weights;
+    for (int64_t j = 0; j < k; ++j) {
+      Val mx = b_.reduce(left, {1}, "maximum", -std::numeric_limits<float>::infinity());
+      Val at_max = b_.compare(left, b_.broadcast(mx, {0}, re), "EQ", "FLOAT");
+      Val lowest = b_.reduce(b_.select(at_max, idx, b_.splat_i32(static_cast<int32_t>(E), re)), {1},
+                             "minimum", static_cast<float>(E));
+      picks.push_back(b_.reshape(lowest, {R, 1}));
+      weights.push_back(b_.reshape(mx, {R, 1}));
+      left = b_.select(b_.compare(idx, b_.broadcast(lowest, {0}, re), "EQ", "SIGNED"),
+                       b_.splat_f32(-std::numeric_limits<float>::infinity(), re), left);
+    }
+    Val pick = b_.reshape(b_.concatenate(picks, 1), {P, 1});  // [P, 1]: row r's choice j at r * k + j
+    Val w = b_.reshape(b_.concatenate(weights, 1), {P});
+    Val gu = gather_rows(b_.reshape(weight_f32(n.inputs[2]), gs), pick);    // [P, 2I, H]
+    Val down = gather_rows(b_.reshape(weight_f32(n.inputs[3]), ds), pick);  // [P, H, I]
+    Val xp = b_.reshape(b_.broadcast(x, {0, 2}, {R, k, H}), {P, H});
+    Val h = b_.dot(xp, gu, {0}, {0}, {1}, {2}, {P, 2 * I});
+    if (n.inputs.size() > 5) h = b_.add(h, gather_rows(val(n.inputs[4]), pick));
+    Val gate = b_.slice(h, {0, 0}, {P, I});
+    Val up = b_.slice(h, {0, I}, {P, 2 * I});
+    Val a = b_.mul(activate(gate, n.act, n.name), up);  // [P, I]
+    Val y = b_.dot(a, down, {0}, {0}, {1}, {2}, {P, H});
+    if (n.inputs.size() > 5) y = b_.add(y, gather_rows(val(n.inputs[5]), pick));
+    y = b_.mul(y, b_.broadcast(w, {0}, {P, H}));
+    return b_.reduce(b_.reshape(y, {R, k, H}), {1}, "add", 0.0f);
+  }
+
+  Val moe_experts_dense(const Node& n) {
     b_.comment(n.name + ": moe_experts (dense over " + std::to_string(n.experts) + " experts)");
     const Val& x = val(n.inputs[0]);
     const Val& route = val(n.inputs[1]);
