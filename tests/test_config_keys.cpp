@@ -28,9 +28,10 @@ namespace {
 
 // A config.json of each architecture as Transformers 5 saved it (a fixture).
 const std::map<std::string, std::string> kFixtureOf = {
-    {"Qwen3ForCausalLM", "qwen3_tied"}, {"LlamaForCausalLM", "llama_gqa"}, {"Glm4ForCausalLM", "glm4"},
-    {"Qwen2ForCausalLM", "qwen2"},      {"MistralForCausalLM", "mistral"}, {"Phi3ForCausalLM", "phi3"},
-    {"Gemma2ForCausalLM", "gemma2"},    {"Gemma3ForCausalLM", "gemma3"},
+    {"Qwen3ForCausalLM", "qwen3_tied"},   {"LlamaForCausalLM", "llama_gqa"},
+    {"Glm4ForCausalLM", "glm4"},          {"Qwen2ForCausalLM", "qwen2"},
+    {"MistralForCausalLM", "mistral"},    {"Phi3ForCausalLM", "phi3"},
+    {"Gemma2ForCausalLM", "gemma2"},      {"Gemma3ForCausalLM", "gemma3"},
     {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
 };
 
@@ -194,6 +195,10 @@ TEST(ConfigResolution, MatchesTransformers) {
         EXPECT_NEAR(inv[i], want[i], 1e-6f * std::abs(want[i])) << what << i;
     };
     if (!hf["inv_freq"].is_null()) expect_table(rope_inv_freq(got), hf["inv_freq"], "inv_freq ");
+    if (hf.contains("rope_attention_scaling")) {  // yarn's factor on cos and sin (1 for the other types)
+      EXPECT_FLOAT_EQ(static_cast<float>(rope_attention_factor(got.rope)),
+                      hf["rope_attention_scaling"].get<float>());
+    }
     if (hf.contains("local_inv_freq") && !hf["local_inv_freq"].is_null()) {
       EXPECT_FALSE(got.layer_local_rope.empty());
       expect_table(rope_inv_freq(got, got.local_rope), hf["local_inv_freq"], "local inv_freq ");
@@ -295,7 +300,7 @@ TEST(ConfigRanges, RopeScalingFactorsMustBePositive) {
   r = rope;
   r.erase("low_freq_factor");
   EXPECT_HAS(parse_error(k), "low_freq_factor");
-  for (const char* t : {"yarn", "dynamic", "longrope", "proportional", "su"}) {
+  for (const char* t : {"dynamic", "longrope", "proportional", "su"}) {
     r = rope;
     r["rope_type"] = t;
     const std::string e = parse_error(k);

@@ -109,9 +109,9 @@ TEST(ModelLoadErrors, UnsupportedDtypeAndRopeType) {
   m.save_config();
   EXPECT_HAS(load_error(m.path()), "float8_e4m3fn");
   ScratchModel r("llama_gqa");
-  r.config()["rope_scaling"]["rope_type"] = "yarn";
+  r.config()["rope_scaling"]["rope_type"] = "dynamic";
   r.save_config();
-  EXPECT_HAS(load_error(r.path()), "yarn");
+  EXPECT_HAS(load_error(r.path()), "dynamic");
 }
 
 TEST(ModelLoadErrors, HeadsNotDivisibleByKvHeads) {

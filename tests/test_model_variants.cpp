@@ -106,7 +106,8 @@ TEST_P(SlidingVariants, LeftPaddedBatchEqualsTransformers) {
 
 const char* kModels[] = {"llama_gelu",    "llama_gelu_tanh",    "qwen3_gelu_new", "llama_relu",
                          "qwen3_sliding", "qwen3_sliding_long", "qwen2_sliding",  "mistral_sliding",
-                         "phi3_sliding",  "gemma2_sliding",     "gemma2_softcap", "gemma3_sliding"};
+                         "phi3_sliding",  "gemma2_sliding",     "gemma2_softcap", "gemma3_sliding",
+                         "qwen3_yarn"};
 // The sliding-window checkpoints with a left-padded batch golden.
 const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding",  "mistral_sliding",
                           "phi3_sliding",  "gemma2_sliding", "gemma3_sliding"};

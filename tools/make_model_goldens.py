@@ -937,8 +937,25 @@ def resolution_cases():
         ("llama_model_type_disagrees", _tiny(L, model_type="qwen3"), ("ambiguous", ["model_type", "qwen3"])),
         # Transformers runs these; we do not implement them and say so.
         ("llama_yarn", _tiny(L, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
-                                                 "original_max_position_embeddings": 64}),
-         ("unsupported", ["yarn", "not supported"])),
+                                                 "original_max_position_embeddings": 64}), None),
+        # YaRN's other settings: no truncation of the ramp, its betas, an explicit attention factor, DeepSeek's
+        # mscale pair, the 4.x layout with a top-level original_max_position_embeddings, and none at all (then
+        # max_position_embeddings).
+        ("llama_yarn_untruncated_betas",
+         _tiny(L, rope_parameters={"rope_type": "yarn", "factor": 8.0, "rope_theta": 500000.0, "beta_fast": 16.0,
+                                   "beta_slow": 2.0, "truncate": False, "original_max_position_embeddings": 32}),
+         None),
+        ("llama_yarn_attention_factor",
+         _tiny(L, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                   "attention_factor": 0.9, "original_max_position_embeddings": 64}), None),
+        ("llama_yarn_mscale",
+         _tiny(L, rope_parameters={"rope_type": "yarn", "factor": 40.0, "rope_theta": 10000.0, "mscale": 1.0,
+                                   "mscale_all_dim": 0.707, "original_max_position_embeddings": 16}), None),
+        ("qwen3_v4_yarn_top_level_original",
+         _tiny(Q, rope_parameters=None, rope_theta=1000000.0, original_max_position_embeddings=32,
+               rope_scaling={"type": "yarn", "factor": 4.0}), None),
+        ("qwen3_yarn_no_original",
+         _tiny(Q, rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0}), None),
         ("llama_dynamic", _tiny(L, rope_parameters=None, rope_scaling={"type": "dynamic", "factor": 2.0}),
          ("unsupported", ["dynamic", "not supported"])),
         ("qwen3_longrope", _tiny(Q, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
@@ -979,8 +996,7 @@ def resolution_cases():
          ("transformers_fails", ["layer_types", "sliding_attention", "use_sliding_window"])),
         ("qwen2_yarn", _tiny(Q2, head_dim=None, rope_parameters={"rope_type": "yarn", "factor": 4.0,
                                                                  "rope_theta": 1000000.0,
-                                                                 "original_max_position_embeddings": 64}),
-         ("unsupported", ["yarn", "not supported"])),
+                                                                 "original_max_position_embeddings": 64}), None),
         # Mistral (issue 16): every layer slides when sliding_window is set (absent: 4096), GQA defaults.
         ("mistral_v5_as_saved", _tiny(M, sliding_window=4096), None),
         ("mistral_sliding_window_4", _tiny(M, sliding_window=4), None),
@@ -1194,6 +1210,9 @@ def hf_resolve(cfg_dict, tmp):
                      if hasattr(rotary, "full_attention_inv_freq") else None),
         "local_inv_freq": (rotary.sliding_attention_inv_freq.float().tolist()
                            if hasattr(rotary, "sliding_attention_inv_freq") else None),
+        # The factor on cos and sin (yarn's attention factor; 1 for the other rope types).
+        "rope_attention_scaling": float(getattr(rotary, "attention_scaling", None)
+                                        or getattr(rotary, "full_attention_attention_scaling", 1.0)),
     }
 
 

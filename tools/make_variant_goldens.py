@@ -89,6 +89,16 @@ def spec_list():
         ("qwen3_gelu_new", Qwen3Config, common(hidden_act="gelu_new"), 2003,
          {"silu": {"hidden_act": "silu"}, "gelu": {"hidden_act": "gelu"}}),
         ("llama_relu", LlamaConfig, common(hidden_act="relu"), 2004, {"silu": {"hidden_act": "silu"}}),
+        # YaRN (Qwen3's long-context rope_scaling): factor 4 over an original context of 16, so the ramp
+        # between extrapolated and interpolated frequencies falls inside the 4 of a head of 8, and the
+        # attention factor 0.1 ln 4 + 1 scales cos and sin.
+        ("qwen3_yarn", Qwen3Config,
+         common(hidden_act="silu", rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                                    "original_max_position_embeddings": 16}), 2013,
+         {"default_rope": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+          "no_attention_factor": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                                      "original_max_position_embeddings": 16,
+                                                      "attention_factor": 1.0}}}),
         ("qwen3_sliding", Qwen3Config, common(hidden_act="silu", **sliding), 2005,
          {"full_attention": {"use_sliding_window": False},
           "all_layers_sliding": {"max_window_layers": 0}}),

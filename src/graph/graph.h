@@ -168,7 +168,7 @@ struct Node {
   int64_t dim = 0;                                             // RmsNorm: normalised group size
   float eps = 0.f;                                             // RmsNorm
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
-  float scale = 0.f;                                           // Attention; Embedding (0: none)
+  float scale = 0.f;  // Attention; Embedding (0: none); Rope: the factor on cos and sin (yarn; 0 or 1: none)
   float softcap = 0.f;                                         // Attention (0: none), SoftCap
   int64_t window = 0;                          // Attention: sliding window in keys (0: the whole prefix)
   Activation act = Activation::Silu;           // GatedAct

@@ -171,6 +171,7 @@ int GraphBuilder::rope(int x, int positions, int64_t heads, const std::string& n
   n.head_dim = c_.head_dim;
   n.rot_dim = c_.rot_dim();
   n.rope_table = table;
+  n.scale = static_cast<float>(rope_attention_factor(table == 1 ? c_.local_rope : c_.rope));  // yarn: != 1
   return g_.add(std::move(n));
 }
 

@@ -1,5 +1,6 @@
 #include "models/config.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -370,12 +371,12 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
       disagree(r, std::string(s.name) + ".rope_type", "'" + *type + "'", std::string(s.name) + ".type",
                "'" + *legacy_type + "'");
     out.type = type ? *type : legacy_type ? *legacy_type : "default";
-    if (out.type != "default" && out.type != "linear" && out.type != "llama3")
+    if (out.type != "default" && out.type != "linear" && out.type != "llama3" && out.type != "yarn")
       r.fail_field(s.name, "has rope_type " + ConfigReader::show(nlohmann::json(out.type)) +
-                               ", which is not supported (supported: default, linear, llama3)");
+                               ", which is not supported (supported: default, linear, llama3, yarn)");
     if (auto th = d.optional_number("rope_theta", 0.0, kMaxTheta, true)) out.theta = *th;
     if (auto p = d.optional_number("partial_rotary_factor", 0.0, 1.0, true)) out.partial_rotary_factor = *p;
-    if (out.type == "linear" || out.type == "llama3") {
+    if (out.type == "linear" || out.type == "llama3" || out.type == "yarn") {
       // Transformers' rope validation raises KeyError when these are missing.
       if (!d.has("factor")) d.fail_field("factor", "is missing (required by rope_type '" + out.type + "')");
       out.factor = d.number_or("factor", 1.0, 0.0, 1e30, true);
@@ -389,6 +390,19 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
         d.fail_field("high_freq_factor", "(" + fmt_number(out.high_freq_factor) +
                                              ") must be greater than low_freq_factor (" +
                                              fmt_number(out.low_freq_factor) + ")");
+      out.original_max_position_embeddings =
+          d.int_or("original_max_position_embeddings", 0, 1, kMaxPositions);
+    }
+    if (out.type == "yarn") {
+      // Transformers: beta_fast / beta_slow `or` their defaults (so 0 and null mean 32 / 1), truncate true.
+      const double fast = d.number_or("beta_fast", 32.0, -1e30, 1e30),
+                   slow = d.number_or("beta_slow", 1.0, -1e30, 1e30);
+      out.beta_fast = fast != 0.0 ? fast : 32.0;
+      out.beta_slow = slow != 0.0 ? slow : 1.0;
+      out.truncate = d.bool_or("truncate", true);
+      out.attention_factor = d.optional_number("attention_factor", 0.0, 1e30);
+      out.mscale = d.optional_number("mscale", -1e30, 1e30);
+      out.mscale_all_dim = d.optional_number("mscale_all_dim", -1e30, 1e30);
       out.original_max_position_embeddings =
           d.int_or("original_max_position_embeddings", 0, 1, kMaxPositions);
     }
@@ -441,7 +455,7 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
                fmt_number(rope.partial_rotary_factor));
     if (!partial_in_dict)
       rope.partial_rotary_factor = top_partial.value_or(default_partial_rotary.value_or(1.0));
-    if (rope.type == "llama3") {
+    if (rope.type == "llama3" || rope.type == "yarn") {
       // standardize_rope_params: a top-level original_max_position_embeddings overrides the dict's (Phi-3's
       // convention); else the dict's; else max_position_embeddings.
       if (top_original && rope.original_max_position_embeddings > 0 &&
@@ -669,6 +683,16 @@ void validate(const DecoderConfig& c, const std::string& origin) {
 
 std::vector<float> rope_inv_freq(const DecoderConfig& c) { return rope_inv_freq(c, c.rope); }
 
+double rope_attention_factor(const RopeConfig& rope) {
+  if (rope.type != "yarn") return 1.0;
+  if (rope.attention_factor) return *rope.attention_factor;
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  // Transformers: `if mscale and mscale_all_dim` (both set and nonzero).
+  if (rope.mscale && rope.mscale_all_dim && *rope.mscale != 0 && *rope.mscale_all_dim != 0)
+    return mscale(rope.factor, *rope.mscale) / mscale(rope.factor, *rope.mscale_all_dim);
+  return mscale(rope.factor, 1.0);
+}
+
 std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope) {
   const int64_t dim = c.rot_dim();
   const float base = static_cast<float>(rope.theta);
@@ -680,6 +704,33 @@ std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope)
   }
   if (rope.type == "linear") {
     for (float& f : inv) f = f / static_cast<float>(rope.factor);
+  } else if (rope.type == "yarn") {
+    // Transformers' _compute_yarn_parameters: the ramp's ends in double (Python floats), the frequencies and
+    // the blend in float32 (torch), as it computes them.
+    const double base_d = rope.theta, d = static_cast<double>(dim);
+    const double orig = static_cast<double>(rope.original_max_position_embeddings);
+    auto correction_dim = [&](double rotations) {
+      return (d * std::log(orig / (rotations * 2 * M_PI))) / (2 * std::log(base_d));
+    };
+    double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+    if (rope.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, d - 1);
+    if (low == high) high += 0.001;  // as Transformers: no division by zero
+    const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
+    const float factor = static_cast<float>(rope.factor);
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+      const float pos_freq = std::pow(base, e);
+      const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+      const float ramp = std::clamp((static_cast<float>(i) - lo) / span, 0.0f, 1.0f);
+      const float extra = 1.0f - ramp;
+      const float a = interpolation * (1.0f - extra), b = extrapolation * extra;
+      inv[static_cast<size_t>(i)] = a + b;
+    }
   } else if (rope.type == "llama3") {
     const float factor = static_cast<float>(rope.factor);
     const float old_ctx = static_cast<float>(rope.original_max_position_embeddings);

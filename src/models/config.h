@@ -17,11 +17,17 @@ namespace tessera::models {
 // Rotary embedding, as Transformers 5 standardises it into `rope_parameters` (from either config layout).
 struct RopeConfig {
   double theta = 10000.0;
-  std::string type = "default";  // "default", "linear", "llama3"
+  std::string type = "default";  // "default", "linear", "llama3", "yarn"
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 0;
   double partial_rotary_factor = 1.0;
+  // yarn: the ramp between extrapolated and interpolated frequencies (beta_fast / beta_slow, absent or 0: 32
+  // / 1, `truncate` rounding its ends), and the factor on cos and sin (attention_factor, else from factor,
+  // mscale and mscale_all_dim), as Transformers' _compute_yarn_parameters.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  std::optional<double> attention_factor, mscale, mscale_all_dim;
 };
 
 // What a module is in its block. Every linear layer the graph builder adds carries one
@@ -275,6 +281,8 @@ std::string architecture_name(const nlohmann::json& config, const std::string& o
 void validate(const DecoderConfig& c, const std::string& origin);
 // Rotary inverse frequencies [rot_dim / 2], computed in float32 as Transformers does.
 std::vector<float> rope_inv_freq(const DecoderConfig& c);
+// The factor on cos and sin of `rope` (Transformers' attention_scaling: yarn's, else 1).
+double rope_attention_factor(const RopeConfig& rope);
 // The same for `rope` over the config's rotary dims (Gemma 3's local rope).
 std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope);
 // layer_types as a per-layer sliding mask: one entry per layer, each full_attention (or the legacy

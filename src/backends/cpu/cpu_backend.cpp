@@ -530,7 +530,7 @@ class CpuExecutable : public Executable {
         const float* x = f32(r, in[0]);
         if (y != x) std::memcpy(y, x, static_cast<size_t>(rows * cols) * sizeof(float));
         cpu::rope(y, rows, n.heads, n.head_dim, n.rot_dim, ints(r, in[1]),
-                  g_.rope_tables[static_cast<size_t>(n.rope_table)].data());
+                  g_.rope_tables[static_cast<size_t>(n.rope_table)].data(), n.scale != 0.f ? n.scale : 1.0f);
         return;
       }
       case Op::CacheUpdate: {

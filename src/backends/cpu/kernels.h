@@ -119,7 +119,7 @@ void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, fl
 // rotated (pairs (i, i + rot_dim/2)), angle = positions[t] * inv_freq[i] (inv_freq f32 [rot_dim/2]) computed
 // in float32, then cos/sin in float32 as HF does.
 void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim,
-          const int32_t* positions, const float* inv_freq);
+          const int32_t* positions, const float* inv_freq, float scale = 1.0f);
 
 // ---- attention ----
 // Causal attention of one sequence over its static KV cache.

@@ -544,7 +544,8 @@ class Lowering {
     const int64_t rows = x.shape[0], heads = n.heads, hd = n.head_dim, rot = n.rot_dim, half = rot / 2;
     if (half == 0) return x;
     const Shape rhh{rows, heads, half}, x3s{rows, heads, hd};
-    const auto& [cos_v, sin_v] = rope_angles(n.inputs[1], n.rope_table, half);
+    const auto& [cos_v, sin_v] =
+        rope_angles(n.inputs[1], n.rope_table, half, n.scale != 0.f ? n.scale : 1.0f);
     Val c = b_.broadcast(cos_v, {0, 2}, rhh);  // [R, H, half]
     Val s = b_.broadcast(sin_v, {0, 2}, rhh);
     Val x3 = b_.reshape(x, x3s);  // [R, H, hd]
@@ -558,7 +559,7 @@ class Lowering {
 
   // cos and sin [R, half] of f32(pos) * inv_freq[i], computed once per (positions, rope table) and shared by
   // q, k and every layer.
-  const std::pair<Val, Val>& rope_angles(int positions, int table_index, int64_t half) {
+  const std::pair<Val, Val>& rope_angles(int positions, int table_index, int64_t half, float scale) {
     const auto key = std::make_pair(positions, table_index);
     auto it = rope_cs_.find(key);
     if (it != rope_cs_.end()) return it->second;
@@ -568,7 +569,12 @@ class Lowering {
     Val pos = b_.convert(val(positions), "f32");                                       // [R]
     const Shape rh{pos.shape[0], half};
     Val angle = b_.mul(b_.broadcast(pos, {0}, rh), b_.broadcast(inv, {1}, rh));  // [R, half]
-    return rope_cs_[key] = {b_.unary("cosine", angle), b_.unary("sine", angle)};
+    Val c = b_.unary("cosine", angle), s = b_.unary("sine", angle);
+    if (scale != 1.0f) {  // yarn's attention factor, on cos and sin as Transformers applies it
+      c = b_.mul(c, b_.splat_f32(scale, rh));
+      s = b_.mul(s, b_.splat_f32(scale, rh));
+    }
+    return rope_cs_[key] = {c, s};
   }
 
   // The scalar i32 at index i of a 1-D i32 value.
