@@ -33,6 +33,7 @@ const std::map<std::string, std::string> kFixtureOf = {
     {"MistralForCausalLM", "mistral"},    {"Phi3ForCausalLM", "phi3"},
     {"Gemma2ForCausalLM", "gemma2"},      {"Gemma3ForCausalLM", "gemma3"},
     {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
+    {"GptOssForCausalLM", "gpt_oss"},
 };
 
 json fixture_config(const std::string& fixture) {

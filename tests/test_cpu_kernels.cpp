@@ -324,6 +324,7 @@ struct AttnCase {
   int32_t kv_begin;
   int64_t window = 0;  // > 0: sliding window, keys j > q_slot - window
   float softcap = 0;   // > 0: scaled scores s -> tanh(s / softcap) * softcap
+  bool sinks = false;  // a logit per query head in the softmax's denominator (gpt-oss)
 
   int64_t lo(int64_t t) const {
     return window > 0 ? std::max<int64_t>(kv_begin, q_slot[static_cast<size_t>(t)] - window + 1) : kv_begin;
@@ -352,6 +353,9 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
     }
   }
   std::vector<float> out(static_cast<size_t>(c.T * c.nh * c.hd), NAN);  // [T, nh * hd]
+  // Sinks from below to above the scores' range (|q.k * scale| up to ~10), so some dominate.
+  const std::vector<float> sink_logits = random_vec(c.nh, 34, -6.0f, 6.0f);
+  const float* sinks = c.sinks ? sink_logits.data() : nullptr;
   if (kv_dtype == DType::BF16) {
     std::vector<uint16_t> kb(k.size()), vb(v.size());
     for (size_t i = 0; i < k.size(); ++i) {
@@ -361,10 +365,10 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
       v[i] = bf16_to_f32(vb[i]);
     }
     attention(q.data(), c.T, c.nh, c.hd, kb.data(), vb.data(), DType::BF16, c.nkv, c.cache_len,
-              c.q_slot.data(), c.kv_begin, scale, out.data(), c.window, c.softcap);
+              c.q_slot.data(), c.kv_begin, scale, out.data(), c.window, c.softcap, sinks);
   } else {
     attention(q.data(), c.T, c.nh, c.hd, k.data(), v.data(), DType::F32, c.nkv, c.cache_len, c.q_slot.data(),
-              c.kv_begin, scale, out.data(), c.window, c.softcap);
+              c.kv_begin, scale, out.data(), c.window, c.softcap, sinks);
   }
   const int64_t group = c.nh / c.nkv;
   for (int64_t t = 0; t < c.T; ++t) {
@@ -382,7 +386,9 @@ void check_attention(const AttnCase& c, DType kv_dtype = DType::F32) {
           s.push_back(c.softcap > 0 ? std::tanh(d * scale / c.softcap) * c.softcap : d * scale);
           mx = std::max(mx, s.back());
         }
+        if (sinks) mx = std::max(mx, static_cast<double>(sinks[h]));
         for (double& e : s) sum += (e = std::exp(e - mx));
+        if (sinks) sum += std::exp(static_cast<double>(sinks[h]) - mx);
         for (size_t j = 0; j < s.size(); ++j) {
           for (int64_t i = 0; i < c.hd; ++i) ref[i] += s[j] / sum * vb[(c.lo(t) + j) * c.hd + i];
         }
@@ -461,6 +467,19 @@ TEST_P(CpuKernels, AttentionSoftCap) {
   check_attention({24, 6, 2, 33, 32, slots, 0, 0, 2.0f}, DType::BF16);
   check_attention({1, 4, 2, 16, 40, {30}, 2, 0, 1.0f});
   check_attention({1, 4, 2, 64, 800, {700}, 5, 0, 3.0f});  // decode split into key chunks
+}
+
+// gpt-oss's attention sinks: prefill blocks (with a window and left padding), decode, decode split into key
+// chunks (the sink joins the merged sum once), bf16 caches.
+TEST_P(CpuKernels, AttentionSinks) {
+  std::vector<int32_t> slots(24);
+  for (int32_t i = 0; i < 24; ++i) slots[static_cast<size_t>(i)] = i;
+  check_attention({24, 4, 2, 16, 32, slots, 3, 8, 0, true});
+  check_attention({24, 6, 2, 33, 32, slots, 0, 0, 0, true}, DType::BF16);
+  check_attention({1, 4, 2, 16, 40, {30}, 2, 0, 0, true});
+  check_attention({1, 4, 2, 64, 800, {700}, 5, 0, 0, true});        // decode split into key chunks
+  check_attention({1, 9, 3, 64, 1100, {1030}, 17, 513, 0, true}, DType::BF16);
+  check_attention({2, 2, 1, 16, 8, {1, 5}, 3, 0, 0, true});  // a padding row stays zero
 }
 
 // ------------------------------------------------------------------ elementwise

@@ -27,8 +27,8 @@ using namespace tessera::model_test;
 namespace {
 
 // One fixture per family (tools/make_model_goldens.py).
-const char* kFamilies[] = {"qwen2",     "mistral",         "phi3",   "gemma2", "gemma3",
-                           "qwen3_moe", "qwen3_moe_fused", "mixtral"};
+const char* kFamilies[] = {"qwen2",     "mistral",         "phi3",    "gemma2", "gemma3",
+                           "qwen3_moe", "qwen3_moe_fused", "mixtral", "gpt_oss"};
 
 constexpr double kTol = 1e-4;
 

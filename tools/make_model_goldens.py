@@ -36,7 +36,7 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
 from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
-from transformers import MixtralConfig, Qwen3MoeConfig  # noqa: E402
+from transformers import GptOssConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -384,6 +384,27 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         **common,
     )
+    # gpt-oss (GptOssForCausalLM): attention sinks, q/k/v/o biases, layer 0 sliding over 4 positions and layer
+    # 1 full, YaRN (factor 4 over 16, untruncated), 4 experts of 32 with biases, top 2 soft-maxed over their
+    # logits, the clamped SwiGLU with limit 1 (so the clamps bite on these weights), untied; saved dequantised
+    # (bf16), as save_pretrained writes it.
+    gpt_oss = GptOssConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=32,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=4,
+        swiglu_limit=1.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": False, "original_max_position_embeddings": 16, "rope_theta": 150000.0},
+        **common,
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -402,6 +423,7 @@ def spec_list():
         ("qwen3_moe", qwen3_moe, torch.bfloat16, 1, 1015),
         ("qwen3_moe_fused", qwen3_moe_fused, torch.float32, 1, 1016),
         ("mixtral", mixtral, torch.float32, 1, 1017),
+        ("gpt_oss", gpt_oss, torch.bfloat16, 1, 1018),
     ]
 
 
@@ -426,8 +448,11 @@ def randomize(model, seed):
             p.copy_(0.05 * torch.randn(p.shape, generator=gen))
         elif "embed_tokens" in name or name == "lm_head.weight":
             p.copy_(0.2 * torch.randn(p.shape, generator=gen))
-        elif name.endswith(".mlp.gate.weight"):  # a mixture-of-experts router: peaked, so its choices are clear
+        elif name.endswith(".mlp.gate.weight") or name.endswith(".mlp.router.weight"):
+            # a mixture-of-experts router: peaked, so its choices are clear
             p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+        elif name.endswith(".self_attn.sinks"):  # gpt-oss's attention sinks: logits of the scores' size
+            p.copy_(torch.randn(p.shape, generator=gen))
         else:
             p.copy_(0.15 * torch.randn(p.shape, generator=gen))
 
@@ -728,7 +753,8 @@ class RouterMargins:
 
     def __init__(self, model):
         self.min_margin = float("inf")
-        self.routers = [m for n, m in model.named_modules() if n.endswith("mlp.gate") and hasattr(m, "top_k")]
+        self.routers = [m for n, m in model.named_modules()
+                        if (n.endswith("mlp.gate") or n.endswith("mlp.router")) and hasattr(m, "top_k")]
         self.handles = [m.register_forward_hook(self.hook) for m in self.routers]
 
     def hook(self, module, args, out):

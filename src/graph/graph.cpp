@@ -30,6 +30,8 @@ const char* activation_name(Activation a) {
       return "gelu_tanh";
     case Activation::Relu:
       return "relu";
+    case Activation::ClampedSwiglu:
+      return "clamped_swiglu";
   }
   return "?";
 }
@@ -176,6 +178,7 @@ std::string Graph::dump() const {
        << (n.op == Op::Weight ? weight_key(n) : n.name);
     if (n.op == Op::GatedAct) os << " (" << activation_name(n.act) << ")";
     if (n.op == Op::Attention && n.window > 0) os << " (window " << n.window << ")";
+    if (n.op == Op::Attention && n.sinks) os << " (sinks)";
     if ((n.op == Op::Attention || n.op == Op::SoftCap) && n.softcap > 0)
       os << " (softcap " << n.softcap << ")";
     if (n.op == Op::Embedding && n.scale != 0.f) os << " (scale " << n.scale << ")";

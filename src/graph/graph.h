@@ -62,7 +62,8 @@ enum class Op : uint8_t {
   Attention,    // (q, k_cache, v_cache, slots [batch*seq], kv_begin [batch], rows? [batch]) -> [rows, heads*
                 // head_dim]: row b's query in slot q sees cache row rows[b]'s keys j with kv_begin[b] <= j <=
                 // q; `window` > 0: only keys j > q - window (sliding-window attention); `softcap` > 0: the
-                // scaled scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2)
+                // scaled scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2);
+                // Node::sinks: a last input sinks [heads] whose exp joins each head's softmax denominator
   GatedAct,     // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
   Add,          // (a, b) -> a + b
   LastRow,      // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
@@ -95,7 +96,10 @@ const char* op_name(Op op);
 //   Gelu:     x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))                    (F.gelu, approximate="none")
 //   GeluTanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))          (F.gelu, approximate="tanh")
 //   Relu:     max(x, 0)
-enum class Activation : uint8_t { Silu, Gelu, GeluTanh, Relu };
+//   ClampedSwiglu (gpt-oss's experts, Op::MoeExperts only; Node::alpha / Node::limit): with g = min(gate,
+//   limit),
+//             u = clamp(up, -limit, limit): (u + 1) * g * sigmoid(alpha * g)
+enum class Activation : uint8_t { Silu, Gelu, GeluTanh, Relu, ClampedSwiglu };
 const char* activation_name(Activation a);  // "silu", "gelu", "gelu_tanh", "relu"
 
 // How Op::MoeRoute turns router logits into expert weights (softmax in f32 over the dims named).
@@ -169,13 +173,16 @@ struct Node {
   float eps = 0.f;                                             // RmsNorm
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
   float scale = 0.f;  // Attention; Embedding (0: none); Rope: the factor on cos and sin (yarn; 0 or 1: none)
-  float softcap = 0.f;                                         // Attention (0: none), SoftCap
+  float softcap = 0.f;                         // Attention (0: none), SoftCap
   int64_t window = 0;                          // Attention: sliding window in keys (0: the whole prefix)
   Activation act = Activation::Silu;           // GatedAct
   int rope_table = -1;                         // Rope: index into Graph::rope_tables
   int64_t experts = 0, top_k = 0;              // MoeRoute (both), MoeExperts (experts)
   Routing routing = Routing::SoftmaxTopKNorm;  // MoeRoute
-  WeightView view{};                           // Weight: the part of the stored tensor `name` that is read
+  float alpha = 0.f, limit = 0.f;              // MoeExperts with Activation::ClampedSwiglu
+  bool sinks = false;  // Attention: its last input is sinks [heads] f32, a learned logit per head that joins
+                       // the softmax's denominator (gpt-oss's attention sinks)
+  WeightView view{};   // Weight: the part of the stored tensor `name` that is read
 };
 
 // The name a backend binds a weight node's tensor under: the stored name, plus the view when it is not the

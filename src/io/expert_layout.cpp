@@ -7,7 +7,10 @@
 //                    block_sparse_moe.gate.weight
 // This view presents such a checkpoint in the fused layout: the per-expert tensors are hidden and each
 // stacked tensor is assembled at load (converted to the dtype asked, block-quantised rows copied as they
-// are).
+// are). gpt-oss (GptOssForCausalLM) multiplies x @ W: its mlp.experts.gate_up_proj is [E, H, 2I] with gate
+// and up interleaved in the columns (gate at even ones), gate_up_proj_bias [E, 2I] likewise, down_proj
+// [E, I, H]; they are presented transposed and de-interleaved: [E, 2I, H] (gate rows, then up rows), [E, 2I],
+// [E, H, I].
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -26,14 +29,52 @@ struct Stack {
   std::vector<std::vector<std::string>> pieces;
 };
 
+// A gpt-oss expert tensor rearranged into the fused layout (see above).
+enum class OssKind : uint8_t { GateUp, GateUpBias, Down };
+struct OssTensor {
+  std::string stored;
+  OssKind kind;
+};
+
+// Column r of the de-interleaved gate/up (gate rows [0, I), up rows [I, 2I)) in gpt-oss's interleaved order.
+int64_t oss_column(int64_t r, int64_t I) { return r < I ? 2 * r : 2 * (r - I) + 1; }
+
+Tensor oss_rearranged(const Tensor& in, OssKind kind, const Shape& out_shape) {
+  Tensor out = Tensor::empty(in.dtype, out_shape);
+  const size_t es = dtype_size(in.dtype);
+  const auto* src = static_cast<const uint8_t*>(in.data);
+  auto* dst = static_cast<uint8_t*>(out.data);
+  const int64_t E = out_shape[0];
+  if (kind == OssKind::GateUpBias) {  // [E, 2I] -> [E, 2I]
+    const int64_t N = out_shape[1], I = N / 2;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < N; ++r)
+        std::memcpy(dst + static_cast<size_t>(e * N + r) * es,
+                    src + static_cast<size_t>(e * N + oss_column(r, I)) * es, es);
+    return out;
+  }
+  // GateUp: [E, H, 2I] -> [E, 2I, H]; Down: [E, I, H] -> [E, H, I] (a transpose of each expert's matrix).
+  const int64_t rows = out_shape[1], cols = out_shape[2];  // of the output; the input is [cols, rows]
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t c_in = kind == OssKind::GateUp ? oss_column(r, rows / 2) : r;
+      for (int64_t c = 0; c < cols; ++c)
+        std::memcpy(dst + static_cast<size_t>((e * rows + r) * cols + c) * es,
+                    src + static_cast<size_t>((e * cols + c) * rows + c_in) * es, es);
+    }
+  return out;
+}
+
 class ExpertLayoutSource : public WeightSource {
  public:
   ExpertLayoutSource(std::unique_ptr<WeightSource> inner, std::vector<TensorMeta> metas,
-                     std::map<std::string, Stack> stacks, std::map<std::string, std::string> renamed)
+                     std::map<std::string, Stack> stacks, std::map<std::string, std::string> renamed,
+                     std::map<std::string, OssTensor> oss = {})
       : inner_(std::move(inner)),
         metas_(std::move(metas)),
         stacks_(std::move(stacks)),
-        renamed_(std::move(renamed)) {}
+        renamed_(std::move(renamed)),
+        oss_(std::move(oss)) {}
 
   const std::vector<TensorMeta>& tensors() const override { return metas_; }
   const TensorMeta* find(const std::string& name) const override {
@@ -43,6 +84,8 @@ class ExpertLayoutSource : public WeightSource {
   }
   Tensor load(const std::string& name, DType dtype) const override {
     if (auto r = renamed_.find(name); r != renamed_.end()) return inner_->load(r->second, dtype);
+    if (auto o = oss_.find(name); o != oss_.end())
+      return oss_rearranged(inner_->load(o->second.stored, dtype), o->second.kind, find(name)->shape);
     auto s = stacks_.find(name);
     if (s == stacks_.end()) {
       if (!find(name)) fail(origin(), ": missing tensor '", name, "'");
@@ -72,11 +115,53 @@ class ExpertLayoutSource : public WeightSource {
   std::vector<TensorMeta> metas_;
   std::map<std::string, Stack> stacks_;
   std::map<std::string, std::string> renamed_;  // fused-layout name -> stored name
+  std::map<std::string, OssTensor> oss_;  // gpt-oss expert tensors, rearranged at load
 };
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// gpt-oss: its expert tensors in the fused layout; MXFP4 blocks (the hub's files) refused by name.
+std::unique_ptr<WeightSource> gpt_oss_experts(std::unique_ptr<WeightSource> src) {
+  std::vector<TensorMeta> metas;
+  std::map<std::string, OssTensor> oss;
+  for (const TensorMeta& m : src->tensors()) {
+    const bool experts = m.name.find(".mlp.experts.") != std::string::npos;
+    if (experts && (ends_with(m.name, "_blocks") || ends_with(m.name, "_scales")))
+      fail(m.file, ": tensor '", m.name,
+           "': gpt-oss's MXFP4 expert weights are not supported yet; load a checkpoint whose experts are "
+           "stored dequantised (bf16), as Transformers saves a dequantised model");
+    TensorMeta out = m;
+    if (experts && m.shape.size() == 3 && ends_with(m.name, ".gate_up_proj")) {
+      if (m.shape[2] % 2 != 0)
+        fail(m.file, ": tensor '", m.name, "' has shape ", shape_str(m.shape),
+             ": gate and up interleaved need an even last dimension");
+      out.shape = {m.shape[0], m.shape[2], m.shape[1]};
+      oss.emplace(m.name, OssTensor{m.name, OssKind::GateUp});
+    } else if (experts && m.shape.size() == 2 && ends_with(m.name, ".gate_up_proj_bias")) {
+      if (m.shape[1] % 2 != 0)
+        fail(m.file, ": tensor '", m.name, "' has shape ", shape_str(m.shape),
+             ": gate and up interleaved need an even last dimension");
+      oss.emplace(m.name, OssTensor{m.name, OssKind::GateUpBias});
+    } else if (experts && m.shape.size() == 3 && ends_with(m.name, ".down_proj")) {
+      out.shape = {m.shape[0], m.shape[2], m.shape[1]};
+      oss.emplace(m.name, OssTensor{m.name, OssKind::Down});
+    }
+    metas.push_back(std::move(out));
+  }
+  if (oss.empty()) return src;
+  return std::make_unique<ExpertLayoutSource>(std::move(src), std::move(metas),
+                                              std::map<std::string, Stack>{},
+                                              std::map<std::string, std::string>{}, std::move(oss));
+}
 
 }  // namespace
 
 std::unique_ptr<WeightSource> with_fused_experts(std::unique_ptr<WeightSource> src) {
+  // gpt-oss's layout is told apart by its architecture ([E, H, 2I] could read as [E, 2I, H] when H = 2I).
+  if (src->config_json().find("\"GptOssForCausalLM\"") != std::string::npos)
+    return gpt_oss_experts(std::move(src));
   // <layer prefix>(mlp|block_sparse_moe).experts.<e>.<proj>.weight
   static const std::regex kExpert(
       R"(^(model\.layers\.\d+\.)(mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$)");

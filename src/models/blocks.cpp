@@ -54,16 +54,18 @@ void GraphBuilder::record_module(const std::string& module, Role role, int64_t l
   if (module_names_.insert(module).second) modules_.push_back(ModuleSpec{module, role, layer});
 }
 
-int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightView view, bool never_quantize) {
+int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightView view, bool never_quantize,
+                         bool as_vector) {
   const size_t dot = name.rfind('.');
   record_module(dot == std::string::npos ? name : name.substr(0, dot), Role::kOther);
   // Matrices in the model dtype; vectors (norms, biases) stay float32.
-  DType dt = stored.size() == 1 ? DType::F32 : g_.key.dtype;
+  DType dt = stored.size() == 1 || as_vector ? DType::F32 : g_.key.dtype;
   // A matrix [out, in], or stacked experts [E, out, in] (the view applies to each expert's matrix).
   const int64_t cols =
       stored.size() >= 2 ? (view.split_dim == 1 ? stored.back() / view.shards : stored.back()) : 0;
   bool as_stored = false;  // kept in the block format the checkpoint stores
-  if (auto q = c_.quantized_weights.find(name); q != c_.quantized_weights.end() && stored.size() >= 2) {
+  if (auto q = c_.quantized_weights.find(name);
+      q != c_.quantized_weights.end() && stored.size() >= 2 && !as_vector) {
     as_stored = cols % dtype_block(q->second) == 0;
     if (as_stored) dt = q->second;
   }
@@ -184,12 +186,17 @@ int GraphBuilder::cache_update(int cache, int x, int slots, const std::string& n
 }
 
 int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_begin, int64_t window,
-                            const std::string& name) {
+                            const std::string& name, int sinks) {
   Node n{.op = Op::Attention,
          .name = name,
          .inputs = {q, k_cache, v_cache, slots, kv_begin},
          .shape = {rows_, c_.local_heads() * c_.head_dim}};
   if (cache_rows_ >= 0) n.inputs.push_back(cache_rows_);
+  if (sinks >= 0) {
+    TS_ASSERT(g_.at(sinks).shape == Shape{c_.local_heads()}, name, ": sinks ", shape_str(g_.at(sinks).shape));
+    n.inputs.push_back(sinks);
+    n.sinks = true;
+  }
   n.heads = c_.local_heads();
   n.kv_heads = c_.local_kv_heads();
   n.head_dim = c_.head_dim;
@@ -231,8 +238,8 @@ int GraphBuilder::moe_route(int logits, graph::Routing routing, int64_t top_k, c
 }
 
 int GraphBuilder::moe_experts(int x, int route, int gate_up, int down, int gate_up_bias, int down_bias,
-                              int64_t experts, int64_t top_k, graph::Activation act,
-                              const std::string& name) {
+                              int64_t experts, int64_t top_k, graph::Activation act, const std::string& name,
+                              float alpha, float limit) {
   const int64_t H = cols(x), I = g_.at(down).shape.back();
   TS_ASSERT(cols(route) == experts && g_.at(gate_up).shape == Shape({experts, 2 * I, H}) &&
                 g_.at(down).shape == Shape({experts, H, I}),
@@ -248,6 +255,8 @@ int GraphBuilder::moe_experts(int x, int route, int gate_up, int down, int gate_
   n.experts = experts;
   n.top_k = top_k;
   n.act = act;
+  n.alpha = alpha;
+  n.limit = limit;
   return g_.add(std::move(n));
 }
 
@@ -301,7 +310,16 @@ int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, in
   int kc = b.cache_update(b.cache_state(l, 0), k, in.slots, n.node + "k_cache_update");
   int vc = b.cache_update(b.cache_state(l, 1), v, in.slots, n.node + "v_cache_update");
   const int64_t window = c.layer_is_sliding(l) ? c.sliding_window : 0;
-  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, window, n.node + "attn");
+  int sinks = -1;
+  if (a.sinks) {  // one per query head: split by heads with them
+    graph::WeightView v;
+    if (c.tp.attn_split && b.key().tp_size > 1) {
+      v.split_dim = 0;
+      v.shards = b.key().tp_size;
+    }
+    sinks = b.weight(m + "sinks", {c.num_heads}, v);
+  }
+  int attn = b.attention(q, kc, vc, in.slots, in.kv_begin, window, n.node + "attn", sinks);
   return b.linear(attn, {m + "o_proj", Role::kAttnO, l, H, q_dim, a.o_bias}, n.node + "attn_out");
 }
 
@@ -346,7 +364,10 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   const int l = n.layer;
   // The router: never quantised at load (as llama.cpp's quantiser keeps ffn_gate_inp), since its logits
   // choose the experts; a checkpoint that stores it quantised is read as stored. Replicated on every rank.
-  const int logits = b.matmul(h, b.weight(mlp + "gate.weight", {E, H}, {}, true), -1, n.node + "router");
+  const std::string router = mlp + m.router;
+  const int router_bias = m.bias ? b.weight(router + ".bias", {E}) : -1;
+  const int logits =
+      b.matmul(h, b.weight(router + ".weight", {E, H}, {}, true), router_bias, n.node + "router");
   const int route = b.moe_route(logits, m.routing, c.num_experts_per_tok, n.node + "route");
   // Tensor parallelism as Transformers' MoE plans (packed_colwise gate_up, rowwise down): each rank holds a
   // slice of every expert's intermediate dimension, its partial sums added by one all-reduce.
@@ -354,6 +375,11 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   b.record_module(gate_up_name, Role::kExpertsGateUp, l);
   b.record_module(down_name, Role::kExpertsDown, l);
   const bool split = b.key().tp_size > 1 && c.tp.split(Role::kExpertsGateUp, l) == TpSplit::kCol;
+  if (split && m.bias)
+    fail(c.architecture,
+         ": experts with biases are not split over tensor-parallel ranks yet; replicate them "
+         "with --tp-rule layers.*.mlp.experts.gate_up_proj=replicated --tp-rule "
+         "layers.*.mlp.experts.down_proj=replicated, or run with --tp 1");
   graph::WeightView gu_view, down_view;
   if (split) {
     gu_view.split_dim = 0;
@@ -364,8 +390,12 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   }
   const int gate_up = b.weight(gate_up_name, {E, 2 * I, H}, gu_view);
   const int down = b.weight(down_name, {E, H, I}, down_view);
-  const int y = b.moe_experts(h, route, gate_up, down, -1, -1, E, c.num_experts_per_tok,
-                              graph_activation(c.hidden_act), n.node + "experts");
+  const int gate_up_bias = m.bias ? b.weight(gate_up_name + "_bias", {E, 2 * I}, {}, false, true) : -1;
+  const int down_bias = m.bias ? b.weight(down_name + "_bias", {E, H}, {}, false, true) : -1;
+  const graph::Activation act =
+      m.clamped_swiglu ? graph::Activation::ClampedSwiglu : graph_activation(c.hidden_act);
+  const int y = b.moe_experts(h, route, gate_up, down, gate_up_bias, down_bias, E, c.num_experts_per_tok, act,
+                              n.node + "experts", m.alpha, m.limit);
   return split ? b.all_reduce(y, n.node + "experts.all_reduce") : y;
 }
 

@@ -30,8 +30,10 @@ class GraphBuilder {
   int input(graph::InputKind kind, Shape shape, const char* name);
   // A weight node reading `view` (default: all) of the stored tensor `name` of shape `stored`. Its module
   // (`name` up to its last '.') is recorded with Role::kOther unless already recorded.
-  // never_quantize: float32 when the graph's dtype is a block format (quantised at load).
-  int weight(const std::string& name, Shape stored, graph::WeightView view = {}, bool never_quantize = false);
+  // never_quantize: float32 when the graph's dtype is a block format (quantised at load). as_vector: float32
+  // whatever its rank (biases of stacked experts [E, N]).
+  int weight(const std::string& name, Shape stored, graph::WeightView view = {}, bool never_quantize = false,
+             bool as_vector = false);
   int cache_state(int layer, int which);
   int embedding(int table, int ids, const std::string& name, float scale = 0.0f);  // scale 0: none
   int rms_norm(int x, int w, int64_t dim, const std::string& name);
@@ -58,8 +60,9 @@ class GraphBuilder {
   int cache_update(int cache, int x, int slots, const std::string& name);
   // window > 0: sliding-window attention (a query sees the last `window` positions, itself included). The
   // scale and the score soft-capping come from the config (query_pre_attn_scalar, attn_logit_softcapping).
+  // sinks >= 0: a weight [local heads] whose exp joins each head's softmax denominator (gpt-oss).
   int attention(int q, int k_cache, int v_cache, int slots, int kv_begin, int64_t window,
-                const std::string& name);
+                const std::string& name, int sinks = -1);
   int gated_act(int gate, int up, graph::Activation act, const std::string& name);  // act(gate) * up
   int add(int a, int b, const std::string& name);
   int last_row(int x, const std::string& name);
@@ -69,7 +72,8 @@ class GraphBuilder {
   // Op::MoeExperts: gate_up [E, 2I, H] and down [E, H, I], biases -1 for none; top_k: the experts each row
   // chose (its route has that many nonzero weights).
   int moe_experts(int x, int route, int gate_up, int down, int gate_up_bias, int down_bias, int64_t experts,
-                  int64_t top_k, graph::Activation act, const std::string& name);
+                  int64_t top_k, graph::Activation act, const std::string& name, float alpha = 0.f,
+                  float limit = 0.f);
 
   // Records `module` with `role` unless already recorded (the first role stays: a tied LM head reads the
   // embedding module).
@@ -114,6 +118,7 @@ struct SelfAttention {
   bool o_bias = false;    // a bias on o_proj
   bool qk_norm = false;   // q_norm / k_norm: RMSNorm over each head of q and k before RoPE
   RopePairs rope = RopePairs::kHalves;
+  bool sinks = false;      // self_attn.sinks [heads]: a learned logit per head in the softmax denominator
   bool fused_qkv = false;  // one self_attn.qkv_proj [(heads + 2 * kv_heads) * head_dim, hidden] (q rows, then
                            // k, then v) instead of q_proj, k_proj and v_proj
 };
@@ -135,6 +140,11 @@ int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& m);
 
 struct SparseMoe {
   graph::Routing routing = graph::Routing::SoftmaxTopKNorm;
+  const char* router = "gate";  // mlp.<router>.weight (gpt-oss: "router")
+  bool bias = false;  // biases on the router and the experts (mlp.experts.gate_up_proj_bias [E, 2I],
+                      // down_proj_bias [E, H])
+  bool clamped_swiglu = false;  // the experts' activation is gpt-oss's clamped SwiGLU (alpha, limit)
+  float alpha = 0.f, limit = 0.f;
 };
 // `mlp.*` of layer n as a mixture of experts (config().num_experts of them, config().num_experts_per_tok per
 // token): the router mlp.gate.weight [E, H] -> Op::MoeRoute -> Op::MoeExperts over mlp.experts.gate_up_proj

@@ -113,6 +113,7 @@ struct DecoderConfig {
   // I]).
   int64_t num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
   std::vector<uint8_t> layer_sparse;  // [num_layers]
+  double swiglu_alpha = 0, swiglu_limit = 0;  // gpt-oss's experts (clamped SwiGLU)
   bool moe_norm_topk = false;  // the kept routing weights divided by their sum (Qwen3-MoE's norm_topk_prob)
   std::optional<DType> torch_dtype;
   // Matrices kept block-quantised as the checkpoint stores them (a GGUF's block-quantised tensors on the

@@ -39,13 +39,16 @@ Architecture architecture();
 namespace mixtral {
 Architecture architecture();
 }
+namespace gpt_oss {
+Architecture architecture();
+}
 
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
       qwen3::architecture(),   llama::architecture(), glm4::architecture(),   qwen2::architecture(),
       mistral::architecture(), phi3::architecture(),  gemma2::architecture(), gemma3::architecture(),
-      qwen3_moe::architecture(), mixtral::architecture(),
+      qwen3_moe::architecture(), mixtral::architecture(), gpt_oss::architecture(),
   };
   return t;
 }

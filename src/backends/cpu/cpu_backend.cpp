@@ -136,6 +136,8 @@ cpu::GateAct gate_act(graph::Activation a) {
       return cpu::GateAct::GeluTanh;
     case graph::Activation::Relu:
       return cpu::GateAct::Relu;
+    case graph::Activation::ClampedSwiglu:  // MoeExperts reads it itself (MoeWeights::clamped_swiglu)
+      return cpu::GateAct::Silu;
   }
   fail("unknown activation ", static_cast<int>(a));
 }
@@ -565,12 +567,13 @@ class CpuExecutable : public Executable {
         const int32_t* kv_begin = ints(r, in[4]);
         const int32_t* slots = ints(r, in[3]);
         const int32_t* map = cache_rows(r, n, 5);
+        const float* sinks = n.sinks ? static_cast<const float*>(weight(in.back())) : nullptr;
         for (int64_t b = 0; b < batch; ++b) {
           const size_t cb = static_cast<size_t>(map ? map[b] : b);
           cpu::attention(f32(r, in[0]) + b * seq * n.heads * n.head_dim, seq, n.heads, n.head_dim,
                          kc.ptr<uint8_t>() + cb * per_row, vc.ptr<uint8_t>() + cb * per_row, kc.dtype,
                          n.kv_heads, len, row_slots(r, slots, b), kv_begin[b], n.scale,
-                         f32(r, id) + b * seq * cols, n.window, n.softcap);
+                         f32(r, id) + b * seq * cols, n.window, n.softcap, sinks);
         }
         return;
       }
@@ -631,7 +634,10 @@ class CpuExecutable : public Executable {
                                 bias ? static_cast<const float*>(weight(in[5])) : nullptr,
                                 n.experts,
                                 cols,
-                                down.shape[2]};
+                                down.shape[2],
+                                n.act == graph::Activation::ClampedSwiglu,
+                                n.alpha,
+                                n.limit};
         cpu::moe_experts(f32(r, in[0]), rows, f32(r, in[1]), w, gate_act(n.act),
                          g_.key.phase == graph::Phase::Decode, bf16_dot_, f32(r, id));
         return;

@@ -134,7 +134,8 @@ void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot
 // softcap (f32, in that order, as Transformers' eager attention) before the softmax.
 void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v,
                DType kv_dtype, int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin,
-               float scale, float* out, int64_t window = 0, float softcap = 0.0f);
+               float scale, float* out, int64_t window = 0, float softcap = 0.0f,
+               const float* sinks = nullptr);
 
 // ---- elementwise ----
 // y = silu(gate) * up, elementwise over n; silu(x) = x / (1 + exp(-x)) in f32 as PyTorch. y may alias inputs.
@@ -171,6 +172,10 @@ struct MoeWeights {
   const float* gate_up_bias;
   const float* down_bias;
   int64_t experts, hidden, inter;
+  // gpt-oss's clamped SwiGLU instead of `act`: g = min(gate, limit), u = clamp(up, -limit, limit),
+  // (u + 1) * g * sigmoid(alpha * g) (Transformers' GptOssExperts._apply_gate, in f32).
+  bool clamped_swiglu = false;
+  float alpha = 0.f, limit = 0.f;
 };
 // y [rows, H] = for each row, the sum over its experts e (route[row, e] != 0) in ascending e of
 // route[row, e] * down_e(act(gate_e x) * up_e x). Each expert's rows are gathered and multiplied together

@@ -14,6 +14,8 @@
 // window starts later gets zero probabilities for the block's keys before its own lo. Blocks hold at most
 // `window` tokens, so a block reads fewer than twice the keys its rows see. Decode over a long window splits
 // the window's keys, as it splits the whole prefix.
+// Sinks (gpt-oss): a learned logit per head joins each row's softmax denominator (its max included), so
+// P = exp(s - m) / (sum exp(s - m) + exp(sink - m)), m = max(s, sink); the sink has no value row.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -39,9 +41,10 @@ struct AttnArgs {
   const int32_t* q_slot;
   int32_t kv_begin;
   float scale;
-  float* out;      // [T, nh * hd]
-  int64_t window;  // > 0: sliding window (keys j > q_slot - window)
-  float softcap;   // > 0: scores s -> tanh(s / softcap) * softcap
+  float* out;          // [T, nh * hd]
+  int64_t window;      // > 0: sliding window (keys j > q_slot - window)
+  float softcap;       // > 0: scores s -> tanh(s / softcap) * softcap
+  const float* sinks;  // [nh] or nullptr
 
   // Scales n scores (and soft-caps them).
   void scale_scores(const VecOps& ops, float* s, int64_t n) const {
@@ -121,8 +124,14 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     std::fill(s + r * n, s + r * n + j0, 0.0f);  // keys before this row's window
     float* sr = s + r * n + j0;
     a.scale_scores(ops, sr, nr - j0);
-    const float mx = *std::max_element(sr, sr + nr - j0);
-    ops.scale(1.0f / ops.exp_sum(sr, nr - j0, mx), sr, nr - j0);
+    float mx = *std::max_element(sr, sr + nr - j0);
+    if (a.sinks) {
+      const float sink = a.sinks[h0 + r % G];
+      mx = std::max(mx, sink);
+      ops.scale(1.0f / (ops.exp_sum(sr, nr - j0, mx) + std::exp(sink - mx)), sr, nr - j0);
+    } else {
+      ops.scale(1.0f / ops.exp_sum(sr, nr - j0, mx), sr, nr - j0);
+    }
   }
   // O = P V: rows in runs of six share each V row up to the run's smallest key count; the few keys left
   // (later tokens of the run) are added row by row.
@@ -198,6 +207,7 @@ void attend_decode_split(const AttnArgs& a, const VecOps& ops, int64_t nkv, int6
       };
       float mx = -INFINITY;
       for (int64_t c = 0; c < chunks; ++c) mx = std::max(mx, part(c)[0]);
+      if (a.sinks) mx = std::max(mx, a.sinks[g * G + r]);
       float* dst = a.out + (g * G + r) * hd;
       std::memset(dst, 0, static_cast<size_t>(hd) * sizeof(float));
       float l = 0.0f;
@@ -206,6 +216,7 @@ void attend_decode_split(const AttnArgs& a, const VecOps& ops, int64_t nkv, int6
         l += w * part(c)[1];
         ops.axpy(w, part(c) + 2, dst, hd);
       }
+      if (a.sinks) l += std::exp(a.sinks[g * G + r] - mx);
       ops.scale(1.0f / l, dst, hd);
     }
   }
@@ -218,7 +229,7 @@ constexpr int64_t kDecodeChunkKeys = 128;
 
 void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k, const void* v,
                DType kv_dtype, int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin,
-               float scale, float* out, int64_t window, float softcap) {
+               float scale, float* out, int64_t window, float softcap, const float* sinks) {
   TS_ASSERT(nkv > 0 && nh % nkv == 0, "attention nh=", nh, " nkv=", nkv);
   TS_ASSERT(window >= 0, "attention window=", window);
   TS_ASSERT(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention KV cache dtype ",
@@ -228,8 +239,8 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
     TS_ASSERT(q_slot[t] < cache_len, "attention q_slot[", t, "]=", q_slot[t], " cache_len=", cache_len);
   }
   TS_ASSERT(softcap >= 0.0f, "attention softcap=", softcap);
-  const AttnArgs a{q,        k,      v,        kv_dtype, nh,  hd,     cache_len,
-                   nh / nkv, q_slot, kv_begin, scale,    out, window, softcap};
+  const AttnArgs a{q,      k,        v,     kv_dtype, nh,     hd,      cache_len, nh / nkv,
+                   q_slot, kv_begin, scale, out,      window, softcap, sinks};
   const VecOps& ops = vec_ops();
   if (T == 1 && q_slot[0] >= kv_begin) {
     // Enough chunks for every thread to take a few (so a preempted thread holds up little), none shorter

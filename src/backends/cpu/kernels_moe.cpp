@@ -101,7 +101,16 @@ void moe_experts(const float* x, int64_t rows, const float* route, const MoeWeig
     } else {
       matmul_multi(xe, n, H, w.gate_up_dtype, gate_up, 2, bf16);
     }
-    gated_act(act, gate.data(), up.data(), n * I, gate.data());
+    if (w.clamped_swiglu) {  // gpt-oss: Transformers' GptOssExperts._apply_gate, op for op in f32
+      for (int64_t i = 0; i < n * I; ++i) {
+        const float g = std::min(gate[static_cast<size_t>(i)], w.limit);
+        const float u = std::clamp(up[static_cast<size_t>(i)], -w.limit, w.limit);
+        const float glu = g * (1.0f / (1.0f + std::exp(-(g * w.alpha))));
+        gate[static_cast<size_t>(i)] = (u + 1.0f) * glu;
+      }
+    } else {
+      gated_act(act, gate.data(), up.data(), n * I, gate.data());
+    }
     const void* dn = static_cast<const uint8_t*>(w.down) + static_cast<size_t>(e) * down_bytes;
     const MatmulOut down{dn, H, w.down_bias ? w.down_bias + e * H : nullptr, out.data() + b * H};
     if (row_invariant) {

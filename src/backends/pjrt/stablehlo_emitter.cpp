@@ -641,7 +641,7 @@ class Lowering {
     Val kc = val(n.inputs[1]);
     Val vc = val(n.inputs[2]);
     const Val& slots = val(n.inputs[3]);
-    if (n.inputs.size() > 5) {  // row-mapped: the step rows' cache rows
+    if (n.inputs.size() > 5 && g_.at(n.inputs[5]).op == Op::Input) {  // row-mapped: the step rows' cache rows
       kc = take_rows(kc, val(n.inputs[5]));
       vc = take_rows(vc, val(n.inputs[5]));
     }
@@ -676,8 +676,17 @@ class Lowering {
     // exp(-inf) = 0 everywhere and a zero output instead of NaN.
     Val mx = b_.max(b_.reduce(scores, {4}, "maximum", -std::numeric_limits<float>::infinity()),
                     b_.splat_f32(-std::numeric_limits<float>::max(), s4));
+    std::optional<Val> sink;  // gpt-oss: each head's sink logit [B, KV, G, S], in the max and the sum
+    if (n.sinks) {
+      sink = b_.broadcast(b_.reshape(val(n.inputs.back()), {KV, G}), {1, 2}, s4);
+      mx = b_.max(mx, *sink);
+    }
     Val e = b_.unary("exponential", b_.sub(scores, b_.broadcast(mx, {0, 1, 2, 3}, s5)));
-    Val sum = b_.max(b_.reduce(e, {4}, "add", 0.0f), b_.splat_f32(std::numeric_limits<float>::min(), s4));
+    // (The expression as before sinks existed, so programs without them are the same text.)
+    Val sum =
+        sink ? b_.max(b_.add(b_.reduce(e, {4}, "add", 0.0f), b_.unary("exponential", b_.sub(*sink, mx))),
+                      b_.splat_f32(std::numeric_limits<float>::min(), s4))
+             : b_.max(b_.reduce(e, {4}, "add", 0.0f), b_.splat_f32(std::numeric_limits<float>::min(), s4));
     Val p = b_.reshape(b_.div(e, b_.broadcast(sum, {0, 1, 2, 3}, s5)), {B, KV, G * S, L});
     Val o = b_.dot(p, vc, {0, 1}, {0, 1}, {3}, {2}, {B, KV, G * S, hd});  // [B, KV, G*S, hd]
     o = b_.transpose(b_.reshape(o, {B, KV, G, S, hd}), {0, 3, 1, 2, 4});  // [B, S, KV, G, hd]
@@ -713,11 +722,28 @@ class Lowering {
       case graph::Activation::Relu:
         b_.comment(what + ": relu(gate) * up");
         return b_.max(g, splat(0.0f));
+      case graph::Activation::ClampedSwiglu:
+        break;  // gated(): it needs up too
     }
     fail("stablehlo emitter: unknown activation in ", what);
   }
 
-  Val gated_act(const Node& n) { return b_.mul(activate(val(n.inputs[0]), n.act, n.name), val(n.inputs[1])); }
+  Val gated_act(const Node& n) { return gated(val(n.inputs[0]), val(n.inputs[1]), n); }
+
+  // act(gate) * up for n.act; gpt-oss's clamped SwiGLU (Transformers' _apply_gate, op for op):
+  // g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) * (g * sigmoid(alpha * g)).
+  Val gated(const Val& gate, const Val& up, const Node& n) {
+    if (n.act != graph::Activation::ClampedSwiglu) return b_.mul(activate(gate, n.act, n.name), up);
+    b_.comment(n.name + ": clamped swiglu (alpha " + std::to_string(n.alpha) + ", limit " +
+               std::to_string(n.limit) + ")");
+    auto splat = [&](float x) { return b_.splat_f32(x, gate.shape); };
+    Val g = b_.binary("minimum", gate, splat(n.limit));
+    Val u = b_.max(b_.binary("minimum", up, splat(n.limit)), splat(-n.limit));
+    Val sig =
+        b_.div(splat(1.0f),
+               b_.add(splat(1.0f), b_.unary("exponential", b_.unary("negate", b_.mul(g, splat(n.alpha))))));
+    return b_.mul(b_.add(u, splat(1.0f)), b_.mul(g, sig));
+  }
 
   // Router logits [R, E] -> weights [R, E] (0 for experts not chosen), as Op::MoeRoute: softmax in f32, then
   // top_k rounds of "the largest value left, the lowest index among equals" (so ties go to the lower expert),
@@ -799,7 +825,7 @@ class Lowering {
     if (n.inputs.size() > 5) h = b_.add(h, gather_rows(val(n.inputs[4]), pick));
     Val gate = b_.slice(h, {0, 0}, {P, I});
     Val up = b_.slice(h, {0, I}, {P, 2 * I});
-    Val a = b_.mul(activate(gate, n.act, n.name), up);  // [P, I]
+    Val a = gated(gate, up, n);  // [P, I]
     Val y = b_.dot(a, down, {0}, {0}, {1}, {2}, {P, H});
     if (n.inputs.size() > 5) y = b_.add(y, gather_rows(val(n.inputs[5]), pick));
     y = b_.mul(y, b_.broadcast(w, {0}, {P, H}));
@@ -819,8 +845,8 @@ class Lowering {
     if (n.inputs.size() > 5) h = b_.add(h, b_.broadcast(val(n.inputs[4]), {1, 2}, {R, E, 2 * I}));
     Val gate = b_.slice(h, {0, 0, 0}, {R, E, I});
     Val up = b_.slice(h, {0, 0, I}, {R, E, 2 * I});
-    Val a = b_.transpose(b_.mul(activate(gate, n.act, n.name), up), {1, 0, 2});  // [E, R, I]
-    Val y = b_.dot(a, down, {0}, {0}, {2}, {2}, {E, R, H});                      // [E, R, H]
+    Val a = b_.transpose(gated(gate, up, n), {1, 0, 2});     // [E, R, I]
+    Val y = b_.dot(a, down, {0}, {0}, {2}, {2}, {E, R, H});  // [E, R, H]
     if (n.inputs.size() > 5) y = b_.add(y, b_.broadcast(val(n.inputs[5]), {0, 2}, {E, R, H}));
     Val w = b_.broadcast(b_.transpose(route, {1, 0}), {0, 1}, {E, R, H});
     return b_.reduce(b_.mul(y, w), {0}, "add", 0.0f);
