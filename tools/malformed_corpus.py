@@ -495,7 +495,8 @@ def add_config_cases():
 
     # rope_scaling (hub layout) and rope_parameters (transformers 5 layout)
     RS = "rope_scaling"
-    config_case("qwen3", "rope_scaling.yarn", set_key(RS, {"rope_type": "yarn", "factor": 4.0}), [CJ, (RS, "yarn")])
+    config_case("qwen3", "rope_scaling.dynamic", set_key(RS, {"rope_type": "dynamic", "factor": 4.0}),
+                [CJ, (RS, "dynamic")])
     config_case("llama", "rope_scaling.dynamic", set_key(RS, {"rope_type": "dynamic", "factor": 2.0}), [CJ, (RS, "dynamic")])
     config_case("qwen3", "rope_scaling.string", set_key(RS, "linear"), [CJ, RS])
     config_case("qwen3", "rope_scaling.linear_factor_zero", set_key(RS, {"rope_type": "linear", "factor": 0.0}), [CJ, (RS, "factor")])
@@ -533,7 +534,8 @@ def add_config_cases():
     config_case("qwen3", "rope_parameters.theta_inf", rp(rope_theta=Raw("1e999")), [CJ, ("rope_theta", "1e999")])
     config_case("qwen3", "rope_parameters.not_object", set_key(RP, 5), [CJ, RP])
     config_case("glm4", "rope_parameters.unknown_type", rp(rope_type="su"), [CJ, ("rope_type", "su")])
-    config_case("qwen3", "rope_parameters.yarn", rp(rope_type="yarn", factor=4.0), [CJ, ("rope_type", "yarn")])
+    config_case("qwen3", "rope_parameters.dynamic", rp(rope_type="dynamic", factor=4.0),
+                [CJ, ("rope_type", "dynamic")])
     config_case("qwen3", "rope_parameters.linear_factor_zero", rp(rope_type="linear", factor=0.0), [CJ, "factor"])
     config_case("llama", "rope_parameters.llama3_low_ge_high", rp(low_freq_factor=4.0, high_freq_factor=1.0),
                 [CJ, ("low_freq_factor", "high_freq_factor")])

@@ -326,7 +326,10 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     ++mlp_changed;
     mlp_why = std::string(key) + " " + std::to_string(inter);
   }
-  if (mlp_changed)
+  if (mlp_changed == static_cast<int64_t>(t.mlp_split.size()))
+    say("--tp-plan auto: " + mlp_why + " does not divide by tp_size " + std::to_string(tp) +
+        "; the MLP is replicated on every rank");
+  else if (mlp_changed)
     say("--tp-plan auto: " + mlp_why + " does not divide by tp_size " + std::to_string(tp) + "; the MLP of " +
         std::to_string(mlp_changed) + " layer" + (mlp_changed == 1 ? "" : "s") +
         " is replicated on every rank");

@@ -173,7 +173,9 @@ int GraphBuilder::rope(int x, int positions, int64_t heads, const std::string& n
   n.head_dim = c_.head_dim;
   n.rot_dim = c_.rot_dim();
   n.rope_table = table;
-  n.scale = static_cast<float>(rope_attention_factor(table == 1 ? c_.local_rope : c_.rope));  // yarn: != 1
+  // yarn's factor on cos and sin; 0 (none) otherwise.
+  if (const double f = rope_attention_factor(table == 1 ? c_.local_rope : c_.rope); f != 1.0)
+    n.scale = static_cast<float>(f);
   return g_.add(std::move(n));
 }
 
