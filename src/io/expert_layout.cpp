@@ -15,7 +15,7 @@
 #include <array>
 #include <cstring>
 #include <map>
-#include <regex>
+#include <optional>
 
 #include "io/weight_source.h"
 #include "tessera/error.h"
@@ -115,7 +115,7 @@ class ExpertLayoutSource : public WeightSource {
   std::vector<TensorMeta> metas_;
   std::map<std::string, Stack> stacks_;
   std::map<std::string, std::string> renamed_;  // fused-layout name -> stored name
-  std::map<std::string, OssTensor> oss_;  // gpt-oss expert tensors, rearranged at load
+  std::map<std::string, OssTensor> oss_;        // gpt-oss expert tensors, rearranged at load
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -158,31 +158,73 @@ std::unique_ptr<WeightSource> gpt_oss_experts(std::unique_ptr<WeightSource> src)
 
 }  // namespace
 
+namespace {
+
+// "model.layers.<l>." at the start of `name`: its length, or 0.
+size_t layer_prefix_length(const std::string& name) {
+  static const std::string kLayers = "model.layers.";
+  if (name.compare(0, kLayers.size(), kLayers) != 0) return 0;
+  size_t i = kLayers.size();
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  return i > kLayers.size() && i < name.size() && name[i] == '.' ? i + 1 : 0;
+}
+
+// <layer prefix>(mlp|block_sparse_moe).experts.<e>.<proj>.weight, proj one of gate_proj / up_proj / down_proj
+// (Qwen-MoE) or w1 / w3 / w2 (Mixtral).
+struct PerExpert {
+  std::string prefix;  // "model.layers.<l>."
+  int kind;            // 0 gate, 1 up, 2 down
+  int64_t expert;      // -1: too many digits
+};
+std::optional<PerExpert> per_expert_name(const std::string& name) {
+  const size_t p = layer_prefix_length(name);
+  if (p == 0) return std::nullopt;
+  size_t i = p;
+  for (const char* block : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    const std::string b = block;
+    if (name.compare(p, b.size(), b) == 0) i = p + b.size();
+  }
+  if (i == p) return std::nullopt;
+  const size_t digits = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == digits || i >= name.size() || name[i] != '.') return std::nullopt;
+  const std::string rest = name.substr(i + 1);
+  static const std::pair<const char*, int> kProjs[] = {{"gate_proj.weight", 0}, {"w1.weight", 0},
+                                                       {"up_proj.weight", 1},   {"w3.weight", 1},
+                                                       {"down_proj.weight", 2}, {"w2.weight", 2}};
+  for (const auto& [proj, kind] : kProjs)
+    if (rest == proj)
+      return PerExpert{name.substr(0, p), kind,
+                       i - digits > 6 ? int64_t{-1} : std::stoll(name.substr(digits, i - digits))};
+  return std::nullopt;
+}
+
+// <layer prefix>block_sparse_moe.gate.weight (Mixtral's router): the prefix.
+std::optional<std::string> mixtral_router_prefix(const std::string& name) {
+  const size_t p = layer_prefix_length(name);
+  if (p == 0 || name.compare(p, std::string::npos, "block_sparse_moe.gate.weight") != 0) return std::nullopt;
+  return name.substr(0, p);
+}
+
+}  // namespace
+
 std::unique_ptr<WeightSource> with_fused_experts(std::unique_ptr<WeightSource> src) {
   // gpt-oss's layout is told apart by its architecture ([E, H, 2I] could read as [E, 2I, H] when H = 2I).
   if (src->config_json().find("\"GptOssForCausalLM\"") != std::string::npos)
     return gpt_oss_experts(std::move(src));
-  // <layer prefix>(mlp|block_sparse_moe).experts.<e>.<proj>.weight
-  static const std::regex kExpert(
-      R"(^(model\.layers\.\d+\.)(mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$)");
-  static const std::regex kRouter(R"(^(model\.layers\.\d+\.)block_sparse_moe\.gate\.weight$)");
   // layer prefix -> kind (0 gate, 1 up, 2 down) -> expert -> tensor
   std::map<std::string, std::array<std::map<int64_t, const TensorMeta*>, 3>> found;
   std::map<std::string, std::string> renamed;
   std::vector<TensorMeta> metas;
   for (const TensorMeta& m : src->tensors()) {
-    std::smatch g;
-    if (m.name.find(".experts.") != std::string::npos && std::regex_match(m.name, g, kExpert)) {
-      const std::string proj = g[4];
-      const int kind = proj == "gate_proj" || proj == "w1" ? 0 : proj == "up_proj" || proj == "w3" ? 1 : 2;
-      const std::string e = g[3];
-      if (e.size() > 6) fail(m.file, ": tensor '", m.name, "': expert index out of range");
-      found[g[1].str() + "mlp."][static_cast<size_t>(kind)][std::stoll(e)] = &m;
+    if (const auto e = per_expert_name(m.name)) {
+      if (e->expert < 0) fail(m.file, ": tensor '", m.name, "': expert index out of range");
+      found[e->prefix + "mlp."][static_cast<size_t>(e->kind)][e->expert] = &m;
       continue;
     }
-    if (m.name.find("block_sparse_moe.gate.") != std::string::npos && std::regex_match(m.name, g, kRouter)) {
+    if (const auto prefix = mixtral_router_prefix(m.name)) {
       TensorMeta r = m;
-      r.name = g[1].str() + "mlp.gate.weight";
+      r.name = *prefix + "mlp.gate.weight";
       renamed[r.name] = m.name;
       metas.push_back(std::move(r));
       continue;
