@@ -58,7 +58,9 @@ ModelCounts count_params(const std::string& path) {
   n.tied = true;
   int64_t embedding_qbytes = -1;  // the embedding's block bytes (the LM head when tied), -1: not quantised
   for (const models::WeightSpec& w : arch.weights(c)) {
-    if (w.is_vector || (w.shape.size() != 2 && w.shape.size() != 3)) continue;
+    const bool bias =
+        w.name.size() > 5 && w.name.compare(w.name.size() - 5, 5, "_bias") == 0;  // experts' [E, N]
+    if (w.is_vector || bias || (w.shape.size() != 2 && w.shape.size() != 3)) continue;
     // Stacked experts [E, N, K]: a token reads num_experts_per_tok of the E (its active parameters).
     const int64_t stack = w.shape.size() == 3 ? w.shape[0] : 1, used = stack > 1 ? c.num_experts_per_tok : 1;
     const int64_t per_matrix = w.shape[w.shape.size() - 2] * w.shape.back(), numel = per_matrix * used;
