@@ -350,13 +350,14 @@ int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& mlp) 
 }
 
 int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
-                   const GatedMlp& m) {
+                   const GatedMlp& m, const SparseMoe& moe) {
   const DecoderConfig& c = b.config();
   const LayerNames n = layer_names(layer);
   int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
   x = b.add(x, self_attention(b, in, n, h, a), n.node + "attn_residual");
   h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  return b.add(x, gated_mlp(b, n, h, m), n.node + "mlp_residual");
+  const int mlp = c.layer_is_sparse(layer) ? sparse_moe(b, n, h, moe) : gated_mlp(b, n, h, m);
+  return b.add(x, mlp, n.node + "mlp_residual");
 }
 
 int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) {
@@ -399,17 +400,6 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   const int y = b.moe_experts(h, route, gate_up, down, gate_up_bias, down_bias, E, c.num_experts_per_tok, act,
                               n.node + "experts", m.alpha, m.limit);
   return split ? b.all_reduce(y, n.node + "experts.all_reduce") : y;
-}
-
-int pre_norm_moe_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
-                       const SparseMoe& m) {
-  const DecoderConfig& c = b.config();
-  const LayerNames n = layer_names(layer);
-  int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
-  x = b.add(x, self_attention(b, in, n, h, a), n.node + "attn_residual");
-  h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  const int mlp = c.layer_is_sparse(layer) ? sparse_moe(b, n, h, m) : gated_mlp(b, n, h, {});
-  return b.add(x, mlp, n.node + "mlp_residual");
 }
 
 int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a) {

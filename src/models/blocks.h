@@ -152,14 +152,11 @@ struct SparseMoe {
 // which io presents for every layout a checkpoint stores). Returns [rows, hidden] (before any residual).
 int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m);
 
-// The Llama family's pre-norm decoder layer (Llama, Qwen2, Qwen3, Mistral, Phi-3): input_layernorm ->
-// self_attention -> residual -> post_attention_layernorm -> gated_mlp -> residual. x [rows, hidden].
+// The Llama family's pre-norm decoder layer (Llama, Qwen2, Qwen3, Mistral, Phi-3; Qwen3-MoE, Mixtral,
+// gpt-oss): input_layernorm -> self_attention -> residual -> post_attention_layernorm -> gated_mlp (or
+// sparse_moe with `moe` in the layers config().layer_is_sparse marks) -> residual. x [rows, hidden].
 int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
-                   const GatedMlp& m);
-// pre_norm_layer with sparse_moe in place of gated_mlp in the layers config().layer_is_sparse marks
-// (Qwen3-MoE, Mixtral).
-int pre_norm_moe_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
-                       const SparseMoe& m);
+                   const GatedMlp& m, const SparseMoe& moe = {});
 
 // The Gemma 2 / Gemma 3 decoder layer: input_layernorm -> self_attention -> post_attention_layernorm ->
 // residual -> pre_feedforward_layernorm -> gated_mlp -> post_feedforward_layernorm -> residual.

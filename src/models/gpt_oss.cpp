@@ -37,14 +37,14 @@ std::vector<ConfigKey> keys() {
 
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
   const DecoderConfig& c = b.config();
-  return pre_norm_moe_layer(b, in, x, l,
-                            {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .sinks = true},
-                            {.routing = graph::Routing::TopKSoftmax,
-                             .router = "router",
-                             .bias = true,
-                             .clamped_swiglu = true,
-                             .alpha = static_cast<float>(c.swiglu_alpha),
-                             .limit = static_cast<float>(c.swiglu_limit)});
+  return pre_norm_layer(b, in, x, l,
+                        {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .sinks = true}, {},
+                        {.routing = graph::Routing::TopKSoftmax,
+                         .router = "router",
+                         .bias = true,
+                         .clamped_swiglu = true,
+                         .alpha = static_cast<float>(c.swiglu_alpha),
+                         .limit = static_cast<float>(c.swiglu_limit)});
 }
 
 bool has_rope_key(const ConfigReader& r, const char* key) {

@@ -30,7 +30,7 @@ std::vector<ConfigKey> keys() {
 }
 
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
-  return pre_norm_moe_layer(b, in, x, l, {}, {.routing = graph::Routing::SoftmaxTopKNorm});
+  return pre_norm_layer(b, in, x, l, {}, {}, {.routing = graph::Routing::SoftmaxTopKNorm});
 }
 
 void finish(const ConfigReader& r, DecoderConfig& c) {

@@ -40,8 +40,8 @@ std::vector<ConfigKey> keys() {
 
 int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
   const DecoderConfig& c = b.config();
-  return pre_norm_moe_layer(
-      b, in, x, l, {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .qk_norm = true},
+  return pre_norm_layer(
+      b, in, x, l, {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias, .qk_norm = true}, {},
       {.routing = c.moe_norm_topk ? graph::Routing::SoftmaxTopKNorm : graph::Routing::SoftmaxTopK});
 }
 
