@@ -14,10 +14,6 @@ namespace tessera::io {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Regular files in `dir` whose names end with `suffix`, sorted.
 std::vector<std::string> files_with_suffix(const std::string& dir, const std::string& suffix) {
   std::vector<std::string> out;
@@ -50,6 +46,18 @@ std::unique_ptr<WeightSource> open_directory(const std::string& dir) {
 }
 
 }  // namespace
+
+const TensorMeta* find_sorted(const std::vector<TensorMeta>& sorted, const std::string& name) {
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), name,
+                             [](const TensorMeta& m, const std::string& n) { return m.name < n; });
+  return it != sorted.end() && it->name == name ? &*it : nullptr;
+}
+
+bool loads_as_stored(const std::string& stored_type, DType dt) {
+  if (is_quantized(dt)) return block_dtype_of_ggml(stored_type) == dt;
+  return (stored_type == "F32" && dt == DType::F32) || (stored_type == "BF16" && dt == DType::BF16) ||
+         (stored_type == "F16" && dt == DType::F16);
+}
 
 std::unique_ptr<WeightSource> open_checkpoint(const std::string& arg) {
   const std::string path = resolve_model(arg);

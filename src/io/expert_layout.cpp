@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 
+#include "io/io_util.h"
 #include "io/weight_source.h"
 #include "tessera/error.h"
 
@@ -77,11 +78,7 @@ class ExpertLayoutSource : public WeightSource {
         oss_(std::move(oss)) {}
 
   const std::vector<TensorMeta>& tensors() const override { return metas_; }
-  const TensorMeta* find(const std::string& name) const override {
-    auto it = std::lower_bound(metas_.begin(), metas_.end(), name,
-                               [](const TensorMeta& m, const std::string& n) { return m.name < n; });
-    return it != metas_.end() && it->name == name ? &*it : nullptr;
-  }
+  const TensorMeta* find(const std::string& name) const override { return find_sorted(metas_, name); }
   Tensor load(const std::string& name, DType dtype) const override {
     if (auto r = renamed_.find(name); r != renamed_.end()) return inner_->load(r->second, dtype);
     if (auto o = oss_.find(name); o != oss_.end())
@@ -117,10 +114,6 @@ class ExpertLayoutSource : public WeightSource {
   std::map<std::string, std::string> renamed_;  // fused-layout name -> stored name
   std::map<std::string, OssTensor> oss_;        // gpt-oss expert tensors, rearranged at load
 };
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // gpt-oss: its expert tensors in the fused layout; MXFP4 blocks (the hub's files) refused by name.
 std::unique_ptr<WeightSource> gpt_oss_experts(std::unique_ptr<WeightSource> src) {

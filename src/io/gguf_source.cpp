@@ -219,11 +219,7 @@ class GgufSource : public WeightSource {
   }
 
   const std::vector<TensorMeta>& tensors() const override { return metas_; }
-  const TensorMeta* find(const std::string& name) const override {
-    auto it = std::lower_bound(metas_.begin(), metas_.end(), name,
-                               [](const TensorMeta& m, const std::string& n) { return m.name < n; });
-    return it != metas_.end() && it->name == name ? &*it : nullptr;
-  }
+  const TensorMeta* find(const std::string& name) const override { return find_sorted(metas_, name); }
   Tensor load(const std::string& name, DType dtype) const override {
     auto it = map_.find(name);
     if (it == map_.end()) fail(origin_, ": checkpoint has no tensor named '", printable(name), "'");
@@ -540,16 +536,6 @@ class GgufSource : public WeightSource {
 
   // The HF tensor made of `pieces` (an expert stack), each GGUF tensor read once as `dtype` (a stacked one
   // kept while its slices are copied; a whole one dropped once copied).
-  // Whether GGUF tensor `gguf_name` loads as `dtype` without conversion (a view of the file's mapping).
-  bool stored_as_is(const std::string& gguf_name, DType dtype) const {
-    const GgufTensorInfo* info = g_->find_tensor(gguf_name);
-    if (!info) return false;
-    if (is_quantized(dtype)) return block_dtype_of_ggml(info->type_name) == dtype;
-    return (info->type_name == "F32" && dtype == DType::F32) ||
-           (info->type_name == "BF16" && dtype == DType::BF16) ||
-           (info->type_name == "F16" && dtype == DType::F16);
-  }
-
   Tensor assemble(const std::string& name, const std::vector<Piece>& pieces, DType dtype) const {
     const TensorMeta* meta = find(name);
     TS_ASSERT(meta, name);
@@ -570,8 +556,10 @@ class GgufSource : public WeightSource {
                 out.nbytes(), " bytes");
       const uint8_t* from = static_cast<const uint8_t*>(t.data) + bytes * static_cast<size_t>(p.index);
       std::memcpy(dst, from, bytes);
-      if (stored_as_is(p.gguf_name, dtype))
-        release_pages(from, bytes);  // the mapping's pages: not needed again
+      // A view of the mapping (no conversion): its pages are not needed again.
+      if (const GgufTensorInfo* info = g_->find_tensor(p.gguf_name);
+          info && loads_as_stored(info->type_name, dtype))
+        release_pages(from, bytes);
       dst += bytes;
     }
     TS_ASSERT(dst == static_cast<uint8_t*>(out.data) + out.nbytes(), name, ": assembled ",

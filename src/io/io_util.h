@@ -23,6 +23,9 @@ struct FdGuard {
 // A name taken from a file, safe to put in a one-line error: control and
 // non-ASCII bytes are escaped as \xNN and long names are shortened.
 std::string printable(const std::string& s, size_t max_len = 160);
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 // a * b and a + b, false on uint64 overflow.
 inline bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }

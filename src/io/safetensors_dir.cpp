@@ -53,11 +53,7 @@ class SafetensorsDirSource : public WeightSource {
   }
 
   const std::vector<TensorMeta>& tensors() const override { return metas_; }
-  const TensorMeta* find(const std::string& name) const override {
-    auto it = std::lower_bound(metas_.begin(), metas_.end(), name,
-                               [](const TensorMeta& m, const std::string& n) { return m.name < n; });
-    return it != metas_.end() && it->name == name ? &*it : nullptr;
-  }
+  const TensorMeta* find(const std::string& name) const override { return find_sorted(metas_, name); }
   Tensor load(const std::string& name, DType dtype) const override {
     const TensorMeta* m = find(name);
     if (!m) fail(dir_, ": checkpoint has no tensor named '", printable(name), "'");

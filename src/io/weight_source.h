@@ -46,6 +46,12 @@ class WeightSource {
   virtual std::shared_ptr<const GgufFile> gguf() const { return nullptr; }
 };
 
+// The entry of `sorted` (sorted by name, as WeightSource::tensors()) named `name`, or nullptr.
+const TensorMeta* find_sorted(const std::vector<TensorMeta>& sorted, const std::string& name);
+// Whether a tensor stored as `stored_type` ("F32", "BF16", "F16", "Q4_K", ...) loads as `dt` without any
+// conversion (a view of the file's bytes).
+bool loads_as_stored(const std::string& stored_type, DType dt);
+
 // A directory with config.json and model.safetensors or model.safetensors.index.json.
 std::unique_ptr<WeightSource> open_safetensors_dir(const std::string& dir);
 // A GGUF file of the llama architecture; names, layouts (q/k un-permuted) and config mapped to HF's.

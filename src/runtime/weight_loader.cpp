@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/io_util.h"
 #include "io/mapped_file.h"
 #include "tessera/error.h"
 
@@ -18,10 +19,6 @@ std::string join_names(const std::vector<std::string>& names, size_t limit) {
   for (size_t i = 0; i < names.size() && i < limit; ++i) os << (i ? ", " : "") << names[i];
   if (names.size() > limit) os << ", ... (" << names.size() << " in all)";
   return os.str();
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "model.layers.<N>." -> N, or -1 for any other name (N capped, so a huge index cannot overflow).
@@ -52,7 +49,7 @@ void validate_checkpoint(const io::WeightSource& src, const models::Architecture
     if (needed.count(m.name)) continue;
     if (m.name == "lm_head.weight" && c.tie_word_embeddings) continue;  // tied: the embedding is used
     bool ignorable = false;
-    for (const auto& s : arch.ignorable_suffixes) ignorable = ignorable || ends_with(m.name, s);
+    for (const auto& s : arch.ignorable_suffixes) ignorable = ignorable || io::ends_with(m.name, s);
     if (!ignorable) unexpected.push_back(m.name);
   }
   if (!unexpected.empty())
@@ -93,12 +90,6 @@ Tensor owned_copy(const Tensor& t, bool release = false) {
   std::memcpy(copy.data, t.data, t.nbytes());
   if (release) io::release_pages(t.data, t.nbytes());
   return copy;
-}
-
-bool stored_as(const std::string& stored_type, DType dt) {
-  if (is_quantized(dt)) return block_dtype_of_ggml(stored_type) == dt;
-  return (stored_type == "F32" && dt == DType::F32) || (stored_type == "BF16" && dt == DType::BF16) ||
-         (stored_type == "F16" && dt == DType::F16);
 }
 
 // `name` quantised at load (--dtype q8_0 / q4_0 / q4_k): read as float32, then quantised row by row.
@@ -211,7 +202,7 @@ backends::WeightMap load_weights(const io::WeightSource& src, const models::Arch
     // the mapping go once loading is done instead of staying resident for them. Its block-quantised matrices
     // kept as blocks are most of the file: they stay views of the mapping (a copy would hold every byte twice
     // at the peak of the load, the copy and the page cache's mapped pages).
-    const bool mapped = stored_as(src.find(name)->stored_type, dt);
+    const bool mapped = io::loads_as_stored(src.find(name)->stored_type, dt);
     const bool zero_copy = mapped && (!src.gguf() || is_quantized(dt));
     // A tensor read only as zeros (a row-parallel bias off rank 0) is never loaded.
     bool only_zeros = c.tp.rank != 0;
