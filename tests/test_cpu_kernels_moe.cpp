@@ -60,57 +60,9 @@
 namespace tessera::cpu {
 namespace {
 
-using kernel_targets::all_targets;
-using kernel_targets::Target;
-using kernel_targets::target_name;
-
 // ------------------------------------------------------------------ targets
 
-// Every target of kernel_targets x every integer dot product (Int8Dot) this CPU has at that level; the scalar
-// level has none (its parameter's dot is unused).
-struct MoeTarget {
-  Target t;
-  Int8Dot dot;
-};
-void PrintTo(const MoeTarget& q, std::ostream* os) {
-  kernel_targets::PrintTo(q.t, os);
-  if (q.t.isa != Isa::Scalar) *os << " " << int8_dot_name(q.dot);
-}
-std::vector<MoeTarget> moe_targets() {
-  std::vector<MoeTarget> out;
-  for (const Target& t : all_targets()) {
-    if (t.isa == Isa::Scalar) {
-      out.push_back({t, Int8Dot::Avx2});
-      continue;
-    }
-    const bool avx512 = t.isa == Isa::Avx512 || t.isa == Isa::Avx512Bf16;
-    for (Int8Dot d : {Int8Dot::Avx2, Int8Dot::AvxVnni, Int8Dot::Avx512Vnni, Int8Dot::EmulatedVnni})
-      if (int8_dot_supported(d) && (d != Int8Dot::Avx512Vnni || avx512)) out.push_back({t, d});
-  }
-  return out;
-}
-std::string moe_target_name(const ::testing::TestParamInfo<MoeTarget>& info) {
-  std::string name = target_name(::testing::TestParamInfo<Target>(info.param.t, info.index));
-  if (info.param.t.isa == Isa::Scalar) return name;
-  name += std::string("_") + int8_dot_name(info.param.dot);
-  for (char& c : name)
-    if (c == '-') c = '_';
-  return name;
-}
-
-class CpuMoeKernels : public ::testing::TestWithParam<MoeTarget> {
- protected:
-  void SetUp() override {
-    set_isa(GetParam().t.isa);
-    ThreadPool::instance().set_num_threads(GetParam().t.threads);
-    if (GetParam().t.isa != Isa::Scalar) set_int8_dot(GetParam().dot);
-  }
-  void TearDown() override {
-    reset_int8_dot();
-    set_isa(best_isa());
-    ThreadPool::instance().set_num_threads(0);
-  }
-};
+class CpuMoeKernels : public kernel_targets::OnEachInt8Target {};
 
 // ------------------------------------------------------------------ inputs
 
@@ -833,7 +785,8 @@ TEST_P(CpuMoeKernels, AnyRouteWeights) {
   for (float v : y) ASSERT_EQ(v, 7.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, CpuMoeKernels, testing::ValuesIn(moe_targets()), moe_target_name);
+INSTANTIATE_TEST_SUITE_P(AllIsas, CpuMoeKernels, testing::ValuesIn(kernel_targets::int8_targets()),
+                         kernel_targets::int8_target_name);
 
 TEST(CpuMoeKernelsDeathTest, UnchosenExpertsAreNeverRead) {
   // The weights and biases of the expert no row chose (the middle one of three, so reading past either

@@ -34,56 +34,7 @@
 namespace tessera::cpu {
 namespace {
 
-using kernel_targets::all_targets;
-using kernel_targets::Target;
-using kernel_targets::target_name;
-
-// Every target of kernel_targets x every integer dot product (Int8Dot) this CPU has at that level; the
-// scalar level has none (its parameter's dot is unused).
-struct QuantTarget {
-  Target t;
-  Int8Dot dot;
-};
-void PrintTo(const QuantTarget& q, std::ostream* os) {
-  kernel_targets::PrintTo(q.t, os);
-  if (q.t.isa != Isa::Scalar) *os << " " << int8_dot_name(q.dot);
-}
-std::vector<QuantTarget> quant_targets() {
-  std::vector<QuantTarget> out;
-  for (const Target& t : all_targets()) {
-    if (t.isa == Isa::Scalar) {
-      out.push_back({t, Int8Dot::Avx2});
-      continue;
-    }
-    for (Int8Dot d : {Int8Dot::Avx2, Int8Dot::AvxVnni, Int8Dot::Avx512Vnni, Int8Dot::EmulatedVnni}) {
-      const bool avx512 = t.isa == Isa::Avx512 || t.isa == Isa::Avx512Bf16;
-      if (int8_dot_supported(d) && (d != Int8Dot::Avx512Vnni || avx512)) out.push_back({t, d});
-    }
-  }
-  return out;
-}
-std::string quant_target_name(const ::testing::TestParamInfo<QuantTarget>& info) {
-  std::string name = target_name(::testing::TestParamInfo<Target>(info.param.t, info.index));
-  if (info.param.t.isa == Isa::Scalar) return name;
-  name += std::string("_") + int8_dot_name(info.param.dot);
-  for (char& c : name)
-    if (c == '-') c = '_';
-  return name;
-}
-
-class CpuQuantKernels : public ::testing::TestWithParam<QuantTarget> {
- protected:
-  void SetUp() override {
-    set_isa(GetParam().t.isa);
-    ThreadPool::instance().set_num_threads(GetParam().t.threads);
-    if (GetParam().t.isa != Isa::Scalar) set_int8_dot(GetParam().dot);
-  }
-  void TearDown() override {
-    reset_int8_dot();
-    set_isa(best_isa());
-    ThreadPool::instance().set_num_threads(0);
-  }
-};
+class CpuQuantKernels : public kernel_targets::OnEachInt8Target {};
 
 constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                               DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
@@ -501,7 +452,8 @@ TEST_P(CpuQuantKernels, EveryInt8DotGivesTheAvx2Integers) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(quant_targets()), quant_target_name);
+INSTANTIATE_TEST_SUITE_P(AllIsas, CpuQuantKernels, testing::ValuesIn(kernel_targets::int8_targets()),
+                         kernel_targets::int8_target_name);
 
 TEST(CpuInterleaveWeights, OnlyWholeGroupsTheMapAloneHoldsAreRewritten) {
   // What the cpu backend's bind_weights does after packing: each matrix below either comes back in its _R8
