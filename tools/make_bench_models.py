@@ -319,6 +319,29 @@ def with_bench_tokenizer(src, dst):
     print(f"{dst}: {os.path.getsize(dst) / 1e6:.0f} MB ({src} with SmolLM2's tokenizer padded)")
 
 
+def qwen3_gguf_writer(path, arch, shape, name):
+    """A GGUFWriter for a bf16 file of llama.cpp's `arch` (qwen3, qwen3moe) with the metadata of a Qwen3 `shape`
+    (sizes, heads, rope, eps, vocabulary) and the bench tokenizer."""
+    import gguf
+
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_context_length(shape["max_position_embeddings"])
+    w.add_embedding_length(shape["hidden_size"])
+    w.add_block_count(shape["num_hidden_layers"])
+    w.add_feed_forward_length(shape["intermediate_size"])
+    w.add_head_count(shape["num_attention_heads"])
+    w.add_head_count_kv(shape["num_key_value_heads"])
+    w.add_key_length(shape["head_dim"])
+    w.add_value_length(shape["head_dim"])
+    w.add_rope_freq_base(shape["rope_theta"])
+    w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
+    w.add_vocab_size(shape["vocab_size"])
+    add_bench_tokenizer(w, shape["vocab_size"])
+    return w
+
+
 def make_qwen3_gguf(path, shape, name, seed):
     """A Qwen3-shaped model with random weights written straight to a bf16 GGUF with numpy (no torch): normal
     matrices with standard deviation 0.02 (Transformers' initializer_range), norms 1, tied embeddings, as
@@ -332,21 +355,7 @@ def make_qwen3_gguf(path, shape, name, seed):
     rng = np.random.default_rng(seed)
     h, inter, heads, kv, hd = (shape[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
                                                   "num_key_value_heads", "head_dim"))
-    w = gguf.GGUFWriter(path, "qwen3")
-    w.add_name(name)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
-    w.add_context_length(shape["max_position_embeddings"])
-    w.add_embedding_length(h)
-    w.add_block_count(shape["num_hidden_layers"])
-    w.add_feed_forward_length(inter)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_freq_base(shape["rope_theta"])
-    w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
-    w.add_vocab_size(shape["vocab_size"])
-    add_bench_tokenizer(w, shape["vocab_size"])
+    w = qwen3_gguf_writer(path, "qwen3", shape, name)
 
     def matrix(rows, cols):
         return rng.standard_normal((rows, cols), dtype=np.float32) * 0.02
@@ -377,24 +386,10 @@ def make_qwen3moe_gguf(path, shape, name, seed):
     rng = np.random.default_rng(seed)
     h, heads, kv, hd = (shape[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"))
     e, inter = shape["num_experts"], shape["moe_intermediate_size"]
-    w = gguf.GGUFWriter(path, "qwen3moe")
-    w.add_name(name)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
-    w.add_context_length(shape["max_position_embeddings"])
-    w.add_embedding_length(h)
-    w.add_block_count(shape["num_hidden_layers"])
-    w.add_feed_forward_length(shape["intermediate_size"])
+    w = qwen3_gguf_writer(path, "qwen3moe", shape, name)
     w.add_expert_feed_forward_length(inter)
     w.add_expert_count(e)
     w.add_expert_used_count(shape["num_experts_per_tok"])
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_freq_base(shape["rope_theta"])
-    w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
-    w.add_vocab_size(shape["vocab_size"])
-    add_bench_tokenizer(w, shape["vocab_size"])
 
     def normal(*dims, sd=0.02):
         return rng.standard_normal(dims, dtype=np.float32) * sd
