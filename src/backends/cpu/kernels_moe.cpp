@@ -20,6 +20,7 @@ void moe_route(const float* logits, int64_t rows, int64_t experts, int64_t top_k
   std::vector<float> p(static_cast<size_t>(experts));
   std::vector<int64_t> pick(static_cast<size_t>(top_k));
   std::vector<float> val(static_cast<size_t>(top_k));
+  std::vector<uint8_t> taken(static_cast<size_t>(experts));  // per row: the experts already picked
   for (int64_t r = 0; r < rows; ++r) {
     const float* l = logits + r * experts;
     float* w = route + r * experts;
@@ -33,7 +34,7 @@ void moe_route(const float* logits, int64_t rows, int64_t experts, int64_t top_k
       for (int64_t e = 0; e < experts; ++e) p[static_cast<size_t>(e)] /= sum;
     }
     // The top_k, largest first; a tie goes to the lower index (a NaN is never picked over a number).
-    std::vector<uint8_t> taken(static_cast<size_t>(experts), 0);
+    std::fill(taken.begin(), taken.end(), 0);
     for (int64_t k = 0; k < top_k; ++k) {
       int64_t best = -1;
       for (int64_t e = 0; e < experts; ++e)
