@@ -216,7 +216,7 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
   std::vector<std::shared_ptr<serve::Stream>> streams;
   try {
     for (int i = 0; i < r.n; ++i) {
-      serve::EngineRequest er{r.prompt, g, r.stop, true, r.logprobs};
+      serve::EngineRequest er{r.prompt, g, r.stop, true, r.logprobs, r.reasoning, r.reasoning_open};
       if (g.seed && i > 0) er.config.seed = *g.seed + static_cast<uint64_t>(i);
       streams.push_back(s.engine->submit(std::move(er)));
     }
@@ -267,14 +267,17 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
                          std::to_string(s.started) + "-" + std::to_string(s.next_id.fetch_add(1));
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const int prompt_tokens = static_cast<int>(r.prompt.size());
+  const bool reasoning = r.reasoning != serve::ReasoningFormat::None;
   if (!r.stream) {
     std::vector<serve::ChoiceResult> choices(streams.size());
     for (size_t i = 0; i < streams.size(); ++i) {
       std::vector<serve::TokenLogprob> lps;
+      if (reasoning) choices[i].reasoning.emplace();
       while (true) {
         serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(200));
         if (!u.done && ex.client_gone()) return cancel_all();
         choices[i].text += u.text;
+        if (reasoning) *choices[i].reasoning += u.reasoning;
         for (auto& l : u.logprobs) lps.push_back(std::move(l));
         choices[i].completion_tokens = u.completion_tokens;
         if (!u.done) continue;
@@ -315,12 +318,12 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
       if (done[i]) continue;
       if (ex.client_gone()) return cancel_all();
       serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
-      if (!u.text.empty() || !u.logprobs.empty()) {
+      if (!u.text.empty() || !u.reasoning.empty() || !u.logprobs.empty()) {
         const nlohmann::ordered_json lp =
             logprobs ? serve::logprobs_json(endpoint, *s.served.tokenizer, u.logprobs, offsets[i])
                      : nlohmann::ordered_json(nullptr);
         if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), &u.text,
-                                              false, "", usage, lp))))
+                                              false, "", usage, lp, reasoning ? &u.reasoning : nullptr))))
           return cancel_all();
       }
       if (!u.done) continue;
@@ -468,6 +471,14 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
   cmd->add_option("--max-connections", s.max_connections,
                   "Open client connections at most, whatever they do; beyond: 503 and close (default 512)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option(
+         "--reasoning-parser", s.reasoning_parser,
+         "Chat answers' reasoning as message.reasoning_content (delta.reasoning_content when "
+         "streamed), apart from the content: harmony (gpt-oss's analysis channel), qwen3 "
+         "(<think>...</think>, "
+         "also DeepSeek-R1 style), none (all text is content), auto (harmony for gpt-oss or a harmony "
+         "template, qwen3 for a template that writes <think>, else none; default)")
+      ->check(CLI::IsMember({"none", "auto", "harmony", "qwen3"}));
   add_compile_flags(cmd, s.compile);
 }
 
@@ -547,6 +558,18 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
       s.served.tokenizer = &l->tokenizer;
       s.served.defaults = l->model.generation_config();
       s.served.vocab_size = l->model.info().vocab_size;
+      s.served.reasoning =
+          settings.reasoning_parser == "auto"
+              ? serve::choose_reasoning_format(l->model.info().architecture, l->tokenizer.chat_template())
+              : *serve::reasoning_format_from_name(settings.reasoning_parser);
+      if (s.served.reasoning == serve::ReasoningFormat::Harmony && !serve::harmony_tokens(l->tokenizer)) {
+        // auto: a harmony-looking template over a tokenizer without the markers parses nothing
+        if (settings.reasoning_parser == "auto") s.served.reasoning = serve::ReasoningFormat::None;
+      }
+      if (s.served.reasoning == serve::ReasoningFormat::Harmony && !serve::harmony_tokens(l->tokenizer))
+        fail(
+            "--reasoning-parser harmony: the tokenizer lacks harmony's tokens (<|start|>, <|channel|>, "
+            "<|message|>, <|end|>, <|return|>, <|call|>, <|constrain|>)");
       auto engine = std::make_unique<serve::Engine>(l->model, l->tokenizer, eo);
       if (settings.warmup) {
         const int made = engine->warmup();
@@ -556,8 +579,10 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
       s.loaded = std::move(l);
       s.engine = std::move(engine);
       s.phase.store(Phase::Ready);
-      std::fprintf(stderr, "tessera serve: ready: model '%s', %d slots of %d positions\n",
-                   s.served.name.c_str(), eo.max_num_seqs, eo.max_model_len);
+      std::fprintf(stderr,
+                   "tessera serve: ready: model '%s', %d slots of %d positions, reasoning parser %s\n",
+                   s.served.name.c_str(), eo.max_num_seqs, eo.max_model_len,
+                   serve::reasoning_format_name(s.served.reasoning));
     } catch (const std::exception& e) {
       load_error = e.what();
       ::kill(::getpid(), SIGUSR1);

@@ -27,7 +27,8 @@ struct ServeSettings {
   double read_timeout_s = 30;
   int max_connections = 512;
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long to finish, then are cancelled
-  CompileFlags compile;            // buckets, recompile guard, disk cache (as generate's flags)
+  std::string reasoning_parser = "auto";  // none, auto, harmony, qwen3 (serve/reasoning.h)
+  CompileFlags compile;                   // buckets, recompile guard, disk cache (as generate's flags)
 };
 
 // The serve flags (not the model flags, which the command shares with generate).

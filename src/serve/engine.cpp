@@ -13,11 +13,15 @@ namespace tessera::serve {
 
 StreamUpdate Stream::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait_for(lk, timeout,
-               [&] { return !pending_.empty() || !pending_logprobs_.empty() || (done_ && !taken_done_); });
+  cv_.wait_for(lk, timeout, [&] {
+    return !pending_.empty() || !pending_reasoning_.empty() || !pending_logprobs_.empty() ||
+           (done_ && !taken_done_);
+  });
   StreamUpdate u;
   u.text = std::move(pending_);
   pending_.clear();
+  u.reasoning = std::move(pending_reasoning_);
+  pending_reasoning_.clear();
   u.logprobs = std::move(pending_logprobs_);
   pending_logprobs_.clear();
   u.prompt_tokens = prompt_tokens_;
@@ -33,10 +37,12 @@ StreamUpdate Stream::wait(std::chrono::milliseconds timeout) {
 
 void Stream::cancel() { cancelled_.store(true); }
 
-void Stream::push(const std::string& text, std::vector<TokenLogprob> logprobs, int completion_tokens) {
+void Stream::push(const std::string& text, const std::string& reasoning, std::vector<TokenLogprob> logprobs,
+                  int completion_tokens) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_ += text;
+    pending_reasoning_ += reasoning;
     for (auto& l : logprobs) pending_logprobs_.push_back(std::move(l));
     completion_tokens_ = completion_tokens;
   }
@@ -125,11 +131,35 @@ struct Engine::Active {
       : stream(std::move(s)),
         decoder(tok, r.skip_special_tokens),
         stops(r.stop),
+        reasoning_stops(r.stop),
+        parser(make_reasoning_parser(r.reasoning, tok, r.reasoning_open, r.config.eos_token_id)),
         logprobs(r.logprobs),
         arrived(arrived) {}
   std::shared_ptr<Stream> stream;
   StreamDecoder decoder;
-  StopMatcher stops;
+  StopMatcher stops;  // over the content (all the text without a reasoning parser)
+  // With a reasoning parser: the reasoning's own stop matcher (a stop string ends the request on either
+  // channel, never spanning both), and the channel of the text last given to a matcher; on a change, the
+  // other's held-back tail goes out first, so the text leaves in the order the model wrote it.
+  StopMatcher reasoning_stops;
+  std::unique_ptr<ReasoningParser> parser;
+  Channel channel = Channel::Content;
+  std::vector<Segment> segments;  // scratch
+  bool stopped() const { return stops.stopped() || reasoning_stops.stopped(); }
+  // Text of `channel` through its stop matcher into `content` / `reasoning`; returns the bytes let out.
+  size_t put(Channel c, const std::string& text, std::string& content, std::string& reasoning) {
+    size_t n = 0;
+    auto out = [&](Channel ch, const std::string& t) {
+      (ch == Channel::Reasoning ? reasoning : content) += t;
+      n += t.size();
+    };
+    if (c != channel) {
+      out(channel, (channel == Channel::Reasoning ? reasoning_stops : stops).flush());
+      channel = c;
+    }
+    if (!stopped()) out(c, (c == Channel::Reasoning ? reasoning_stops : stops).push(text));
+    return n;
+  }
   // logprobs >= 0: each token's entry waits here until its text is out (stop strings hold text back), with
   // the byte range [begin, end) of its text in the decoded sequence.
   int logprobs = -1;
@@ -144,11 +174,11 @@ struct Engine::Active {
   std::vector<TokenLogprob> released(bool all) {
     std::vector<TokenLogprob> out;
     while (!held.empty() &&
-           (all || held.front().end <= emitted || (stops.stopped() && held.front().begin < emitted))) {
+           (all || held.front().end <= emitted || (stopped() && held.front().begin < emitted))) {
       out.push_back(std::move(held.front().lp));
       held.pop_front();
     }
-    if (stops.stopped()) held.clear();
+    if (stopped()) held.clear();
     return out;
   }
   size_t delivered = 0;  // tokens of the slot already turned into text
@@ -223,6 +253,9 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
   if (request.logprobs >= 0 && !logprobs_available())
     fail("logprobs are not available on this device: tokens are sampled inside the compiled step");
   if (request.logprobs > 20) fail("logprobs: at most 20 alternatives, got ", request.logprobs);
+  // The parser is made again at admission (on the scheduler thread): here only to refuse a format the
+  // tokenizer cannot do (harmony without its markers) before the request waits.
+  (void)make_reasoning_parser(request.reasoning, tok_, request.reasoning_open, request.config.eos_token_id);
   const int budget = request.config.new_token_budget(len, model_.info().max_position_embeddings);
   if (budget > max_new_tokens_that_fit(len)) {
     const int padded = padded_prompt(len);
@@ -341,7 +374,7 @@ void Engine::sync(int slot) {
   Active* a = active_[static_cast<size_t>(slot)].get();
   if (!a) return;
   const std::vector<int32_t>& ids = batch_.tokens(slot);
-  std::string text;
+  std::string text, reasoning;
   bool stopped = false;
   for (; a->delivered < ids.size() && !stopped; ++a->delivered) {
     const auto now = Clock::now();
@@ -350,19 +383,32 @@ void Engine::sync(int slot) {
     else
       a->times.inter_token_s.push_back(std::chrono::duration<double>(now - a->last).count());
     a->last = now;
-    const std::string piece = a->decoder.push(ids[a->delivered]);
+    const int32_t id = ids[a->delivered];
+    size_t piece_size = 0;
+    std::string piece;
+    if (a->parser) {
+      a->segments.clear();
+      a->parser->push(id, tok_.token_bytes(id, false), tok_.is_special(id), a->segments);
+      for (const Segment& sg : a->segments) piece_size += sg.text.size();
+    } else {
+      piece = a->decoder.push(id);
+      piece_size = piece.size();
+    }
     if (a->logprobs >= 0) {
       // One token arrives per prefill or step, so the kept logits are this token's.
       const int64_t vocab = model_.info().vocab_size;
-      a->held.push_back(
-          {a->decoded, a->decoded + piece.size(),
-           token_logprob(batch_.last_logits(slot).data(), vocab, ids[a->delivered], a->logprobs)});
+      a->held.push_back({a->decoded, a->decoded + piece_size,
+                         token_logprob(batch_.last_logits(slot).data(), vocab, id, a->logprobs)});
     }
-    a->decoded += piece.size();
-    const std::string out = a->stops.push(piece);
-    a->emitted += out.size();
-    text += out;
-    stopped = a->stops.stopped();
+    a->decoded += piece_size;
+    if (a->parser) {
+      for (const Segment& sg : a->segments) a->emitted += a->put(sg.channel, sg.text, text, reasoning);
+    } else {
+      const std::string out = a->stops.push(piece);
+      a->emitted += out.size();
+      text += out;
+    }
+    stopped = a->stopped();
   }
   const int count = static_cast<int>(a->delivered);
   {
@@ -372,21 +418,31 @@ void Engine::sync(int slot) {
   a->counted = static_cast<uint64_t>(count);
   const SlotState st = batch_.state(slot);
   if (stopped) {
-    a->stream->push(text, a->released(false), count);
+    a->stream->push(text, reasoning, a->released(false), count);
     batch_.release(slot);
     end_slot(slot, "stop", "");
     return;
   }
   if (st.finish == FinishReason::None) {
     std::vector<TokenLogprob> lps = a->released(false);
-    if (!text.empty() || !lps.empty()) a->stream->push(text, std::move(lps), count);
+    if (!text.empty() || !reasoning.empty() || !lps.empty())
+      a->stream->push(text, reasoning, std::move(lps), count);
     return;
   }
   if (st.finish != FinishReason::Error) {
-    text += a->stops.push(a->decoder.flush());
-    text += a->stops.flush();
+    if (a->parser) {
+      a->segments.clear();
+      a->parser->finish(a->segments);
+      for (const Segment& sg : a->segments) a->put(sg.channel, sg.text, text, reasoning);
+      // The held-back tail (the other channel's went out when the text left it).
+      (a->channel == Channel::Reasoning ? reasoning : text) +=
+          (a->channel == Channel::Reasoning ? a->reasoning_stops : a->stops).flush();
+    } else {
+      text += a->stops.push(a->decoder.flush());
+      text += a->stops.flush();
+    }
   }
-  a->stream->push(text, a->released(true), count);
+  a->stream->push(text, reasoning, a->released(true), count);
   batch_.release(slot);
   end_slot(slot,
            st.finish == FinishReason::Length  ? "length"

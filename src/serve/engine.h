@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "serve/reasoning.h"
 #include "tessera/batch.h"
 #include "tessera/generation.h"
 #include "tessera/model.h"
@@ -49,6 +50,10 @@ struct EngineRequest {
   std::vector<std::string> stop;  // stop strings (text); the text stops before the first one found
   bool skip_special_tokens = true;
   int logprobs = -1;  // >= 0: each new token's log-probability and this many most likely alternatives (<= 20)
+  // Reasoning separated from content (serve/reasoning.h): the text goes to StreamUpdate::reasoning and
+  // StreamUpdate::text by the format's rules. `reasoning_open`: the prompt opened a think block (Qwen3).
+  ReasoningFormat reasoning = ReasoningFormat::None;
+  bool reasoning_open = false;
 };
 
 // A generated token's log-probability under the model's raw distribution (log-softmax of its logits before
@@ -64,7 +69,8 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, in
 
 // What a request's consumer sees. Filled by the scheduler thread; read through Stream::wait().
 struct StreamUpdate {
-  std::string text;                    // new text since the previous update ("" possible)
+  std::string text;                    // new text since the previous update ("" possible): the content
+  std::string reasoning;               // new reasoning text (EngineRequest::reasoning set; else "")
   std::vector<TokenLogprob> logprobs;  // EngineRequest::logprobs >= 0: the tokens whose text is out
   bool done = false;                   // no more updates follow
   std::string finish_reason;  // when done: "stop" (eos or stop string), "length", "cancelled", "error"
@@ -85,14 +91,15 @@ class Stream {
   friend class Engine;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string pending_;  // text not yet taken by wait()
+  std::string pending_, pending_reasoning_;  // text not yet taken by wait()
   std::vector<TokenLogprob> pending_logprobs_;
   bool done_ = false;
   bool taken_done_ = false;
   std::string finish_reason_, error_;
   int prompt_tokens_ = 0, completion_tokens_ = 0;
   std::atomic<bool> cancelled_{false};
-  void push(const std::string& text, std::vector<TokenLogprob> logprobs, int completion_tokens);
+  void push(const std::string& text, const std::string& reasoning, std::vector<TokenLogprob> logprobs,
+            int completion_tokens);
   void finish(const std::string& reason, const std::string& error, int completion_tokens);
 };
 
@@ -186,7 +193,7 @@ class StopMatcher {
  public:
   explicit StopMatcher(std::vector<std::string> stops);
   std::string push(const std::string& text);
-  std::string flush();  // the held-back tail, at the end of a sequence that did not stop
+  std::string flush();  // the held-back tail, at the end of a sequence that did not stop (push() may follow)
   bool stopped() const { return stopped_; }
 
  private:

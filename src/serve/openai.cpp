@@ -74,10 +74,12 @@ int64_t integer(const json& v, const std::string& field, int64_t lo, int64_t hi)
                    ", got " + v.dump());
   if (!v.is_number_integer()) wrong_type(field, v, "an integer");
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
-    bad(field, "'" + field + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
+    bad(field,
+        "'" + field + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi)
-    bad(field, "'" + field + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
+    bad(field,
+        "'" + field + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
   return x;
 }
 
@@ -88,11 +90,24 @@ bool boolean(const json& v, const std::string& field) {
 
 // Fields OpenAI defines that Tessera does not do (yet): a 400 naming them rather than a silent default.
 const std::set<std::string>& unsupported() {
-  static const std::set<std::string> s = {"tools",       "tool_choice", "functions",     "function_call",
-                                          "response_format", "logit_bias", "parallel_tool_calls", "best_of",
-                                          "suffix",      "audio",       "modalities",    "prediction",
-                                          "echo",        "store",
-                                          "metadata",    "service_tier", "reasoning_effort", "web_search_options"};
+  static const std::set<std::string> s = {"tools",
+                                          "tool_choice",
+                                          "functions",
+                                          "function_call",
+                                          "response_format",
+                                          "logit_bias",
+                                          "parallel_tool_calls",
+                                          "best_of",
+                                          "suffix",
+                                          "audio",
+                                          "modalities",
+                                          "prediction",
+                                          "echo",
+                                          "store",
+                                          "metadata",
+                                          "service_tier",
+                                          "reasoning_effort",
+                                          "web_search_options"};
   return s;
 }
 
@@ -105,16 +120,18 @@ std::string message_text(const json& content, const std::string& where) {
     const json& part = content[j];
     const std::string at = where + "[" + std::to_string(j) + "]";
     if (!part.is_object()) wrong_type(at, part, "an object");
-    if (!part.contains("type") || !part["type"].is_string()) bad(at + ".type", "'" + at + ".type' must be a string");
+    if (!part.contains("type") || !part["type"].is_string())
+      bad(at + ".type", "'" + at + ".type' must be a string");
     if (part["type"] != "text")
       bad(at + ".type", "'" + at + ".type' " + part["type"].dump() + " is not supported (only \"text\")");
-    if (!part.contains("text") || !part["text"].is_string()) bad(at + ".text", "'" + at + ".text' must be a string");
+    if (!part.contains("text") || !part["text"].is_string())
+      bad(at + ".text", "'" + at + ".text' must be a string");
     text += part["text"].get<std::string>();
   }
   return text;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served) {
+std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served, std::string& text) {
   if (!body.contains("messages")) bad("messages", "'messages' is required");
   const json& msgs = body["messages"];
   if (!msgs.is_array()) wrong_type("messages", msgs, "an array");
@@ -127,10 +144,12 @@ std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served) {
     for (const auto& [k, v] : m.items())
       if (k != "role" && k != "content" && k != "name")
         bad(at + "." + k, "'" + at + "." + k + "' is not supported");
-    if (!m.contains("role") || !m["role"].is_string()) bad(at + ".role", "'" + at + ".role' must be a string");
+    if (!m.contains("role") || !m["role"].is_string())
+      bad(at + ".role", "'" + at + ".role' must be a string");
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "user" && role != "assistant")
-      bad(at + ".role", "'" + at + ".role' must be \"system\", \"user\" or \"assistant\", got \"" + role + "\"");
+      bad(at + ".role",
+          "'" + at + ".role' must be \"system\", \"user\" or \"assistant\", got \"" + role + "\"");
     if (!m.contains("content")) bad(at + ".content", "'" + at + ".content' is required");
     rendered.push_back({{"role", role}, {"content", message_text(m["content"], at + ".content")}});
   }
@@ -142,7 +161,6 @@ std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served) {
   }
   if (served.tokenizer->chat_template().empty())
     bad("messages", "this model's tokenizer has no chat template; use /v1/completions");
-  std::string text;
   try {
     text = apply_chat_template(*served.tokenizer, rendered, true, extra);
   } catch (const Error& e) {
@@ -166,7 +184,8 @@ std::vector<int32_t> completion_prompt(const json& body, const ServedModel& serv
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i].is_string() || p[i].is_array())
       bad("prompt", "'prompt' with several prompts is not supported: send one request per prompt");
-    ids.push_back(static_cast<int32_t>(integer(p[i], "prompt[" + std::to_string(i) + "]", 0, served.vocab_size - 1)));
+    ids.push_back(
+        static_cast<int32_t>(integer(p[i], "prompt[" + std::to_string(i) + "]", 0, served.vocab_size - 1)));
   }
   return ids;
 }
@@ -278,16 +297,28 @@ json parse_body(const std::string& text, bool chat) {
 
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, const ServedModel& served) {
   json body = parse_body(body_text, endpoint == Endpoint::Chat);
-  if (!body.is_object()) throw ApiError(400, std::string("the body must be a JSON object, got ") + type_name(body));
+  if (!body.is_object())
+    throw ApiError(400, std::string("the body must be a JSON object, got ") + type_name(body));
   const bool chat = endpoint == Endpoint::Chat;
-  static const std::set<std::string> common = {"model",       "max_tokens",        "temperature", "top_p",
-                                               "seed",        "stop",              "stream",      "stream_options",
-                                               "n",           "presence_penalty",  "frequency_penalty", "top_k",
-                                               "min_p",       "repetition_penalty", "user"};
+  static const std::set<std::string> common = {"model",
+                                               "max_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "seed",
+                                               "stop",
+                                               "stream",
+                                               "stream_options",
+                                               "n",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "top_k",
+                                               "min_p",
+                                               "repetition_penalty",
+                                               "user"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k)) continue;
-    if (chat && (k == "messages" || k == "max_completion_tokens" || k == "chat_template_kwargs" || k == "logprobs" ||
-                 k == "top_logprobs"))
+    if (chat && (k == "messages" || k == "max_completion_tokens" || k == "chat_template_kwargs" ||
+                 k == "logprobs" || k == "top_logprobs"))
       continue;
     if (!chat && k == "logprobs") continue;
     if (!chat && k == "prompt") continue;
@@ -305,11 +336,19 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
   if (has("model")) {
     if (!body["model"].is_string()) wrong_type("model", body["model"], "a string");
     if (body["model"] != served.name)
-      throw ApiError(404, "the model '" + body["model"].get<std::string>() + "' does not exist (this server has '" +
-                              served.name + "')",
+      throw ApiError(404,
+                     "the model '" + body["model"].get<std::string>() +
+                         "' does not exist (this server has '" + served.name + "')",
                      "model", "invalid_request_error", "model_not_found");
   }
-  r.prompt = chat ? chat_prompt(body, served) : completion_prompt(body, served);
+  if (chat) {
+    std::string text;
+    r.prompt = chat_prompt(body, served, text);
+    r.reasoning = served.reasoning;
+    r.reasoning_open = served.reasoning == ReasoningFormat::Qwen3 && prompt_opens_thinking(text);
+  } else {
+    r.prompt = completion_prompt(body, served);
+  }
 
   GenerationConfig& g = r.config;
   g = served.defaults;
@@ -335,7 +374,8 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
   if (has("min_p")) g.min_p = static_cast<float>(number(body["min_p"], "min_p", 0, 1, "[0, 1]"));
   if (has("repetition_penalty")) {
     const double rp = number(body["repetition_penalty"], "repetition_penalty", 0, 1e6, "(0, 1e6]");
-    if (rp <= 0) bad("repetition_penalty", "'repetition_penalty' must be > 0, got " + body["repetition_penalty"].dump());
+    if (rp <= 0)
+      bad("repetition_penalty", "'repetition_penalty' must be > 0, got " + body["repetition_penalty"].dump());
     g.repetition_penalty = static_cast<float>(rp);
   }
   for (const char* k : {"presence_penalty", "frequency_penalty"})
@@ -371,7 +411,8 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
   }
   if (chat) {
     const bool on = has("logprobs") && boolean(body["logprobs"], "logprobs");
-    const int top = has("top_logprobs") ? static_cast<int>(integer(body["top_logprobs"], "top_logprobs", 0, 20)) : 0;
+    const int top =
+        has("top_logprobs") ? static_cast<int>(integer(body["top_logprobs"], "top_logprobs", 0, 20)) : 0;
     if (top > 0 && !on) bad("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
     if (on) r.logprobs = top;
   } else if (has("logprobs")) {
@@ -393,7 +434,8 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
       if (k != "type") bad("response_format." + k, "unknown field 'response_format." + k + "'");
   }
   g.disable_compile = false;
-  if (auto bad_field = g.invalid_field()) bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);
+  if (auto bad_field = g.invalid_field())
+    bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);
   return r;
 }
 
@@ -410,8 +452,9 @@ ordered_json envelope(const std::string& id, const char* object, int64_t created
 }
 }  // namespace
 
-ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                           const std::vector<ChoiceResult>& choices, int prompt_tokens) {
+ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t created,
+                           const std::string& model, const std::vector<ChoiceResult>& choices,
+                           int prompt_tokens) {
   const bool chat = endpoint == Endpoint::Chat;
   ordered_json out = envelope(id, chat ? "chat.completion" : "text_completion", created, model);
   ordered_json cs = ordered_json::array();
@@ -419,10 +462,13 @@ ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t cre
   for (size_t i = 0; i < choices.size(); ++i) {
     ordered_json c;
     c["index"] = i;
-    if (chat)
+    if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
-    else
+      if (const auto& r = choices[i].reasoning)
+        c["message"]["reasoning_content"] = r->empty() ? ordered_json(nullptr) : ordered_json(*r);
+    } else {
       c["text"] = choices[i].text;
+    }
     c["logprobs"] = choices[i].logprobs;
     c["finish_reason"] = choices[i].finish_reason;
     cs.push_back(std::move(c));
@@ -435,7 +481,7 @@ ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t cre
 
 ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                         int index, const std::string* text, bool role, const std::string& finish_reason,
-                        bool with_usage, const ordered_json& logprobs) {
+                        bool with_usage, const ordered_json& logprobs, const std::string* reasoning) {
   const bool chat = endpoint == Endpoint::Chat;
   ordered_json out = envelope(id, chat ? "chat.completion.chunk" : "text_completion", created, model);
   ordered_json c;
@@ -443,7 +489,8 @@ ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t create
   if (chat) {
     ordered_json delta = ordered_json::object();
     if (role) delta["role"] = "assistant";
-    if (text) delta["content"] = *text;
+    if (text && (!reasoning || role || !text->empty())) delta["content"] = *text;
+    if (reasoning && !reasoning->empty()) delta["reasoning_content"] = *reasoning;
     c["delta"] = std::move(delta);
   } else {
     c["text"] = text ? *text : std::string();
@@ -455,8 +502,8 @@ ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t create
   return out;
 }
 
-ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                              int prompt_tokens, int completion_tokens) {
+ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created,
+                              const std::string& model, int prompt_tokens, int completion_tokens) {
   ordered_json out =
       envelope(id, endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion", created, model);
   out["choices"] = ordered_json::array();
@@ -465,7 +512,8 @@ ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t 
 }
 
 namespace {
-// A token's text as JSON can hold it (invalid UTF-8, e.g. half a character, repaired to U+FFFD) and its raw bytes.
+// A token's text as JSON can hold it (invalid UTF-8, e.g. half a character, repaired to U+FFFD) and its raw
+// bytes.
 std::string token_text(const std::string& raw) {
   if (tok::utf8_is_valid(raw)) return raw;
   std::string out;

@@ -5,11 +5,13 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "serve/engine.h"
+#include "serve/reasoning.h"
 #include "tessera/generation.h"
 #include "tessera/tokenizer.h"
 
@@ -17,9 +19,12 @@ namespace tessera::serve {
 
 // An answer other than 200: {"error": {"message", "type", "param", "code"}} with this HTTP status.
 struct ApiError : std::runtime_error {
-  ApiError(int status, std::string message, std::string param = "", std::string type = "invalid_request_error",
-           std::string code = "")
-      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)),
+  ApiError(int status, std::string message, std::string param = "",
+           std::string type = "invalid_request_error", std::string code = "")
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)),
         code(std::move(code)) {}
   int status;
   std::string type, param, code;
@@ -33,10 +38,14 @@ struct ParsedRequest {
   bool stream = false, include_usage = false;
   int n = 1;
   std::vector<int32_t> prompt;
-  GenerationConfig config;         // the model's defaults with the request's fields
-  bool max_tokens_given = false;   // max_tokens / max_completion_tokens (else: what fits the context)
-  std::vector<std::string> stop;   // up to 4
-  int logprobs = -1;               // chat logprobs + top_logprobs, completions logprobs: alternatives; -1 off
+  GenerationConfig config;        // the model's defaults with the request's fields
+  bool max_tokens_given = false;  // max_tokens / max_completion_tokens (else: what fits the context)
+  std::vector<std::string> stop;  // up to 4
+  int logprobs = -1;              // chat logprobs + top_logprobs, completions logprobs: alternatives; -1 off
+  // Chat only: the served model's reasoning format (completions return the raw text), and whether the
+  // rendered prompt opened a think block.
+  ReasoningFormat reasoning = ReasoningFormat::None;
+  bool reasoning_open = false;
 };
 
 // What the server answers to: its model name, the model's defaults and tokenizer.
@@ -45,6 +54,7 @@ struct ServedModel {
   const Tokenizer* tokenizer = nullptr;
   GenerationConfig defaults;
   int64_t vocab_size = 0;
+  ReasoningFormat reasoning = ReasoningFormat::None;  // --reasoning-parser, resolved for this model
 };
 
 // Parses and checks a request body. Throws ApiError (400 naming the field; 404 for another model name).
@@ -53,6 +63,9 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Se
 // Response pieces. `id` is "chatcmpl-..." / "cmpl-...", `created` Unix seconds.
 struct ChoiceResult {
   std::string text, finish_reason;
+  // With a reasoning parser: the reasoning, written as message.reasoning_content (null when empty); nullopt:
+  // no such field.
+  std::optional<std::string> reasoning;
   int completion_tokens = 0;
   nlohmann::ordered_json logprobs;  // null, or logprobs_json() of its tokens
 };
@@ -62,18 +75,23 @@ struct ChoiceResult {
 // holding the most likely tokens and the chosen one (up to logprobs + 1 entries, as OpenAI's), and
 // `text_offset` (the bytes of the choice's tokens before these) advancing past them, so stream chunks
 // continue the count.
-nlohmann::ordered_json logprobs_json(Endpoint endpoint, const Tokenizer& tok, const std::vector<TokenLogprob>& tokens,
-                                     size_t& text_offset);
+nlohmann::ordered_json logprobs_json(Endpoint endpoint, const Tokenizer& tok,
+                                     const std::vector<TokenLogprob>& tokens, size_t& text_offset);
 nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens);
 nlohmann::ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t created,
                                      const std::string& model, const std::vector<ChoiceResult>& choices,
                                      int prompt_tokens);
-// One SSE chunk's JSON for choice `index`: `text` (the first chat chunk carries the role), and `finish_reason`
-// ("" = null). `with_usage`: the chunk carries "usage": null (include_usage was asked for). `logprobs`: those of
-// the chunk's tokens (logprobs_json), or null.
-nlohmann::ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                                  int index, const std::string* text, bool role, const std::string& finish_reason,
-                                  bool with_usage, const nlohmann::ordered_json& logprobs = nullptr);
+// One SSE chunk's JSON for choice `index`: `text` (the first chat chunk carries the role), and
+// `finish_reason`
+// ("" = null). `with_usage`: the chunk carries "usage": null (include_usage was asked for). `logprobs`: those
+// of the chunk's tokens (logprobs_json), or null. `reasoning` (chat with a reasoning parser): the delta
+// carries "reasoning_content" when it is not empty, and "content" only when that is not empty (or with the
+// role).
+nlohmann::ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t created,
+                                  const std::string& model, int index, const std::string* text, bool role,
+                                  const std::string& finish_reason, bool with_usage,
+                                  const nlohmann::ordered_json& logprobs = nullptr,
+                                  const std::string* reasoning = nullptr);
 // The last chunk of a stream with include_usage: empty choices and the totals.
 nlohmann::ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created,
                                         const std::string& model, int prompt_tokens, int completion_tokens);
