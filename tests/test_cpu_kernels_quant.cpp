@@ -1,7 +1,6 @@
-// Matmuls and lookups with block-quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, and the
-// cpu backend's Q4_K_R8 / Q6_K_R8 forms of Q4_K / Q6_K) against
-// double-precision references of the dequantised weights, for every instruction set this CPU supports and 1
-// and 2 threads, at odd shapes.
+// Matmuls and lookups with block-quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4,
+// and the cpu backend's Q4_K_R8 / Q6_K_R8 forms of Q4_K / Q6_K) against double-precision references of the
+// dequantised weights, for every instruction set this CPU supports and 1 and 2 threads, at odd shapes.
 //
 // References: the weights' values (d * q (+ m)) decoded from random block bytes by the GGUF reader's
 // dequantisers (src/io/gguf_quants.cpp, written apart from the kernels). The int8 paths (decode below 8 rows
@@ -36,8 +35,8 @@ namespace {
 
 class CpuQuantKernels : public kernel_targets::OnEachInt8Target {};
 
-constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                              DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
 // The GGML type id of a block format (the GGUF reader's dequantisers are indexed by it).
 uint32_t ggml_id(DType dt) {
@@ -58,6 +57,8 @@ uint32_t ggml_id(DType dt) {
       return 13;
     case DType::Q6_K:
       return 14;
+    case DType::MXFP4:
+      return 39;
     default:
       ADD_FAILURE() << dtype_name(dt);
       return 0;
@@ -84,8 +85,13 @@ QWeights make_qweights(DType dt, int64_t rows, int64_t K, uint32_t seed) {
   w.raw.resize(nblocks * bytes);
   for (auto& b : w.raw) b = static_cast<uint8_t>(byte(rng));
   // The f16 fields: d (last in Q6_K, first elsewhere), and Q4_1 / Q5_1's m or Q4_K / Q5_K's dmin.
+  std::uniform_int_distribution<int> e8m0(118, 128);  // MXFP4's scale byte: 2^-9 .. 2^1
   for (size_t b = 0; b < nblocks; ++b) {
     uint8_t* blk = w.raw.data() + b * bytes;
+    if (dt == DType::MXFP4) {
+      blk[0] = static_cast<uint8_t>(e8m0(rng));
+      continue;
+    }
     const uint16_t dh = f32_to_f16(kquant ? scale(rng) / 16 : scale(rng));
     std::memcpy(blk + (dt == DType::Q6_K ? 208 : 0), &dh, 2);
     const bool second = dt == DType::Q4_1 || dt == DType::Q5_1 || dt == DType::Q4_K || dt == DType::Q5_K;

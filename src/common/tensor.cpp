@@ -36,7 +36,7 @@ size_t dtype_size(DType dt) {
   return 0;
 }
 
-bool is_quantized(DType dt) { return dt >= DType::Q8_0 && dt <= DType::Q4_1_R8; }
+bool is_quantized(DType dt) { return dt >= DType::Q8_0 && dt <= DType::MXFP4; }
 
 int64_t dtype_block(DType dt) {
   if (dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q4_K_R8 ||
@@ -75,6 +75,9 @@ size_t dtype_bytes(DType dt, int64_t n) {
     case DType::Q6_K:
     case DType::Q6_K_R8:
       block_bytes = 210;
+      break;
+    case DType::MXFP4:
+      block_bytes = 17;
       break;
     default:
       return static_cast<size_t>(n) * dtype_size(dt);
@@ -120,13 +123,15 @@ const char* dtype_name(DType dt) {
       return "q4_0_r8";
     case DType::Q4_1_R8:
       return "q4_1_r8";
+    case DType::MXFP4:
+      return "mxfp4";
   }
   return "?";
 }
 
 DType block_dtype_of_ggml(const std::string& ggml_type) {
   for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
-                   DType::Q6_K}) {
+                   DType::Q6_K, DType::MXFP4}) {
     std::string upper = dtype_name(dt);
     for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     if (upper == ggml_type) return dt;

@@ -2,6 +2,7 @@
 // with its f16 scale(s). All reads go through memcpy: blocks are not aligned.
 #include "io/gguf_quants.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "common/ggml_blocks.h"
@@ -24,6 +25,7 @@ enum : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kBF16 = 30,
+  kMXFP4 = 39,
 };
 
 constexpr GgmlTypeInfo kTypes[] = {
@@ -37,7 +39,7 @@ constexpr GgmlTypeInfo kTypes[] = {
     {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
     {26, "I32", 1, 4, false},        {27, "I64", 1, 8, false},        {28, "F64", 1, 8, false},
     {29, "IQ1_M", 256, 56, false},   {30, "BF16", 1, 2, true},        {34, "TQ1_0", 256, 54, false},
-    {35, "TQ2_0", 256, 66, false},   {39, "MXFP4", 32, 17, false},    {40, "NVFP4", 64, 36, false},
+    {35, "TQ2_0", 256, 66, false},   {39, "MXFP4", 32, 17, true},     {40, "NVFP4", 64, 36, false},
     {41, "Q1_0", 128, 18, false},
 };
 
@@ -157,6 +159,19 @@ void deq_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+// MXFP4 (OCP microscaling): {u8 e; u8 qs[16]}: nibbles placed as Q4_0's, each an FP4 E2M1 code (sign bit 3,
+// two exponent bits, one mantissa bit); x = fp4(q) * 2^(e - 127), exact in f32 wherever finite (e = 255, NaN
+// in the OCP format, is read as the plain power, as Transformers' ldexp and llama.cpp do).
+void deq_mxfp4(const uint8_t* b, float* y) {
+  static constexpr double kFp4[16] = {0.0,  0.5,  1.0,  1.5,  2.0,  3.0,  4.0,  6.0,
+                                      -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
+  const int e = static_cast<int>(b[0]) - 127;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(std::ldexp(kFp4[b[1 + j] & 0xf], e));
+    y[j + 16] = static_cast<float>(std::ldexp(kFp4[b[1 + j] >> 4], e));
+  }
+}
+
 template <void (*Fn)(const uint8_t*, float*)>
 void each_block(const uint8_t* src, float* dst, size_t nblocks, size_t bytes, size_t elems) {
   for (size_t i = 0; i < nblocks; ++i) Fn(src + i * bytes, dst + i * elems);
@@ -171,7 +186,7 @@ const GgmlTypeInfo* ggml_type_info(uint32_t id) {
 }
 
 const char* ggml_supported_types() {
-  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K";
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4";
 }
 
 void dequantize_blocks(uint32_t id, const uint8_t* src, float* dst, size_t n) {
@@ -205,6 +220,8 @@ void dequantize_blocks(uint32_t id, const uint8_t* src, float* dst, size_t n) {
       return each_block<deq_q5_k>(src, dst, n, 176, 256);
     case kQ6_K:
       return each_block<deq_q6_k>(src, dst, n, 210, 256);
+    case kMXFP4:
+      return each_block<deq_mxfp4>(src, dst, n, 17, 32);
     default:
       TS_ASSERT(false, "dequantize_blocks: unsupported GGML type ", id);
   }

@@ -74,6 +74,20 @@ template <>
 struct Fmt<DType::Q5_K> : FmtOf<8, 176, false, true> {};
 template <>
 struct Fmt<DType::Q6_K> : FmtOf<8, 210, true, false, true> {};
+template <>
+struct Fmt<DType::MXFP4> : FmtOf<1, 17, true, false> {};  // scale: the E8M0 byte at 0 (block_d)
+
+// MXFP4's quants: twice the FP4 E2M1 value of each code (integers, -12..12), and the same plus 12 (what
+// makes them unsigned for the integer dot); its scale byte e as the f32 2^(e - 128) (half the block's power
+// of two, for the doubled quants; 2^-127 and 2^-128 are subnormal, built from their bits).
+constexpr int8_t kMxfp4Quants[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+constexpr int kMxfp4Offset = 12;
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 inline uint16_t u16_at(const uint8_t* p) {
   uint16_t h;
@@ -126,6 +140,8 @@ void by_format(DType wt, Fn&& fn) {
       return fn(std::integral_constant<DType, DType::Q5_K>{});
     case DType::Q6_K:
       return fn(std::integral_constant<DType, DType::Q6_K>{});
+    case DType::MXFP4:
+      return fn(std::integral_constant<DType, DType::MXFP4>{});
     default:
       TS_ASSERT(false, "quantised kernel for ", dtype_name(wt));
   }
@@ -341,10 +357,15 @@ struct Unpacked {
 template <DType WT>
 inline void unpack(const uint8_t* blk, Unpacked<WT>& u) {
   using F = Fmt<WT>;
-  block_scales<WT>(blk, f16_to_f32(u16_at(blk + F::kD)), F::kMin ? f16_to_f32(u16_at(blk + 2)) : 0.0f, u.dlo,
-                   u.dhi, u.m);
+  block_scales<WT>(blk, WT == DType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(u16_at(blk + F::kD)),
+                   F::kMin ? f16_to_f32(u16_at(blk + 2)) : 0.0f, u.dlo, u.dhi, u.m);
   if constexpr (WT == DType::Q8_0) {
     for (int j = 0; j < QK; ++j) u.q[0][j] = static_cast<int8_t>(blk[2 + j]);
+  } else if constexpr (WT == DType::MXFP4) {
+    for (int j = 0; j < 16; ++j) {
+      u.q[0][j] = kMxfp4Quants[blk[1 + j] & 0xf];
+      u.q[0][j + 16] = kMxfp4Quants[blk[1 + j] >> 4];
+    }
   } else if constexpr (Fmt<WT>::kSub == 1) {  // Q4_0, Q4_1, Q5_0, Q5_1: nibbles (and a fifth bit in qh)
     constexpr bool five = WT == DType::Q5_0 || WT == DType::Q5_1;
     const uint8_t* p = blk + (Fmt<WT>::kMin ? 4 : 2);
