@@ -67,8 +67,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   cmd->add_option(
          "--dtype", f.dtype,
          "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16, and its "
-         "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K matrices kept as stored (PJRT devices: int8 and scales); "
-         "given, every matrix is dequantised to it), "
+         "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K/MXFP4 matrices kept as stored (PJRT devices: int8 and "
+         "scales); given, every matrix is dequantised to it; a safetensors gpt-oss keeps its MXFP4 experts "
+         "at any float dtype), "
          "or q8_0 / q4_0 / q4_k: matrices quantised at load (PJRT devices: uploaded as int8 and scales)")
       ->check(CLI::IsMember(
           {"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0", "q4_k"}));
@@ -80,7 +81,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
   cmd->add_flag(
       "--exact-bf16-matmul", f.exact_bf16_matmul,
       "cpu device: keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 dot "
-      "products (bfloat16 weights) or to int8 for integer dot products (a GGUF's block-quantised matrices), and "
+      "products (bfloat16 weights) or to int8 for integer dot products (a GGUF's block-quantised matrices), "
+      "and "
       "the KV cache float32 instead of bfloat16: what float32 weights give, slower");
   cmd->add_option(
          "--threads", f.threads,

@@ -3,6 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "io/gguf_quants.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
@@ -296,4 +302,100 @@ TEST(IoSafetensorsDir, ReadsAFileWrittenByTheSafetensorsLibrary) {
   ASSERT_NE(f->header().find("t.Q4_1"), nullptr);
   EXPECT_EQ(f->header().find("t.Q4_1")->shape, (Shape{2, 256}));
   EXPECT_EQ(f->load("t.Q4_1", DType::F32).numel(), 512);
+}
+
+// gpt-oss's MXFP4 experts as the hub stores them (<proj>_blocks U8 [E, N, K / 32, 16]: byte j of a block
+// holds values 2j (low nibble) and 2j + 1 (high); <proj>_scales U8 [E, N, K / 32], E8M0) are presented as
+// <proj> [E, N, K] stored "MXFP4" (io/expert_layout.cpp): GGML's blocks (byte j: values j and j + 16) with
+// gate_up's interleaved rows (gate at even ones) de-interleaved, or dequantised. The expected values here are
+// computed from the hub's layout directly (FP4 E2M1 * 2^(scale - 127)).
+namespace mxfp4 {
+
+constexpr double kFp4[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+
+struct Proj {
+  std::vector<uint8_t> blocks, scales;
+  int64_t E, N, nb;
+  double value(int64_t e, int64_t n, int64_t k) const {  // the hub's layout, row n as stored
+    const int64_t b = k / 32, i = k % 32;
+    const uint8_t byte = blocks[static_cast<size_t>(((e * N + n) * nb + b) * 16 + i / 2)];
+    return std::ldexp(kFp4[i % 2 == 0 ? byte & 0xf : byte >> 4],
+                      scales[static_cast<size_t>((e * N + n) * nb + b)] - 127);
+  }
+};
+
+Proj random_proj(int64_t E, int64_t N, int64_t nb, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Proj p{std::vector<uint8_t>(static_cast<size_t>(E * N * nb * 16)),
+         std::vector<uint8_t>(static_cast<size_t>(E * N * nb)), E, N, nb};
+  for (auto& b : p.blocks) b = static_cast<uint8_t>(rng());
+  for (auto& s : p.scales) s = static_cast<uint8_t>(120 + rng() % 10);
+  return p;
+}
+
+void write_dir(const TempDir& d, const std::map<std::string, const Proj*>& projs,
+               const std::string& dtype = "U8", bool scales = true) {
+  write_file(d / "config.json", R"({"architectures": ["GptOssForCausalLM"]})");
+  SafetensorsBuilder b;
+  for (const auto& [name, p] : projs) {
+    const std::string base = "model.layers.0.mlp.experts." + name;
+    b.add(base + "_blocks", dtype, {p->E, p->N, p->nb, 16}, p->blocks.data(), p->blocks.size());
+    if (scales) b.add(base + "_scales", "U8", {p->E, p->N, p->nb}, p->scales.data(), p->scales.size());
+  }
+  write_file(d / "model.safetensors", b.bytes());
+}
+
+}  // namespace mxfp4
+
+TEST(IoSafetensorsMxfp4, ExpertsPresentedAsGgmlBlocksWithGateAndUpApartOrDequantised) {
+  TempDir d;
+  const mxfp4::Proj gate_up = mxfp4::random_proj(3, 4, 2, 1), down = mxfp4::random_proj(3, 5, 1, 2);
+  mxfp4::write_dir(d, {{"gate_up_proj", &gate_up}, {"down_proj", &down}});
+  auto src = open_checkpoint(d.path());
+  ASSERT_EQ(src->tensors().size(), 2u);
+  for (const auto& [name, p, K] :
+       {std::tuple{"gate_up_proj", &gate_up, 64}, std::tuple{"down_proj", &down, 32}}) {
+    const std::string full = std::string("model.layers.0.mlp.experts.") + name;
+    const TensorMeta* m = src->find(full);
+    ASSERT_NE(m, nullptr) << full;
+    EXPECT_EQ(m->shape, (Shape{3, p->N, K})) << full;
+    EXPECT_EQ(m->stored_type, "MXFP4");
+    const Tensor q = src->load(full, DType::MXFP4), f = src->load(full, DType::F32);
+    ASSERT_EQ(q.nbytes(), static_cast<size_t>(3 * p->N * K / 32 * 17));
+    std::vector<float> deq(static_cast<size_t>(q.numel()));
+    dequantize_blocks(39, static_cast<const uint8_t*>(q.data), deq.data(), deq.size() / 32);
+    const bool gu = std::string(name) == "gate_up_proj";
+    for (int64_t e = 0; e < 3; ++e)
+      for (int64_t r = 0; r < p->N; ++r) {
+        const int64_t stored_row = gu ? (r < p->N / 2 ? 2 * r : 2 * (r - p->N / 2) + 1) : r;
+        for (int64_t k = 0; k < K; ++k) {
+          const size_t i = static_cast<size_t>((e * p->N + r) * K + k);
+          ASSERT_EQ(deq[i], static_cast<float>(p->value(e, stored_row, k)))
+              << full << " " << e << " " << r << " " << k;
+          ASSERT_EQ(f.ptr<float>()[i], deq[i]);
+        }
+      }
+  }
+  expect_error([&] { src->load("model.layers.0.mlp.experts.down_proj", DType::Q8_0); },
+               {"model.layers.0.mlp.experts.down_proj", "MXFP4 blocks", "q8_0"});
+}
+
+TEST(IoSafetensorsMxfp4, BrokenPairsAreRefusedNamingTheTensors) {
+  const mxfp4::Proj down = mxfp4::random_proj(2, 4, 1, 3);
+  {
+    TempDir d;
+    mxfp4::write_dir(d, {{"down_proj", &down}}, "U8", false);
+    expect_error([&] { open_checkpoint(d.path()); }, {"down_proj_blocks", "down_proj_scales", "beside it"});
+  }
+  {
+    TempDir d;
+    mxfp4::write_dir(d, {{"down_proj", &down}}, "I8");
+    expect_error([&] { open_checkpoint(d.path()); }, {"down_proj_blocks", "I8 / U8", "are U8"});
+  }
+  {
+    TempDir d;
+    const mxfp4::Proj odd = mxfp4::random_proj(2, 3, 1, 4);  // gate_up rows must pair gate with up
+    mxfp4::write_dir(d, {{"gate_up_proj", &odd}});
+    expect_error([&] { open_checkpoint(d.path()); }, {"gate_up_proj_blocks", "[2, 3, 1, 16]", "N even"});
+  }
 }

@@ -214,6 +214,57 @@ INSTANTIATE_TEST_SUITE_P(Tiny, MoeQuantized,
                                             ::testing::Values("cpu", "xla-cpu")),
                          param_name);
 
+// gpt-oss as the hub ships it (tests/fixtures/models/gpt_oss_mxfp4: the experts' matrices stored as MXFP4
+// blocks and scales, quantization_config mxfp4; goldens from Transformers' own dequantisation of those
+// blocks). Loaded with a float dtype the experts stay blocks (every layer's gate_up_proj and down_proj),
+// computed from them: on cpu by the MXFP4 kernels, on xla-cpu dequantised inside the program. The blocks'
+// values are exact in float32, so with x kept float32 (exact_bf16_matmul on cpu) the logits are the
+// dequantised model's, within 1e-4 of Transformers, and the greedy tokens identical. With the default int8
+// rounding of x on cpu the logits move by that rounding only (up to 0.07 measured here; 0.2 allowed); bf16
+// as the Families suite bounds it.
+class Mxfp4Experts : public ModelOnDevice {
+ protected:
+  CausalLM load(DType dt, bool exact) const {
+    LoadOptions opt;
+    opt.dtype = dt;
+    opt.device_map = device();
+    opt.exact_bf16_matmul = exact;
+    return AutoModelForCausalLM::from_pretrained(golden::model_path("gpt_oss_mxfp4"), opt);
+  }
+};
+
+TEST_P(Mxfp4Experts, KeptAsBlocksAndFloat32WithinTransformers) {
+  auto j = golden::load_model_golden("gpt_oss_mxfp4");
+  CausalLM m = load(DType::F32, true);
+  EXPECT_EQ(m.info().quantized_matrices.at("mxfp4"), 4) << where();  // 2 layers x gate_up, down
+  for (const auto& c : j["forward"]) {
+    auto expect = golden::matrix(c["logits"]);
+    EXPECT_LE(golden::max_abs_diff(m.forward(to32(c["input_ids"])), expect.data).max_abs, kTol) << where();
+  }
+  for (const auto& c : j["greedy"]) {
+    auto out = m.generate({to32(c["input_ids"])}, {}, greedy(c["max_new_tokens"].get<int>()));
+    EXPECT_EQ(out.sequences[0], to32(c["output_ids"])) << where();
+  }
+}
+
+TEST_P(Mxfp4Experts, Int8InputsAndBfloat16WithinTheirBounds) {
+  auto j = golden::load_model_golden("gpt_oss_mxfp4");
+  const double hf_own = j["forward_bf16_vs_fp32_max_abs"].get<double>();
+  CausalLM rounded = load(DType::F32, false), bf16 = load(DType::BF16, false);
+  for (const auto& c : j["forward"]) {
+    auto expect = golden::matrix(c["logits"]);
+    const double r = golden::max_abs_diff(rounded.forward(to32(c["input_ids"])), expect.data).max_abs;
+    const double b = golden::max_abs_diff(bf16.forward(to32(c["input_ids"])), expect.data).max_abs;
+    EXPECT_LE(r, 0.2) << where();
+    EXPECT_LE(b, 1.25 * hf_own) << where();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, Mxfp4Experts,
+                         ::testing::Combine(::testing::Values("gpt_oss_mxfp4"),
+                                            ::testing::Values("cpu", "xla-cpu")),
+                         param_name);
+
 TEST(MoeConfig, SparseLayersAsQwen3MoeConfigDecidesThem) {
   auto parse = [](const std::string& fixture, const nlohmann::json& patch = nlohmann::json::object()) {
     nlohmann::json j = golden::load_json(golden::model_path(fixture + "/config.json"));

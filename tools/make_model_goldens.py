@@ -31,6 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 import safetensors  # noqa: E402
+import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
@@ -405,6 +406,10 @@ def spec_list():
                          "truncate": False, "original_max_position_embeddings": 16, "rope_theta": 150000.0},
         **common,
     )
+    # gpt-oss as the hub ships it: the same shapes, its experts' matrices stored as MXFP4 blocks and scales
+    # (mxfp4_experts below), quantization_config {"quant_method": "mxfp4"}; the goldens come from Transformers'
+    # own dequantisation of those blocks at load (on a CPU it always dequantises MXFP4).
+    gpt_oss_mxfp4 = GptOssConfig.from_dict(gpt_oss.to_dict())
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -424,6 +429,7 @@ def spec_list():
         ("qwen3_moe_fused", qwen3_moe_fused, torch.float32, 1, 1016),
         ("mixtral", mixtral, torch.float32, 1, 1017),
         ("gpt_oss", gpt_oss, torch.bfloat16, 1, 1018),
+        ("gpt_oss_mxfp4", gpt_oss_mxfp4, torch.bfloat16, 1, 1019),
     ]
 
 
@@ -433,6 +439,59 @@ V4_LAYOUT = {"llama3_v4", "glm4_v4"}
 # Mixtures of experts saved in Transformers 5's fused expert layout (save_original_format=False); the others
 # as save_pretrained writes them by default (the original format: one tensor per expert).
 FUSED_EXPERTS = {"qwen3_moe_fused"}
+# gpt-oss fixtures whose experts are rewritten as MXFP4 blocks after save_pretrained (mxfp4_experts).
+MXFP4_EXPERTS = {"gpt_oss_mxfp4"}
+FP4_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def mxfp4_quantize(w):
+    """Rows of w [..., K] (K a multiple of 32) as OCP MXFP4 the way the hub's gpt-oss files store them: per
+    block of 32 values a power-of-two scale 2^(s - 127) (s the U8 scale byte, the smallest power that brings
+    max|w| within FP4's largest value 6) and 32 E2M1 codes (bit 3 the sign, the magnitude the nearest of
+    FP4_E2M1), two per byte, value 2j in the low nibble and 2j + 1 in the high one. Returns (blocks
+    [..., K / 32, 16] uint8, scales [..., K / 32] uint8)."""
+    w = np.asarray(w, dtype=np.float64)
+    w = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
+    amax = np.abs(w).max(axis=-1)
+    e = np.where(amax > 0, np.ceil(np.log2(np.maximum(amax, 1e-300) / 6.0)), -127.0)
+    e = np.clip(e, -127, 127)
+    v = w / np.exp2(e)[..., None]
+    mag = np.abs(np.abs(v)[..., None] - FP4_E2M1).argmin(axis=-1)
+    code = (mag + 8 * ((v < 0) & (mag > 0))).astype(np.uint8)
+    blocks = (code[..., 0::2] | (code[..., 1::2] << 4)).astype(np.uint8)
+    return blocks, (e + 127).astype(np.uint8)
+
+
+def mxfp4_experts(d):
+    """Rewrite the gpt-oss checkpoint save_pretrained wrote in d as the hub's MXFP4 files: each layer's
+    mlp.experts.gate_up_proj [E, H, 2I] and down_proj [E, I, H] (x @ W) replaced by <proj>_blocks /
+    <proj>_scales of W^T ([E, 2I, H] with gate and up still interleaved, [E, H, I]: rows are outputs), and
+    quantization_config added to config.json as the hub's gpt-oss configs have it."""
+    path = os.path.join(d, "model.safetensors")
+    tensors = {}
+    with safetensors.safe_open(path, framework="pt") as f:
+        for name in f.keys():
+            tensors[name] = f.get_tensor(name)
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith(".mlp.experts.gate_up_proj") or name.endswith(".mlp.experts.down_proj"):
+            blocks, scales = mxfp4_quantize(t.float().transpose(1, 2).numpy())
+            out[name + "_blocks"] = torch.from_numpy(np.ascontiguousarray(blocks))
+            out[name + "_scales"] = torch.from_numpy(np.ascontiguousarray(scales))
+        else:
+            out[name] = t
+    safetensors.torch.save_file(out, path, metadata={"format": "pt"})
+    cfg_path = os.path.join(d, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                   "lm_head"],
+        "quant_method": "mxfp4",
+    }
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 @torch.no_grad()
@@ -502,6 +561,8 @@ def save_checkpoint(name, config, dtype, shards, seed, out_dir):
     gen_cfg.save_pretrained(d)
     if name in V4_LAYOUT:
         v4_layout_config_json(os.path.join(d, "config.json"))
+    if name in MXFP4_EXPERTS:
+        mxfp4_experts(d)
     reloaded = AutoConfig.from_pretrained(d)
     if dict(reloaded.rope_parameters) != dict(config.rope_parameters):
         raise RuntimeError(f"{name}: config.json reloads as {reloaded.rope_parameters}, not {config.rope_parameters}")

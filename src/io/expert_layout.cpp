@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 
+#include "io/gguf_quants.h"
 #include "io/io_util.h"
 #include "io/weight_source.h"
 #include "tessera/error.h"
@@ -31,10 +32,11 @@ struct Stack {
 };
 
 // A gpt-oss expert tensor rearranged into the fused layout (see above).
-enum class OssKind : uint8_t { GateUp, GateUpBias, Down };
+enum class OssKind : uint8_t { GateUp, GateUpBias, Down, GateUpBlocks, DownBlocks };
 struct OssTensor {
-  std::string stored;
+  std::string stored;  // the MXFP4 kinds: <proj>_blocks; scales: <proj>_scales
   OssKind kind;
+  std::string scales = {};
 };
 
 // Column r of the de-interleaved gate/up (gate rows [0, I), up rows [I, 2I)) in gpt-oss's interleaved order.
@@ -66,6 +68,28 @@ Tensor oss_rearranged(const Tensor& in, OssKind kind, const Shape& out_shape) {
   return out;
 }
 
+// MXFP4 experts (see above) as GGML blocks [E, N, K] (gate_up: rows de-interleaved), from the blocks and
+// scales as stored.
+Tensor mxfp4_experts(const Tensor& blocks, const Tensor& scales, bool gate_up, const Shape& shape) {
+  const int64_t E = shape[0], N = shape[1], nb = shape[2] / 32;
+  Tensor out = Tensor::empty(DType::MXFP4, shape);
+  const auto* qs = static_cast<const uint8_t*>(blocks.data);
+  const auto* sc = static_cast<const uint8_t*>(scales.data);
+  auto* dst = static_cast<uint8_t*>(out.data);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t src_row = e * N + (gate_up ? oss_column(r, N / 2) : r);
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* in = qs + static_cast<size_t>(src_row * nb + b) * 16;
+        uint8_t* o = dst + static_cast<size_t>((e * N + r) * nb + b) * 17;
+        o[0] = sc[src_row * nb + b];
+        const auto value = [&](int i) { return i % 2 == 0 ? in[i / 2] & 0xf : in[i / 2] >> 4; };
+        for (int j = 0; j < 16; ++j) o[1 + j] = static_cast<uint8_t>(value(j) | value(j + 16) << 4);
+      }
+    }
+  return out;
+}
+
 class ExpertLayoutSource : public WeightSource {
  public:
   ExpertLayoutSource(std::unique_ptr<WeightSource> inner, std::vector<TensorMeta> metas,
@@ -81,8 +105,22 @@ class ExpertLayoutSource : public WeightSource {
   const TensorMeta* find(const std::string& name) const override { return find_sorted(metas_, name); }
   Tensor load(const std::string& name, DType dtype) const override {
     if (auto r = renamed_.find(name); r != renamed_.end()) return inner_->load(r->second, dtype);
-    if (auto o = oss_.find(name); o != oss_.end())
-      return oss_rearranged(inner_->load(o->second.stored, dtype), o->second.kind, find(name)->shape);
+    if (auto o = oss_.find(name); o != oss_.end()) {
+      const OssTensor& t = o->second;
+      if (t.kind == OssKind::GateUpBlocks || t.kind == OssKind::DownBlocks) {
+        Tensor q = mxfp4_experts(inner_->load(t.stored, DType::I8), inner_->load(t.scales, DType::I8),
+                                 t.kind == OssKind::GateUpBlocks, find(name)->shape);
+        if (dtype == DType::MXFP4) return q;
+        if (is_quantized(dtype))
+          fail(origin(), ": tensor '", name, "' is stored as MXFP4 blocks and cannot be loaded as ",
+               dtype_name(dtype), " (load it as stored, or as float32, bfloat16 or float16)");
+        Tensor f = Tensor::empty(DType::F32, q.shape);
+        dequantize_blocks(39, static_cast<const uint8_t*>(q.data), f.ptr<float>(),
+                          static_cast<size_t>(f.numel() / 32));  // blocks of 32
+        return dtype == DType::F32 ? f : to_dtype(f, dtype);
+      }
+      return oss_rearranged(inner_->load(t.stored, dtype), t.kind, find(name)->shape);
+    }
     auto s = stacks_.find(name);
     if (s == stacks_.end()) {
       if (!find(name)) fail(origin(), ": missing tensor '", name, "'");
@@ -115,18 +153,40 @@ class ExpertLayoutSource : public WeightSource {
   std::map<std::string, OssTensor> oss_;        // gpt-oss expert tensors, rearranged at load
 };
 
-// gpt-oss: its expert tensors in the fused layout; MXFP4 blocks (the hub's files) refused by name.
+// gpt-oss: its expert tensors in the fused layout, dequantised ones rearranged, MXFP4 ones paired.
 std::unique_ptr<WeightSource> gpt_oss_experts(std::unique_ptr<WeightSource> src) {
   std::vector<TensorMeta> metas;
   std::map<std::string, OssTensor> oss;
   for (const TensorMeta& m : src->tensors()) {
     const bool experts = m.name.find(".mlp.experts.") != std::string::npos;
-    if (experts && (ends_with(m.name, "_blocks") || ends_with(m.name, "_scales")))
-      fail(m.file, ": tensor '", m.name,
-           "': gpt-oss's MXFP4 expert weights are not supported yet; load a checkpoint whose experts are "
-           "stored dequantised (bf16), as Transformers saves a dequantised model");
+    if (experts && ends_with(m.name, "_scales")) {  // read with its blocks
+      if (!src->find(m.name.substr(0, m.name.size() - 7) + "_blocks"))
+        fail(m.file, ": tensor '", m.name, "' has no '", m.name.substr(0, m.name.size() - 7),
+             "_blocks' beside it (MXFP4 experts are stored as blocks and scales)");
+      continue;
+    }
     TensorMeta out = m;
-    if (experts && m.shape.size() == 3 && ends_with(m.name, ".gate_up_proj")) {
+    if (experts && ends_with(m.name, "_blocks")) {
+      const std::string proj = m.name.substr(0, m.name.size() - 7), scales_name = proj + "_scales";
+      const bool gate_up = ends_with(proj, ".gate_up_proj");
+      if (!gate_up && !ends_with(proj, ".down_proj"))
+        fail(m.file, ": tensor '", m.name, "': MXFP4 blocks of an unknown expert projection");
+      const TensorMeta* sc = src->find(scales_name);
+      if (!sc) fail(m.file, ": tensor '", m.name, "' has no '", scales_name, "' beside it");
+      if (m.stored_type != "U8" || sc->stored_type != "U8")
+        fail(m.file, ": tensors '", m.name, "' / '", scales_name, "' are ", m.stored_type, " / ",
+             sc->stored_type, "; MXFP4 blocks and scales are U8");
+      if (m.shape.size() != 4 || m.shape[3] != 16 || sc->shape != Shape{m.shape[0], m.shape[1], m.shape[2]} ||
+          (gate_up && m.shape[1] % 2 != 0))
+        fail(m.file, ": tensors '", m.name, "' ", shape_str(m.shape), " and '", scales_name, "' ",
+             shape_str(sc->shape), ": expected [E, N, K / 32, 16] and [E, N, K / 32]",
+             gate_up ? " (N even: gate and up interleaved)" : "");
+      out.name = proj;
+      out.shape = {m.shape[0], m.shape[1], m.shape[2] * 32};
+      out.stored_type = "MXFP4";
+      oss.emplace(proj,
+                  OssTensor{m.name, gate_up ? OssKind::GateUpBlocks : OssKind::DownBlocks, scales_name});
+    } else if (experts && m.shape.size() == 3 && ends_with(m.name, ".gate_up_proj")) {
       if (m.shape[2] % 2 != 0)
         fail(m.file, ": tensor '", m.name, "' has shape ", shape_str(m.shape),
              ": gate and up interleaved need an even last dimension");
@@ -143,6 +203,12 @@ std::unique_ptr<WeightSource> gpt_oss_experts(std::unique_ptr<WeightSource> src)
     }
     metas.push_back(std::move(out));
   }
+  // "<proj>" sorts before "<proj>_bias", but the blocks were listed where "<proj>_blocks" sorts.
+  std::sort(metas.begin(), metas.end(),
+            [](const TensorMeta& a, const TensorMeta& b) { return a.name < b.name; });
+  for (size_t i = 1; i < metas.size(); ++i)
+    if (metas[i].name == metas[i - 1].name)
+      fail(metas[i].file, ": tensor '", metas[i].name, "' is stored both as MXFP4 blocks and dequantised");
   if (oss.empty()) return src;
   return std::make_unique<ExpertLayoutSource>(std::move(src), std::move(metas),
                                               std::map<std::string, Stack>{},

@@ -312,6 +312,10 @@ Tensor load_safetensors_tensor(const uint8_t* data, const SafetensorsHeader& hea
                                const SafetensorsEntry& e, DType dtype, const std::shared_ptr<void>& owner,
                                const std::string& file) {
   const std::string where = file + ": tensor '" + printable(e.name) + "'";
+  if (dtype == DType::I8) {  // the bytes of a U8 / I8 tensor as they are (MXFP4 blocks and scales)
+    if (e.dtype != "U8" && e.dtype != "I8") fail(where, ": stored as ", e.dtype, ", expected bytes (U8)");
+    return Tensor::view(DType::I8, e.shape, const_cast<uint8_t*>(data + header.data_start + e.begin), owner);
+  }
   require_float_dtype(dtype, where);
   DType stored;
   if (!stored_float_dtype(e.dtype, &stored))

@@ -36,7 +36,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 // Bytes per element for a safetensors dtype string; 0 when unknown.
 size_t safetensors_dtype_size(const std::string& dtype);
 
-// Loads one tensor of a parsed image as `dtype` (F32/BF16/F16). Zero-copy view
+// Loads one tensor of a parsed image as `dtype` (F32/BF16/F16; or I8 for the bytes of a U8 / I8 tensor, as a
+// view). Zero-copy view
 // kept alive by `owner` when the stored dtype equals `dtype` and the data is
 // suitably aligned; otherwise a converted copy.
 Tensor load_safetensors_tensor(const uint8_t* data, const SafetensorsHeader& header,

@@ -255,7 +255,9 @@ const std::vector<ConfigKey>& common_config_keys() {
       {"forced_eos_token_id", kNoEffect, "",
        "a generation parameter: dropped from config.json by Transformers 5"},
       {"is_encoder_decoder", kRefused, "false", "these are decoder-only models"},
-      {"quantization_config", kRefused, "null", "quantised safetensors checkpoints are not supported"},
+      {"quantization_config", kImplemented, "",
+       "null, or gpt-oss's {\"quant_method\": \"mxfp4\"} (its experts' MXFP4 blocks computed as stored); "
+       "any other quantised safetensors checkpoint is refused"},
       {"per_layer_config", kRefused, "null", "per-layer overrides (heterogeneous layers) are not supported"},
   };
   return t;
@@ -286,7 +288,26 @@ ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& o
   check_refused_keys(r, common_config_keys());
   check_refused_keys(r, decoder_config_keys());
   check_refused_keys(r, own_keys);
+  check_quantization_config(r);
   return r;
+}
+
+void check_quantization_config(const ConfigReader& r) {
+  const auto it = r.json().find("quantization_config");
+  if (it == r.json().end() || it->is_null()) return;
+  const auto method = it->is_object() ? it->find("quant_method") : it->end();
+  const bool mxfp4 = it->is_object() && method != it->end() && *method == "mxfp4";
+  const auto arch = r.json().find("architectures");
+  const bool gpt_oss =
+      arch != r.json().end() && arch->is_array() && !arch->empty() && (*arch)[0] == "GptOssForCausalLM";
+  if (mxfp4 && gpt_oss) return;
+  const std::string named = method != it->end() && method->is_string()
+                                ? " with quant_method \"" + method->get<std::string>() + "\""
+                                : "";
+  r.fail_field("quantization_config",
+               "is " + ConfigReader::show(*it) + named +
+                   ", which is not supported (quantised safetensors checkpoints are not supported, but for "
+                   "GptOssForCausalLM's {\"quant_method\": \"mxfp4\"}; only null is)");
 }
 
 void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table) {

@@ -112,7 +112,7 @@ struct DecoderConfig {
   // gated MLP of moe_intermediate_size (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H,
   // I]).
   int64_t num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
-  std::vector<uint8_t> layer_sparse;  // [num_layers]
+  std::vector<uint8_t> layer_sparse;          // [num_layers]
   double swiglu_alpha = 0, swiglu_limit = 0;  // gpt-oss's experts (clamped SwiGLU)
   bool moe_norm_topk = false;  // the kept routing weights divided by their sum (Qwen3-MoE's norm_topk_prob)
   std::optional<DType> torch_dtype;
@@ -211,13 +211,18 @@ struct ConfigKey {
   const char* why;           // one line: what Transformers does with it, and what we do
 };
 // Keys of PreTrainedConfig itself (every architecture): bookkeeping, output flags, classification heads,
-// generation parameters (Transformers 5 drops those from config.json), quantization (refused).
+// generation parameters (Transformers 5 drops those from config.json), quantization
+// (check_quantization_config).
 const std::vector<ConfigKey>& common_config_keys();
 // Keys every Llama-family decoder reads the same way (sizes, activation, eps, both rope layouts); each
 // architecture's file lists only its own keys beside these (registry: Architecture::config_keys holds both).
 const std::vector<ConfigKey>& decoder_config_keys();
+// quantization_config: absent, null, or {"quant_method": "mxfp4", ...} in a GptOssForCausalLM config (the
+// hub's gpt-oss, whose experts are MXFP4 blocks); anything else is refused naming the key and its value.
+void check_quantization_config(const ConfigReader& r);
 // The start of every parser: a typed reader over `j` after refusing every kRefused key of the common, the
-// decoder and the architecture's own table set to anything but its default.
+// decoder and the architecture's own table set to anything but its default, and any quantization_config
+// but gpt-oss's MXFP4 one.
 ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& origin,
                                    const std::vector<ConfigKey>& own_keys);
 // Refuses every kRefused key of `table` that is set to anything but its default.

@@ -5,8 +5,8 @@
 // 150000), and in every layer a mixture of experts: the router (mlp.router, with a bias) keeps the top
 // num_experts_per_tok logits and soft-maxes them; each expert (of intermediate_size, with biases) applies the
 // clamped SwiGLU (swiglu_alpha, swiglu_limit). The experts are read in the fused layout
-// (io::with_fused_experts transposes and de-interleaves gpt-oss's x @ W tensors at load). The hub's MXFP4
-// expert blocks are refused by name (not yet supported); a checkpoint saved dequantised (bf16) loads.
+// (io::with_fused_experts transposes and de-interleaves gpt-oss's x @ W tensors at load, and presents the
+// hub's MXFP4 blocks and scales as MXFP4 block stacks, kept as stored by the loader).
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
