@@ -10,6 +10,8 @@
 //  * q8_0 files (every matrix Q8_0 but the F32 routers, as the converter writes them): dequantised, within
 //    1e-4 of Transformers holding the same rounded weights, and greedy tokens identical; with the blocks
 //    kept, within a measured bound of it.
+//  * gpt-oss from the hub's MXFP4 files (gpt_oss_mxfp4): its config, its MXFP4 blocks as io repacks the
+//    safetensors ones, and the f32 file's logits and greedy tokens as above.
 //  * Mixtral as llama.cpp wrote it before April 2024 (one tensor per expert): the same tensors and logits.
 //  * Broken and unsupported files refused in one line naming the file and the key or tensor.
 #include <gtest/gtest.h>
@@ -148,6 +150,45 @@ TEST(GgufMoe, TensorsEqualTheSafetensorsFixtures) {
     SCOPED_TRACE("mixtral");
     expect_same_tensors(moe_fixture("mixtral_f32.gguf"), "mixtral");
   }
+  {
+    SCOPED_TRACE("gpt_oss_mxfp4");
+    expect_same_tensors(moe_fixture("gpt_oss_mxfp4_f32.gguf"), "gpt_oss_mxfp4");
+  }
+}
+
+// gpt-oss as llama.cpp's converter writes it from the hub's MXFP4 files
+// (tests/fixtures/models/gpt_oss_mxfp4): arch gpt-oss, the experts' blocks repacked into GGML's MXFP4 (gate
+// and up split into ffn_gate_exps and ffn_up_exps), biases beside them, attention sinks, yarn metadata. The
+// config is gpt-oss's; the MXFP4 blocks of the assembled gate_up_proj and of down_proj are byte for byte what
+// io's own repacking of the safetensors blocks gives (tests/test_io_safetensors.cpp checks that against the
+// hub's layout); loaded without --dtype the experts stay MXFP4 blocks.
+TEST(GgufMoe, GptOssConfigAndMxfp4BlocksAsTheConverterWritesThem) {
+  auto src = open_gguf(moe_fixture("gpt_oss_mxfp4_f32.gguf"));
+  const auto cfg = nlohmann::json::parse(src->config_json());
+  EXPECT_EQ(cfg["architectures"], nlohmann::json::array({"GptOssForCausalLM"}));
+  EXPECT_EQ(cfg["model_type"], "gpt_oss");
+  EXPECT_EQ(cfg["num_local_experts"], 4);
+  EXPECT_EQ(cfg["num_experts_per_tok"], 2);
+  EXPECT_EQ(cfg["intermediate_size"], 32);
+  EXPECT_EQ(cfg["sliding_window"], 4);
+  EXPECT_EQ(cfg["head_dim"], 16);
+  EXPECT_EQ(cfg["attention_bias"], true);
+  EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(cfg["rope_scaling"]["factor"], 4.0);
+  EXPECT_EQ(cfg["rope_scaling"]["original_max_position_embeddings"], 16);
+  EXPECT_EQ(cfg["rope_scaling"]["truncate"], false);
+  EXPECT_EQ(src->unmapped_tensors(), std::vector<std::string>{});
+  auto st = with_fused_experts(open_safetensors_dir(golden::model_path("gpt_oss_mxfp4")));
+  for (const char* name :
+       {"model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(src->find(name)->stored_type, "MXFP4");
+    const Tensor g = src->load(name, DType::MXFP4), s = st->load(name, DType::MXFP4);
+    ASSERT_EQ(g.nbytes(), s.nbytes());
+    EXPECT_EQ(std::memcmp(g.data, s.data, g.nbytes()), 0);
+  }
+  CausalLM m = AutoModelForCausalLM::from_pretrained(moe_fixture("gpt_oss_mxfp4_f32.gguf"), LoadOptions{});
+  EXPECT_EQ(m.info().quantized_matrices.at("mxfp4"), 4);
 }
 
 // down_proj is the stored ffn_down_exps (a view of the mapping); gate_up_proj is a copy assembled per expert.
@@ -194,7 +235,7 @@ TEST_P(GgufMoeF32, LogitsAndGreedyMatchTransformers) {
   expect_golden_greedy(m, j);
 }
 
-INSTANTIATE_TEST_SUITE_P(Moe, GgufMoeF32, ::testing::Values("qwen3_moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Moe, GgufMoeF32, ::testing::Values("qwen3_moe", "mixtral", "gpt_oss_mxfp4"));
 
 // The q8_0 files: every matrix but the routers in Q8_0 blocks (the converter keeps ffn_gate_inp F32, as
 // llama.cpp's quantiser does). Their golden (<model>_q8_0_expected.json) is Transformers in float32 holding
@@ -354,6 +395,21 @@ TEST(GgufMoe, BadFilesNameTheFileAndTheKeyOrTensor) {
   write_file(d / "types.gguf", moe_gguf("qwen3moe", experts(4, 8, 0), ffn32));
   expect_error([&] { open_gguf(d / "types.gguf"); }, {"types.gguf", "'blk.0.ffn_gate_exps.weight' (Q8_0)",
                                                       "'blk.0.ffn_up_exps.weight' (F32)", "different types"});
+  // gpt-oss: its router and experts have biases, each required and shaped.
+  std::vector<T> oss = experts();
+  for (const char* b : {"blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias", "blk.0.ffn_down_exps.bias"})
+    oss.push_back({b, {32, 4}});
+  oss.push_back({"blk.0.ffn_gate_inp.bias", {4}});
+  for (const char* missing : {"blk.0.ffn_gate_inp.bias", "blk.0.ffn_up_exps.bias"}) {
+    SCOPED_TRACE(missing);
+    write_file(d / "oss.gguf", moe_gguf("gpt-oss", without(oss, missing), ffn32));
+    expect_error([&] { open_gguf(d / "oss.gguf"); }, {"oss.gguf", std::string("missing tensor '") + missing});
+  }
+  std::vector<T> wide = without(oss, "blk.0.ffn_down_exps.bias");
+  wide.push_back({"blk.0.ffn_down_exps.bias", {16, 4}});
+  write_file(d / "oss.gguf", moe_gguf("gpt-oss", wide, ffn32));
+  expect_error([&] { open_gguf(d / "oss.gguf"); },
+               {"oss.gguf", "'blk.0.ffn_down_exps.bias' is [4, 16]", "[4, 32]"});
   // A missing ffn_down_exps, router, ffn_up_exps.
   for (const char* missing :
        {"blk.0.ffn_down_exps.weight", "blk.0.ffn_gate_inp.weight", "blk.0.ffn_up_exps.weight"}) {

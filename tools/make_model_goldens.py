@@ -408,8 +408,11 @@ def spec_list():
     )
     # gpt-oss as the hub ships it: the same shapes, its experts' matrices stored as MXFP4 blocks and scales
     # (mxfp4_experts below), quantization_config {"quant_method": "mxfp4"}; the goldens come from Transformers'
-    # own dequantisation of those blocks at load (on a CPU it always dequantises MXFP4).
+    # own dequantisation of those blocks at load (on a CPU it always dequantises MXFP4). Its SwiGLU limit is
+    # GptOssConfig's default 7 (llama.cpp's constant: its GGUF conversion, tests/fixtures/gguf_moe, has no key
+    # for it); the clamp itself is exercised by gpt_oss above.
     gpt_oss_mxfp4 = GptOssConfig.from_dict(gpt_oss.to_dict())
+    gpt_oss_mxfp4.swiglu_limit = 7.0
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),

@@ -19,6 +19,9 @@ tensors stay F32 in a q8_0 file) is the converter's. Files:
   qwen3_moe_f32.gguf, qwen3_moe_q8_0.gguf   tests/fixtures/models/qwen3_moe (bf16 weights, 8 experts, top 3,
                                             norm_topk_prob true, layer 1 dense) with --outtype f32 / q8_0
   mixtral_f32.gguf, mixtral_q8_0.gguf       tests/fixtures/models/mixtral (4 experts, top 2), arch llama
+  gpt_oss_mxfp4_f32.gguf                    tests/fixtures/models/gpt_oss_mxfp4 (the hub's layout: MXFP4 expert
+                                            blocks, repacked by the converter into GGML's MXFP4; everything
+                                            else f32), arch gpt-oss
   mixtral_legacy_q8_0.gguf                  mixtral_q8_0.gguf rewritten as llama.cpp's converter wrote Mixtral
                                             before April 2024: one tensor per expert, blk.N.ffn_gate.E.weight /
                                             ffn_up.E / ffn_down.E (same Q8_0 blocks, same metadata)
@@ -52,6 +55,7 @@ import numpy as np  # noqa: E402
 import convert_hf_to_gguf  # noqa: E402
 from conversion.llama import LlamaModel  # noqa: E402
 from conversion.qwen import Qwen3MoeModel  # noqa: E402
+from conversion.gpt_oss import GptOssModel  # noqa: E402
 
 
 def synthetic_vocab(self):
@@ -66,6 +70,7 @@ def synthetic_vocab(self):
 def patch_converter():
     Qwen3MoeModel.set_vocab = synthetic_vocab
     LlamaModel.set_vocab = synthetic_vocab
+    GptOssModel.set_vocab = synthetic_vocab
     dense = [gguf.MODEL_TENSOR.FFN_GATE, gguf.MODEL_TENSOR.FFN_UP, gguf.MODEL_TENSOR.FFN_DOWN]
     tensors = gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN3MOE]
     tensors.extend(t for t in dense if t not in tensors)
@@ -168,6 +173,9 @@ def main():
     for model in ("qwen3_moe", "mixtral"):
         for outtype in ("f32", "q8_0"):
             convert(model, outtype, os.path.join(OUT, f"{model}_{outtype}.gguf"))
+    # gpt-oss as the hub ships it (MXFP4 experts): the converter repacks the blocks into GGML's MXFP4 and
+    # writes everything else as asked (f32: the fixture's bf16 weights exactly).
+    convert("gpt_oss_mxfp4", "f32", os.path.join(OUT, "gpt_oss_mxfp4_f32.gguf"))
     legacy_per_expert(os.path.join(OUT, "mixtral_q8_0.gguf"), os.path.join(OUT, "mixtral_legacy_q8_0.gguf"))
     for model in ("qwen3_moe", "mixtral"):
         q8_0_reference(model, os.path.join(OUT, f"{model}_q8_0.gguf"), os.path.join(OUT, f"{model}_q8_0_expected.json"))

@@ -1,11 +1,12 @@
-// A GGUF of a supported architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4) seen as a
-// Hugging Face checkpoint: config.json derived from the metadata (under the architecture's key prefix) as
-// llama.cpp reads it, tensor names mapped to HF's, and for llama the q/k projection rows put back in HF order
-// (the HF->GGUF converter interleaves each head's two rotary halves for llama.cpp's rope; see
+// A GGUF of a supported architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss)
+// seen as a Hugging Face checkpoint: config.json derived from the metadata (under the architecture's key
+// prefix) as llama.cpp reads it, tensor names mapped to HF's, and for llama the q/k projection rows put back
+// in HF order (the HF->GGUF converter interleaves each head's two rotary halves for llama.cpp's rope; see
 // unpermute_rows). The others are stored unpermuted (llama.cpp runs them with the NeoX rope, as Transformers
 // does). Mistral has no architecture of its own: llama.cpp's converter writes it as llama (no sliding
 // window), and so it loads. Gemma's RMSNorm weights are stored as 1 + weight and are given back as HF stores
-// them (GemmaGgufSource). Mixtures of experts: qwen3moe is Qwen3MoeForCausalLM, and a llama GGUF with experts
+// them (GemmaGgufSource). Mixtures of experts: qwen3moe is Qwen3MoeForCausalLM, gpt-oss GptOssForCausalLM
+// (its router and expert biases, attention sinks, MXFP4 experts), and a llama GGUF with experts
 // (llama.cpp's Mixtral) MixtralForCausalLM; their experts are presented in Transformers 5's fused layout (see
 // map_experts).
 #include <algorithm>
@@ -28,11 +29,12 @@ namespace {
 
 // How an architecture's block tensors are named and laid out.
 enum class Layout {
-  kLlama,  // attn_norm / ffn_norm before attention / MLP; separate q, k, v and gate, up
-  kGemma,  // four norms a block: attn_norm, post_attention_norm, ffn_norm (before the MLP), post_ffw_norm
-  kPhi3,   // attn_qkv (q rows, then k, then v) and ffn_up (gate rows, then up), as HF's fused tensors
-  kGlm4,   // GLM-4-0414: attn_norm, post_attention_norm (on attention's output), ffn_norm, post_ffw_norm
-           // (on the MLP's output); ffn_up holds gate rows, then up, as HF's gate_up_proj
+  kLlama,   // attn_norm / ffn_norm before attention / MLP; separate q, k, v and gate, up
+  kGemma,   // four norms a block: attn_norm, post_attention_norm, ffn_norm (before the MLP), post_ffw_norm
+  kPhi3,    // attn_qkv (q rows, then k, then v) and ffn_up (gate rows, then up), as HF's fused tensors
+  kGlm4,    // GLM-4-0414: attn_norm, post_attention_norm (on attention's output), ffn_norm, post_ffw_norm
+            // (on the MLP's output); ffn_up holds gate rows, then up, as HF's gate_up_proj
+  kGptOss,  // gpt-oss: attn_norm, post_attention_norm (before the experts), attn_sinks
 };
 
 // Mixtures of experts, as llama.cpp reads them (blk.N.ffn_gate_inp and the stacked ffn_{gate,up,down}_exps).
@@ -40,6 +42,7 @@ enum class Moe {
   kNone,
   kMixtral,  // llama: experts in every block when <arch>.expert_count > 0 (Mixtral), else a dense llama
   kQwen3,    // qwen3moe: Qwen3's blocks with experts (and, here, the dense blocks of mlp_only_layers)
+  kGptOss,   // gpt-oss: experts in every block, with biases; the router (with a bias) is mlp.router
 };
 
 // What differs between the GGUF architectures read here; the metadata keys are "<gguf>.<name>".
@@ -70,9 +73,10 @@ constexpr ArchSpec kArchs[] = {
     {"phi3", "Phi3ForCausalLM", "phi3", false, false, false, Layout::kPhi3, 0, true},
     // GLM-4's rotary pairs are interleaved in HF's rows as in llama.cpp's normal rope: stored unpermuted.
     {"glm4", "Glm4ForCausalLM", "glm4", false, true, false, Layout::kGlm4, 0, true},
+    {"gpt-oss", "GptOssForCausalLM", "gpt_oss", false, true, false, Layout::kGptOss, 0, false, Moe::kGptOss},
 };
 const char* const kSupportedArchs =
-    "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4";
+    "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
@@ -163,15 +167,20 @@ std::string hf_name_for(const std::string& g, Layout layout) {
   static const Parts kPhi3 = {{"ffn_norm", "post_attention_layernorm"},
                               {"attn_qkv", "self_attn.qkv_proj"},
                               {"ffn_up", "mlp.gate_up_proj"}};
+  static const Parts kGptOss = {{"post_attention_norm", "post_attention_layernorm"}};
   static const Parts kGlm4 = {{"post_attention_norm", "post_self_attn_layernorm"},
                               {"ffn_norm", "post_attention_layernorm"},
                               {"post_ffw_norm", "post_mlp_layernorm"},
                               {"ffn_up", "mlp.gate_up_proj"}};
   const std::string part = base.substr(d2 + 1);
-  const Parts& own = layout == Layout::kGemma  ? kGemma
-                     : layout == Layout::kPhi3 ? kPhi3
-                     : layout == Layout::kGlm4 ? kGlm4
-                                               : kLlama;
+  // gpt-oss's attention sinks: one logit per head, a parameter HF names without a suffix.
+  if (layout == Layout::kGptOss && part == "attn_sinks" && suffix == ".weight")
+    return "model.layers." + layer + ".self_attn.sinks";
+  const Parts& own = layout == Layout::kGemma    ? kGemma
+                     : layout == Layout::kPhi3   ? kPhi3
+                     : layout == Layout::kGlm4   ? kGlm4
+                     : layout == Layout::kGptOss ? kGptOss
+                                                 : kLlama;
   for (const Parts* parts : {&kShared, &own})
     for (const auto& [from, to] : *parts)
       if (part == from) return "model.layers." + layer + "." + to + suffix;
@@ -336,9 +345,11 @@ class GgufSource : public WeightSource {
       fail(origin_, ": ", used_key, " is ", n_expert_used_, ", expected 1 to ", count_key, " (", n_expert_,
            ")");
     const int64_t ffn = require_int(key("feed_forward_length"));
-    if (arch_->moe == Moe::kQwen3) {
-      // llama.cpp: expert_feed_forward_length, or without it feed_forward_length / expert_used_count.
-      n_ff_exp_ = g_->get_int(key("expert_feed_forward_length")).value_or(ffn / n_expert_used_);
+    if (arch_->moe == Moe::kQwen3 || arch_->moe == Moe::kGptOss) {
+      // llama.cpp: expert_feed_forward_length, or without it feed_forward_length / expert_used_count
+      // (qwen3moe) or feed_forward_length (gpt-oss, whose converter writes both, equal).
+      n_ff_exp_ = g_->get_int(key("expert_feed_forward_length"))
+                      .value_or(arch_->moe == Moe::kGptOss ? ffn : ffn / n_expert_used_);
       if (n_ff_exp_ <= 0 || n_ff_exp_ > (1 << 20))
         fail(origin_, ": ", key("expert_feed_forward_length"), " is ", n_ff_exp_,
              ", expected a positive size");
@@ -355,10 +366,13 @@ class GgufSource : public WeightSource {
     // llama.cpp's qwen3moe and llama graphs route with a softmax and renormalise the kept weights, unscaled,
     // whatever these say (their loaders do not read them and their converter does not write them); a file
     // that says otherwise is refused rather than run against its own metadata.
-    if (auto v = g_->get_int(key("expert_gating_func")); v && *v != 1)
-      fail(origin_, ": ", key("expert_gating_func"), " is ", *v,
-           ": only softmax routing (1) is supported (llama.cpp routes ", arch_->gguf, " with a softmax)");
-    if (auto v = g_->get_bool(key("expert_weights_norm")); v && !*v)
+    // gpt-oss: a softmax over the top-k logits (llama.cpp's SOFTMAX_WEIGHT, 3, set by its graph).
+    const int64_t gating = arch_->moe == Moe::kGptOss ? 3 : 1;
+    if (auto v = g_->get_int(key("expert_gating_func")); v && *v != gating)
+      fail(origin_, ": ", key("expert_gating_func"), " is ", *v, ", expected ", gating, " (",
+           gating == 3 ? "a softmax over the top-k logits" : "a softmax", ", as llama.cpp's ", arch_->gguf,
+           " graph routes)");
+    if (auto v = g_->get_bool(key("expert_weights_norm")); v && !*v && arch_->moe != Moe::kGptOss)
       fail(origin_, ": ", key("expert_weights_norm"),
            " is false: llama.cpp renormalises the top-k weights of ", arch_->gguf, " regardless");
     if (auto v = finite_float(key("expert_weights_scale")); v && *v != 0.0 && *v != 1.0)
@@ -368,11 +382,19 @@ class GgufSource : public WeightSource {
 
   struct ExpertBlock {
     const GgufTensorInfo* parts[kNumExpertParts] = {};
+    const GgufTensorInfo* biases[kNumExpertParts] = {};      // gpt-oss: blk.N.<part>.bias
     std::map<int64_t, const GgufTensorInfo*> per_expert[3];  // gate, up, down: one tensor per expert
   };
 
   // Takes a block's expert tensor (and notes the dense MLP blocks); false for any other tensor.
   bool collect_expert_tensor(const GgufTensorInfo& t) {
+    if (arch_->moe == Moe::kGptOss && t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0)
+      if (const auto bw = block_weight(t.name.substr(0, t.name.size() - 5) + ".weight"))
+        for (int p = 0; p < kNumExpertParts; ++p)
+          if (bw->second == kExpertPartNames[p]) {
+            expert_blocks_[bw->first].biases[p] = &t;
+            return true;
+          }
     const auto bw = block_weight(t.name);
     if (!bw) {
       if (t.name.find("shexp") != std::string::npos)
@@ -447,8 +469,10 @@ class GgufSource : public WeightSource {
              shape_str(p[kRouter]->shape), " (", p[kRouter]->shape[0], " experts)");
       expect_shape(*p[kRouter], {E, H});
       const std::string prefix = "model.layers." + std::to_string(b) + ".mlp.";
-      add_tensor(prefix + "gate.weight", Mapping{p[kRouter]->name, 0, {}}, p[kRouter]->shape,
-                 p[kRouter]->type_name);
+      const bool oss = arch_->moe == Moe::kGptOss;
+      add_tensor(prefix + (oss ? "router.weight" : "gate.weight"), Mapping{p[kRouter]->name, 0, {}},
+                 p[kRouter]->shape, p[kRouter]->type_name);
+      if (oss) map_gpt_oss_biases(b, eb, prefix, E, I, H);
       const bool stacked = p[kGateExps] || p[kUpExps] || p[kDownExps] || p[kGateUpExps];
       const bool per_expert =
           !eb.per_expert[0].empty() || !eb.per_expert[1].empty() || !eb.per_expert[2].empty();
@@ -494,6 +518,35 @@ class GgufSource : public WeightSource {
       }
       add_tensor(prefix + "experts.gate_up_proj", std::move(gate_up), {E, 2 * I, H}, p[kGateExps]->type_name);
     }
+  }
+
+  // gpt-oss's biases: the router's [E] (mlp.router.bias), the experts' gate and up [E, I] each (read as one
+  // mlp.experts.gate_up_proj_bias [E, 2I]: per expert its I gate values, then its I up values, as the
+  // weights) and down's [E, H].
+  void map_gpt_oss_biases(int64_t b, const ExpertBlock& eb, const std::string& prefix, int64_t E, int64_t I,
+                          int64_t H) {
+    const auto bias = [&](int part, const Shape& want) -> const GgufTensorInfo& {
+      const GgufTensorInfo* t = eb.biases[part];
+      const std::string name = "blk." + std::to_string(b) + "." + kExpertPartNames[part] + ".bias";
+      if (!t) fail(origin_, ": missing tensor '", name, "' (gpt-oss's router and experts have biases)");
+      if (t->shape != want)
+        fail(origin_, ": tensor '", name, "' is ", shape_str(t->shape), ", expected ", shape_str(want));
+      return *t;
+    };
+    if (eb.biases[kGateUpExps])
+      fail(origin_, ": tensor '", printable(eb.biases[kGateUpExps]->name),
+           "': gpt-oss's gate and up biases are read as two tensors (ffn_gate_exps.bias, ffn_up_exps.bias)");
+    const GgufTensorInfo& router = bias(kRouter, {E});
+    add_tensor(prefix + "router.bias", Mapping{router.name, 0, {}}, router.shape, router.type_name);
+    const GgufTensorInfo &gate = bias(kGateExps, {E, I}), &up = bias(kUpExps, {E, I});
+    Mapping gate_up;
+    for (int64_t e = 0; e < E; ++e) {
+      gate_up.pieces.push_back({gate.name, E, e});
+      gate_up.pieces.push_back({up.name, E, e});
+    }
+    add_tensor(prefix + "experts.gate_up_proj_bias", std::move(gate_up), {E, 2 * I}, gate.type_name);
+    const GgufTensorInfo& down = bias(kDownExps, {E, H});
+    add_tensor(prefix + "experts.down_proj_bias", Mapping{down.name, 0, {}}, down.shape, down.type_name);
   }
 
   // llama.cpp's Mixtral files from before April 2024: blk.N.ffn_{gate,up,down}.E.weight, one per expert.
@@ -638,6 +691,7 @@ class GgufSource : public WeightSource {
     if (arch_->layout == Layout::kGemma) add_gemma_keys(c, key_length);
     if (arch_->partial_rotary) add_partial_rotary(c, key_length);
     if (arch_->layout == Layout::kPhi3) add_phi3_window(c);
+    if (arch_->moe == Moe::kGptOss) add_gpt_oss_keys(c);
     ojson gen;
     for (const char* k : {"bos", "eos", "padding"}) {
       const std::string hf_key = std::string(k == std::string("padding") ? "pad" : k) + "_token_id";
@@ -702,6 +756,12 @@ class GgufSource : public WeightSource {
   // sparse when it has experts: decoder_sparse_step 1 and the others listed in mlp_only_layers. Mixtral:
   // experts in every block, each of intermediate_size, renormalised (MixtralForCausalLM always does).
   void add_expert_keys(ojson& c) const {
+    if (arch_->moe == Moe::kGptOss) {  // GptOssConfig: intermediate_size is each expert's
+      c["num_local_experts"] = n_expert_;
+      c["num_experts_per_tok"] = n_expert_used_;
+      c["intermediate_size"] = n_ff_exp_;
+      return;
+    }
     if (arch_->moe == Moe::kMixtral) {
       c["num_local_experts"] = n_expert_;
       c["num_experts_per_tok"] = n_expert_used_;
@@ -795,14 +855,36 @@ class GgufSource : public WeightSource {
 
   // Only linear scaling has a metadata form; llama3-style scaling is stored as the
   // rope_freqs.weight tensor, which is reported in unmapped_tensors().
+  // rope.scaling.*: linear, or yarn (its factor, original_context_length and the beta_fast / beta_slow
+  // llama.cpp reads, defaults 32 and 1 as Transformers' too). Transformers' truncate is not in the metadata:
+  // gpt-oss's configs say false (GptOssConfig's hub checkpoints), the others take Transformers' default.
   void add_rope_scaling(ojson& c) const {
     const auto type = g_->get_string(key("rope.scaling.type"));
     if (!type || *type == "none") return;
     const auto factor = finite_float(key("rope.scaling.factor"));
+    if (*type == "yarn" && factor) {
+      ojson r = {{"rope_type", "yarn"}, {"factor", *factor}};
+      r["original_max_position_embeddings"] = require_int(key("rope.scaling.original_context_length"));
+      if (auto v = finite_float(key("rope.scaling.yarn_beta_fast"))) r["beta_fast"] = *v;
+      if (auto v = finite_float(key("rope.scaling.yarn_beta_slow"))) r["beta_slow"] = *v;
+      if (auto v = finite_float(key("rope.scaling.attn_factor")); v && *v != 1.0)
+        fail(origin_, ": ", key("rope.scaling.attn_factor"), " is ", *v,
+             ": a yarn attention factor other than Transformers' own is not supported");
+      if (arch_->moe == Moe::kGptOss) r["truncate"] = false;
+      c["rope_scaling"] = r;
+      return;
+    }
     if (*type != "linear" || !factor)
       fail(origin_, ": rope scaling '", printable(*type),
-           "' in GGUF metadata is not supported (supported: linear)");
+           "' in GGUF metadata is not supported (supported: linear, yarn)");
     c["rope_scaling"] = {{"type", "linear"}, {"factor", *factor}};
+  }
+
+  // gpt-oss: the sliding layers' window (llama.cpp slides the even blocks over it, as GptOssConfig's default
+  // layer_types do); its clamped SwiGLU's alpha 1.702 and limit 7 are llama.cpp's constants and
+  // GptOssConfig's defaults, so no key is written.
+  void add_gpt_oss_keys(ojson& c) const {
+    c["sliding_window"] = require_int(key("attention.sliding_window"));
   }
 
   std::shared_ptr<GgufFile> g_;
