@@ -170,7 +170,7 @@ TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   expect_error([&] { open_gguf(d / "m.gguf"); },
                {"m.gguf",
                 "architecture 'falcon' is not supported (supported: llama (with experts: Mixtral), "
-                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4)"});
+                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss)"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {

@@ -309,6 +309,18 @@ TEST(Cli, TpMixturesOfExpertsTwoRanksAndAutoPlanOnFour) {
   expect_tp_same_as_one_process({golden::model_path("qwen3_moe"), 4, "--tp-plan auto"});  // 2 KV heads
 }
 
+// gpt-oss: its experts split the same way with their biases (gate_up's with its rows, down's added once by
+// rank 0), the sinks with their heads; the MXFP4 fixture's down_proj splits into 16 columns a rank, not
+// whole blocks of 32, so each rank reads it dequantised (gate_up's rows stay MXFP4 blocks): both runs keep x
+// float32 (--exact-bf16-matmul), so the one process's MXFP4 down_proj computes what the ranks' float32
+// slices do.
+TEST(Cli, TpGptOssExpertsWithBiasesTwoRanks) {
+  expect_tp_same_as_one_process({golden::model_path("gpt_oss"), 2, ""});
+  tessera::testing::TpCase mxfp4{golden::model_path("gpt_oss_mxfp4"), 2, ""};
+  mxfp4.run_flags = "--exact-bf16-matmul";
+  expect_tp_same_as_one_process(mxfp4);
+}
+
 TEST(MoeTp, PlanSplitsEveryExpertOrNamesWhatDoesNotDivide) {
   const nlohmann::json j = golden::load_json(golden::model_path("qwen3_moe/config.json"));
   const auto& arch = models::find_architecture("Qwen3MoeForCausalLM", "qwen3_moe");

@@ -24,6 +24,7 @@ struct TpCase {
   std::string flags;                              // plan flags (e.g. --tp-plan auto)
   std::string prompt = "1,17,33,250,7,99,512,3";  // --input-ids (the vocab 1024 fixtures)
   std::string device = "cpu";
+  std::string run_flags = "";  // flags of both runs (e.g. --exact-bf16-matmul)
 };
 
 // One prompt from one process and from `tp` ranks: every position's logits within 1e-4 (on the native cpu
@@ -31,8 +32,8 @@ struct TpCase {
 // and holds a share of the weights, not the whole model.
 inline void expect_tp_same_as_one_process(const TpCase& c) {
   SCOPED_TRACE(c.model + " tp=" + std::to_string(c.tp) + " " + c.flags + " on " + c.device);
-  const std::string common =
-      c.model + " --dtype float32 --json --device " + c.device + " --input-ids " + c.prompt;
+  const std::string common = c.model + " --dtype float32 --json --device " + c.device + " --input-ids " +
+                             c.prompt + " " + c.run_flags;
   const std::string tp = " --tp-size " + std::to_string(c.tp) + " " + c.flags;
   if (c.device == "cpu") {
     const std::string fwd = "forward " + common;

@@ -116,6 +116,7 @@ std::string weight_key(const Node& n) {
   if (v.split_dim >= 0) os << "[" << (v.split_dim == 0 ? "rows" : "cols") << " split " << v.shards << "]";
   if (v.packed > 1) os << "[" << v.packed << " parts]";
   if (v.rank0_only) os << "[rank 0 only]";
+  if (v.stacked) os << "[per expert]";
   if (v.rope_head > 0) os << "[rotary pairs " << v.rope_head << "/" << v.rope_rot << "]";
   if (v.offset != 0.f) os << "[+" << v.offset << "]";
   return os.str();

@@ -147,6 +147,9 @@ struct WeightView {
   int packed = 1;           // split_dim 0: the rows form `packed` equal parts (a fused gate/up), each
                             // split into `shards` blocks; a rank takes its block of every part
   bool rank0_only = false;  // rank 0 holds the tensor, the others zeros (a row-parallel bias)
+  // An [E, N] stack of expert vectors (gpt-oss's gate_up_proj_bias): the view applies to each expert's [N],
+  // as it does to each matrix of an [E, out, in] stack.
+  bool stacked = false;
   // > 0: rows form heads of `rope_head` rows whose first `rope_rot` rows hold interleaved rotary pairs
   // (0,1), (2,3), ...; they are reordered to the rotate-half layout (0,2,4,...,1,3,5,...) so one Rope op
   // serves both conventions (q . k is unchanged when q and k are permuted alike).

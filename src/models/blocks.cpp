@@ -72,7 +72,7 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
   // Quantised at load (the graph's dtype is a block format): rows that are not whole blocks stay float32.
   if (is_quantized(dt) && !as_stored && (cols % dtype_block(dt) != 0 || never_quantize)) dt = DType::F32;
   Shape local = stored;
-  const size_t out_dim = stored.size() == 3 ? 1 : 0;
+  const size_t out_dim = stored.size() == 3 || view.stacked ? 1 : 0;
   if (view.rows >= 0) local[out_dim] = view.rows;
   if (view.split_dim >= 0) {
     const size_t d = out_dim + static_cast<size_t>(view.split_dim);
@@ -377,24 +377,25 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   const std::string gate_up_name = mlp + "experts.gate_up_proj", down_name = mlp + "experts.down_proj";
   b.record_module(gate_up_name, Role::kExpertsGateUp, l);
   b.record_module(down_name, Role::kExpertsDown, l);
+  // Biases (gpt-oss): gate_up's [E, 2I] split as its rows (each expert's gate and up halves), down's [E, H]
+  // added once, by rank 0's partial sum (y = sum_k w_k (down_k(act_k) + b_k) is linear in down_k's sum).
   const bool split = b.key().tp_size > 1 && c.tp.split(Role::kExpertsGateUp, l) == TpSplit::kCol;
-  if (split && m.bias)
-    fail(c.architecture,
-         ": experts with biases are not split over tensor-parallel ranks yet; replicate them "
-         "with --tp-rule layers.*.mlp.experts.gate_up_proj=replicated --tp-rule "
-         "layers.*.mlp.experts.down_proj=replicated, or run with --tp 1");
-  graph::WeightView gu_view, down_view;
+  graph::WeightView gu_view, down_view, gu_bias_view, down_bias_view;
   if (split) {
     gu_view.split_dim = 0;
     gu_view.shards = b.key().tp_size;
     gu_view.packed = 2;  // the gate half and the up half each split
     down_view.split_dim = 1;
     down_view.shards = b.key().tp_size;
+    gu_bias_view = gu_view;
+    gu_bias_view.stacked = true;
+    down_bias_view.rank0_only = true;
   }
   const int gate_up = b.weight(gate_up_name, {E, 2 * I, H}, gu_view);
   const int down = b.weight(down_name, {E, H, I}, down_view);
-  const int gate_up_bias = m.bias ? b.weight(gate_up_name + "_bias", {E, 2 * I}, {}, false, true) : -1;
-  const int down_bias = m.bias ? b.weight(down_name + "_bias", {E, H}, {}, false, true) : -1;
+  const int gate_up_bias =
+      m.bias ? b.weight(gate_up_name + "_bias", {E, 2 * I}, gu_bias_view, false, true) : -1;
+  const int down_bias = m.bias ? b.weight(down_name + "_bias", {E, H}, down_bias_view, false, true) : -1;
   const graph::Activation act =
       m.clamped_swiglu ? graph::Activation::ClampedSwiglu : graph_activation(c.hidden_act);
   const int y = b.moe_experts(h, route, gate_up, down, gate_up_bias, down_bias, E, c.num_experts_per_tok, act,

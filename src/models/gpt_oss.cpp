@@ -108,9 +108,9 @@ Architecture architecture() {
        .defaults = defaults(),
        .finish = finish,
        .config_keys = keys(),
-       // Attention split by heads (the sinks with their heads) and the vocab-parallel LM head; the experts
-       // (with biases) stay whole on every rank for now.
-       .tp_plan = causal_lm_tp_plan({attention_tp_plan()})});
+       // Attention split by heads (the sinks with their heads), the experts as the MoE plan splits them
+       // (their gate_up biases with their rows, down's bias added by rank 0), the vocab-parallel LM head.
+       .tp_plan = causal_lm_tp_plan({attention_tp_plan(), experts_tp_plan()})});
 }
 
 }  // namespace tessera::models::gpt_oss

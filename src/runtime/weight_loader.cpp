@@ -118,17 +118,25 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
     return out;
   }
   if (v.whole() || (v.rank0_only && v.rows < 0 && v.split_dim < 0 && v.rope_head == 0)) return full;
-  if (full.shape.size() == 3) {  // stacked experts: the view of each expert's [out, in] matrix, in order
-    TS_ASSERT(local.size() == 3 && local[0] == full.shape[0], "view of ", shape_str(full.shape), " as ",
-              shape_str(local));
-    const Shape matrix{full.shape[1], full.shape[2]}, part{local[1], local[2]};
-    const size_t in_bytes = dtype_bytes(full.dtype, matrix[0] * matrix[1]);
-    const size_t out_bytes = dtype_bytes(full.dtype, part[0] * part[1]);
+  if (full.shape.size() == 3 || v.stacked) {
+    // Stacked experts: the view of each expert's [out, in] matrix (or [N] vector), in order.
+    TS_ASSERT(local.size() == full.shape.size() && local.size() >= 2 && local[0] == full.shape[0], "view of ",
+              shape_str(full.shape), " as ", shape_str(local));
+    const Shape matrix(full.shape.begin() + 1, full.shape.end()), part(local.begin() + 1, local.end());
+    const auto count = [](const Shape& s) {
+      int64_t n = 1;
+      for (int64_t d : s) n *= d;
+      return n;
+    };
+    const size_t in_bytes = dtype_bytes(full.dtype, count(matrix));
+    const size_t out_bytes = dtype_bytes(full.dtype, count(part));
+    graph::WeightView each = v;
+    each.stacked = false;
     Tensor out = Tensor::empty(full.dtype, local);
     for (int64_t e = 0; e < full.shape[0]; ++e) {
       const Tensor m =
           Tensor::view(full.dtype, matrix, static_cast<uint8_t*>(full.data) + e * in_bytes, full.owner);
-      const Tensor p = apply_view(m, v, part, rank, false);
+      const Tensor p = apply_view(m, each, part, rank, false);
       std::memcpy(static_cast<uint8_t*>(out.data) + e * out_bytes, p.data, out_bytes);
     }
     return out;
