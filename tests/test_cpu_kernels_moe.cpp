@@ -93,6 +93,8 @@ uint32_t ggml_id(DType dt) {
       return 13;
     case DType::Q6_K:
       return 14;
+    case DType::MXFP4:
+      return 39;
     default:
       ADD_FAILURE() << dtype_name(dt);
       return 0;
@@ -124,8 +126,13 @@ Mat make_mat(DType dt, int64_t rows, int64_t K, uint32_t seed) {
   const size_t nblocks = static_cast<size_t>(rows * K / dtype_block(dt));
   m.raw.resize(nblocks * bytes);
   for (auto& b : m.raw) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_int_distribution<int> e8m0(118, 128);  // MXFP4's scale byte: 2^-9 .. 2^1
   for (size_t b = 0; b < nblocks; ++b) {
     uint8_t* blk = m.raw.data() + b * bytes;
+    if (dt == DType::MXFP4) {
+      blk[0] = static_cast<uint8_t>(e8m0(rng));
+      continue;
+    }
     const uint16_t dh = f32_to_f16(kquant ? scale(rng) / 16 : scale(rng));
     std::memcpy(blk + (dt == DType::Q6_K ? 208 : 0), &dh, 2);
     const bool second = dt == DType::Q4_1 || dt == DType::Q5_1 || dt == DType::Q4_K || dt == DType::Q5_K;
@@ -460,12 +467,12 @@ std::string routing_name(MoeRouting r) {
 // ------------------------------------------------------------------ moe_experts
 
 // The weight dtypes (gate_up, down): the float ones, and the block formats alone and as the mixes of
-// llama.cpp's _M files.
-constexpr std::pair<DType, DType> kPairs[] = {{DType::F32, DType::F32},   {DType::BF16, DType::BF16},
-                                              {DType::F16, DType::F16},   {DType::Q8_0, DType::Q8_0},
-                                              {DType::Q4_0, DType::Q4_0}, {DType::Q4_1, DType::Q5_0},
-                                              {DType::Q4_K, DType::Q4_K}, {DType::Q6_K, DType::Q6_K},
-                                              {DType::Q4_K, DType::Q6_K}, {DType::Q5_K, DType::Q5_1}};
+// llama.cpp's _M files, and gpt-oss's MXFP4.
+constexpr std::pair<DType, DType> kPairs[] = {
+    {DType::F32, DType::F32},   {DType::BF16, DType::BF16},  {DType::F16, DType::F16},
+    {DType::Q8_0, DType::Q8_0}, {DType::Q4_0, DType::Q4_0},  {DType::Q4_1, DType::Q5_0},
+    {DType::Q4_K, DType::Q4_K}, {DType::Q6_K, DType::Q6_K},  {DType::Q4_K, DType::Q6_K},
+    {DType::Q5_K, DType::Q5_1}, {DType::MXFP4, DType::MXFP4}};
 constexpr int kNumPairs = static_cast<int>(std::size(kPairs));
 
 // The weights of one pair and expert count, made once for every target.
