@@ -68,8 +68,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
          "--dtype", f.dtype,
          "Weight dtype: float32, bfloat16 or float16 (default: the checkpoint's; GGUF: bfloat16, and its "
          "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K/MXFP4 matrices kept as stored (PJRT devices: int8 and "
-         "scales); given, every matrix is dequantised to it; a safetensors gpt-oss keeps its MXFP4 experts "
-         "at any float dtype), "
+         "scales), as a safetensors gpt-oss its MXFP4 experts; given, every matrix is dequantised to it), "
          "or q8_0 / q4_0 / q4_k: matrices quantised at load (PJRT devices: uploaded as int8 and scales)")
       ->check(CLI::IsMember(
           {"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0", "q4_k"}));

@@ -141,7 +141,7 @@ void bench_decode_rows(bool quick) {
 }  // namespace
 
 // Block-quantised weights [N, K] of random quants with sane f16 scales (d, and m / dmin where the format has
-// one), for timing only.
+// one; MXFP4 its scale byte), for timing only.
 std::vector<uint8_t> random_blocks(DType dt, int64_t N, int64_t K) {
   const size_t bytes = dtype_bytes(dt, K) * static_cast<size_t>(N), bb = dtype_bytes(dt, dtype_block(dt));
   std::vector<uint8_t> w(bytes);
@@ -149,6 +149,10 @@ std::vector<uint8_t> random_blocks(DType dt, int64_t N, int64_t K) {
   for (auto& b : w) b = static_cast<uint8_t>((s = s * 1664525u + 1013904223u) >> 24);
   const uint16_t d = f32_to_f16(0.01f), m = f32_to_f16(-0.02f);
   for (size_t o = 0; o < bytes; o += bb) {
+    if (dt == DType::MXFP4) {  // its scale byte: 2^(120 - 127)
+      w[o] = 120;
+      continue;
+    }
     const size_t at = dt == DType::Q6_K ? 208 : 0;
     std::memcpy(&w[o + at], &d, 2);
     if (dt == DType::Q4_1 || dt == DType::Q4_K || dt == DType::Q5_K) std::memcpy(&w[o + 2], &m, 2);
@@ -163,7 +167,8 @@ void bench_quant_decode(bool quick) {
   const int64_t N = quick ? 4096 : (std::getenv("BIGN") ? std::atoll(std::getenv("BIGN")) : 16384), K = 4096;
   std::vector<float> x(static_cast<size_t>(K)), y(static_cast<size_t>(N));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
-  for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType dt :
+       {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4}) {
     const std::vector<uint8_t> blocks = random_blocks(dt, N, K);
     // Allocated as a model's weights are (Tensor::empty: 2 MiB pages where granted).
     Tensor storage = Tensor::empty(DType::F32, {static_cast<int64_t>(blocks.size() / 4 + 1)});
@@ -185,7 +190,8 @@ void bench_quant_gemm(bool quick) {
   const int64_t M = quick ? 64 : 512;
   const MatShape shapes[] = {{"qwen3 up 1024x3072", 1024, 3072}, {"qwen3 down 3072x1024", 3072, 1024}};
   for (const MatShape& sh : shapes)
-    for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (DType dt :
+         {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4}) {
       std::vector<uint8_t> w = random_blocks(dt, sh.N, sh.K);
       const DType bound = rows8_dtype(dt);
       if (bound != dt) interleave_rows8(dt, w.data(), sh.N, sh.K);

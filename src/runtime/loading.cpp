@@ -160,13 +160,13 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   // A GGUF on a backend with block kernels keeps its Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and MXFP4
   // matrices as stored (the native cpu backend computes from the blocks; PJRT devices take their integers and
   // scales and dequantise in the program) unless a dtype was asked for: then everything is dequantised to it.
-  // Other GGML types are dequantised to `dtype`. A safetensors gpt-oss keeps its MXFP4 experts (io's expert
-  // layout presents them stored as "MXFP4") whatever float dtype the rest loads as, as Transformers does on
-  // devices with MXFP4 kernels; a block dtype asked for (quantise at load) dequantises and requantises them.
+  // Other GGML types are dequantised to `dtype`. A safetensors gpt-oss likewise keeps its MXFP4 experts (io's
+  // expert layout presents them stored as "MXFP4") unless a dtype was asked for: then they are dequantised
+  // to it, as Transformers does on a CPU (the rest loads as the config's dtype either way).
   if (impl->caps.block_quantized_weights) {
     for (const auto& m : src->tensors()) {
       const DType q = block_dtype_of_ggml(m.stored_type);
-      const bool keep = is_gguf ? !opt.dtype : q == DType::MXFP4 && !is_quantized(dtype);
+      const bool keep = !opt.dtype && (is_gguf || q == DType::MXFP4);
       // Matrices, and stacked experts [E, N, K] (rows of blocks alike).
       if (keep && (m.shape.size() == 2 || m.shape.size() == 3) && is_quantized(q))
         impl->config.quantized_weights[m.name] = q;
