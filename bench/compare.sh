@@ -14,10 +14,11 @@
 #                                     Transformers, which dequantises GGUF to float, is left out of them.
 #   bench/compare.sh --quick          CI: tiny fixture model, few tokens, Tessera only (keeps the harness working)
 # Options: --repeats N  --threads N  --prompt-tokens N  --new-tokens N  --no-compile  --out FILE
-#          --models smollm2,qwen3,qwen3_4b,qwen3_moe  --dtypes bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m (a
+#          --models smollm2,qwen3,qwen3_4b,qwen3_moe,gpt_oss  --dtypes bfloat16,float32,q4_1,q8_0,q4_0,q4_k_m,mxfp4 (a
 #          quantised dtype runs on the models that have it: q4_1 on smollm2, q8_0, q4_0 and q4_k_m on qwen3,
 #          qwen3_4b and qwen3_moe (Qwen3-30B-A3B's shape with 4 layers, make_bench_models.py --only
-#          qwen3-moe-gguf: q8_0 and q4_k_m); qwen3_4b and qwen3_moe have quantised files only)  --no-make (use the files already in BENCH_MODELS, e.g. from
+#          qwen3-moe-gguf: q8_0 and q4_k_m; gpt_oss: gpt-oss-20b's shape with 4 layers, --only gpt-oss-gguf,
+#          dtype mxfp4); qwen3_4b, qwen3_moe and gpt_oss have quantised files only)  --no-make (use the files already in BENCH_MODELS, e.g. from
 #          make_bench_models.py --only qwen3-gguf / qwen3-4b-gguf, which need no torch)  --no-transformers
 #          (Tessera and llama.cpp only: no torch needed, PY may be any python with gguf)
 # Environment: TESSERA (the binary; default build/tessera), BENCH_RESULTS (raw JSON lines; build/bench-results),
@@ -108,11 +109,12 @@ print(m.default_smollm2_gguf())' "$ROOT/tools")"
   for key in ${WHICH//,/ }; do
     for dtype in ${DTYPES//,/ }; do
       common=(--threads "$THREADS" --prompt-tokens "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS")
-      if [[ $dtype == q* ]]; then  # quantised: the same file for both engines, Transformers left out
+      if [[ $dtype == q* || $dtype == mxfp4 ]]; then  # quantised: the same file for both engines, Transformers left out
         if [[ $key == smollm2 && $dtype == q4_1 ]]; then gguf="$SMOLLM2_GGUF"
         elif [[ $key == qwen3 && $dtype != q4_1 ]]; then gguf="$MODELS/qwen3-0.6b-random-$dtype.gguf"
         elif [[ $key == qwen3_4b && $dtype != q4_1 ]]; then gguf="$MODELS/qwen3-4b-random-$dtype.gguf"
         elif [[ $key == qwen3_moe && $dtype != q4_1 ]]; then gguf="$MODELS/qwen3-30b-a3b-4l-random-$dtype.gguf"
+        elif [[ $key == gpt_oss && $dtype == mxfp4 ]]; then gguf="$MODELS/gpt-oss-20b-4l-random-mxfp4.gguf"
         else continue; fi
         [[ -f $gguf ]] || { echo "compare.sh: $gguf missing, $key $dtype skipped" >&2; continue; }
         run "$key" "$dtype" tessera "$TESSERA" bench "$gguf" --json "${common[@]}"
@@ -120,7 +122,7 @@ print(m.default_smollm2_gguf())' "$ROOT/tools")"
           "${common[@]}"
         continue
       fi
-      [[ $key != qwen3_4b && $key != qwen3_moe ]] || continue  # quantised files only
+      [[ $key != qwen3_4b && $key != qwen3_moe && $key != gpt_oss ]] || continue  # quantised files only
       short="$([[ $dtype == bfloat16 ]] && echo bf16 || echo f32)"
       if [[ $key == smollm2 ]]; then
         ours=("$MODELS/smollm2-135m-$short.gguf"); gguf="$MODELS/smollm2-135m-$short.gguf"

