@@ -197,7 +197,8 @@ TEST_P(CpuQuantKernels, Int8GemmGivesTheScalarBitsAndEachRowAsInAnyCompany) {
   // rows of M = 29) and whatever product it shares a matmul_multi with.
   uint32_t seed = 1200;
   std::vector<DType> formats(std::begin(kFormats), std::end(kFormats));
-  for (DType r8 : {DType::Q4_K_R8, DType::Q6_K_R8, DType::Q4_0_R8, DType::Q4_1_R8}) formats.push_back(r8);
+  for (DType r8 : {DType::Q4_K_R8, DType::Q6_K_R8, DType::Q4_0_R8, DType::Q4_1_R8, DType::MXFP4_R8})
+    formats.push_back(r8);
   for (DType dt : formats)
     for (int64_t K0 : {32, 288, 1056}) {
       const DType stored = stored_dtype(dt);
@@ -367,7 +368,7 @@ TEST_P(CpuQuantKernels, InterleavedRowsComputeAsStored) {
   EXPECT_EQ(rows8_dtype(DType::Q8_0), DType::Q8_0);
   EXPECT_EQ(stored_dtype(DType::Q8_0), DType::Q8_0);
   uint32_t seed = 700;
-  for (DType dt : {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q4_1}) {
+  for (DType dt : {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q4_1, DType::MXFP4}) {
     const DType r8 = rows8_dtype(dt);
     ASSERT_NE(r8, dt);
     EXPECT_EQ(stored_dtype(r8), dt);
@@ -433,7 +434,8 @@ TEST_P(CpuQuantKernels, EveryInt8DotGivesTheAvx2Integers) {
     GTEST_SKIP() << "compares another integer dot product with the AVX2 pair";
   uint32_t seed = 900;
   std::vector<DType> formats(std::begin(kFormats), std::end(kFormats));
-  for (DType r8 : {DType::Q4_K_R8, DType::Q6_K_R8, DType::Q4_0_R8, DType::Q4_1_R8}) formats.push_back(r8);
+  for (DType r8 : {DType::Q4_K_R8, DType::Q6_K_R8, DType::Q4_0_R8, DType::Q4_1_R8, DType::MXFP4_R8})
+    formats.push_back(r8);
   for (DType dt : formats)
     for (int64_t K0 : {32, 288, 1056}) {
       const DType stored = stored_dtype(dt);

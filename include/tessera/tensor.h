@@ -23,9 +23,10 @@ namespace tessera {
 //   127);
 //        nibbles as Q4_0's. The kernels read it as d * q with q = 2 * FP4 (integers -12..12), d = 2^(e -
 //        128).
-// Q4_K_R8, Q6_K_R8, Q4_0_R8 and Q4_1_R8 are the cpu backend's own forms of Q4_K, Q6_K, Q4_0 and Q4_1
-// matrices (never in a file): the same bytes per block, each group of 8 rows stored as one run of blocks with
-// the 8 rows' fields interleaved (kernels_quant.cpp), so a decode kernel computes 8 rows per vector lane.
+// Q4_K_R8, Q6_K_R8, Q4_0_R8, Q4_1_R8 and MXFP4_R8 are the cpu backend's own forms of Q4_K, Q6_K, Q4_0, Q4_1
+// and MXFP4 matrices (never in a file): the same bytes per block, each group of 8 rows stored as one run of
+// blocks with the 8 rows' fields interleaved (kernels_quant.cpp), so a decode kernel computes 8 rows per
+// vector lane.
 enum class DType : uint8_t {
   F32,
   F16,
@@ -45,19 +46,20 @@ enum class DType : uint8_t {
   Q4_0_R8,
   Q4_1_R8,
   MXFP4,
+  MXFP4_R8,
   I8  // the integers of block-quantised weights on a PJRT device (pjrt_backend.cpp), never a model dtype
 };
 
 // Bytes per element of a plain dtype; an internal error for a block-quantised one (use dtype_bytes).
 size_t dtype_size(DType dt);
-// Whether dt is block-quantised (Q8_0 .. MXFP4).
+// Whether dt is block-quantised (Q8_0 .. MXFP4_R8).
 bool is_quantized(DType dt);
 // Elements per block: 32 for Q8_0 .. Q5_1, 256 for the K-quants (and their _R8 forms), 1 otherwise.
 int64_t dtype_block(DType dt);
 // Bytes of n consecutive elements (n a multiple of dtype_block(dt)).
 size_t dtype_bytes(DType dt, int64_t n);
 // "float32", "float16", "bfloat16", "int32", "int64", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
-// "q6_k", "q4_k_r8", "q6_k_r8", "q4_0_r8", "q4_1_r8", "mxfp4"
+// "q6_k", "q4_k_r8", "q6_k_r8", "q4_0_r8", "q4_1_r8", "mxfp4", "mxfp4_r8"
 const char* dtype_name(DType dt);
 // The block-quantised dtype of a GGML type name as a GGUF stores it ("Q8_0", "Q4_K", ...); F32 for any other
 // name (a float type or one without a kernel).

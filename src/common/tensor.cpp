@@ -36,7 +36,7 @@ size_t dtype_size(DType dt) {
   return 0;
 }
 
-bool is_quantized(DType dt) { return dt >= DType::Q8_0 && dt <= DType::MXFP4; }
+bool is_quantized(DType dt) { return dt >= DType::Q8_0 && dt <= DType::MXFP4_R8; }
 
 int64_t dtype_block(DType dt) {
   if (dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q4_K_R8 ||
@@ -77,6 +77,7 @@ size_t dtype_bytes(DType dt, int64_t n) {
       block_bytes = 210;
       break;
     case DType::MXFP4:
+    case DType::MXFP4_R8:
       block_bytes = 17;
       break;
     default:
@@ -125,6 +126,8 @@ const char* dtype_name(DType dt) {
       return "q4_1_r8";
     case DType::MXFP4:
       return "mxfp4";
+    case DType::MXFP4_R8:
+      return "mxfp4_r8";
   }
   return "?";
 }

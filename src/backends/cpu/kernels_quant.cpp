@@ -241,6 +241,7 @@ constexpr size_t x_group_bytes() {
 // Q4_0_R8 (144 bytes): d [8] f16 | quants at 16 + 32k + 4r + i: byte 4k + i of row r's qs (k = 0..3; low
 //   nibbles values 4k + i, high nibbles 16 + 4k + i).
 // Q4_1_R8 (160 bytes): d [8] f16 | m [8] f16 | quants at 32 + 32k + 4r + i, as Q4_0_R8's.
+// MXFP4_R8 (136 bytes): e [8] (the E8M0 scale bytes) | quants at 8 + 32k + 4r + i, as Q4_0_R8's.
 // A group is as many bytes as its 8 rows, so a matrix keeps its size and row blocks of it (offsets in whole
 // groups) keep their place.
 constexpr int kR8 = 8;
@@ -249,7 +250,8 @@ constexpr int kR8 = 8;
 constexpr std::pair<DType, DType> kRows8Forms[] = {{DType::Q4_K, DType::Q4_K_R8},
                                                    {DType::Q6_K, DType::Q6_K_R8},
                                                    {DType::Q4_0, DType::Q4_0_R8},
-                                                   {DType::Q4_1, DType::Q4_1_R8}};
+                                                   {DType::Q4_1, DType::Q4_1_R8},
+                                                   {DType::MXFP4, DType::MXFP4_R8}};
 constexpr bool is_rows8(DType dt) {
   for (const auto& [stored, r8] : kRows8Forms)
     if (dt == r8) return true;
@@ -273,24 +275,29 @@ void by_rows8_format(DType wt, Fn&& fn) {
       return fn(std::integral_constant<DType, DType::Q4_0_R8>{});
     case DType::Q4_1_R8:
       return fn(std::integral_constant<DType, DType::Q4_1_R8>{});
+    case DType::MXFP4_R8:
+      return fn(std::integral_constant<DType, DType::MXFP4_R8>{});
     default:
       TS_ASSERT(false, "interleaved kernel for ", dtype_name(wt));
   }
 }
 
-// Q4_0_R8 / Q4_1_R8 blocks: bytes per block of 8 rows, and where the quants start (after the 8 d, and the
-// 8 m of Q4_1).
+// Q4_0_R8 / Q4_1_R8 / MXFP4_R8 blocks: bytes per block of 8 rows, and where the quants start (after the 8 d,
+// and the 8 m of Q4_1; after MXFP4's 8 scale bytes).
 template <DType WT>
 struct Q4Rows8 {
-  static constexpr bool kMin = WT == DType::Q4_1_R8;
-  static constexpr size_t kBytes = kMin ? 160 : 144, kQuants = kMin ? 32 : 16;
+  static constexpr bool kMin = WT == DType::Q4_1_R8, kMx = WT == DType::MXFP4_R8;
+  static constexpr size_t kBytes = kMx ? 136 : kMin ? 160 : 144, kQuants = kMx ? 8 : kMin ? 32 : 16;
 };
 
 // f(stored offset, interleaved offset, bytes) for each run that row r's block (of the stored format) shares
 // with its group's interleaved block.
 template <typename F>
 void rows8_runs(DType stored, int r, F&& f) {
-  if (stored == DType::Q4_0 || stored == DType::Q4_1) {
+  if (stored == DType::MXFP4) {
+    f(0, r, 1);
+    for (int q = 0; q < 16; q += 4) f(1 + q, 8 + q / 4 * 32 + 4 * r, 4);
+  } else if (stored == DType::Q4_0 || stored == DType::Q4_1) {
     const int qs = stored == DType::Q4_0 ? 2 : 4, iq = stored == DType::Q4_0 ? 16 : 32;  // quants' offsets
     f(0, 2 * r, 2);
     if (stored == DType::Q4_1) f(2, 16 + 2 * r, 2);
