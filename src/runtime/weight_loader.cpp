@@ -123,13 +123,8 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
     TS_ASSERT(local.size() == full.shape.size() && local.size() >= 2 && local[0] == full.shape[0], "view of ",
               shape_str(full.shape), " as ", shape_str(local));
     const Shape matrix(full.shape.begin() + 1, full.shape.end()), part(local.begin() + 1, local.end());
-    const auto count = [](const Shape& s) {
-      int64_t n = 1;
-      for (int64_t d : s) n *= d;
-      return n;
-    };
-    const size_t in_bytes = dtype_bytes(full.dtype, count(matrix));
-    const size_t out_bytes = dtype_bytes(full.dtype, count(part));
+    const size_t in_bytes = dtype_bytes(full.dtype, shape_numel(matrix));
+    const size_t out_bytes = dtype_bytes(full.dtype, shape_numel(part));
     graph::WeightView each = v;
     each.stacked = false;
     Tensor out = Tensor::empty(full.dtype, local);
