@@ -12,6 +12,7 @@
 #include "distributed/mpi_communicator.h"
 #include "io/hf_cache.h"
 #include "io/io_util.h"
+#include "tessera/constraint.h"
 #include "tessera/error.h"
 
 namespace tessera::cli {
@@ -60,7 +61,8 @@ void apply_environment(LoadOptions& opt) {
     }
   if (const char* v = env("TESSERA_VERBOSE"); v && std::string_view(v) == "1") opt.verbose_compiles = true;
   opt.collective_timeout_s = collective_timeout_setting(opt.collective_timeout_s);
-  // The launcher's description of the job (tessera launch sets WORLD_SIZE and RANK; mpirun OMPI_COMM_WORLD_*).
+  // The launcher's description of the job (tessera launch sets WORLD_SIZE and RANK; mpirun
+  // OMPI_COMM_WORLD_*).
   DistributedConfig& d = opt.distributed;
   if (const char* v = env("WORLD_SIZE")) d.world_size = std::max(1, std::atoi(v));
   if (const char* v = env("OMPI_COMM_WORLD_SIZE"); v && std::atoi(v) > 1) d.mpi = true;
@@ -108,6 +110,11 @@ void use_environment_plugin_settings() {
   if (done) return;
   pjrt::set_default_pjrt_settings(pjrt_settings_from_env());
   done = true;
+}
+
+void use_environment_constraint_settings() {
+  use_environment_plugin_settings();
+  if (const char* v = env("TESSERA_LLGUIDANCE")) ConstraintLibrary::set_library(std::string(v));
 }
 
 bool apply_cpu_environment(int threads) {

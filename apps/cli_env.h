@@ -34,6 +34,9 @@ double plugin_start_timeout_s();
 // pjrt_settings_from_env(), set as the process-wide default the library uses when LoadOptions::plugins is
 // unset (pjrt::set_default_pjrt_settings). Once per process; throws Error naming a malformed variable.
 void use_environment_plugin_settings();
+// Where constrained decoding's library (llguidance) is looked for: $TESSERA_LLGUIDANCE when set (the file),
+// else the site-packages the PJRT plugins are searched in (use_environment_plugin_settings).
+void use_environment_constraint_settings();
 
 // The CPU kernels' settings: $TESSERA_ISA (scalar, avx2, avx512, avx512bf16) selects the instruction set
 // (cpu::set_isa); the worker pool gets `threads` workers when > 0 (the --threads flag), else

@@ -29,6 +29,7 @@
 #include "launch_command.h"
 #include "serve_command.h"
 #include "tessera/auto_tokenizer.h"
+#include "tessera/constraint.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/tokenizer.h"
@@ -245,6 +246,9 @@ struct GenerateFlags {
   cli::CompileFlags compile;
   bool warmup = false;
   std::vector<std::string> stop;  // --stop STRING (repeatable)
+  // generate's constraint (at most one): --json-schema FILE, --json-object, --regex R, --grammar FILE (Lark).
+  std::string json_schema, regex, grammar;
+  bool json_object = false;
 };
 
 // --stop: ends a reply once its text (special tokens included) contains one of the strings. The token that
@@ -413,6 +417,41 @@ ordered_json generation_config_json(const GenerationConfig& g, int prompt_tokens
   return j;
 }
 
+// The constraint generate's flags name (null: none), compiled for the model's vocabulary.
+std::shared_ptr<const Constraint> constraint_from_flags(const GenerateFlags& f, const Tokenizer* tok,
+                                                        const CausalLM& model, const GenerationConfig& g) {
+  const char* flag = !f.json_schema.empty()    ? "--json-schema"
+                     : f.json_object           ? "--json-object"
+                     : f.cmd->count("--regex") ? "--regex"
+                     : !f.grammar.empty()      ? "--grammar"
+                                               : nullptr;
+  if (flag == nullptr) return nullptr;
+  if (tok == nullptr) fail(flag, " needs the model's tokenizer, and this model has none");
+  cli::use_environment_constraint_settings();
+  std::string text;
+  ConstraintKind kind = ConstraintKind::JsonObject;
+  if (!f.json_schema.empty()) {
+    kind = ConstraintKind::JsonSchema;
+    text = io::read_regular_file(f.json_schema, 16u << 20);
+  } else if (!f.grammar.empty()) {
+    kind = ConstraintKind::Grammar;
+    text = io::read_regular_file(f.grammar, 16u << 20);
+  } else if (!f.json_object) {
+    kind = ConstraintKind::Regex;
+    text = f.regex;
+  }
+  try {
+    ConstraintVocabulary vocab(*tok, model.info().vocab_size, g.eos_token_id);
+    return vocab.compile(kind, text);
+  } catch (const Error& e) {
+    fail(flag,
+         !f.json_schema.empty() ? " " + f.json_schema
+         : !f.grammar.empty()   ? " " + f.grammar
+                                : "",
+         ": ", e.what());
+  }
+}
+
 int run_generate(GenerateFlags& f) {
   if (f.prompt.empty() == f.input_ids.empty())
     fail(f.prompt.empty() ? "generate: give --prompt TEXT or --input-ids 1,2,3"
@@ -447,6 +486,7 @@ int run_generate(GenerateFlags& f) {
   mf.model = path;
   CausalLM model = load_with_compile_flags(mf, f);
   GenerationConfig g = merged_config(model, f);
+  g.constraint = constraint_from_flags(f, tok ? &*tok : nullptr, model, g);
   const int prompt_tokens = static_cast<int>(ids.size());
   if (f.warmup)
     model.warmup(1, g.new_token_budget(prompt_tokens, model.info().max_position_embeddings), g.do_sample);
@@ -496,6 +536,11 @@ int run_generate(GenerateFlags& f) {
     j["peak_rss_mb"] = proc_status_mb("VmHWM:");
     j["generation_config"] =
         generation_config_json(g, out.prompt_tokens, model.info().max_position_embeddings);
+    j["finish_reason"] = finish_reason_name(out.finish_reasons.at(0));
+    if (g.constraint)
+      j["constraint"] = {{"kind", constraint_kind_name(g.constraint->kind())},
+                         {"compile_seconds", g.constraint->compile_seconds()},
+                         {"llguidance", ConstraintLibrary::version()}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else if (streaming) {
     std::string rest = stream->flush();
@@ -759,6 +804,17 @@ int main(int argc, char** argv) {
               "generation_config (the settings in effect: the model's defaults with the flags given)");
   g->add_flag("--no-stream", gen.no_stream, "Print the text at the end instead of token by token");
   add_sampling_flags(g, gen);
+  auto* schema_opt = g->add_option("--json-schema", gen.json_schema,
+                                   "Constrain the output to JSON valid against the schema in FILE (needs "
+                                   "llguidance: pip install llguidance, or $TESSERA_LLGUIDANCE)");
+  auto* object_opt = g->add_flag("--json-object", gen.json_object, "Constrain the output to one JSON object");
+  auto* regex_opt =
+      g->add_option("--regex", gen.regex, "Constrain the output to match the regular expression R");
+  auto* grammar_opt = g->add_option("--grammar", gen.grammar,
+                                    "Constrain the output to the Lark grammar in FILE (llguidance's)");
+  schema_opt->excludes(object_opt)->excludes(regex_opt)->excludes(grammar_opt);
+  object_opt->excludes(regex_opt)->excludes(grammar_opt);
+  regex_opt->excludes(grammar_opt);
 
   GenerateFlags chat;
   std::string chat_server, chat_api_key;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -13,6 +14,7 @@
 namespace tessera {
 
 struct GenerationOverrides;
+class Constraint;  // tessera/constraint.h
 
 // The effective settings of one generate() call, resolved as Transformers' generate() resolves them: the
 // caller's settings, then the model's generation_config.json, then Transformers' global defaults (the values
@@ -36,6 +38,10 @@ struct GenerationConfig {
   std::optional<int32_t> bos_token_id;          // informational (prompts are given as ids)
   std::string cache_implementation = "static";  // "static" (one decode shape) or "dynamic" (grows in chunks)
   bool disable_compile = false;  // plan every step afresh instead of reusing compiled executables
+  // Constrained decoding (tessera/constraint.h): every row's tokens keep this constraint satisfiable, and a
+  // row ends (FinishReason::Eos) once it is complete. Rows sample on the host (the logits come back), so a
+  // PJRT device samples constrained rows there; null: unconstrained.
+  std::shared_ptr<const Constraint> constraint;
 
   // generation_config.json contents over the global defaults (unknown keys ignored); `origin` names the file.
   static GenerationConfig from_json(const std::string& json_text, const std::string& origin);
@@ -81,16 +87,17 @@ struct is_std_function<std::function<R(A...)>> : std::true_type {};
 // A streaming callback, called as each new token of a row is chosen: `on_token(row, token)` (generate(): the
 // batch row; SlotBatch: the slot). It may return nothing, or a bool: false stops that row after this token
 // (the token is kept; the row then ends as at an eos, and generate() pads it), so a server can cancel a
-// request and a command line can stop on a stop string. Any callable of (int, int32_t) converts to it, as does
-// nullptr (no callback) and an empty std::function.
+// request and a command line can stop on a stop string. Any callable of (int, int32_t) converts to it, as
+// does nullptr (no callback) and an empty std::function.
 class TokenCallback {
  public:
   TokenCallback() = default;
   TokenCallback(std::nullptr_t) {}  // NOLINT(google-explicit-constructor): nullptr means no callback
   template <typename F>
-    requires(std::invocable<F&, int, int32_t> && !std::same_as<std::decay_t<F>, TokenCallback> &&
-             !std::same_as<std::decay_t<F>, std::nullptr_t>)
-  TokenCallback(F f) {  // NOLINT(google-explicit-constructor): a lambda is passed where a callback is taken
+  requires(std::invocable<F&, int, int32_t> && !std::same_as<std::decay_t<F>, TokenCallback> &&
+           !std::same_as<std::decay_t<F>, std::nullptr_t>)
+      TokenCallback(
+          F f) {  // NOLINT(google-explicit-constructor): a lambda is passed where a callback is taken
     if constexpr (detail::is_std_function<F>::value || std::is_pointer_v<F>)
       if (!f) return;  // an empty std::function or a null function pointer: no callback
     using R = std::invoke_result_t<F&, int, int32_t>;
@@ -100,7 +107,8 @@ class TokenCallback {
         return true;
       };
     } else {
-      static_assert(std::is_convertible_v<R, bool>, "a token callback returns void or bool (false: stop the row)");
+      static_assert(std::is_convertible_v<R, bool>,
+                    "a token callback returns void or bool (false: stop the row)");
       fn_ = [f = std::move(f)](int row, int32_t token) mutable { return static_cast<bool>(f(row, token)); };
     }
   }
@@ -144,7 +152,7 @@ struct GenerateOutput {
   bool device_sampling = false;  // logits processing + sampling ran inside the compiled step
   // Bytes between host and device during the decode steps (PJRT devices; 0 on the native cpu backend).
   uint64_t decode_h2d_bytes = 0, decode_d2h_bytes = 0;
-  int decode_steps = 0;  // decode steps run (new_tokens - 1 unless stopped early)
+  int decode_steps = 0;                      // decode steps run (new_tokens - 1 unless stopped early)
   std::vector<FinishReason> finish_reasons;  // per row: why it ended (Length when the budget ran out)
 };
 

@@ -70,6 +70,9 @@ class Tokenizer {
   // Raw bytes that `id` contributes to decoded text (before UTF-8 repair);
   // empty for unknown ids, and for special ids when skip_special_tokens.
   std::string token_bytes(int32_t id, bool skip_special_tokens) const;
+  // Whether decoded text is the concatenation of each id's token_bytes (a byte-level decoder), so that a
+  // token's bytes are known on their own (constrained decoding needs that).
+  bool decodes_bytes() const;
 
   struct Impl;
 

@@ -27,7 +27,8 @@ std::vector<int32_t> left_padding(const std::vector<std::vector<int32_t>>& mask,
   std::vector<int32_t> pads;
   for (size_t b = 0; b < mask.size(); ++b) {
     const auto& m = mask[b];
-    if (m.size() != len) fail("attention_mask row ", b, " has length ", m.size(), ", input_ids rows have ", len);
+    if (m.size() != len)
+      fail("attention_mask row ", b, " has length ", m.size(), ", input_ids rows have ", len);
     size_t p = 0;
     while (p < m.size() && m[p] == 0) ++p;
     for (size_t i = p; i < m.size(); ++i)
@@ -64,7 +65,8 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   const int64_t vocab = m.config.vocab_size;
   int max_real = 0;
   for (int b = 0; b < batch; ++b) max_real = std::max(max_real, seq - pads[static_cast<size_t>(b)]);
-  // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding included).
+  // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding
+  // included).
   const int max_new = cfg.new_token_budget(seq, m.config.max_position_embeddings);
   if (max_real + max_new > m.config.max_position_embeddings)
     fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", max_new,
@@ -86,7 +88,11 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   const graph::CompileStats before = m.compile_stats();
   // The step samples where the backend does (only token ids come back), except when the cache grows (the
   // sampler state is not carried over) or ops run one by one.
-  const bool on_device = m.device_sampling && !dynamic && !cfg.disable_compile;
+  if (cfg.constraint && cfg.constraint->vocab_size() != vocab)
+    fail("generate: the constraint was compiled for a vocabulary of ", cfg.constraint->vocab_size(),
+         " ids, the model has ", vocab);
+  // Constrained rows sample on the host (their masks are computed there).
+  const bool on_device = m.device_sampling && !dynamic && !cfg.disable_compile && !cfg.constraint;
   const graph::Sampling sampling = m.sampling_for(on_device, cfg.do_sample);
 
   GenerateOutput out;
@@ -102,13 +108,14 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
 
   // Prefill: the whole prompt left-padded to the bucket; slots 0..prefill_len-1.
   const int32_t filler = pad_id >= 0 && pad_id < m.config.vocab_size ? pad_id : 0;  // masked; any valid id
-  std::vector<int32_t> kv_begin(static_cast<size_t>(batch));                          // [batch]
+  std::vector<int32_t> kv_begin(static_cast<size_t>(batch));                        // [batch]
   for (int b = 0; b < batch; ++b) kv_begin[static_cast<size_t>(b)] = pads[static_cast<size_t>(b)] + extra;
   StepInputs in;
   in.ids.reserve(static_cast<size_t>(batch * prefill_len));
   for (int b = 0; b < batch; ++b) {
     for (int s = 0; s < prefill_len; ++s) {
-      in.ids.push_back(s < extra ? filler : input_ids[static_cast<size_t>(b)][static_cast<size_t>(s - extra)]);
+      in.ids.push_back(s < extra ? filler
+                                 : input_ids[static_cast<size_t>(b)][static_cast<size_t>(s - extra)]);
       int pos = s - kv_begin[static_cast<size_t>(b)];
       in.positions.push_back(pos < 0 ? 1 : pos);  // padding positions are masked; 1 as in Transformers
     }
@@ -143,18 +150,27 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
       exe.run(in, *cache, logits);
     }
   };
-  ShapeKey prefill_key{.phase = Phase::Prefill, .batch = batch, .seq = prefill_len, .cache_len = cache_len,
-                       .dtype = m.info.dtype, .sampling = sampling};
+  ShapeKey prefill_key{.phase = Phase::Prefill,
+                       .batch = batch,
+                       .seq = prefill_len,
+                       .cache_len = cache_len,
+                       .dtype = m.info.dtype,
+                       .sampling = sampling};
   // The programs are made (compiled, or loaded from the disk cache) before the clocks start, so prefill and
-  // decode tokens/s time the steps, not the compiler: in a process that compiled its decode program inside the
-  // decode clock, SmolLM2 on xla-cpu read ~10 tok/s against ~45 in one that loaded it from disk. Compile time
-  // is reported in GenerateOutput::compiles. (The dynamic cache's later shapes still compile when it grows.)
+  // decode tokens/s time the steps, not the compiler: in a process that compiled its decode program inside
+  // the decode clock, SmolLM2 on xla-cpu read ~10 tok/s against ~45 in one that loaded it from disk. Compile
+  // time is reported in GenerateOutput::compiles. (The dynamic cache's later shapes still compile when it
+  // grows.)
   if (!cfg.disable_compile) {
     made_key[0] = prefill_key;
     made[0] = &m.executable(prefill_key, false, scratch);
     if (!dynamic && max_new > 1) {
-      made_key[1] = ShapeKey{.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len,
-                             .dtype = m.info.dtype, .sampling = sampling};
+      made_key[1] = ShapeKey{.phase = Phase::Decode,
+                             .batch = batch,
+                             .seq = 1,
+                             .cache_len = cache_len,
+                             .dtype = m.info.dtype,
+                             .sampling = sampling};
       made[1] = &m.executable(made_key[1], false, scratch);
     }
   }
@@ -185,10 +201,18 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
     }
     if (m.comm) m.comm->broadcast(next.data(), next.size() * sizeof(int32_t), 0);
     // The callback sees each running row's token (and may stop the row); rank 0 decides for every rank.
-    for (int b = 0; b < batch; ++b)
-      keep[static_cast<size_t>(b)] =
-          rows[static_cast<size_t>(b)].running() ? on_token(b, next[static_cast<size_t>(b)]) : 1;
-    if (m.comm && on_token) m.comm->broadcast(keep.data(), keep.size() * sizeof(int32_t), 0);
+    // A constrained row that is complete ends after this token the same way.
+    for (int b = 0; b < batch; ++b) {
+      RowState& r = rows[static_cast<size_t>(b)];
+      if (!r.running()) {
+        keep[static_cast<size_t>(b)] = 1;
+        continue;
+      }
+      const bool goes_on = constraint_step(r, next[static_cast<size_t>(b)]);
+      keep[static_cast<size_t>(b)] = on_token(b, next[static_cast<size_t>(b)]) && goes_on;
+    }
+    if (m.comm && (on_token || cfg.constraint))
+      m.comm->broadcast(keep.data(), keep.size() * sizeof(int32_t), 0);
     bool all_done = true;
     for (int b = 0; b < batch; ++b) {
       RowState& r = rows[static_cast<size_t>(b)];
@@ -208,17 +232,24 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
       cache = std::move(bigger);
       cache_len = grown;
     }
-    ShapeKey key{.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m.info.dtype,
+    ShapeKey key{.phase = Phase::Decode,
+                 .batch = batch,
+                 .seq = 1,
+                 .cache_len = cache_len,
+                 .dtype = m.info.dtype,
                  .sampling = sampling};
     if (!cfg.disable_compile && !dynamic && last_decode && !(*last_decode == key) && !m.cache->contains(key))
-      log_warning("recompiling during decode at step ", step, ": ", key.str(), " (changed: ",
-                  last_decode->diff(key), ")");
+      log_warning("recompiling during decode at step ", step, ": ", key.str(),
+                  " (changed: ", last_decode->diff(key), ")");
     last_decode = key;
     in.ids = next;
     in.positions.clear();
     for (int b = 0; b < batch; ++b) in.positions.push_back(seq - pads[static_cast<size_t>(b)] + step);
     in.slots = {slot};  // every row writes the same slot (the [seq] form of StepInputs::slots)
-    run_step(key, step + 1);
+    std::vector<ConstraintMatcher*> masks;  // computed while the step runs
+    for (RowState& r : rows)
+      if (r.running() && r.constraint) masks.push_back(r.constraint.get());
+    overlap_masks(masks, [&] { run_step(key, step + 1); });
     ++decode_runs;
   }
   auto t2 = clock::now();
@@ -231,7 +262,8 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   }
   for (const RowState& r : rows) out.finish_reasons.push_back(r.finish);
   if (out.prefill_seconds > 0) out.prefill_tokens_per_s = batch * seq / out.prefill_seconds;
-  if (decode_runs > 0 && out.decode_seconds > 0) out.decode_tokens_per_s = batch * decode_runs / out.decode_seconds;
+  if (decode_runs > 0 && out.decode_seconds > 0)
+    out.decode_tokens_per_s = batch * decode_runs / out.decode_seconds;
   out.compiles = runtime::compile_report(before, m.compile_stats());
   if (cfg.disable_compile) out.compiles.compiles = 1 + decode_runs;  // every step planned afresh
   m.generation_done();

@@ -1,6 +1,7 @@
 #include "generation/rows.h"
 
 #include <algorithm>
+#include <future>
 #include <span>
 
 #include "generation/sampler.h"
@@ -33,6 +34,11 @@ void RowState::start(const GenerationConfig& cfg, uint64_t seed, const std::vect
   eos = cfg.eos_token_id;
   budget = new_token_budget;
   produced = 0;
+  constraint.reset();
+  if (cfg.constraint) {
+    constraint = std::make_unique<ConstraintMatcher>(cfg.constraint);
+    constraint->compute_mask();  // the first token's, while nothing else runs yet
+  }
   finish = budget > 0 ? FinishReason::None : FinishReason::Length;
 }
 
@@ -42,7 +48,36 @@ int32_t host_token(const RowState& row, float* logits, int64_t vocab, std::strin
     return -1;
   }
   apply_repetition_penalty(logits, vocab, std::span<const int32_t>(row.seen), row.params.repetition_penalty);
+  if (row.constraint) {
+    row.constraint->apply(logits, vocab);
+    // An error state allows nothing: the row ends at its eos rather than take an unconstrained token.
+    if (!row.constraint->allows_any()) {
+      if (!row.eos.empty()) return row.eos.front();
+      why = "its constraint allows no token (" + row.constraint->error() + ") and it has no eos id";
+      return -1;
+    }
+  }
   return choose_token(logits, vocab, row.params, static_cast<uint32_t>(row.produced));
+}
+
+bool constraint_step(RowState& row, int32_t token) {
+  if (!row.constraint) return true;
+  row.constraint->consume(token);
+  return !row.constraint->done();
+}
+
+void overlap_masks(const std::vector<ConstraintMatcher*>& matchers, const std::function<void()>& work) {
+  if (matchers.empty()) return work();
+  auto masks = std::async(std::launch::async, [&] {
+    for (ConstraintMatcher* c : matchers) c->compute_mask();
+  });
+  try {
+    work();
+  } catch (...) {
+    masks.wait();
+    throw;
+  }
+  masks.get();
 }
 
 bool device_token_ok(int32_t token, int64_t vocab, std::string& why) {
@@ -57,7 +92,7 @@ void accept(RowState& row, int32_t token, bool keep_going) {
   if (std::find(row.eos.begin(), row.eos.end(), token) != row.eos.end())
     row.finish = FinishReason::Eos;
   else if (!keep_going)
-    row.finish = FinishReason::Stopped;
+    row.finish = row.constraint && row.constraint->done() ? FinishReason::Eos : FinishReason::Stopped;
   else if (row.produced >= row.budget)
     row.finish = FinishReason::Length;
 }

@@ -350,6 +350,14 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
          chunk > 0 ? "in chunks of " : "prefill bucket ", chunk > 0 ? chunk : padded,
          chunk > 0 ? detail::concat(", padded to ", padded) : std::string(), ") and ", budget,
          " new tokens need ", padded + budget - 1, " cache positions; the batch has cache_len ", cache_len);
+  if (cfg.constraint && on_device)
+    fail(
+        "SlotBatch::", what, ": slot ", slot,
+        ": a constrained sequence samples on the host, and this batch samples in the compiled step; make the "
+        "batch with SlotBatchOptions::host_sampling");
+  if (cfg.constraint && cfg.constraint->vocab_size() != m->config.vocab_size)
+    fail("SlotBatch::", what, ": slot ", slot, ": the constraint was compiled for a vocabulary of ",
+         cfg.constraint->vocab_size(), " ids, the model has ", m->config.vocab_size);
   if (chunk > 0 && on_device && cfg.repetition_penalty != 1.0f)
     fail("SlotBatch::", what, ": slot ", slot,
          ": with in-step sampling a chunked prompt cannot carry the "
@@ -403,8 +411,9 @@ int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
   if (tok < 0)
     fail("SlotBatch::", what, ": slot ", slot, ", step 0: the model produced a non-finite logit (", why, ")");
   if (m->comm) m->comm->broadcast(&tok, sizeof tok, 0);
-  int32_t keep = s.on_token(slot, tok);
-  if (m->comm && s.on_token) m->comm->broadcast(&keep, sizeof keep, 0);
+  const bool goes_on = generation::constraint_step(s.row, tok);
+  int32_t keep = s.on_token(slot, tok) && goes_on;
+  if (m->comm && (s.on_token || s.row.constraint)) m->comm->broadcast(&keep, sizeof keep, 0);
   generation::accept(s.row, tok, keep != 0);
   s.out.push_back(tok);
   s.last = tok;
@@ -420,7 +429,7 @@ int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const G
   if (b.leading && !cfg.seed) cfg.seed = generation::fresh_seed();  // the followers draw the same
   const Impl::Reuse reuse = b.plan_reuse(slot, prompt, cfg);
   Slot fresh = b.start(slot, prompt, cfg, on_token, 0, "prefill", reuse.tokens);
-  b.announce(Op::Prefill, slot, 0, &prompt, &cfg, static_cast<bool>(on_token));
+  b.announce(Op::Prefill, slot, 0, &prompt, &cfg, on_token || cfg.constraint);
   auto lock = b.m->step_lock();
   if (reuse.tokens > 0) {
     // The kept tokens [0, from) stay in the cache; the rest of the prompt runs after them.
@@ -444,7 +453,7 @@ void SlotBatch::prefill_chunked(int slot, const std::vector<int32_t>& prompt, co
   GenerationConfig cfg = config;
   if (b.leading && !cfg.seed) cfg.seed = generation::fresh_seed();
   Slot fresh = b.start(slot, prompt, cfg, on_token, chunk, "prefill_chunked");
-  b.announce(Op::PrefillChunked, slot, chunk, &prompt, &cfg, static_cast<bool>(on_token));
+  b.announce(Op::PrefillChunked, slot, chunk, &prompt, &cfg, on_token || cfg.constraint);
   b.kept[static_cast<size_t>(slot)] = Kept{};
   fresh.busy = true;
   b.slots[static_cast<size_t>(slot)] = std::move(fresh);
@@ -513,7 +522,12 @@ std::vector<SlotToken> SlotBatch::step() {
       if (b.on_device) (run ? s.row.params : idle).append_encoded(run ? s.row.produced : 0, in.sample_params);
     }
     if (mapped) in.cache_rows = rows;
-    b.run(b.decode_key(batch));
+    // The constrained rows' masks are computed while the step runs (they depend only on tokens taken).
+    std::vector<generation::ConstraintMatcher*> masks;
+    for (int r = 0; r < b.n; ++r)
+      if (decode[static_cast<size_t>(r)] && b.slots[static_cast<size_t>(r)].row.constraint)
+        masks.push_back(b.slots[static_cast<size_t>(r)].row.constraint.get());
+    generation::overlap_masks(masks, [&] { b.run(b.decode_key(batch)); });
     ++b.steps;
 
     std::vector<int32_t> next(static_cast<size_t>(b.n), 0), keep(static_cast<size_t>(b.n), 1);
@@ -532,8 +546,9 @@ std::vector<SlotToken> SlotBatch::step() {
     for (int r = 0; r < b.n; ++r) {
       Slot& s = b.slots[static_cast<size_t>(r)];
       if (!decode[static_cast<size_t>(r)] || next[static_cast<size_t>(r)] < 0) continue;
-      callbacks = callbacks || static_cast<bool>(s.on_token);
-      keep[static_cast<size_t>(r)] = s.on_token(r, next[static_cast<size_t>(r)]);
+      callbacks = callbacks || static_cast<bool>(s.on_token) || static_cast<bool>(s.row.constraint);
+      const bool goes_on = generation::constraint_step(s.row, next[static_cast<size_t>(r)]);
+      keep[static_cast<size_t>(r)] = s.on_token(r, next[static_cast<size_t>(r)]) && goes_on;
     }
     if (m.comm && callbacks) m.comm->broadcast(keep.data(), keep.size() * sizeof(int32_t), 0);
     for (int r = 0; r < b.n; ++r) {

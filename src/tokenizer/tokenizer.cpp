@@ -600,6 +600,8 @@ std::string Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
   return out;
 }
 
+bool Tokenizer::decodes_bytes() const { return impl_->decoder == Impl::Decoder::kByteLevel; }
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   std::string bytes;
   bool first = true;

@@ -3,7 +3,6 @@
 
 #include <glob.h>
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -46,7 +45,8 @@ std::string first_match(const std::string& pattern) {
 // Tries the caller's path for the device (`field` names it in messages when it has no origin), then each
 // site-packages root joined with each relative pattern.
 std::optional<std::string> search(const PluginPath& given, const char* field, const PjrtSettings& s,
-                                  const std::vector<std::string>& rel_patterns, std::vector<std::string>& looked) {
+                                  const std::vector<std::string>& rel_patterns,
+                                  std::vector<std::string>& looked) {
   if (!given.path.empty()) {
     if (is_file(given.path)) return given.path;
     looked.push_back((given.origin.empty() ? std::string(field) : given.origin) + "=" + given.path +
@@ -112,7 +112,8 @@ std::vector<std::string> venv_site_packages_near(const std::string& program) {
   std::error_code ec;
   fs::path dir = fs::path(program).parent_path();
   for (int up = 0; up <= 2 && !dir.empty(); ++up) {
-    if (fs::is_directory(dir / ".venv" / "lib", ec)) out.push_back((dir / ".venv/lib/python3*/site-packages").string());
+    if (fs::is_directory(dir / ".venv" / "lib", ec))
+      out.push_back((dir / ".venv/lib/python3*/site-packages").string());
     if (dir == dir.parent_path()) break;
     dir = dir.parent_path();
   }
@@ -160,7 +161,8 @@ std::optional<std::string> locate_plugin(const std::string& device, std::vector<
     return std::nullopt;
   }
   if (device == "xla-cpu")
-    return search(s.xla_cpu_plugin, "xla_cpu_plugin", s, {"xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"}, looked);
+    return search(s.xla_cpu_plugin, "xla_cpu_plugin", s, {"xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"},
+                  looked);
   if (device == "tpu") return search(s.tpu_plugin, "tpu_plugin", s, {"libtpu/libtpu.so"}, looked);
   if (device == "cuda")
     return search(s.cuda_plugin, "cuda_plugin", s,
@@ -171,6 +173,11 @@ std::optional<std::string> locate_plugin(const std::string& device, std::vector<
 }
 std::optional<std::string> locate_plugin(const std::string& device, std::vector<std::string>& looked) {
   return locate_plugin(device, looked, default_pjrt_settings());
+}
+
+std::optional<std::string> find_in_site_packages(const std::vector<std::string>& rel_patterns,
+                                                 std::vector<std::string>& looked) {
+  return search(PluginPath{}, "", default_pjrt_settings(), rel_patterns, looked);
 }
 
 std::string find_plugin(const std::string& device, const PjrtSettings& settings) {

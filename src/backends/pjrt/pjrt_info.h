@@ -36,9 +36,9 @@ struct PluginPath {
 // environment variable and bakes no path.
 struct PjrtSettings {
   PluginPath xla_cpu_plugin, tpu_plugin, cuda_plugin;
-  // Python site-packages directories (glob patterns allowed, e.g. "/venv/lib/python3*/site-packages") searched
-  // in order for pip-installed plugins, before the system's /usr/local/lib/python3*/dist-packages and
-  // /usr/lib/python3/dist-packages.
+  // Python site-packages directories (glob patterns allowed, e.g. "/venv/lib/python3*/site-packages")
+  // searched in order for pip-installed plugins, before the system's /usr/local/lib/python3*/dist-packages
+  // and /usr/lib/python3/dist-packages.
   std::vector<std::string> site_packages;
   std::string dump_dir;          // each compiled StableHLO module is written to <dir>/<key>.mlir; "" = off
   double start_timeout_s = 120;  // a plugin's initialisation and client creation (see Plugin::bounded)
@@ -52,8 +52,8 @@ std::vector<std::string> venv_site_packages_near(const std::string& program);
 
 // What a program that sets nothing gets: PjrtSettings{} plus the site-packages of a .venv beside the running
 // program (venv_site_packages_near of /proc/self/exe), so that a program built in the source tree
-// (build/tessera_tests, build/bench_*) finds the plugins scripts/setup.sh installs there. Reads no environment
-// variable; no path is compiled in.
+// (build/tessera_tests, build/bench_*) finds the plugins scripts/setup.sh installs there. Reads no
+// environment variable; no path is compiled in.
 PjrtSettings program_pjrt_settings();
 
 // The settings used where a caller passes none (PjrtOptions::settings, BackendRequest::pjrt and the
@@ -62,6 +62,12 @@ PjrtSettings program_pjrt_settings();
 // (cli::use_environment_plugin_settings).
 void set_default_pjrt_settings(std::optional<PjrtSettings> settings);
 PjrtSettings default_pjrt_settings();
+
+// The first file matching one of `rel_patterns` (globs relative to a site-packages root) under the roots of
+// default_pjrt_settings() (its site_packages, then the system's), or nullopt with every pattern tried
+// appended to `looked`. Other run-time libraries pip installs (llguidance) are found the way the plugins are.
+std::optional<std::string> find_in_site_packages(const std::vector<std::string>& rel_patterns,
+                                                 std::vector<std::string>& looked);
 
 // The plugin library for a device name: "xla-cpu", "tpu", "cuda" or "pjrt:/path/to/plugin.so".
 // Throws Error listing every place it looked when none is found, or naming the unknown device. "tpu" on a
