@@ -13,8 +13,10 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_env.h"
 #include "http_server.h"
 #include "serve/openai.h"
+#include "tessera/constraint.h"
 #include "tessera/error.h"
 
 namespace tessera::cli {
@@ -571,6 +573,17 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
             "--reasoning-parser harmony: the tokenizer lacks harmony's tokens (<|start|>, <|channel|>, "
             "<|message|>, <|end|>, <|return|>, <|call|>, <|constrain|>)");
       auto engine = std::make_unique<serve::Engine>(l->model, l->tokenizer, eo);
+      s.served.host_sampling = engine->logprobs_available();
+      // Constrained decoding when llguidance is there (its vocabulary built once); else a 400 saying why.
+      cli::use_environment_constraint_settings();
+      if (ConstraintLibrary::available(&s.served.constraints_unavailable)) {
+        try {
+          s.served.constraint_vocab = std::make_shared<const ConstraintVocabulary>(
+              l->tokenizer, l->model.info().vocab_size, s.served.defaults.eos_token_id);
+        } catch (const Error& e) {
+          s.served.constraints_unavailable = e.what();
+        }
+      }
       if (settings.warmup) {
         const int made = engine->warmup();
         if (!settings.quiet) std::fprintf(stderr, "tessera serve: warmed up (%d programs)\n", made);
@@ -580,9 +593,11 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
       s.engine = std::move(engine);
       s.phase.store(Phase::Ready);
       std::fprintf(stderr,
-                   "tessera serve: ready: model '%s', %d slots of %d positions, reasoning parser %s\n",
+                   "tessera serve: ready: model '%s', %d slots of %d positions, reasoning parser %s, "
+                   "constrained decoding %s\n",
                    s.served.name.c_str(), eo.max_num_seqs, eo.max_model_len,
-                   serve::reasoning_format_name(s.served.reasoning));
+                   serve::reasoning_format_name(s.served.reasoning),
+                   s.served.constraint_vocab ? ("on (" + ConstraintLibrary::version() + ")").c_str() : "off");
     } catch (const std::exception& e) {
       load_error = e.what();
       ::kill(::getpid(), SIGUSR1);

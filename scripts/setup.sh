@@ -14,7 +14,7 @@ export PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-120}" PIP_RETRIES="${PIP_RETR
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-venv
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-  libopenmpi-dev openmpi-bin libcpp-httplib-dev libboost1.81-dev
+  libopenmpi-dev openmpi-bin libcpp-httplib-dev libboost1.81-dev libpython3.11
   clang libclang-rt-14-dev)
 
 if [[ "${SKIP_APT:-0}" != 1 ]]; then

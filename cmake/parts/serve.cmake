@@ -13,4 +13,8 @@ if(TARGET tessera_tests AND NOT TESSERA_TSAN)
   add_test(NAME Cli.ServeOpenAiPythonClientAndCurl
            COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_openai_client.py' --tessera '$<TARGET_FILE:tessera_cli>'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
   set_tests_properties(Cli.ServeOpenAiPythonClientAndCurl PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # Structured output (response_format, structured_outputs) through the openai client, validated by jsonschema.
+  add_test(NAME Cli.ServeStructuredOutputsOpenAiClient
+           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_structured_client.py' --tessera '$<TARGET_FILE:tessera_cli>' --schemas '${CMAKE_SOURCE_DIR}/tests/fixtures/schemas'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
+  set_tests_properties(Cli.ServeStructuredOutputsOpenAiClient PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()

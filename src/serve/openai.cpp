@@ -94,7 +94,6 @@ const std::set<std::string>& unsupported() {
                                           "tool_choice",
                                           "functions",
                                           "function_call",
-                                          "response_format",
                                           "logit_bias",
                                           "parallel_tool_calls",
                                           "best_of",
@@ -129,6 +128,157 @@ std::string message_text(const json& content, const std::string& where) {
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// A constraint a request asks for: its kind, its text, and the field that asked (for messages).
+struct ConstraintSpec {
+  ConstraintKind kind = ConstraintKind::JsonObject;
+  std::string text, field;
+};
+
+// Rust regex syntax for the literal `s` (structured_outputs.choice).
+std::string regex_literal(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string_view("\\.+*?()|[]{}^$#&-~").find(c) != std::string_view::npos) out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Drops keywords that assert nothing and llguidance does not take ("uniqueItems": false, which schema
+// generators write), walking only the places that hold subschemas (so a property named uniqueItems stays).
+void drop_no_op_keywords(json& schema, int depth = 0) {
+  if (!schema.is_object() || depth > 64) return;
+  if (auto it = schema.find("uniqueItems"); it != schema.end() && it->is_boolean() && !it->get<bool>())
+    schema.erase(it);
+  for (const char* k : {"items", "additionalProperties", "not", "if", "then", "else", "contains",
+                        "additionalItems", "unevaluatedProperties", "unevaluatedItems", "propertyNames"})
+    if (auto it = schema.find(k); it != schema.end()) drop_no_op_keywords(*it, depth + 1);
+  for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+    if (auto it = schema.find(k); it != schema.end() && it->is_object())
+      for (auto& [name, sub] : it->items()) drop_no_op_keywords(sub, depth + 1);
+  for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"})
+    if (auto it = schema.find(k); it != schema.end() && it->is_array())
+      for (auto& sub : *it) drop_no_op_keywords(sub, depth + 1);
+}
+
+std::string object_string(const json& v, const std::string& field) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_object() && !v.is_boolean()) wrong_type(field, v, "an object (a JSON schema)");
+  json schema = v;
+  drop_no_op_keywords(schema);
+  return schema.dump();
+}
+
+// response_format (OpenAI's), or structured_outputs / guided_* (vLLM's spellings); at most one constraint.
+std::optional<ConstraintSpec> requested_constraint(const json& body) {
+  std::optional<ConstraintSpec> out;
+  auto set = [&](ConstraintSpec spec) {
+    if (out)
+      bad(spec.field, "'" + spec.field + "' and '" + out->field + "' both constrain the output; give one");
+    out = std::move(spec);
+  };
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    const json& f = body["response_format"];
+    if (!f.is_object()) wrong_type("response_format", f, "an object");
+    if (!f.contains("type") || !f["type"].is_string())
+      bad("response_format.type",
+          "'response_format.type' must be a string (\"text\", \"json_object\" or "
+          "\"json_schema\")");
+    const std::string type = f["type"].get<std::string>();
+    for (const auto& [k, v] : f.items())
+      if (k != "type" && !(type == "json_schema" && k == "json_schema"))
+        bad("response_format." + k, "unknown field 'response_format." + k + "'");
+    if (type == "json_object") {
+      set({ConstraintKind::JsonObject, "", "response_format"});
+    } else if (type == "json_schema") {
+      if (!f.contains("json_schema"))
+        bad("response_format.json_schema", "'response_format.json_schema' is required");
+      const json& js = f["json_schema"];
+      if (!js.is_object()) wrong_type("response_format.json_schema", js, "an object");
+      for (const auto& [k, v] : js.items()) {
+        const std::string at = "response_format.json_schema." + k;
+        if (k == "name" || k == "description") {
+          if (!v.is_string()) wrong_type(at, v, "a string");
+        } else if (k == "strict") {
+          if (!v.is_null()) boolean(v, at);
+        } else if (k != "schema") {
+          bad(at, "unknown field '" + at + "'");
+        }
+      }
+      // Without a schema any JSON value is allowed (an empty schema).
+      const std::string text = js.contains("schema") && !js["schema"].is_null()
+                                   ? object_string(js["schema"], "response_format.json_schema.schema")
+                                   : std::string("{}");
+      set({ConstraintKind::JsonSchema, text, "response_format"});
+    } else if (type != "text") {
+      bad("response_format.type", "'response_format.type' " + f["type"].dump() +
+                                      " is not supported (\"text\", \"json_object\" or \"json_schema\")");
+    }
+  }
+  auto choice = [&](const json& v, const std::string& field) {
+    if (!v.is_array() || v.empty()) wrong_type(field, v, "a non-empty array of strings");
+    std::string rx;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) wrong_type(field + "[" + std::to_string(i) + "]", v[i], "a string");
+      rx += (i ? "|" : "") + std::string("(") + regex_literal(v[i].get<std::string>()) + ")";
+    }
+    set({ConstraintKind::Regex, rx, field});
+  };
+  auto string_field = [&](const json& v, const std::string& field) {
+    if (!v.is_string()) wrong_type(field, v, "a string");
+    return v.get<std::string>();
+  };
+  if (body.contains("structured_outputs") && !body["structured_outputs"].is_null()) {
+    const json& so = body["structured_outputs"];
+    if (!so.is_object()) wrong_type("structured_outputs", so, "an object");
+    for (const auto& [k, v] : so.items()) {
+      const std::string at = "structured_outputs." + k;
+      if (v.is_null()) continue;
+      if (k == "json")
+        set({ConstraintKind::JsonSchema, object_string(v, at), at});
+      else if (k == "regex")
+        set({ConstraintKind::Regex, string_field(v, at), at});
+      else if (k == "choice")
+        choice(v, at);
+      else if (k == "grammar")
+        set({ConstraintKind::Grammar, string_field(v, at), at});
+      else if (k == "json_object") {
+        if (boolean(v, at)) set({ConstraintKind::JsonObject, "", at});
+      } else
+        bad(at, "'" + at + "' is not supported (json, regex, choice, grammar, json_object)");
+    }
+  }
+  // vLLM's older top-level spellings.
+  if (body.contains("guided_json") && !body["guided_json"].is_null())
+    set({ConstraintKind::JsonSchema, object_string(body["guided_json"], "guided_json"), "guided_json"});
+  if (body.contains("guided_regex") && !body["guided_regex"].is_null())
+    set({ConstraintKind::Regex, string_field(body["guided_regex"], "guided_regex"), "guided_regex"});
+  if (body.contains("guided_choice") && !body["guided_choice"].is_null())
+    choice(body["guided_choice"], "guided_choice");
+  if (body.contains("guided_grammar") && !body["guided_grammar"].is_null())
+    set({ConstraintKind::Grammar, string_field(body["guided_grammar"], "guided_grammar"), "guided_grammar"});
+  return out;
+}
+
+std::shared_ptr<const Constraint> compile_constraint(const ConstraintSpec& spec, const ServedModel& served) {
+  if (!served.constraint_vocab)
+    bad(spec.field, "'" + spec.field + "' needs constrained decoding, which this server cannot do: " +
+                        served.constraints_unavailable);
+  if (!served.host_sampling)
+    bad(spec.field, "'" + spec.field +
+                        "' needs the logits on the host, and this server samples inside the compiled step; "
+                        "start it with --host-sampling");
+  if (spec.kind == ConstraintKind::Grammar && spec.text.find("::=") != std::string::npos)
+    bad(spec.field, "'" + spec.field +
+                        "' looks like a GBNF grammar; this server takes Lark grammars (llguidance's dialect; "
+                        "llguidance.gbnf_to_lark converts GBNF)");
+  try {
+    return served.constraint_vocab->compile(spec.kind, spec.text);
+  } catch (const Error& e) {
+    bad(spec.field, "'" + spec.field + "': " + e.what());
+  }
 }
 
 std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served, std::string& text) {
@@ -322,7 +472,9 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
       continue;
     if (!chat && k == "logprobs") continue;
     if (!chat && k == "prompt") continue;
-    if (k == "response_format" && v.is_object()) continue;  // {"type": "text"} is fine: checked below
+    if (k == "response_format" || k == "structured_outputs" || k == "guided_json" || k == "guided_regex" ||
+        k == "guided_choice" || k == "guided_grammar")
+      continue;  // requested_constraint() checks them
     if (unsupported().count(k)) {
       // Explicit "off" values are what clients send by default: those are fine.
       if (v.is_null() || (v.is_boolean() && !v.get<bool>()) || (k == "top_logprobs" && v == 0)) continue;
@@ -419,20 +571,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
     r.logprobs = static_cast<int>(integer(body["logprobs"], "logprobs", 0, 20));
   }
   if (has("user") && !body["user"].is_string()) wrong_type("user", body["user"], "a string");
-  if (body.contains("response_format") && body["response_format"].is_object()) {
-    // {"type": "text"}, the API's default, asks for nothing: accepted. The others need constrained decoding.
-    const json& f = body["response_format"];
-    if (!f.contains("type") || !f["type"].is_string())
-      bad("response_format.type", "'response_format.type' must be a string (\"text\")");
-    const std::string type = f["type"].get<std::string>();
-    if (type != "text")
-      bad("response_format",
-          "'response_format' of type " + f["type"].dump() +
-              " is not supported (this server has no constrained decoding; only {\"type\": "
-              "\"text\"})");
-    for (const auto& [k, v] : f.items())
-      if (k != "type") bad("response_format." + k, "unknown field 'response_format." + k + "'");
-  }
+  if (auto spec = requested_constraint(body)) g.constraint = compile_constraint(*spec, served);
   g.disable_compile = false;
   if (auto bad_field = g.invalid_field())
     bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);

@@ -4,6 +4,7 @@
 // but `user`, which OpenAI defines as informational.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 
 #include "serve/engine.h"
 #include "serve/reasoning.h"
+#include "tessera/constraint.h"
 #include "tessera/generation.h"
 #include "tessera/tokenizer.h"
 
@@ -55,6 +57,12 @@ struct ServedModel {
   GenerationConfig defaults;
   int64_t vocab_size = 0;
   ReasoningFormat reasoning = ReasoningFormat::None;  // --reasoning-parser, resolved for this model
+  // Constrained decoding (response_format json_object / json_schema, structured_outputs): the vocabulary
+  // constraints are compiled for; null when llguidance is not available (`constraints_unavailable` says why
+  // and how to install it), and constrained requests get a 400 saying so.
+  std::shared_ptr<const ConstraintVocabulary> constraint_vocab;
+  std::string constraints_unavailable;
+  bool host_sampling = true;  // the engine's rows sample on the host (constraints need their logits)
 };
 
 // Parses and checks a request body. Throws ApiError (400 naming the field; 404 for another model name).
