@@ -52,7 +52,7 @@ struct Loaded {
 
 // SmolLM2 (the default model), float32, loaded once for the suite; nullptr when not installed.
 Loaded* smollm2() {
-  static Loaded* l = [] () -> Loaded* {
+  static Loaded* l = []() -> Loaded* {
     std::string path;
     try {
       path = cli::find_default_model();
@@ -70,12 +70,17 @@ Loaded* smollm2() {
   return l;
 }
 
-#define REQUIRE_SMOLLM2(l)         \
-  Loaded* l = smollm2();           \
+#define REQUIRE_SMOLLM2(l) \
+  Loaded* l = smollm2();   \
   if (!l) GTEST_SKIP() << "SmolLM2 GGUF not installed (scripts/setup.sh installs it)"
 
 serve::ServedModel served(Loaded& l) {
-  return {"smollm2", l.tok.get(), l.model->generation_config(), l.model->info().vocab_size};
+  serve::ServedModel m;
+  m.name = "smollm2";
+  m.tokenizer = l.tok.get();
+  m.defaults = l.model->generation_config();
+  m.vocab_size = l.model->info().vocab_size;
+  return m;
 }
 
 int status_of(const std::string& body, serve::Endpoint e, Loaded& l, std::string* param = nullptr) {
@@ -170,9 +175,11 @@ TEST(ServeOpenAi, EveryBadFieldIsA400NamingIt) {
     EXPECT_EQ(param, c.param) << c.body;
   }
   // What clients send by default is accepted.
-  EXPECT_EQ(status_of("{" + m + R"(, "logprobs": false, "top_logprobs": 0, "tools": null, "user": "u"})", chat, *l),
+  EXPECT_EQ(
+      status_of("{" + m + R"(, "logprobs": false, "top_logprobs": 0, "tools": null, "user": "u"})", chat, *l),
+      200);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3], "echo": false, "max_tokens": 4, "stop": "x"})", comp, *l),
             200);
-  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3], "echo": false, "max_tokens": 4, "stop": "x"})", comp, *l), 200);
   // response_format {"type": "text"} is the API's default: accepted, and it changes nothing.
   const std::string plain = "{" + m + R"(, "max_tokens": 3})";
   const std::string text = "{" + m + R"(, "max_tokens": 3, "response_format": {"type": "text"}})";
@@ -323,9 +330,11 @@ TEST(ServeOpenAi, FieldsBecomeTheGenerationConfig) {
   EXPECT_TRUE(r.stream && r.include_usage);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n\n", "END"}));
   // The prompt is the chat template's rendering, as the CLI's chat renders it.
-  const nlohmann::ordered_json msgs = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+  const nlohmann::ordered_json msgs = {{{"role", "system"}, {"content", "Be brief."}},
+                                       {{"role", "user"}, {"content", "Hi"}}};
   EXPECT_EQ(r.prompt, l->tok->encode(apply_chat_template(*l->tok, msgs, true), false));
-  auto g = serve::parse_request(serve::Endpoint::Completion, R"({"prompt": "Hello", "temperature": 0})", served(*l));
+  auto g = serve::parse_request(serve::Endpoint::Completion, R"({"prompt": "Hello", "temperature": 0})",
+                                served(*l));
   EXPECT_FALSE(g.config.do_sample);
   EXPECT_FALSE(g.max_tokens_given);
   EXPECT_EQ(g.prompt, l->tok->encode("Hello", true));
@@ -363,15 +372,20 @@ GenerationConfig greedy(const CausalLM& m, int new_tokens) {
 std::pair<std::string, int> alone(Loaded& l, const std::vector<int32_t>& prompt, int new_tokens) {
   CausalLM& m = *l.model;
   GenerateOutput out = m.generate({prompt}, {}, greedy(m, new_tokens));
-  std::vector<int32_t> ids(out.sequences[0].begin() + static_cast<long>(prompt.size()), out.sequences[0].end());
+  std::vector<int32_t> ids(out.sequences[0].begin() + static_cast<long>(prompt.size()),
+                           out.sequences[0].end());
   return {l.tok->decode(ids, true), out.new_tokens};
 }
 
 TEST(ServeEngine, StaggeredRequestsEachEqualGenerateAlone) {
   REQUIRE_SMOLLM2(l);
-  const std::vector<std::string> prompts = {"The capital of France is", "Write a haiku about the sea.",
-                                            "1, 2, 3, 4,", "Explain gravity to a child in one sentence:",
-                                            "def fibonacci(n):", "Hello", "Lists are useful because",
+  const std::vector<std::string> prompts = {"The capital of France is",
+                                            "Write a haiku about the sea.",
+                                            "1, 2, 3, 4,",
+                                            "Explain gravity to a child in one sentence:",
+                                            "def fibonacci(n):",
+                                            "Hello",
+                                            "Lists are useful because",
                                             "The quick brown fox"};
   const std::vector<int> lengths = {12, 20, 8, 16, 24, 6, 18, 10};
   serve::Engine engine(*l->model, *l->tok, {.max_num_seqs = 4, .max_model_len = 96, .max_queue = 16});
@@ -441,15 +455,17 @@ TEST(ServeEngine, LogprobsAreThoseOfTheModelForEveryToken) {
     // The reference: log-softmax of forward() over the sequence so far, last position.
     std::vector<int32_t> upto(seq.begin(), seq.begin() + static_cast<long>(at));
     const std::vector<float> lg = m.forward(upto);
-    const serve::TokenLogprob want = serve::token_logprob(lg.data() + (at - 1) * static_cast<size_t>(vocab), vocab,
-                                                          seq[at], 2);
+    const serve::TokenLogprob want =
+        serve::token_logprob(lg.data() + (at - 1) * static_cast<size_t>(vocab), vocab, seq[at], 2);
     EXPECT_NEAR(got[i].logprob, want.logprob, 1e-3) << i;
     ASSERT_EQ(got[i].top.size(), 2u);
     EXPECT_EQ(got[i].top[0].first, seq[at]) << i;
     EXPECT_EQ(got[i].top[0].first, want.top[0].first) << i;
   }
-  // With a stop string the entries stop with the text: their tokens spell at least the text, at most one more.
-  const std::string full = l->tok->decode(std::vector<int32_t>(seq.begin() + static_cast<long>(prompt.size()), seq.end()), true);
+  // With a stop string the entries stop with the text: their tokens spell at least the text, at most one
+  // more.
+  const std::string full =
+      l->tok->decode(std::vector<int32_t>(seq.begin() + static_cast<long>(prompt.size()), seq.end()), true);
   ASSERT_GT(full.size(), 4u) << full;
   req.stop = {full.substr(3, 2)};
   auto cut = engine.submit(req);
@@ -471,7 +487,8 @@ TEST(ServeEngine, LogprobsAreThoseOfTheModelForEveryToken) {
 TEST(ServeEngine, PrefixReuseTakesThePreviousTurnFromItsSlot) {
   REQUIRE_SMOLLM2(l);
   CausalLM& m = *l->model;
-  serve::Engine engine(m, *l->tok, {.max_num_seqs = 2, .max_model_len = 128, .max_queue = 4, .prefix_reuse = true});
+  serve::Engine engine(m, *l->tok,
+                       {.max_num_seqs = 2, .max_model_len = 128, .max_queue = 4, .prefix_reuse = true});
   engine.start();
   const std::vector<int32_t> first = l->tok->encode("The capital of France is", true);
   Finished a = drain_stream(*engine.submit({first, greedy(m, 8), {}, true}));

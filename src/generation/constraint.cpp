@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "backends/pjrt/pjrt_info.h"
@@ -178,6 +179,28 @@ const char* constraint_type(ConstraintKind k) {
   return "?";
 }
 
+// A JSON schema (json_object: {"type": "object"}) with llguidance's whitespace bounded, unless the schema
+// sets its own "x-guidance": at most kJsonWhitespace whitespace characters wherever JSON allows whitespace
+// (enough for indented output), so a sampled row cannot spend its whole budget on blank lines inside a
+// structure, which unbounded whitespace allows.
+constexpr const char* kJsonWhitespace = "[\\x20\\x0A\\x0D\\x09]{1,24}";
+std::string json_with_bounded_whitespace(ConstraintKind kind, const std::string& text) {
+  if (kind != ConstraintKind::JsonSchema && kind != ConstraintKind::JsonObject) return text;
+  nlohmann::json schema;
+  if (kind == ConstraintKind::JsonObject) {
+    schema = {{"type", "object"}};
+  } else {
+    try {
+      schema = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception&) {
+      return text;  // llguidance names what is wrong with it
+    }
+    if (!schema.is_object() || schema.contains("x-guidance")) return text;
+  }
+  schema["x-guidance"] = {{"whitespace_pattern", kJsonWhitespace}};
+  return schema.dump();
+}
+
 }  // namespace
 
 const char* constraint_kind_name(ConstraintKind k) {
@@ -324,8 +347,11 @@ std::shared_ptr<const Constraint> ConstraintVocabulary::compile(ConstraintKind k
   init.log_buffer_level = 0;
   init.limits.verbose_errors = false;  // one-line messages, without the grammar echoed back
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string data = kind == ConstraintKind::JsonObject && text.empty() ? "{}" : impl->source;
-  impl->prototype = a.new_matcher(&init, constraint_type(kind), data.c_str());
+  const std::string data = json_with_bounded_whitespace(kind, impl->source);
+  const char* type = kind == ConstraintKind::Regex     ? "regex"
+                     : kind == ConstraintKind::Grammar ? "lark"
+                                                       : "json";
+  impl->prototype = a.new_matcher(&init, type, data.c_str());
   impl->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (impl->prototype == nullptr) fail("constrained decoding: llguidance returned no matcher");
   if (const char* e = a.matcher_error(impl->prototype)) {
