@@ -6,7 +6,7 @@ another (a prompt of token ids, so every engine sees the same tokens) and the sc
 tokens/s, time to first token and inter-token latency (p50/p99), one JSON line per level and a Markdown table.
 
   bench/serve_load.py --url http://127.0.0.1:8080 --model smollm2 --clients 1,4,16 [--prompt-tokens 128]
-                      [--new-tokens 128] [--requests-per-client 2] [--label tessera]
+                      [--new-tokens 128] [--requests-per-client 2] [--label tessera] [--extra-body JSON]
 """
 import argparse
 import asyncio
@@ -116,6 +116,7 @@ async def level(args, clients):
                 body["model"] = args.model
             if args.ignore_eos:
                 body["ignore_eos"] = True
+            body.update(args.extra_body)
             try:
                 f, g, n = await one_request(u.hostname, u.port, "/v1/completions", body, args.timeout)
                 ttft.append(f)
@@ -149,6 +150,8 @@ def main():
     ap.add_argument("--text-prompt", action="store_true",
                     help="a text prompt of about --prompt-tokens words instead of token ids (llama-cpp-python)")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--extra-body", type=json.loads, default={},
+                    help='JSON merged into every request, e.g. \'{"structured_outputs": {"regex": "(.|\\\\n)*"}}\'')
     args = ap.parse_args()
     rows = []
     for c in [int(x) for x in args.clients.split(",") if x]:

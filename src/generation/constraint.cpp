@@ -195,9 +195,10 @@ std::string json_with_bounded_whitespace(ConstraintKind kind, const std::string&
     } catch (const nlohmann::json::exception&) {
       return text;  // llguidance names what is wrong with it
     }
-    if (!schema.is_object() || schema.contains("x-guidance")) return text;
+    if (!schema.is_object()) return text;
+    generation::drop_no_op_schema_keywords(schema);
   }
-  schema["x-guidance"] = {{"whitespace_pattern", kJsonWhitespace}};
+  if (!schema.contains("x-guidance")) schema["x-guidance"] = {{"whitespace_pattern", kJsonWhitespace}};
   return schema.dump();
 }
 
@@ -366,6 +367,25 @@ std::shared_ptr<const Constraint> ConstraintVocabulary::compile(ConstraintKind k
 // ---------------------------------------------------------------- a row's state
 
 namespace generation {
+
+namespace {
+void drop_no_op(nlohmann::json& schema, int depth) {
+  if (!schema.is_object() || depth > 64) return;
+  if (auto it = schema.find("uniqueItems"); it != schema.end() && it->is_boolean() && !it->get<bool>())
+    schema.erase(it);
+  for (const char* k : {"items", "additionalProperties", "not", "if", "then", "else", "contains", "additionalItems",
+                        "unevaluatedProperties", "unevaluatedItems", "propertyNames"})
+    if (auto it = schema.find(k); it != schema.end()) drop_no_op(*it, depth + 1);
+  for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+    if (auto it = schema.find(k); it != schema.end() && it->is_object())
+      for (auto& [name, sub] : it->items()) drop_no_op(sub, depth + 1);
+  for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"})
+    if (auto it = schema.find(k); it != schema.end() && it->is_array())
+      for (auto& sub : *it) drop_no_op(sub, depth + 1);
+}
+}  // namespace
+
+void drop_no_op_schema_keywords(nlohmann::json& schema) { drop_no_op(schema, 0); }
 
 ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const Constraint> c) : constraint_(std::move(c)) {
   const Api& a = api();

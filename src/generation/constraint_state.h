@@ -4,12 +4,18 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "tessera/constraint.h"
 
 namespace tessera::generation {
+
+// Drops keywords that assert nothing and llguidance refuses ("uniqueItems": false, which schema generators
+// write), walking only the places that hold subschemas (a property named uniqueItems stays). Every JSON schema
+// a constraint is compiled from goes through it.
+void drop_no_op_schema_keywords(nlohmann::json& schema);
 
 class ConstraintMatcher {
  public:
