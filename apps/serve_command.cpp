@@ -16,6 +16,7 @@
 #include "cli_env.h"
 #include "http_server.h"
 #include "serve/openai.h"
+#include "serve/responses.h"
 #include "tessera/constraint.h"
 #include "tessera/error.h"
 
@@ -218,7 +219,8 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
   std::vector<std::shared_ptr<serve::Stream>> streams;
   try {
     for (int i = 0; i < r.n; ++i) {
-      serve::EngineRequest er{r.prompt, g, r.stop, true, r.logprobs, r.reasoning, r.reasoning_open};
+      serve::EngineRequest er{r.prompt,   g,           r.stop,           true,
+                              r.logprobs, r.reasoning, r.reasoning_open, r.keep_special};
       if (g.seed && i > 0) er.config.seed = *g.seed + static_cast<uint64_t>(i);
       streams.push_back(s.engine->submit(std::move(er)));
     }
@@ -270,6 +272,16 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const int prompt_tokens = static_cast<int>(r.prompt.size());
   const bool reasoning = r.reasoning != serve::ReasoningFormat::None;
+  // Tool calls parsed out of each choice's text (tool_choice other than "none"); ids
+  // call_<request>_<choice>_<k>.
+  const bool tools = r.tool_format != serve::ToolCallFormat::None;
+  auto call_prefix = [&](size_t choice) {
+    return "call_" + id.substr(id.find('-') + 1) + "_" + std::to_string(choice) + "_";
+  };
+  // A choice that made calls and ended on its own finishes with "tool_calls".
+  auto finish_with_calls = [](const std::string& reason, bool calls) {
+    return calls && reason == "stop" ? std::string("tool_calls") : reason;
+  };
   if (!r.stream) {
     std::vector<serve::ChoiceResult> choices(streams.size());
     for (size_t i = 0; i < streams.size(); ++i) {
@@ -288,11 +300,20 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
           return ex.respond(error_response(*e));
         }
         choices[i].finish_reason = u.finish_reason;
+        if (tools) {
+          serve::ToolCallParser parser(r.tool_format);
+          serve::ToolCallParser::Output a = parser.push(choices[i].text), b = parser.finish();
+          choices[i].text = a.content + b.content;
+          choices[i].tool_calls = std::move(a.calls);
+          for (auto& c : b.calls) choices[i].tool_calls.push_back(std::move(c));
+          choices[i].tool_call_id_prefix = call_prefix(i);
+          choices[i].finish_reason = finish_with_calls(u.finish_reason, !choices[i].tool_calls.empty());
+        }
         if (r.logprobs >= 0) {
           size_t offset = 0;
           choices[i].logprobs = serve::logprobs_json(endpoint, *s.served.tokenizer, lps, offset);
         }
-        count_finish(s, u.finish_reason);
+        count_finish(s, choices[i].finish_reason);
         break;
       }
     }
@@ -315,11 +336,37 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
   std::vector<bool> done(streams.size(), false);
   size_t left = streams.size();
   int completion = 0;
+  std::vector<serve::ToolCallParser> parsers(streams.size(), serve::ToolCallParser(r.tool_format));
+  std::vector<int> calls_sent(streams.size(), 0);
+  // A choice's calls as OpenAI streams them: id, type and name first, then the arguments.
+  auto put_calls = [&](size_t i, const std::vector<serve::ToolCall>& calls) {
+    for (const serve::ToolCall& c : calls) {
+      const int k = calls_sent[i]++;
+      const std::string call_id = call_prefix(i) + std::to_string(k);
+      if (!put(serve::sse(serve::tool_call_chunk_json(id, created, model, static_cast<int>(i), k, &call_id,
+                                                      &c.name, "", usage))) ||
+          !put(serve::sse(serve::tool_call_chunk_json(id, created, model, static_cast<int>(i), k, nullptr,
+                                                      nullptr, c.arguments, usage))))
+        return false;
+    }
+    return true;
+  };
   while (left > 0) {
     for (size_t i = 0; i < streams.size(); ++i) {
       if (done[i]) continue;
       if (ex.client_gone()) return cancel_all();
       serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
+      std::vector<serve::ToolCall> calls;
+      if (tools) {
+        serve::ToolCallParser::Output o = parsers[i].push(u.text);
+        if (u.done) {
+          serve::ToolCallParser::Output rest = parsers[i].finish();
+          o.content += rest.content;
+          for (auto& c : rest.calls) o.calls.push_back(std::move(c));
+        }
+        u.text = std::move(o.content);
+        calls = std::move(o.calls);
+      }
       if (!u.text.empty() || !u.reasoning.empty() || !u.logprobs.empty()) {
         const nlohmann::ordered_json lp =
             logprobs ? serve::logprobs_json(endpoint, *s.served.tokenizer, u.logprobs, offsets[i])
@@ -328,6 +375,7 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
                                               false, "", usage, lp, reasoning ? &u.reasoning : nullptr))))
           return cancel_all();
       }
+      if (!calls.empty() && !put_calls(i, calls)) return cancel_all();
       if (!u.done) continue;
       done[i] = true;
       --left;
@@ -338,9 +386,10 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
         ex.end();
         return cancel_all();
       }
-      count_finish(s, u.finish_reason);
+      const std::string reason = finish_with_calls(u.finish_reason, calls_sent[i] > 0);
+      count_finish(s, reason);
       if (!put(serve::sse(serve::chunk_json(endpoint, id, created, model, static_cast<int>(i), nullptr, false,
-                                            u.finish_reason, usage))))
+                                            reason, usage))))
         return cancel_all();
     }
   }
@@ -349,6 +398,69 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
     return;
   put("data: [DONE]\n\n");
   ex.end();
+}
+
+// POST /v1/responses: one answer (n = 1), whole or as the Responses API's typed events.
+void handle_responses(Server& s, const http::Request& req, http::Exchange& ex) {
+  serve::ResponsesRequest rr;
+  std::vector<std::shared_ptr<serve::Stream>> streams;
+  try {
+    rr = serve::parse_responses_request(req.body, s.served);
+    streams = submit_all(s, rr.parsed);
+  } catch (const ApiError& e) {
+    ex.respond(error_response(e));
+    return;
+  }
+  const serve::ParsedRequest& r = rr.parsed;
+  serve::Stream& stream = *streams.at(0);
+  const serve::ResponseIds ids{std::to_string(s.started) + "-" + std::to_string(s.next_id.fetch_add(1))};
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  serve::ResponsesOutput out;
+  out.input_tokens = static_cast<int>(r.prompt.size());
+  serve::ToolCallParser parser(r.tool_format);
+  std::optional<serve::ResponsesEventStream> events;
+  if (r.stream) {
+    events.emplace(ids, created, s.served.name, rr.echo);
+    ex.begin_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
+    if (!ex.write(events->begin())) return stream.cancel();
+  }
+  while (true) {
+    serve::StreamUpdate u = stream.wait(std::chrono::milliseconds(200));
+    if (!u.done && ex.client_gone()) return stream.cancel();
+    serve::ToolCallParser::Output o = parser.push(u.text);
+    if (u.done) {
+      serve::ToolCallParser::Output rest = parser.finish();
+      o.content += rest.content;
+      for (auto& c : rest.calls) o.calls.push_back(std::move(c));
+    }
+    out.text += o.content;
+    out.reasoning += u.reasoning;
+    out.output_tokens = u.completion_tokens;
+    if (events) {
+      std::string chunk = events->reasoning_delta(u.reasoning);  // in order: each event takes a number
+      chunk += events->text_delta(o.content);
+      for (const serve::ToolCall& c : o.calls) chunk += events->call(c);
+      if (!chunk.empty() && !ex.write(chunk)) return stream.cancel();
+    }
+    for (auto& c : o.calls) out.calls.push_back(std::move(c));
+    if (!u.done) continue;
+    if (auto e = failure(u)) {
+      if (!events) return ex.respond(error_response(*e));
+      ex.write(events->error(e->what()));
+      return ex.end();
+    }
+    out.finish_reason = !out.calls.empty() && u.finish_reason == "stop" ? "tool_calls" : u.finish_reason;
+    count_finish(s, out.finish_reason);
+    break;
+  }
+  if (events) {
+    ex.write(events->end(out));
+    return ex.end();
+  }
+  http::Response res;
+  res.body = serve::response_object(ids, created, s.served.name, rr.echo, &out)
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  ex.respond(std::move(res));
 }
 
 // An answer given at once (on the I/O thread).
@@ -362,7 +474,7 @@ http::Route answer(const ApiError& e) { return answer(error_response(e)); }
 http::Route route(Server& s, const http::Request& req) {
   const bool get = req.method == "GET", post = req.method == "POST";
   const std::string& p = req.path;
-  const bool generation = p == "/v1/chat/completions" || p == "/v1/completions";
+  const bool generation = p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/responses";
   const bool known = generation || p == "/health" || p == "/v1/models" || p == "/metrics";
   if (!known)
     return answer(ApiError(404, "no such endpoint: " + req.method + " " + p, "", "not_found_error"));
@@ -397,9 +509,13 @@ http::Route route(Server& s, const http::Request& req) {
   const Endpoint endpoint = p == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion;
   http::Route rt;
   rt.blocking = true;
-  rt.handler = [&s, endpoint](const http::Request& q, http::Exchange& ex) {
+  const bool responses = p == "/v1/responses";
+  rt.handler = [&s, endpoint, responses](const http::Request& q, http::Exchange& ex) {
     try {
-      handle_generate(s, endpoint, q, ex);
+      if (responses)
+        handle_responses(s, q, ex);
+      else
+        handle_generate(s, endpoint, q, ex);
     } catch (const std::exception& e) {  // a server fault (bad input is an ApiError, answered above)
       ex.respond(error_response(ApiError(500, e.what(), "", "server_error")));
     }
@@ -481,6 +597,12 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
          "also DeepSeek-R1 style), none (all text is content), auto (harmony for gpt-oss or a harmony "
          "template, qwen3 for a template that writes <think>, else none; default)")
       ->check(CLI::IsMember({"none", "auto", "harmony", "qwen3"}));
+  cmd->add_option("--tool-call-parser", s.tool_call_parser,
+                  "The format of the model's tool calls (chat requests with `tools`): hermes (Qwen2.5/Qwen3 "
+                  "<tool_call>), llama3_json, mistral ([TOOL_CALLS]), pythonic (Llama 4, Gemma 3), glm45, or "
+                  "auto (from the chat template and architecture; hermes when the template shows none; "
+                  "default). tool_choice \"required\" or a named function constrains the output to it")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "pythonic", "glm45"}));
   add_compile_flags(cmd, s.compile);
 }
 
@@ -572,6 +694,10 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
         fail(
             "--reasoning-parser harmony: the tokenizer lacks harmony's tokens (<|start|>, <|channel|>, "
             "<|message|>, <|end|>, <|return|>, <|call|>, <|constrain|>)");
+      s.served.tool_format =
+          settings.tool_call_parser == "auto"
+              ? serve::choose_tool_call_format(l->model.info().architecture, l->tokenizer.chat_template())
+              : *serve::tool_call_format_from_name(settings.tool_call_parser);
       auto engine = std::make_unique<serve::Engine>(l->model, l->tokenizer, eo);
       s.served.host_sampling = engine->logprobs_available();
       // Constrained decoding when llguidance is there (its vocabulary built once); else a 400 saying why.
@@ -594,9 +720,10 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
       s.phase.store(Phase::Ready);
       std::fprintf(stderr,
                    "tessera serve: ready: model '%s', %d slots of %d positions, reasoning parser %s, "
-                   "constrained decoding %s\n",
+                   "tool call parser %s, constrained decoding %s\n",
                    s.served.name.c_str(), eo.max_num_seqs, eo.max_model_len,
                    serve::reasoning_format_name(s.served.reasoning),
+                   serve::tool_call_format_name(s.served.tool_format),
                    s.served.constraint_vocab ? ("on (" + ConstraintLibrary::version() + ")").c_str() : "off");
     } catch (const std::exception& e) {
       load_error = e.what();

@@ -28,6 +28,7 @@ struct ServeSettings {
   int max_connections = 512;
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long to finish, then are cancelled
   std::string reasoning_parser = "auto";  // none, auto, harmony, qwen3 (serve/reasoning.h)
+  std::string tool_call_parser = "auto";  // auto, or a format name of serve/tool_calls.h
   CompileFlags compile;                   // buckets, recompile guard, disk cache (as generate's flags)
 };
 

@@ -126,10 +126,10 @@ def main():
               cl.choices[0].logprobs.text_offset[0] == 0, f"completions logprobs: {cl.choices[0].logprobs}")
         try:
             client.chat.completions.create(model="smollm2", messages=msgs, tools=[
-                {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
-            check(False, "tools accepted")
+                {"type": "function", "function": {"name": "no spaces allowed", "parameters": {"type": "object"}}}])
+            check(False, "a bad tool name accepted")
         except openai.BadRequestError as e:
-            check(e.body and e.body.get("param") == "tools", f"tools refused naming the field: {e.body}")
+            check(e.body and e.body.get("param") == "tools[0].function.name", f"bad tool refused naming the field: {e.body}")
         try:
             client.chat.completions.create(model="other", messages=msgs)
             check(False, "another model name accepted")

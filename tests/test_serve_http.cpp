@@ -123,8 +123,9 @@ TEST(Cli, ServeRefusesWhatItCannotDoWithTheRightStatus) {
   };
   const std::vector<Case> cases = {
       {"/v1/chat/completions", "not json", 400, ""},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "tools": []})", 400,
-       "tools"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "x"}]})", 400,
+       "tools[0].type"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "n": "2"})", 400, "n"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "model": "x"})", 404,
        "model"},

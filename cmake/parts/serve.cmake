@@ -17,4 +17,18 @@ if(TARGET tessera_tests AND NOT TESSERA_TSAN)
   add_test(NAME Cli.ServeStructuredOutputsOpenAiClient
            COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_structured_client.py' --tessera '$<TARGET_FILE:tessera_cli>' --schemas '${CMAKE_SOURCE_DIR}/tests/fixtures/schemas'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
   set_tests_properties(Cli.ServeStructuredOutputsOpenAiClient PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # Tool calls (tools, tool_choice, streamed deltas, auto parsing) through the openai client.
+  add_test(NAME Cli.ServeToolCallsOpenAiClient
+           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_tools_client.py' --tessera '$<TARGET_FILE:tessera_cli>'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
+  set_tests_properties(Cli.ServeToolCallsOpenAiClient PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # The Responses API (POST /v1/responses) through the openai client's responses.create, whole and streamed.
+  add_test(NAME Cli.ServeResponsesApiOpenAiClient
+           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_responses_client.py' --tessera '$<TARGET_FILE:tessera_cli>'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
+  set_tests_properties(Cli.ServeResponsesApiOpenAiClient PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+
+# Constrained decoding's host costs (vocabulary build, schema compile, masks per token):
+# build/bench_constraints --tokenizer DIR --schemas tests/fixtures/schemas (bench/constraint_bench.sh runs it).
+add_executable(bench_constraints ${CMAKE_SOURCE_DIR}/bench/bench_constraints.cpp)
+target_include_directories(bench_constraints PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(bench_constraints PRIVATE tessera nlohmann_json::nlohmann_json)

@@ -128,13 +128,15 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, in
 
 struct Engine::Active {
   Active(const Tokenizer& tok, const EngineRequest& r, std::shared_ptr<Stream> s, Clock::time_point arrived)
-      : stream(std::move(s)),
+      : keep_special(r.keep_special),
+        stream(std::move(s)),
         decoder(tok, r.skip_special_tokens),
         stops(r.stop),
         reasoning_stops(r.stop),
         parser(make_reasoning_parser(r.reasoning, tok, r.reasoning_open, r.config.eos_token_id)),
         logprobs(r.logprobs),
         arrived(arrived) {}
+  std::vector<int32_t> keep_special;  // EngineRequest::keep_special
   std::shared_ptr<Stream> stream;
   StreamDecoder decoder;
   StopMatcher stops;  // over the content (all the text without a reasoning parser)
@@ -391,7 +393,10 @@ void Engine::sync(int slot) {
       a->parser->push(id, tok_.token_bytes(id, false), tok_.is_special(id), a->segments);
       for (const Segment& sg : a->segments) piece_size += sg.text.size();
     } else {
-      piece = a->decoder.push(id);
+      if (std::find(a->keep_special.begin(), a->keep_special.end(), id) != a->keep_special.end())
+        piece = a->decoder.flush() + tok_.token_bytes(id, false);  // a marker the request's parser reads
+      else
+        piece = a->decoder.push(id);
       piece_size = piece.size();
     }
     if (a->logprobs >= 0) {

@@ -54,6 +54,9 @@ struct EngineRequest {
   // StreamUpdate::text by the format's rules. `reasoning_open`: the prompt opened a think block (Qwen3).
   ReasoningFormat reasoning = ReasoningFormat::None;
   bool reasoning_open = false;
+  // Special tokens the text keeps although skip_special_tokens (a tool-call format's markers, which its
+  // parser reads).
+  std::vector<int32_t> keep_special = {};
 };
 
 // A generated token's log-probability under the model's raw distribution (log-softmax of its logits before

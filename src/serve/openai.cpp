@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "generation/constraint_state.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/error.h"
 #include "tokenizer/unicode_util.h"
@@ -90,23 +91,10 @@ bool boolean(const json& v, const std::string& field) {
 
 // Fields OpenAI defines that Tessera does not do (yet): a 400 naming them rather than a silent default.
 const std::set<std::string>& unsupported() {
-  static const std::set<std::string> s = {"tools",
-                                          "tool_choice",
-                                          "functions",
-                                          "function_call",
-                                          "logit_bias",
-                                          "parallel_tool_calls",
-                                          "best_of",
-                                          "suffix",
-                                          "audio",
-                                          "modalities",
-                                          "prediction",
-                                          "echo",
-                                          "store",
-                                          "metadata",
-                                          "service_tier",
-                                          "reasoning_effort",
-                                          "web_search_options"};
+  static const std::set<std::string> s = {
+      "tools",  "functions", "function_call", "logit_bias",       "best_of",
+      "suffix", "audio",     "modalities",    "prediction",       "echo",
+      "store",  "metadata",  "service_tier",  "reasoning_effort", "web_search_options"};
   return s;
 }
 
@@ -146,29 +134,10 @@ std::string regex_literal(const std::string& s) {
   return out;
 }
 
-// Drops keywords that assert nothing and llguidance does not take ("uniqueItems": false, which schema
-// generators write), walking only the places that hold subschemas (so a property named uniqueItems stays).
-void drop_no_op_keywords(json& schema, int depth = 0) {
-  if (!schema.is_object() || depth > 64) return;
-  if (auto it = schema.find("uniqueItems"); it != schema.end() && it->is_boolean() && !it->get<bool>())
-    schema.erase(it);
-  for (const char* k : {"items", "additionalProperties", "not", "if", "then", "else", "contains",
-                        "additionalItems", "unevaluatedProperties", "unevaluatedItems", "propertyNames"})
-    if (auto it = schema.find(k); it != schema.end()) drop_no_op_keywords(*it, depth + 1);
-  for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
-    if (auto it = schema.find(k); it != schema.end() && it->is_object())
-      for (auto& [name, sub] : it->items()) drop_no_op_keywords(sub, depth + 1);
-  for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"})
-    if (auto it = schema.find(k); it != schema.end() && it->is_array())
-      for (auto& sub : *it) drop_no_op_keywords(sub, depth + 1);
-}
-
 std::string object_string(const json& v, const std::string& field) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_object() && !v.is_boolean()) wrong_type(field, v, "an object (a JSON schema)");
-  json schema = v;
-  drop_no_op_keywords(schema);
-  return schema.dump();
+  return v.dump();
 }
 
 // response_format (OpenAI's), or structured_outputs / guided_* (vLLM's spellings); at most one constraint.
@@ -281,8 +250,135 @@ std::shared_ptr<const Constraint> compile_constraint(const ConstraintSpec& spec,
   }
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served, std::string& text) {
+// An assistant turn's tool_calls ([{id, type: "function", function: {name, arguments}}]) as a chat template
+// takes them: arguments (a JSON string, as OpenAI sends it) parsed into an object where it is one, as
+// Transformers' templates expect (`arguments | tojson`).
+ordered_json assistant_tool_calls(const json& calls, const std::string& at) {
+  if (!calls.is_array()) wrong_type(at, calls, "an array");
+  ordered_json out = ordered_json::array();
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const std::string c_at = at + "[" + std::to_string(j) + "]";
+    const json& c = calls[j];
+    if (!c.is_object()) wrong_type(c_at, c, "an object");
+    for (const auto& [k, v] : c.items())
+      if (k != "id" && k != "type" && k != "function")
+        bad(c_at + "." + k, "unknown field '" + c_at + "." + k + "'");
+    if (c.contains("type") && c["type"] != "function")
+      bad(c_at + ".type", "'" + c_at + ".type' must be \"function\"");
+    if (!c.contains("function") || !c["function"].is_object())
+      bad(c_at + ".function", "'" + c_at + ".function' must be an object");
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      bad(c_at + ".function.name", "'" + c_at + ".function.name' must be a string");
+    ordered_json args = ordered_json::object();
+    if (f.contains("arguments") && !f["arguments"].is_null()) {
+      const json& a = f["arguments"];
+      if (a.is_string()) {
+        try {
+          args = ordered_json::parse(a.get<std::string>());
+        } catch (const json::exception&) {
+          args = a.get<std::string>();  // not JSON: the template gets the text
+        }
+      } else if (a.is_object()) {
+        args = ordered_json::parse(a.dump());
+      } else {
+        wrong_type(c_at + ".function.arguments", a, "a string (a JSON object)");
+      }
+    }
+    ordered_json call = {{"type", "function"}, {"function", {{"name", f["name"]}, {"arguments", args}}}};
+    if (c.contains("id") && !c["id"].is_null()) {
+      if (!c["id"].is_string()) wrong_type(c_at + ".id", c["id"], "a string");
+      call["id"] = c["id"];
+    }
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+// The special tokens of `format`'s markers that the tokenizer has: the answer's text keeps them (a decoder
+// that skips special tokens would hide the calls from the parser).
+std::vector<int32_t> tool_marker_ids(ToolCallFormat format, const Tokenizer& tok) {
+  std::vector<const char*> names;
+  switch (format) {
+    case ToolCallFormat::Hermes:
+      names = {"<tool_call>", "</tool_call>"};
+      break;
+    case ToolCallFormat::Llama3Json:
+      names = {"<|python_tag|>"};
+      break;
+    case ToolCallFormat::Mistral:
+      names = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
+      break;
+    case ToolCallFormat::Glm4:
+      names = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+      break;
+    default:
+      break;
+  }
+  std::vector<int32_t> ids;
+  for (const char* n : names)
+    if (auto id = tok.token_to_id(n); id && tok.is_special(*id)) ids.push_back(*id);
+  return ids;
+}
+
+// `tools` checked ([{type: "function", function: {name, description, parameters, strict}}]), as the chat
+// template takes them, and each function's name and parameter schema.
+ordered_json request_tools(const json& body, std::vector<ToolSpec>& specs) {
+  ordered_json out = ordered_json::array();
+  if (!body.contains("tools") || body["tools"].is_null()) return out;
+  const json& tools = body["tools"];
+  if (!tools.is_array()) wrong_type("tools", tools, "an array");
+  if (tools.size() > 128)
+    bad("tools", "'tools' takes at most 128 functions, got " + std::to_string(tools.size()));
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object()) wrong_type(at, t, "an object");
+    for (const auto& [k, v] : t.items())
+      if (k != "type" && k != "function") bad(at + "." + k, "unknown field '" + at + "." + k + "'");
+    if (!t.contains("type") || t["type"] != "function")
+      bad(at + ".type", "'" + at + ".type' must be \"function\" (the only tool type this server runs)");
+    if (!t.contains("function") || !t["function"].is_object())
+      bad(at + ".function", "'" + at + ".function' must be an object");
+    const json& f = t["function"];
+    ToolSpec spec;
+    for (const auto& [k, v] : f.items()) {
+      const std::string f_at = at + ".function." + k;
+      if (k == "name") {
+        if (!v.is_string()) wrong_type(f_at, v, "a string");
+        spec.name = v.get<std::string>();
+        const bool ok =
+            !spec.name.empty() && spec.name.size() <= 64 &&
+            spec.name.find_first_not_of(
+                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == std::string::npos;
+        if (!ok) bad(f_at, "'" + f_at + "' must be 1-64 characters of a-z, A-Z, 0-9, _, - and .");
+      } else if (k == "description") {
+        if (!v.is_null() && !v.is_string()) wrong_type(f_at, v, "a string");
+      } else if (k == "parameters") {
+        if (!v.is_null() && !v.is_object()) wrong_type(f_at, v, "an object (a JSON schema)");
+        if (v.is_object()) {
+          spec.parameters = v;
+          generation::drop_no_op_schema_keywords(spec.parameters);
+        }
+      } else if (k == "strict") {
+        if (!v.is_null()) boolean(v, f_at);
+      } else {
+        bad(f_at, "unknown field '" + f_at + "'");
+      }
+    }
+    if (spec.name.empty()) bad(at + ".function.name", "'" + at + ".function.name' is required");
+    for (const ToolSpec& other : specs)
+      if (other.name == spec.name) bad(at + ".function.name", "two tools are named '" + spec.name + "'");
+    specs.push_back(spec);
+    out.push_back(ordered_json::parse(t.dump()));
+  }
+  return out;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served, std::string& text,
+                                 const ordered_json& tools) {
   if (!body.contains("messages")) bad("messages", "'messages' is required");
+  ordered_json extra = ordered_json::object();
   const json& msgs = body["messages"];
   if (!msgs.is_array()) wrong_type("messages", msgs, "an array");
   if (msgs.empty()) bad("messages", "'messages' must not be empty");
@@ -291,23 +387,42 @@ std::vector<int32_t> chat_prompt(const json& body, const ServedModel& served, st
     const std::string at = "messages[" + std::to_string(i) + "]";
     const json& m = msgs[i];
     if (!m.is_object()) wrong_type(at, m, "an object");
-    for (const auto& [k, v] : m.items())
-      if (k != "role" && k != "content" && k != "name")
-        bad(at + "." + k, "'" + at + "." + k + "' is not supported");
     if (!m.contains("role") || !m["role"].is_string())
       bad(at + ".role", "'" + at + ".role' must be a string");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant")
-      bad(at + ".role",
-          "'" + at + ".role' must be \"system\", \"user\" or \"assistant\", got \"" + role + "\"");
-    if (!m.contains("content")) bad(at + ".content", "'" + at + ".content' is required");
-    rendered.push_back({{"role", role}, {"content", message_text(m["content"], at + ".content")}});
+    for (const auto& [k, v] : m.items())
+      if (k != "role" && k != "content" && k != "name" && !(role == "assistant" && k == "tool_calls") &&
+          !(role == "tool" && k == "tool_call_id"))
+        bad(at + "." + k, "'" + at + "." + k + "' is not supported");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+      bad(at + ".role", "'" + at +
+                            ".role' must be \"system\", \"developer\", \"user\", \"assistant\" or "
+                            "\"tool\", got \"" +
+                            role + "\"");
+    const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+    if (!m.contains("content") && !calls) bad(at + ".content", "'" + at + ".content' is required");
+    // developer is the newer name of system (OpenAI's o-series); templates know system.
+    ordered_json out = {
+        {"role", role == "developer" ? "system" : role},
+        {"content", m.contains("content") ? message_text(m["content"], at + ".content") : ""}};
+    if (m.contains("name") && !m["name"].is_null()) {
+      if (!m["name"].is_string()) wrong_type(at + ".name", m["name"], "a string");
+      if (role == "tool") out["name"] = m["name"];
+    }
+    if (role == "tool") {
+      if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+        bad(at + ".tool_call_id", "'" + at + ".tool_call_id' must be a string (the id of the call answered)");
+      out["tool_call_id"] = m["tool_call_id"];
+    }
+    if (calls) out["tool_calls"] = assistant_tool_calls(m["tool_calls"], at + ".tool_calls");
+    rendered.push_back(std::move(out));
   }
-  ordered_json extra = ordered_json::object();
+  if (!tools.empty()) extra["tools"] = tools;
   if (body.contains("chat_template_kwargs")) {
     const json& k = body["chat_template_kwargs"];
     if (!k.is_object()) wrong_type("chat_template_kwargs", k, "an object");
-    extra = ordered_json::parse(k.dump());
+    const ordered_json kwargs = ordered_json::parse(k.dump());
+    for (const auto& [key, v] : kwargs.items()) extra[key] = v;
   }
   if (served.tokenizer->chat_template().empty())
     bad("messages", "this model's tokenizer has no chat template; use /v1/completions");
@@ -445,6 +560,8 @@ json parse_body(const std::string& text, bool chat) {
 
 }  // namespace
 
+nlohmann::json parse_json_body(const std::string& text) { return parse_body(text, true); }
+
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, const ServedModel& served) {
   json body = parse_body(body_text, endpoint == Endpoint::Chat);
   if (!body.is_object())
@@ -467,8 +584,9 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
                                                "user"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k)) continue;
-    if (chat && (k == "messages" || k == "max_completion_tokens" || k == "chat_template_kwargs" ||
-                 k == "logprobs" || k == "top_logprobs"))
+    if (chat &&
+        (k == "messages" || k == "max_completion_tokens" || k == "chat_template_kwargs" || k == "logprobs" ||
+         k == "top_logprobs" || k == "tools" || k == "tool_choice" || k == "parallel_tool_calls"))
       continue;
     if (!chat && k == "logprobs") continue;
     if (!chat && k == "prompt") continue;
@@ -493,9 +611,42 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
                          "' does not exist (this server has '" + served.name + "')",
                      "model", "invalid_request_error", "model_not_found");
   }
+  std::vector<ToolSpec> tool_specs;
+  std::string tool_choice = "none";  // none, auto, required, or the function's name
   if (chat) {
+    const ordered_json tools = request_tools(body, tool_specs);
+    if (has("tool_choice")) {
+      const json& tc = body["tool_choice"];
+      if (tc.is_string()) {
+        tool_choice = tc.get<std::string>();
+        if (tool_choice != "none" && tool_choice != "auto" && tool_choice != "required")
+          bad("tool_choice",
+              "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+              "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " +
+                  tc.dump());
+      } else if (tc.is_object()) {
+        if (!tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") ||
+            !tc["function"]["name"].is_string() || (tc.contains("type") && tc["type"] != "function"))
+          bad("tool_choice",
+              "'tool_choice' names a function as {\"type\": \"function\", \"function\": "
+              "{\"name\": \"NAME\"}}");
+        tool_choice = tc["function"]["name"].get<std::string>();
+        bool known = false;
+        for (const ToolSpec& t : tool_specs) known = known || t.name == tool_choice;
+        if (!known)
+          bad("tool_choice", "'tool_choice' names '" + tool_choice + "', which is not among 'tools'");
+      } else {
+        wrong_type("tool_choice", tc, "a string or an object");
+      }
+      if (tool_specs.empty() && tool_choice != "none")
+        bad("tool_choice", "'tool_choice' " + tc.dump() + " needs 'tools'");
+    } else if (!tool_specs.empty()) {
+      tool_choice = "auto";
+    }
+    if (has("parallel_tool_calls"))
+      r.parallel_tool_calls = boolean(body["parallel_tool_calls"], "parallel_tool_calls");
     std::string text;
-    r.prompt = chat_prompt(body, served, text);
+    r.prompt = chat_prompt(body, served, text, tools);
     r.reasoning = served.reasoning;
     r.reasoning_open = served.reasoning == ReasoningFormat::Qwen3 && prompt_opens_thinking(text);
   } else {
@@ -571,7 +722,31 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
     r.logprobs = static_cast<int>(integer(body["logprobs"], "logprobs", 0, 20));
   }
   if (has("user") && !body["user"].is_string()) wrong_type("user", body["user"], "a string");
-  if (auto spec = requested_constraint(body)) g.constraint = compile_constraint(*spec, served);
+  std::optional<ConstraintSpec> spec = requested_constraint(body);
+  if (chat && tool_choice != "none") {
+    r.tool_format = served.tool_format;
+    r.keep_special = tool_marker_ids(served.tool_format, *served.tokenizer);
+    if (tool_choice != "auto") {
+      // required / a named function: the output is constrained to the format's calls.
+      if (spec)
+        bad(spec->field, "'" + spec->field + "' and 'tool_choice' " + body["tool_choice"].dump() +
+                             " both constrain the output; give one");
+      std::vector<ToolSpec> allowed;
+      for (const ToolSpec& t : tool_specs)
+        if (tool_choice == "required" || t.name == tool_choice) allowed.push_back(t);
+      try {
+        spec = ConstraintSpec{
+            ConstraintKind::Grammar,
+            tool_call_grammar(served.tool_format, allowed, tool_choice == "required" && r.parallel_tool_calls,
+                              *served.tokenizer),
+            "tool_choice"};
+      } catch (const Error& e) {
+        bad("tool_choice", std::string("'tool_choice': ") + e.what());
+      }
+      r.tool_calls_forced = true;
+    }
+  }
+  if (spec) g.constraint = compile_constraint(*spec, served);
   g.disable_compile = false;
   if (auto bad_field = g.invalid_field())
     bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);
@@ -603,6 +778,10 @@ ordered_json response_json(Endpoint endpoint, const std::string& id, int64_t cre
     c["index"] = i;
     if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+      if (!choices[i].tool_calls.empty()) {
+        if (choices[i].text.empty()) c["message"]["content"] = nullptr;
+        c["message"]["tool_calls"] = tool_calls_json(choices[i].tool_calls, choices[i].tool_call_id_prefix);
+      }
       if (const auto& r = choices[i].reasoning)
         c["message"]["reasoning_content"] = r->empty() ? ordered_json(nullptr) : ordered_json(*r);
     } else {
@@ -636,6 +815,38 @@ ordered_json chunk_json(Endpoint endpoint, const std::string& id, int64_t create
   }
   c["logprobs"] = logprobs;
   c["finish_reason"] = finish_reason.empty() ? ordered_json(nullptr) : ordered_json(finish_reason);
+  out["choices"] = ordered_json::array({std::move(c)});
+  if (with_usage) out["usage"] = nullptr;
+  return out;
+}
+
+ordered_json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& prefix) {
+  ordered_json out = ordered_json::array();
+  for (size_t k = 0; k < calls.size(); ++k)
+    out.push_back(
+        {{"id", prefix + std::to_string(k)},
+         {"type", "function"},
+         {"function", {{"name", valid_utf8(calls[k].name)}, {"arguments", valid_utf8(calls[k].arguments)}}}});
+  return out;
+}
+
+ordered_json tool_call_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
+                                  int call_index, const std::string* call_id, const std::string* name,
+                                  const std::string& arguments, bool with_usage) {
+  ordered_json out = envelope(id, "chat.completion.chunk", created, model);
+  ordered_json call = {{"index", call_index}};
+  if (call_id) {
+    call["id"] = *call_id;
+    call["type"] = "function";
+  }
+  ordered_json function = ordered_json::object();
+  if (name) function["name"] = valid_utf8(*name);
+  function["arguments"] = valid_utf8(arguments);
+  call["function"] = std::move(function);
+  ordered_json c = {{"index", index},
+                    {"delta", {{"tool_calls", ordered_json::array({std::move(call)})}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}};
   out["choices"] = ordered_json::array({std::move(c)});
   if (with_usage) out["usage"] = nullptr;
   return out;

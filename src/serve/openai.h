@@ -13,6 +13,7 @@
 
 #include "serve/engine.h"
 #include "serve/reasoning.h"
+#include "serve/tool_calls.h"
 #include "tessera/constraint.h"
 #include "tessera/generation.h"
 #include "tessera/tokenizer.h"
@@ -48,6 +49,13 @@ struct ParsedRequest {
   // rendered prompt opened a think block.
   ReasoningFormat reasoning = ReasoningFormat::None;
   bool reasoning_open = false;
+  // Chat with `tools` and tool_choice other than "none": the format the answer's calls are parsed from
+  // (ToolCallParser); None: no parsing. `forced`: tool_choice "required" or a named function (the output is
+  // constrained to calls, config.constraint).
+  ToolCallFormat tool_format = ToolCallFormat::None;
+  bool tool_calls_forced = false;
+  bool parallel_tool_calls = true;
+  std::vector<int32_t> keep_special;  // special token ids the answer's text keeps (the format's markers)
 };
 
 // What the server answers to: its model name, the model's defaults and tokenizer.
@@ -63,7 +71,12 @@ struct ServedModel {
   std::shared_ptr<const ConstraintVocabulary> constraint_vocab;
   std::string constraints_unavailable;
   bool host_sampling = true;  // the engine's rows sample on the host (constraints need their logits)
+  ToolCallFormat tool_format = ToolCallFormat::Hermes;  // --tool-call-parser, resolved for this model
 };
+
+// A request body as JSON, with the checks every endpoint's body gets (nesting depth, UTF-8, numbers in
+// range): ApiError 400 naming the top-level field at fault.
+nlohmann::json parse_json_body(const std::string& text);
 
 // Parses and checks a request body. Throws ApiError (400 naming the field; 404 for another model name).
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const ServedModel& served);
@@ -71,6 +84,8 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Se
 // Response pieces. `id` is "chatcmpl-..." / "cmpl-...", `created` Unix seconds.
 struct ChoiceResult {
   std::string text, finish_reason;
+  std::vector<ToolCall> tool_calls;  // message.tool_calls (text is then null when empty)
+  std::string tool_call_id_prefix;   // each call's id is this + its index
   // With a reasoning parser: the reasoning, written as message.reasoning_content (null when empty); nullopt:
   // no such field.
   std::optional<std::string> reasoning;
@@ -100,6 +115,15 @@ nlohmann::ordered_json chunk_json(Endpoint endpoint, const std::string& id, int6
                                   const std::string& finish_reason, bool with_usage,
                                   const nlohmann::ordered_json& logprobs = nullptr,
                                   const std::string* reasoning = nullptr);
+// A chunk carrying tool call `call_index` of choice `index`: the first for a call gives its id, type and name
+// (and empty arguments), later ones fragments of its arguments (`id` and `name` null), as OpenAI streams
+// them.
+nlohmann::ordered_json tool_call_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                                            int index, int call_index, const std::string* call_id,
+                                            const std::string* name, const std::string& arguments,
+                                            bool with_usage);
+// message.tool_calls / the ids of a choice's calls: `prefix` + the call's index.
+nlohmann::ordered_json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& prefix);
 // The last chunk of a stream with include_usage: empty choices and the totals.
 nlohmann::ordered_json usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created,
                                         const std::string& model, int prompt_tokens, int completion_tokens);
