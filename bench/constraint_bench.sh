@@ -41,6 +41,11 @@ PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$PORT_
 [[ -z "$PORT" ]] && { cat "$PORT_FILE"; exit 1; }
 VOCAB=$(grep -o "vocab_size[^,]*" "$PORT_FILE" | head -1 | grep -o '[0-9]*' || true)
 ANY='{"structured_outputs": {"regex": "(.|\\n)*"}}'
+# One warm-up pass of each kind first (page faults, first allocations), not counted.
+for extra in '{}' "$ANY"; do
+  "$PY" "$ROOT/bench/serve_load.py" --url "http://127.0.0.1:$PORT" --model m --clients 16 --new-tokens 16 \
+    --requests-per-client 1 --extra-body "$extra" >/dev/null
+done
 declare -A plain constrained
 for round in $(seq "$ROUNDS"); do
   for c in 1 16; do
