@@ -75,7 +75,9 @@ for f in build-fuzz/fuzz_*; do
   corpus="fuzz/corpus/$(basename "$f")"
   mkdir -p "$corpus"
   echo "-- $(basename "$f")"
-  "$f" -max_total_time="${FUZZ_SECONDS:-15}" -rss_limit_mb=2048 -max_len=65536 "$corpus" >/dev/null 2>build-fuzz/$(basename "$f").log \
+  seeds="fuzz/seeds/$(basename "$f")"  # committed seed inputs, read as a second corpus where there are some
+  [[ -d "$seeds" ]] || seeds=""
+  "$f" -max_total_time="${FUZZ_SECONDS:-15}" -rss_limit_mb=2048 -max_len=65536 "$corpus" $seeds >/dev/null 2>build-fuzz/$(basename "$f").log \
     || { tail -40 build-fuzz/$(basename "$f").log; exit 1; }
 done
 echo "fuzz: all targets ran clean"

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -337,3 +338,66 @@ TEST(Cli, NonFiniteLogitsAreAnErrorNotOutput) {
 }
 
 }  // namespace
+
+TEST(Cli, GenerateKeepsToAJsonSchemaARegexAndAGrammar) {
+  if (smollm2().empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed";
+  const std::string dir = ::testing::TempDir();
+  const std::string schema = dir + "cli_schema.json", grammar = dir + "cli_grammar.lark";
+  std::ofstream(schema) << R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                             "required": ["city"], "additionalProperties": false})";
+  std::ofstream(grammar) << R"(start: ("yes" | "no") "!")";
+  Result r =
+      run("generate --chat --quiet --json --max-new-tokens 60 --prompt 'Where is the Eiffel tower?' "
+          "--json-schema " +
+          schema);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto answer = nlohmann::json::parse(j["text"].get<std::string>());
+  EXPECT_TRUE(answer.is_object() && answer.size() == 1 && answer["city"].is_string()) << j["text"];
+  EXPECT_EQ(j["finish_reason"], "eos");
+  EXPECT_EQ(j["constraint"]["kind"], "json_schema");
+  r = run("generate --chat --quiet --max-new-tokens 20 --prompt 'Your number?' --regex '[0-9]{3}-[0-9]{4}'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.size(), 9u) << r.out;  // ddd-dddd and a newline
+  r = run("generate --chat --quiet --max-new-tokens 20 --prompt 'Is it blue?' --grammar " + grammar);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out == "yes!\n" || r.out == "no!\n") << r.out;
+  r = run("generate --chat --quiet --json --max-new-tokens 200 --prompt 'Describe a cat.' --json-object");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(nlohmann::json::parse(r.out)["text"].get<std::string>()).is_object());
+}
+
+TEST(Cli, ConstraintFlagErrorsAreOneLineNamingTheFlag) {
+  if (smollm2().empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed";
+  const std::string bad = ::testing::TempDir() + "cli_bad_schema.json";
+  std::ofstream(bad) << R"({"type": "array", "uniqueItems": true})";
+  struct Case {
+    std::string args, words;
+  };
+  const std::vector<Case> cases = {
+      {"--json-schema /nonexistent/schema.json", "/nonexistent/schema.json"},
+      {"--json-schema " + bad, "uniqueItems"},
+      {"--regex '(unclosed'", "--regex"},
+      {"--json-object --regex a", "--regex"},
+      {"/nonexistent/dir --input-ids 1,2,3 --json-object", "/nonexistent/dir"},
+  };
+  for (const auto& c : cases) {
+    Result r =
+        run("generate --quiet --max-new-tokens 4 " +
+            (c.args.find("--input-ids") == std::string::npos ? std::string("--prompt hi ") : "") + c.args);
+    EXPECT_EQ(r.code, 1) << c.args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.words), std::string::npos) << c.args << ": " << r.err;
+  }
+  // Without llguidance: one line saying how to install it.
+  const std::string env = "TESSERA_LLGUIDANCE=/nonexistent/_lib.abi3.so ";
+  const int status = std::system((env + TESSERA_CLI_PATH +
+                                  " generate --quiet --max-new-tokens 4 --prompt hi "
+                                  "--json-object >/dev/null 2>" +
+                                  ::testing::TempDir() + "cli_nollg.err")
+                                     .c_str());
+  std::ifstream f(::testing::TempDir() + "cli_nollg.err");
+  const std::string err((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(err.find("pip install llguidance"), std::string::npos) << err;
+}
