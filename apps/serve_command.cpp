@@ -699,7 +699,6 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
               ? serve::choose_tool_call_format(l->model.info().architecture, l->tokenizer.chat_template())
               : *serve::tool_call_format_from_name(settings.tool_call_parser);
       auto engine = std::make_unique<serve::Engine>(l->model, l->tokenizer, eo);
-      s.served.host_sampling = engine->logprobs_available();
       // Constrained decoding when llguidance is there (its vocabulary built once); else a 400 saying why.
       cli::use_environment_constraint_settings();
       if (ConstraintLibrary::available(&s.served.constraints_unavailable)) {

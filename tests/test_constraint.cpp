@@ -1,8 +1,8 @@
 // Constrained decoding (include/tessera/constraint.h) on the real default model (SmolLM2-135M, which keeps
 // to no format by itself): outputs parse and match their constraint in generate() and in a SlotBatch, greedy
 // and sampled; a complete constraint ends its row as an eos, a short budget as length; a constrained row
-// changes no other row's tokens and is itself the same alone and beside others; on xla-cpu (whose steps
-// sample in the program) a constrained call samples on the host and keeps to its schema; bad inputs are
+// changes no other row's tokens and is itself the same alone and beside others; on xla-cpu the mask is an
+// input of the compiled step, which then picks what the host sampler picks; bad inputs are
 // clear errors. llguidance is installed by scripts/setup.sh: without it these fail, saying so.
 #include <gtest/gtest.h>
 
@@ -171,32 +171,42 @@ TEST(SmolLM2Constraint, AConstrainedRowChangesNoOtherRowAndIsTheSameAloneInASlot
             constrained_alone[0]);
 }
 
-TEST(SmolLM2Constraint, XlaCpuSamplesConstrainedRowsOnTheHost) {
+TEST(SmolLM2Constraint, XlaCpuMasksInsideTheCompiledStepAsTheHostDoes) {
   REQUIRE_CONSTRAINTS(path);
   REQUIRE_XLA_CPU();
-  Fixture cpu(path);
   Fixture xla(path, "xla-cpu");
-  const auto ids = cpu.chat("Describe a person.");
-  for (Fixture* fx : {&cpu, &xla}) {
-    GenerationConfig g = fx->model.generation_config();
-    g.max_new_tokens = 120;
-    g.constraint = fx->vocab.compile(ConstraintKind::JsonSchema, kPerson);
-    auto out = fx->model.generate({ids}, {}, g);
-    EXPECT_FALSE(out.device_sampling) << fx->model.info().device;
-    expect_person(fx->text(out.sequences[0], ids.size()));
-  }
-  // A SlotBatch that samples in the step refuses a constrained sequence, naming the option.
-  SlotBatch batch(xla.model, 2, 256);
+  const auto ids = xla.chat("Describe a person.");
   GenerationConfig g = xla.model.generation_config();
-  g.constraint = xla.vocab.compile(ConstraintKind::JsonObject, "");
-  if (batch.device_sampling()) {
-    try {
-      batch.prefill(0, ids, g);
-      FAIL() << "accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("host_sampling"), std::string::npos) << e.what();
-    }
-  }
+  g.max_new_tokens = 120;
+  g.constraint = xla.vocab.compile(ConstraintKind::JsonSchema, kPerson);
+  // generate(): the step samples (the mask is a program input) and keeps to the schema.
+  auto out = xla.model.generate({ids}, {}, g);
+  EXPECT_TRUE(out.device_sampling);
+  expect_person(xla.text(out.sequences[0], ids.size()));
+  // A SlotBatch sampling in the step and one sampling on the host (same device, same logits) give the same
+  // tokens, greedy and sampled, with an unconstrained row beside.
+  GenerationConfig sampled = g;
+  sampled.do_sample = true;
+  sampled.temperature = 1.1f;
+  sampled.top_k = 0;
+  sampled.seed = 5;
+  GenerationConfig plain = xla.model.generation_config();
+  plain.max_new_tokens = 16;
+  auto run = [&](bool host) {
+    SlotBatch batch(xla.model, 3, 256, {.host_sampling = host});
+    EXPECT_EQ(batch.device_sampling(), !host);
+    std::vector<std::vector<int32_t>> toks(3);
+    toks[0].push_back(batch.prefill(0, ids, g));
+    toks[1].push_back(batch.prefill(1, ids, plain));
+    toks[2].push_back(batch.prefill(2, ids, sampled));
+    while (batch.running_count() > 0)
+      for (const SlotToken& t : batch.step()) toks[static_cast<size_t>(t.slot)].push_back(t.token);
+    return toks;
+  };
+  const auto device = run(false), host = run(true);
+  EXPECT_EQ(device, host);
+  expect_person(xla.tok.decode(device[0], true));
+  expect_person(xla.tok.decode(device[2], true));
 }
 
 TEST(SmolLM2Constraint, BadConstraintsAndMismatchedVocabulariesAreClearErrors) {

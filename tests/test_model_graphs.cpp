@@ -10,7 +10,8 @@
 //   g++ -std=c++20 -IREF/include -IREF/src gen.cpp REF/src/{models/*,graph/graph,distributed/tp_plan,
 //       io/json_util,io/io_util,common/*}.cpp   (gen.cpp: write dump_fixture(dir, f) to dump_file_name(f))
 // A deliberate change to what a model builds means regenerating them (the same way from the new code) and
-// saying why in the commit.
+// saying why in the commit. Regenerated so: every in-step sampling graph gained its token_mask input
+// (constrained decoding on PJRT devices); nothing else changed.
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -24,12 +24,15 @@ struct StepInputs {
   // [batch * seq] cache slot of each query column, per row (consecutive within a row); [seq] is accepted too
   // and means every row uses the same slots.
   std::vector<int32_t> slots;
-  std::vector<int32_t> kv_begin;   // [batch] first cache slot each row may attend to
+  std::vector<int32_t> kv_begin;  // [batch] first cache slot each row may attend to
   // In-step sampling only (ShapeKey::sampling != Off):
   std::vector<int32_t> seen_from;      // [batch] prefill: first column whose ids count as seen
   std::vector<int32_t> sample_params;  // [batch * graph::kSampleParams] (see graph::SampleParam)
   // ShapeKey::row_mapped() steps only: [batch] cache row of each step row.
   std::vector<int32_t> cache_rows = {};
+  // In-step sampling: [batch * graph::mask_words(vocab)] allowed-token bits per row (constrained decoding);
+  // empty: every token allowed for every row.
+  std::vector<int32_t> token_mask = {};
 };
 
 // The state a sequence (or a set of sequences, one per cache row) carries from step to step: per-layer K and
@@ -56,11 +59,11 @@ class Executable {
 
 // Bytes that crossed between host and device.
 struct TransferStats {
-  uint64_t h2d_bytes = 0;  // step inputs sent by Executable::run
-  uint64_t d2h_bytes = 0;  // logits (run) or token ids (run_tokens) returned
-  uint64_t runs = 0;       // Executable::run calls
-  uint64_t setup_h2d_bytes = 0;  // weights (bind_weights) and zeroed caches (create_cache); not per step
-  uint64_t cache_copy_bytes = 0; // copy_cache through the host (dynamic cache growth), both directions
+  uint64_t h2d_bytes = 0;         // step inputs sent by Executable::run
+  uint64_t d2h_bytes = 0;         // logits (run) or token ids (run_tokens) returned
+  uint64_t runs = 0;              // Executable::run calls
+  uint64_t setup_h2d_bytes = 0;   // weights (bind_weights) and zeroed caches (create_cache); not per step
+  uint64_t cache_copy_bytes = 0;  // copy_cache through the host (dynamic cache growth), both directions
   uint64_t collective_bytes = 0;  // segmented steps (one process per rank): activations read for and written
                                   // back after each host collective; also counted in h2d/d2h_bytes
 };
@@ -74,9 +77,9 @@ struct Capabilities {
   // Compiling a shape is costly (a real compiler), so prompts are padded to a few bucket lengths by default
   // (LoadOptions::buckets "auto" = "pow2"); false: planning is cheap and padding costs real FLOPs ("exact").
   bool prefers_buckets = false;
-  bool serializable = false;  // executables save to and load from bytes (the on-disk compile cache)
-  bool op_by_op = false;      // compile_op_by_op() runs ops one by one (else it is compile())
-  int replicas = 1;           // devices one tensor-parallel program runs on in this process
+  bool serializable = false;      // executables save to and load from bytes (the on-disk compile cache)
+  bool op_by_op = false;          // compile_op_by_op() runs ops one by one (else it is compile())
+  int replicas = 1;               // devices one tensor-parallel program runs on in this process
   bool counts_transfers = false;  // transfer_stats() counts host/device bytes (a device with its own memory)
   // Weight matrices may be bound in GGML's block formats (DType Q8_0 .. Q6_K) and are computed from the
   // blocks (else the loader dequantises them to a float dtype).
@@ -90,7 +93,8 @@ class Backend {
   virtual Capabilities capabilities() const = 0;
   // Whether this backend can run `op` (every graph is checked before it is compiled: check_graph below).
   virtual bool supports_op(graph::Op op) const = 0;
-  // Takes the weights the graphs refer to, keyed by graph::weight_key (host tensors; zero-copy views where possible).
+  // Takes the weights the graphs refer to, keyed by graph::weight_key (host tensors; zero-copy views where
+  // possible).
   virtual void bind_weights(WeightMap weights) = 0;
   // Tensor parallelism in one process (capabilities().replicas > 1): rank `replica`'s weights, uploaded to
   // device `replica`; replica 0 is bind_weights. Every replica must be bound before a graph with tp_size =
@@ -106,8 +110,8 @@ class Backend {
   // A cache of `batch` rows (sequences) of `cache_len` slots each, zeroed.
   virtual std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
                                                     int64_t cache_len, int64_t head_dim) = 0;
-  // Copies every slot of `from` into the first slots of `to` (same layers/batch/heads, to.cache_len >= from's).
-  // The sampler state is not copied (a grown cache is used with host-side sampling only).
+  // Copies every slot of `from` into the first slots of `to` (same layers/batch/heads, to.cache_len >=
+  // from's). The sampler state is not copied (a grown cache is used with host-side sampling only).
   virtual void copy_cache(const DeviceCache& from, DeviceCache& to) = 0;
   // Bytes between host and device since the backend was made (zero where capabilities().counts_transfers is
   // false: the native backend works in host memory).
@@ -115,7 +119,8 @@ class Backend {
 
   // Persistent executables (the on-disk compile cache). `program_identity` is text that fixes the compiled
   // program exactly: the program itself, the compiler (platform, version, API version) and the compile
-  // options; empty when the backend's executables cannot be saved (the native CPU backend: planning is cheap).
+  // options; empty when the backend's executables cannot be saved (the native CPU backend: planning is
+  // cheap).
   virtual std::string program_identity(const graph::Graph&) { return {}; }
   // The same identity less the program: what changes when the plugin changes.
   virtual std::string compiler_identity() const { return {}; }

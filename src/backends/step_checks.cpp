@@ -33,6 +33,7 @@ StepChecks step_checks_of(const graph::Graph& g, const char* what) {
     if (n.op == graph::Op::Input) {
       c.seen_from = c.seen_from || n.input_kind == graph::InputKind::SeenFrom;
       c.sample_params = c.sample_params || n.input_kind == graph::InputKind::SampleParams;
+      if (n.input_kind == graph::InputKind::TokenMask) c.token_mask = n.shape[0];
     }
     if (n.op == graph::Op::Embedding) c.vocab = g.at(n.inputs[0]).shape[0];
   }
@@ -57,6 +58,10 @@ void check_step_inputs(const StepInputs& in, const StepChecks& c) {
   size_is(c, in.kv_begin, batch, "kv_begin");
   if (c.seen_from) size_is(c, in.seen_from, batch, "seen_from");
   if (c.sample_params) size_is(c, in.sample_params, batch * graph::kSampleParams, "sample_params");
+  if (!in.token_mask.empty()) {
+    if (c.token_mask < 0) refuse(c, field(c, "token_mask"), " is given, and the step does not sample");
+    size_is(c, in.token_mask, c.token_mask, "token_mask");
+  }
 
   if (c.vocab >= 0)
     for (int64_t i = 0; i < rows; ++i) {

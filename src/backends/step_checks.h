@@ -17,6 +17,7 @@ struct StepChecks {
   bool seen_from = false;      // the step reads StepInputs::seen_from (a sampling prefill)
   bool sample_params = false;  // the step reads StepInputs::sample_params (in-step sampling)
   int64_t vocab = -1;          // ids must lie in [0, vocab) (the embedding table's rows); -1: not checked
+  int64_t token_mask = -1;     // values of the step's token mask input (in-step sampling); -1: none
   // Size errors name the field as the step's program input ("input 'slots' has ...", as the PJRT backend's
   // other argument errors do) instead of the StepInputs member ("StepInputs::slots has ...").
   bool program_names = false;

@@ -373,8 +373,8 @@ void drop_no_op(nlohmann::json& schema, int depth) {
   if (!schema.is_object() || depth > 64) return;
   if (auto it = schema.find("uniqueItems"); it != schema.end() && it->is_boolean() && !it->get<bool>())
     schema.erase(it);
-  for (const char* k : {"items", "additionalProperties", "not", "if", "then", "else", "contains", "additionalItems",
-                        "unevaluatedProperties", "unevaluatedItems", "propertyNames"})
+  for (const char* k : {"items", "additionalProperties", "not", "if", "then", "else", "contains",
+                        "additionalItems", "unevaluatedProperties", "unevaluatedItems", "propertyNames"})
     if (auto it = schema.find(k); it != schema.end()) drop_no_op(*it, depth + 1);
   for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
     if (auto it = schema.find(k); it != schema.end() && it->is_object())
@@ -422,6 +422,14 @@ void ConstraintMatcher::apply(float* logits, int64_t vocab) {
       if (!((bits >> (i - w * 32)) & 1u)) logits[i] = kNegInf;
   }
   for (int64_t i = words * 32; i < vocab; ++i) logits[i] = kNegInf;
+  ready_ = false;
+}
+
+void ConstraintMatcher::write_mask(int32_t* dst, int64_t words) {
+  if (!ready_) compute_mask();
+  const int64_t n = std::min<int64_t>(words, static_cast<int64_t>(mask_.size()));
+  std::memcpy(dst, mask_.data(), static_cast<size_t>(n) * sizeof(uint32_t));
+  std::fill(dst + n, dst + words, 0);
   ready_ = false;
 }
 

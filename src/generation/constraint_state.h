@@ -13,8 +13,8 @@
 namespace tessera::generation {
 
 // Drops keywords that assert nothing and llguidance refuses ("uniqueItems": false, which schema generators
-// write), walking only the places that hold subschemas (a property named uniqueItems stays). Every JSON schema
-// a constraint is compiled from goes through it.
+// write), walking only the places that hold subschemas (a property named uniqueItems stays). Every JSON
+// schema a constraint is compiled from goes through it.
 void drop_no_op_schema_keywords(nlohmann::json& schema);
 
 class ConstraintMatcher {
@@ -30,6 +30,9 @@ class ConstraintMatcher {
   bool mask_ready() const { return ready_; }
   // Sets every logit the constraint does not allow to -inf (computing the mask first if needed).
   void apply(float* logits, int64_t vocab);
+  // Writes the allowed tokens of the next step as `words` 32-bit words (computing the mask first if needed;
+  // words past the vocabulary's are zero), for a step that samples in the compiled program.
+  void write_mask(int32_t* dst, int64_t words);
   // Whether the last mask allowed any token (false only in an error state).
   bool allows_any() const;
   // Advances past the row's chosen token. A token the mask did not allow puts the matcher in an error state

@@ -91,8 +91,8 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   if (cfg.constraint && cfg.constraint->vocab_size() != vocab)
     fail("generate: the constraint was compiled for a vocabulary of ", cfg.constraint->vocab_size(),
          " ids, the model has ", vocab);
-  // Constrained rows sample on the host (their masks are computed there).
-  const bool on_device = m.device_sampling && !dynamic && !cfg.disable_compile && !cfg.constraint;
+  // Constrained rows' masks are computed on the host: an input of the compiled step where it samples.
+  const bool on_device = m.device_sampling && !dynamic && !cfg.disable_compile;
   const graph::Sampling sampling = m.sampling_for(on_device, cfg.do_sample);
 
   GenerateOutput out;
@@ -145,6 +145,9 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
     if (on_device) {
       in.sample_params.clear();
       for (const RowState& r : rows) r.params.append_encoded(step, in.sample_params);
+      std::vector<const RowState*> row_ptrs;
+      for (const RowState& r : rows) row_ptrs.push_back(&r);
+      in.token_mask = step_token_masks(row_ptrs, vocab);
       exe.run_tokens(in, *cache, device_tokens);
     } else {
       exe.run(in, *cache, logits);
@@ -246,9 +249,9 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
     in.positions.clear();
     for (int b = 0; b < batch; ++b) in.positions.push_back(seq - pads[static_cast<size_t>(b)] + step);
     in.slots = {slot};  // every row writes the same slot (the [seq] form of StepInputs::slots)
-    std::vector<ConstraintMatcher*> masks;  // computed while the step runs
+    std::vector<ConstraintMatcher*> masks;  // computed while the step runs (host sampling: after it)
     for (RowState& r : rows)
-      if (r.running() && r.constraint) masks.push_back(r.constraint.get());
+      if (!on_device && r.running() && r.constraint) masks.push_back(r.constraint.get());
     overlap_masks(masks, [&] { run_step(key, step + 1); });
     ++decode_runs;
   }

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "generation/sampler.h"
+#include "graph/graph.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -64,6 +65,18 @@ bool constraint_step(RowState& row, int32_t token) {
   if (!row.constraint) return true;
   row.constraint->consume(token);
   return !row.constraint->done();
+}
+
+std::vector<int32_t> step_token_masks(const std::vector<const RowState*>& rows, int64_t vocab) {
+  bool any = false;
+  for (const RowState* r : rows) any = any || (r && r->running() && r->constraint);
+  if (!any) return {};
+  const int64_t words = graph::mask_words(vocab);
+  std::vector<int32_t> out(rows.size() * static_cast<size_t>(words), -1);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (const RowState* r = rows[i]; r && r->running() && r->constraint)
+      r->constraint->write_mask(out.data() + i * static_cast<size_t>(words), words);
+  return out;
 }
 
 void overlap_masks(const std::vector<ConstraintMatcher*>& matchers, const std::function<void()>& work) {

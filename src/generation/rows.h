@@ -48,6 +48,9 @@ bool device_token_ok(int32_t token, int64_t vocab, std::string& why);
 // as Stopped.
 void accept(RowState& row, int32_t token, bool keep_going);
 
+// In-step sampling: the token masks of a step's rows ([rows.size() * mask_words], all ones for an
+// unconstrained row or nullptr); empty when no row is constrained (the step then allows every token).
+std::vector<int32_t> step_token_masks(const std::vector<const RowState*>& rows, int64_t vocab);
 // Runs `work` while another thread computes the next masks of `matchers` (none: `work` alone).
 void overlap_masks(const std::vector<ConstraintMatcher*>& matchers, const std::function<void()>& work);
 

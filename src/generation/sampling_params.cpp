@@ -42,7 +42,8 @@ SamplingParams SamplingParams::decode(const int32_t* r) {
   p.min_p = std::bit_cast<float>(r[graph::kMinP]);
   p.repetition_penalty = std::bit_cast<float>(r[graph::kRepetitionPenalty]);
   p.top_k = r[graph::kTopK];
-  p.seed = static_cast<uint32_t>(r[graph::kSeedLo]) | uint64_t{static_cast<uint32_t>(r[graph::kSeedHi])} << 32;
+  p.seed = static_cast<uint32_t>(r[graph::kSeedLo]) | uint64_t{static_cast<uint32_t>(r[graph::kSeedHi])}
+                                                          << 32;
   p.do_sample = r[graph::kDoSample] != 0;
   return p;
 }

@@ -350,11 +350,6 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
          chunk > 0 ? "in chunks of " : "prefill bucket ", chunk > 0 ? chunk : padded,
          chunk > 0 ? detail::concat(", padded to ", padded) : std::string(), ") and ", budget,
          " new tokens need ", padded + budget - 1, " cache positions; the batch has cache_len ", cache_len);
-  if (cfg.constraint && on_device)
-    fail(
-        "SlotBatch::", what, ": slot ", slot,
-        ": a constrained sequence samples on the host, and this batch samples in the compiled step; make the "
-        "batch with SlotBatchOptions::host_sampling");
   if (cfg.constraint && cfg.constraint->vocab_size() != m->config.vocab_size)
     fail("SlotBatch::", what, ": slot ", slot, ": the constraint was compiled for a vocabulary of ",
          cfg.constraint->vocab_size(), " ids, the model has ", m->config.vocab_size);
@@ -393,6 +388,9 @@ void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
   if (on_device) {
     in.seen_from = {std::max(0, s.kv_begin - from)};  // a prefill starts the row's seen mask
     s.row.params.append_encoded(0, in.sample_params);
+    // The mask goes with the program that samples the first token (the last chunk's).
+    if (from + count >= s.prefill_len)
+      in.token_mask = generation::step_token_masks({&s.row}, m->config.vocab_size);
   }
   const bool mapped = n > 1;
   if (mapped) in.cache_rows = {slot};
@@ -523,8 +521,13 @@ std::vector<SlotToken> SlotBatch::step() {
     }
     if (mapped) in.cache_rows = rows;
     // The constrained rows' masks are computed while the step runs (they depend only on tokens taken).
+    // In-step sampling: computed first, an input of the step.
     std::vector<generation::ConstraintMatcher*> masks;
-    for (int r = 0; r < b.n; ++r)
+    std::vector<const generation::RowState*> step_rows;
+    for (int32_t r : rows)
+      step_rows.push_back(decode[static_cast<size_t>(r)] ? &b.slots[static_cast<size_t>(r)].row : nullptr);
+    if (b.on_device) in.token_mask = generation::step_token_masks(step_rows, m.config.vocab_size);
+    for (int r = 0; r < b.n && !b.on_device; ++r)
       if (decode[static_cast<size_t>(r)] && b.slots[static_cast<size_t>(r)].row.constraint)
         masks.push_back(b.slots[static_cast<size_t>(r)].row.constraint.get());
     generation::overlap_masks(masks, [&] { b.run(b.decode_key(batch)); });

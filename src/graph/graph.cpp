@@ -160,6 +160,8 @@ void append_sampling(Graph& g, int64_t vocab) {
   const int params = input(InputKind::SampleParams, "sample_params", int64_t{k.batch} * kSampleParams);
   std::vector<int> sample_inputs = {logits, seen, params};
   if (rows >= 0) sample_inputs.push_back(rows);
+  // Every sampling program takes the rows' token masks, so a constrained row needs no other program.
+  sample_inputs.push_back(input(InputKind::TokenMask, "token_mask", int64_t{k.batch} * mask_words(vocab)));
   const int tokens = g.add(Node{.op = Op::Sample,
                                 .name = "sampler.sample",
                                 .inputs = sample_inputs,

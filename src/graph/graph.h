@@ -118,7 +118,11 @@ enum class InputKind : uint8_t {
   SeenFrom,      // [batch] prefill only: first column of the row whose ids count for the repetition penalty
   SampleParams,  // [batch * kSampleParams] per-row sampling parameters (layout: SampleParam)
   CacheRows,     // [batch] cache row of each step row (only when ShapeKey::row_mapped())
+  TokenMask,     // [batch * mask_words(vocab)] in-step sampling: bit t of row b's word t / 32 allows token t
+                 // (constrained decoding; all ones for an unconstrained row)
 };
+// 32-bit words of a token mask over `vocab` ids.
+inline int64_t mask_words(int64_t vocab) { return (vocab + 31) / 32; }
 
 // Per-row sampling parameters, int32 (floats bit-cast), in this order.
 enum SampleParam : int {

@@ -235,10 +235,6 @@ std::shared_ptr<const Constraint> compile_constraint(const ConstraintSpec& spec,
   if (!served.constraint_vocab)
     bad(spec.field, "'" + spec.field + "' needs constrained decoding, which this server cannot do: " +
                         served.constraints_unavailable);
-  if (!served.host_sampling)
-    bad(spec.field, "'" + spec.field +
-                        "' needs the logits on the host, and this server samples inside the compiled step; "
-                        "start it with --host-sampling");
   if (spec.kind == ConstraintKind::Grammar && spec.text.find("::=") != std::string::npos)
     bad(spec.field, "'" + spec.field +
                         "' looks like a GBNF grammar; this server takes Lark grammars (llguidance's dialect; "

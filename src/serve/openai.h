@@ -70,7 +70,6 @@ struct ServedModel {
   // and how to install it), and constrained requests get a 400 saying so.
   std::shared_ptr<const ConstraintVocabulary> constraint_vocab;
   std::string constraints_unavailable;
-  bool host_sampling = true;  // the engine's rows sample on the host (constraints need their logits)
   ToolCallFormat tool_format = ToolCallFormat::Hermes;  // --tool-call-parser, resolved for this model
 };
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <span>
@@ -451,6 +452,8 @@ class CpuExecutable : public Executable {
         return r.in.sample_params.data();
       case InputKind::CacheRows:
         return r.in.cache_rows.data();
+      case InputKind::TokenMask:
+        return r.in.token_mask.empty() ? nullptr : r.in.token_mask.data();
     }
     return nullptr;
   }
@@ -715,6 +718,8 @@ class CpuExecutable : public Executable {
     const float* logits = f32(r, n.inputs[0]);
     const int32_t* params = ints(r, n.inputs[2]);
     const int32_t* map = cache_rows(r, n, 3);
+    const int mask_id = input_of(n, InputKind::TokenMask, 3);
+    const int32_t* mask = mask_id >= 0 ? ints(r, mask_id) : nullptr;  // null: no row constrained
     int32_t* out = reinterpret_cast<int32_t*>(f32(r, id));  // [batch] int32 stored in the float arena
     const std::span<float> row(r.cache.sample_row.data(), static_cast<size_t>(vocab_));  // [vocab] scratch
     for (int64_t b = 0; b < g_.key.batch; ++b) {
@@ -734,6 +739,12 @@ class CpuExecutable : public Executable {
       }
       generation::apply_repetition_penalty_mask(row.data(), vocab_, r.cache.seen.data() + cb * vocab_,
                                                 as_float(p[graph::kRepetitionPenalty]));
+      if (mask) {  // constrained rows: disallowed tokens to -inf, as the host sampler does
+        const int32_t* words = mask + b * graph::mask_words(vocab_);
+        for (int64_t t = 0; t < vocab_; ++t)
+          if (!((static_cast<uint32_t>(words[t >> 5]) >> (t & 31)) & 1u))
+            row[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+      }
       if (g_.key.sampling == graph::Sampling::Greedy || p[graph::kDoSample] == 0) {
         out[b] = generation::argmax(row.data(), vocab_);
         continue;

@@ -41,11 +41,16 @@ using clock_type = std::chrono::steady_clock;
 
 PJRT_Buffer_Type buffer_type(DType dt) {
   switch (dt) {
-    case DType::F32: return PJRT_Buffer_Type_F32;
-    case DType::BF16: return PJRT_Buffer_Type_BF16;
-    case DType::F16: return PJRT_Buffer_Type_F16;
-    case DType::I32: return PJRT_Buffer_Type_S32;
-    case DType::I64: return PJRT_Buffer_Type_S64;
+    case DType::F32:
+      return PJRT_Buffer_Type_F32;
+    case DType::BF16:
+      return PJRT_Buffer_Type_BF16;
+    case DType::F16:
+      return PJRT_Buffer_Type_F16;
+    case DType::I32:
+      return PJRT_Buffer_Type_S32;
+    case DType::I64:
+      return PJRT_Buffer_Type_S64;
     case DType::I8:
       return PJRT_Buffer_Type_S8;
     default:
@@ -77,7 +82,7 @@ struct TransferCounters {
   std::atomic<uint64_t> h2d_bytes{0}, d2h_bytes{0}, runs{0}, setup_h2d_bytes{0}, cache_copy_bytes{0},
       collective_bytes{0};
   TransferStats load() const {
-    return {h2d_bytes.load(), d2h_bytes.load(),        runs.load(),
+    return {h2d_bytes.load(),       d2h_bytes.load(),        runs.load(),
             setup_h2d_bytes.load(), cache_copy_bytes.load(), collective_bytes.load()};
   }
   void reset() {
@@ -99,7 +104,8 @@ class PjrtCache : public DeviceCache {
     auto& lists = which == 0 ? k : v;
     TS_ASSERT(replica >= 0 && static_cast<size_t>(replica) < lists.size(), "cache replica ", replica);
     auto& list = lists[static_cast<size_t>(replica)];
-    TS_ASSERT(layer >= 0 && static_cast<size_t>(layer) < list.size(), "cache layer ", layer, " of ", list.size());
+    TS_ASSERT(layer >= 0 && static_cast<size_t>(layer) < list.size(), "cache layer ", layer, " of ",
+              list.size());
     return list[static_cast<size_t>(layer)];
   }
 };
@@ -123,7 +129,9 @@ StepChecks pjrt_step_checks(const graph::Graph& g, const char* what) {
 // every row) are expanded to every row ([batch * seq]).
 class StepView {
  public:
-  StepView(const StepInputs& in, const graph::ShapeKey& key) : in_(in) {
+  // `mask_values`: the program's token mask size, filled with all ones when the step gives none.
+  StepView(const StepInputs& in, const graph::ShapeKey& key, int64_t mask_values) : in_(in) {
+    if (in.token_mask.empty() && mask_values > 0) ones_.assign(static_cast<size_t>(mask_values), -1);
     const int64_t B = key.batch, S = key.seq;
     if (static_cast<int64_t>(in.slots.size()) != B * S) {
       slots_.reserve(static_cast<size_t>(B * S));
@@ -133,13 +141,22 @@ class StepView {
 
   const std::vector<int32_t>& operator[](graph::InputKind kind) const {
     switch (kind) {
-      case graph::InputKind::TokenIds: return in_.ids;
-      case graph::InputKind::Positions: return in_.positions;
-      case graph::InputKind::Slots: return slots();
-      case graph::InputKind::KvBegin: return in_.kv_begin;
-      case graph::InputKind::SeenFrom: return in_.seen_from;
-      case graph::InputKind::SampleParams: return in_.sample_params;
-      case graph::InputKind::CacheRows: return in_.cache_rows;
+      case graph::InputKind::TokenIds:
+        return in_.ids;
+      case graph::InputKind::Positions:
+        return in_.positions;
+      case graph::InputKind::Slots:
+        return slots();
+      case graph::InputKind::KvBegin:
+        return in_.kv_begin;
+      case graph::InputKind::SeenFrom:
+        return in_.seen_from;
+      case graph::InputKind::SampleParams:
+        return in_.sample_params;
+      case graph::InputKind::CacheRows:
+        return in_.cache_rows;
+      case graph::InputKind::TokenMask:
+        return in_.token_mask.empty() ? ones_ : in_.token_mask;
     }
     return in_.ids;
   }
@@ -148,6 +165,7 @@ class StepView {
   const std::vector<int32_t>& slots() const { return slots_.empty() ? in_.slots : slots_; }
   const StepInputs& in_;
   std::vector<int32_t> slots_;  // expanded from [seq], else empty
+  std::vector<int32_t> ones_;   // the token mask of a step that gives none
 };
 
 // Executes `exe` on args.size() devices; the buffers in donated[d] (device d's arguments aliased to results
@@ -167,8 +185,8 @@ std::vector<BufferHandle> execute_loaded(const Plugin& p, PJRT_LoadedExecutable*
 
 class PjrtExecutable : public Executable {
  public:
-  PjrtExecutable(PjrtBackendImpl& be, const graph::Graph& g, StablehloProgram prog, pjrt::LoadedExecutableHandle exe,
-                 std::vector<std::vector<PJRT_Buffer*>> weight_args)
+  PjrtExecutable(PjrtBackendImpl& be, const graph::Graph& g, StablehloProgram prog,
+                 pjrt::LoadedExecutableHandle exe, std::vector<std::vector<PJRT_Buffer*>> weight_args)
       : be_(be),
         key_(g.key),
         checks_(pjrt_step_checks(g, "PJRT step")),
@@ -185,6 +203,9 @@ class PjrtExecutable : public Executable {
   void check_inputs(const StepView& in) const;
   // Uploads the inputs, executes with the states donated, and returns result 0 (logits or token ids).
   BufferHandle execute(const StepInputs& in, DeviceCache& cache) const;
+  // Device d's token mask allowing every token (uploaded once, then an argument of every step without a
+  // constrained row, never donated), so unconstrained steps move no mask.
+  PJRT_Buffer* all_allowed(size_t d, const StablehloArg& a) const;
 
   PjrtBackendImpl& be_;
   graph::ShapeKey key_;
@@ -193,6 +214,8 @@ class PjrtExecutable : public Executable {
   pjrt::LoadedExecutableHandle exe_;
   // [replica][argument]: the weight buffer, or null for inputs/caches; one row per device the program runs on
   std::vector<std::vector<PJRT_Buffer*>> weight_args_;
+  mutable std::mutex ones_mu_;
+  mutable std::vector<BufferHandle> ones_;  // all_allowed(), per device
 };
 
 class PjrtSegmentedExecutable;
@@ -306,8 +329,9 @@ class PjrtBackendImpl : public PjrtBackend {
   // The program text and the compile options; the compiler is compiler_identity().
   std::string program_identity(const graph::Graph& g) override;
   std::string compiler_identity() const override {
-    return "platform " + info_.platform_name + " " + info_.platform_version + "; PJRT API " + info_.api_version +
-           "; device " + (info_.devices.empty() ? std::string("?") : info_.devices[0].kind);
+    return "platform " + info_.platform_name + " " + info_.platform_version + "; PJRT API " +
+           info_.api_version + "; device " +
+           (info_.devices.empty() ? std::string("?") : info_.devices[0].kind);
   }
 
   std::unique_ptr<Executable> load_serialized(const graph::Graph& g, const std::string& bytes) override;
@@ -333,8 +357,8 @@ class PjrtBackendImpl : public PjrtBackend {
     return out;
   }
 
-  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t cache_len,
-                                            int64_t head_dim) override {
+  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
+                                            int64_t cache_len, int64_t head_dim) override {
     auto c = std::make_unique<PjrtCache>();
     c->batch = batch;
     c->cache_len = cache_len;
@@ -382,7 +406,8 @@ class PjrtBackendImpl : public PjrtBackend {
         copy(from.v[r][l], to.v[r][l], r);
       }
     }
-    // Growing caches are used with host-side sampling only (CausalLM::generate), so there is no state to copy.
+    // Growing caches are used with host-side sampling only (CausalLM::generate), so there is no state to
+    // copy.
     for (const auto& s : from.seen)
       if (s) fail("PJRT backend: a cache with in-step sampler state cannot grow (use the static cache)");
   }
@@ -399,19 +424,22 @@ class PjrtBackendImpl : public PjrtBackend {
     return seen;
   }
 
-  // A non-weight argument of a program that runs one piece of a step on device 0 (op by op, or a segment between
-  // collectives): a step input is uploaded once per step (memoised in `uploaded`, by input kind); the KV cache
-  // and sampler state are donated. `what`, `key` and `name` make the error message for an input of the wrong size.
+  // A non-weight argument of a program that runs one piece of a step on device 0 (op by op, or a segment
+  // between collectives): a step input is uploaded once per step (memoised in `uploaded`, by input kind); the
+  // KV cache and sampler state are donated. `what`, `key` and `name` make the error message for an input of
+  // the wrong size.
   PJRT_Buffer* bind_piece_arg(const StablehloArg& a, const StepView& in, PjrtCache& cache,
-                              std::unordered_map<int, BufferHandle>& uploaded, std::vector<BufferHandle*>& donated,
-                              const char* what, const graph::ShapeKey& key, const std::string& name) {
+                              std::unordered_map<int, BufferHandle>& uploaded,
+                              std::vector<BufferHandle*>& donated, const char* what,
+                              const graph::ShapeKey& key, const std::string& name) {
     switch (a.kind) {
       case StablehloArg::Input: {
         auto& buf = uploaded[static_cast<int>(a.input)];
         if (!buf) {
           const auto& v = in[a.input];
           if (static_cast<int64_t>(v.size()) != a.shape[0])
-            fail(what, " ", key.str(), ": input '", name, "' has ", v.size(), " values, expected ", a.shape[0]);
+            fail(what, " ", key.str(), ": input '", name, "' has ", v.size(), " values, expected ",
+                 a.shape[0]);
           buf = client_.upload(v.data(), PJRT_Buffer_Type_S32, a.shape);
           stats_.h2d_bytes += v.size() * sizeof(int32_t);
         }
@@ -449,7 +477,9 @@ class PjrtBackendImpl : public PjrtBackend {
     if (!p || p->owner != this) fail("PJRT backend: the cache was created by another backend");
     return *p;
   }
-  PjrtCache& own(DeviceCache& c) const { return const_cast<PjrtCache&>(own(static_cast<const DeviceCache&>(c))); }
+  PjrtCache& own(DeviceCache& c) const {
+    return const_cast<PjrtCache&>(own(static_cast<const DeviceCache&>(c)));
+  }
 
   const Plugin& plugin() const { return plugin_; }
   const Client& client() const { return client_; }
@@ -504,7 +534,8 @@ class PjrtBackendImpl : public PjrtBackend {
 
   // The compiled program must return exactly its outputs + one buffer per state (aliasing needs the order).
   void check_outputs(const pjrt::LoadedExecutableHandle& exe, int expected, const graph::Graph& g) const {
-    if (!PJRT_HAS(plugin_, LoadedExecutable_GetExecutable) || !PJRT_HAS(plugin_, Executable_NumOutputs)) return;
+    if (!PJRT_HAS(plugin_, LoadedExecutable_GetExecutable) || !PJRT_HAS(plugin_, Executable_NumOutputs))
+      return;
     auto ge = pjrt::make_args<PJRT_LoadedExecutable_GetExecutable_Args>();
     ge.loaded_executable = exe.get();
     PJRT_CALL(plugin_, LoadedExecutable_GetExecutable, ge);
@@ -596,7 +627,7 @@ class PjrtBackendImpl : public PjrtBackend {
   TransferCounters stats_;
   mutable std::mutex timing_mu_;  // guards timing_
   CompileTiming timing_;
-  mutable std::mutex op_mu_;  // guards op_cache_
+  mutable std::mutex op_mu_;                                                // guards op_cache_
   std::unordered_map<std::string, pjrt::LoadedExecutableHandle> op_cache_;  // single-op program text -> exe
   std::mutex collective_mu_;
   std::shared_ptr<const KernelSplice> splice_;  // kernel packages in use (LoadOptions::kernels); may be null
@@ -647,7 +678,7 @@ class PjrtOpByOpExecutable : public Executable {
   struct Step {
     int node = -1;
     StablehloProgram prog;
-    PJRT_LoadedExecutable* exe = nullptr;  // owned by the backend's op cache
+    PJRT_LoadedExecutable* exe = nullptr;             // owned by the backend's op cache
     std::unordered_map<std::string, Source> sources;  // placeholder weight name -> source
   };
 
@@ -711,9 +742,9 @@ class PjrtOpByOpExecutable : public Executable {
     PjrtCache& cache = be_.own(cache_base);
     check_step_cache(cache, checks_);
     check_step_inputs(in_base, checks_);
-    const StepView in(in_base, g_.key);
+    const StepView in(in_base, g_.key, checks_.token_mask);
     std::vector<BufferHandle> values(g_.nodes.size());  // per node: its output on the device
-    std::unordered_map<int, BufferHandle> uploaded;      // per input kind: this run's upload
+    std::unordered_map<int, BufferHandle> uploaded;     // per input kind: this run's upload
     BufferHandle last;
     for (const Step& st : steps_) {
       std::vector<PJRT_Buffer*> args(st.prog.args.size(), nullptr);
@@ -733,10 +764,12 @@ class PjrtOpByOpExecutable : public Executable {
                                          g_.at(st.node).name);
         }
       }
-      BufferHandle out = std::move(execute_loaded(be_.plugin(), st.exe, {args},
-                                                  {donated}, st.prog.num_outputs, st.prog.num_results)[0]);
-      if (st.node == g_.outputs[0]) last = std::move(out);
-      else values[static_cast<size_t>(st.node)] = std::move(out);
+      BufferHandle out = std::move(execute_loaded(be_.plugin(), st.exe, {args}, {donated},
+                                                  st.prog.num_outputs, st.prog.num_results)[0]);
+      if (st.node == g_.outputs[0])
+        last = std::move(out);
+      else
+        values[static_cast<size_t>(st.node)] = std::move(out);
     }
     ++be_.stats().runs;
     return last;
@@ -760,8 +793,19 @@ void PjrtExecutable::check_inputs(const StepView& in) const {
     if (a.kind != StablehloArg::Input) continue;
     const auto& v = in[a.input];
     if (static_cast<int64_t>(v.size()) != a.shape[0])
-      fail("PJRT step ", key_.str(), ": input '", a.name, "' has ", v.size(), " values, expected ", a.shape[0]);
+      fail("PJRT step ", key_.str(), ": input '", a.name, "' has ", v.size(), " values, expected ",
+           a.shape[0]);
   }
+}
+
+PJRT_Buffer* PjrtExecutable::all_allowed(size_t d, const StablehloArg& a) const {
+  std::lock_guard<std::mutex> lk(ones_mu_);
+  if (ones_.size() <= d) ones_.resize(d + 1);
+  if (!ones_[d]) {
+    const std::vector<int32_t> ones(static_cast<size_t>(a.shape[0]), -1);
+    ones_[d] = be_.client().upload(ones.data(), PJRT_Buffer_Type_S32, a.shape, d);
+  }
+  return ones_[d].get();
 }
 
 BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_base) const {
@@ -769,7 +813,7 @@ BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_ba
   PjrtCache& cache = be_.own(cache_base);
   check_step_cache(cache, checks_);
   check_step_inputs(in, checks_);
-  const StepView view(in, key_);
+  const StepView view(in, key_, checks_.token_mask);
   check_inputs(view);
 
   // Per device: bound weights, freshly uploaded step inputs, the states (donated).
@@ -787,6 +831,10 @@ BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_ba
           args[d][i] = weight_args_[d][i];
           break;
         case StablehloArg::Input: {
+          if (a.input == graph::InputKind::TokenMask && in.token_mask.empty()) {
+            args[d][i] = all_allowed(d, a);  // no row constrained: the device's own all-ones mask
+            break;
+          }
           const auto& v = view[a.input];
           uploads.push_back(be_.client().upload(v.data(), PJRT_Buffer_Type_S32, a.shape, d));
           be_.stats().h2d_bytes += v.size() * sizeof(int32_t);
@@ -818,7 +866,8 @@ void PjrtExecutable::run(const StepInputs& in, DeviceCache& cache, std::vector<f
   be_.stats().d2h_bytes += logits.size() * sizeof(float);
 }
 
-void PjrtExecutable::run_tokens(const StepInputs& in, DeviceCache& cache, std::vector<int32_t>& tokens) const {
+void PjrtExecutable::run_tokens(const StepInputs& in, DeviceCache& cache,
+                                std::vector<int32_t>& tokens) const {
   if (!prog_.tokens) fail("PJRT step ", key_.str(), ": run_tokens() needs a graph with in-step sampling");
   BufferHandle out = execute(in, cache);
   tokens.resize(static_cast<size_t>(shape_numel(prog_.logits_shape)));  // [batch] int32
@@ -1023,7 +1072,7 @@ class PjrtSegmentedExecutable : public Executable {
     PjrtCache& cache = be_.own(cache_base);
     check_step_cache(cache, checks_);
     check_step_inputs(in_base, checks_);
-    const StepView in(in_base, g_.key);
+    const StepView in(in_base, g_.key, checks_.token_mask);
     std::lock_guard<std::mutex> one_step(be_.collective_mutex());
     TransferCounters& st = be_.stats();
     const Plugin& p = be_.plugin();

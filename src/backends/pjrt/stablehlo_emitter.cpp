@@ -293,8 +293,9 @@ class Lowering {
       }
       vals_[i] = it->second;
     }
-    for (InputKind kind : {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin,
-                           InputKind::CacheRows, InputKind::SeenFrom, InputKind::SampleParams}) {
+    for (InputKind kind :
+         {InputKind::TokenIds, InputKind::Positions, InputKind::Slots, InputKind::KvBegin,
+          InputKind::CacheRows, InputKind::SeenFrom, InputKind::SampleParams, InputKind::TokenMask}) {
       for (size_t i = 0; i < g_.nodes.size(); ++i) {
         const Node& n = g_.nodes[i];
         if (n.op == Op::Input && n.input_kind == kind)
@@ -958,7 +959,13 @@ class Lowering {
   Val sample(const Node& n) {
     b_.comment(n.name + ": in-step sampling (" + graph::sampling_name(g_.key.sampling) + ")");
     const Val& logits = val(n.inputs[0]);
-    const Val seen = n.inputs.size() > 3 ? take_rows(val(n.inputs[1]), val(n.inputs[3])) : val(n.inputs[1]);
+    int rows_in = -1, mask_in = -1;  // the optional inputs, by kind
+    for (size_t i = 3; i < n.inputs.size(); ++i) {
+      const graph::Node& in = g_.at(n.inputs[i]);
+      if (in.op == Op::Input && in.input_kind == InputKind::CacheRows) rows_in = n.inputs[i];
+      if (in.op == Op::Input && in.input_kind == InputKind::TokenMask) mask_in = n.inputs[i];
+    }
+    const Val seen = rows_in >= 0 ? take_rows(val(n.inputs[1]), val(rows_in)) : val(n.inputs[1]);
     const int64_t B = logits.shape[0], V = logits.shape[1];
     const Shape bv{B, V}, b1{B};
     const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -981,6 +988,18 @@ class Lowering {
     Val penalised =
         b_.select(b_.compare(s, b_.splat_f32(0.0f, bv), "LT", "FLOAT"), b_.mul(s, pen), b_.div(s, pen));
     s = b_.select(b_.compare(seen, b_.splat_f32(0.0f, bv), "NE", "FLOAT"), penalised, s);
+    if (mask_in >= 0) {
+      // Constrained decoding: token t of row b is allowed when bit t % 32 of word t / 32 is set; the others
+      // go to -inf before greedy or sampling, as in the host sampler.
+      const int64_t W = graph::mask_words(V);
+      const Shape bw32{B, W, 32};
+      Val words = b_.bitcast(b_.reshape(val(mask_in), {B, W}), "ui32");
+      Val bits =
+          b_.binary("shift_right_logical", b_.broadcast(words, {0, 1}, bw32), b_.iota(2, bw32, "ui32"));
+      bits = b_.binary("and", bits, b_.splat_u32(1u, bw32));
+      Val allowed = b_.slice(b_.reshape(bits, {B, W * 32}), {0, 0}, {B, V});
+      s = b_.select(b_.compare(allowed, b_.splat_u32(0u, bv), "NE", "UNSIGNED"), s, neg_inf);
+    }
 
     // Greedy: the first index of the largest penalised logit.
     Val mx = b_.reduce(s, {1}, "maximum", kNegInf);
