@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 #include <span>
+#include <thread>
 
 #include "generation/sampler.h"
 #include "graph/graph.h"
@@ -67,10 +68,35 @@ bool constraint_step(RowState& row, int32_t token) {
   return !row.constraint->done();
 }
 
+namespace {
+// The masks of `matchers`, several threads at once when there are many (each matcher is used by one thread;
+// llguidance's matchers share nothing mutable).
+void compute_masks(const std::vector<ConstraintMatcher*>& matchers) {
+  const size_t threads =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), (matchers.size() + 3) / 4);
+  if (threads <= 1) {
+    for (ConstraintMatcher* c : matchers) c->compute_mask();
+    return;
+  }
+  std::vector<std::future<void>> parts;
+  for (size_t t = 1; t < threads; ++t)
+    parts.push_back(std::async(std::launch::async, [&, t] {
+      for (size_t i = t; i < matchers.size(); i += threads) matchers[i]->compute_mask();
+    }));
+  for (size_t i = 0; i < matchers.size(); i += threads) matchers[i]->compute_mask();
+  for (auto& p : parts) p.get();
+}
+}  // namespace
+
 std::vector<int32_t> step_token_masks(const std::vector<const RowState*>& rows, int64_t vocab) {
-  bool any = false;
+  std::vector<ConstraintMatcher*> matchers;
+  for (const RowState* r : rows)
+    if (r && r->running() && r->constraint && !r->constraint->mask_ready())
+      matchers.push_back(r->constraint.get());
+  bool any = !matchers.empty();
   for (const RowState* r : rows) any = any || (r && r->running() && r->constraint);
   if (!any) return {};
+  compute_masks(matchers);
   const int64_t words = graph::mask_words(vocab);
   std::vector<int32_t> out(rows.size() * static_cast<size_t>(words), -1);
   for (size_t i = 0; i < rows.size(); ++i)
@@ -81,9 +107,7 @@ std::vector<int32_t> step_token_masks(const std::vector<const RowState*>& rows, 
 
 void overlap_masks(const std::vector<ConstraintMatcher*>& matchers, const std::function<void()>& work) {
   if (matchers.empty()) return work();
-  auto masks = std::async(std::launch::async, [&] {
-    for (ConstraintMatcher* c : matchers) c->compute_mask();
-  });
+  auto masks = std::async(std::launch::async, [&] { compute_masks(matchers); });
   try {
     work();
   } catch (...) {
