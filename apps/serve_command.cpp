@@ -219,8 +219,15 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
   std::vector<std::shared_ptr<serve::Stream>> streams;
   try {
     for (int i = 0; i < r.n; ++i) {
-      serve::EngineRequest er{r.prompt,   g,           r.stop,           true,
-                              r.logprobs, r.reasoning, r.reasoning_open, r.keep_special};
+      serve::EngineRequest er{r.prompt,
+                              g,
+                              r.stop,
+                              true,
+                              r.logprobs,
+                              r.reasoning,
+                              r.reasoning_open,
+                              r.keep_special,
+                              r.harmony_tool_calls()};
       if (g.seed && i > 0) er.config.seed = *g.seed + static_cast<uint64_t>(i);
       streams.push_back(s.engine->submit(std::move(er)));
     }
@@ -600,9 +607,10 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
   cmd->add_option("--tool-call-parser", s.tool_call_parser,
                   "The format of the model's tool calls (chat requests with `tools`): hermes (Qwen2.5/Qwen3 "
                   "<tool_call>), llama3_json, mistral ([TOOL_CALLS]), pythonic (Llama 4, Gemma 3), glm45, or "
-                  "auto (from the chat template and architecture; hermes when the template shows none; "
+                  "harmony (gpt-oss), auto (from the chat template and architecture; hermes when the "
+                  "template shows none; "
                   "default). tool_choice \"required\" or a named function constrains the output to it")
-      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "pythonic", "glm45"}));
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "pythonic", "glm45", "harmony"}));
   add_compile_flags(cmd, s.compile);
 }
 

@@ -10,6 +10,7 @@
 
 #include "default_model.h"
 #include "pjrt_test_util.h"
+#include "serve/openai.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/batch.h"
 #include "tessera/constraint.h"
@@ -237,4 +238,27 @@ TEST(SmolLM2Constraint, BadConstraintsAndMismatchedVocabulariesAreClearErrors) {
   SlotBatch batch(f.model, 1, 128, {.host_sampling = true});
   EXPECT_THROW(batch.prefill(0, ids, g), Error);
   EXPECT_THROW(ConstraintVocabulary(f.tok, f.tok.vocab_size() - 1, {2}), Error);
+}
+
+TEST(SmolLM2Constraint, AConstrainedChatAnswerIsNotReadAsReasoning) {
+  REQUIRE_CONSTRAINTS(path);
+  Fixture f(path);
+  serve::ServedModel served;
+  served.name = "m";
+  served.tokenizer = &f.tok;
+  served.defaults = f.model.generation_config();
+  served.vocab_size = f.model.info().vocab_size;
+  served.reasoning = serve::ReasoningFormat::Qwen3;
+  served.constraint_vocab =
+      std::make_shared<const ConstraintVocabulary>(f.tok, served.vocab_size, served.defaults.eos_token_id);
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  auto plain = serve::parse_request(serve::Endpoint::Chat, "{" + msgs + "}", served);
+  EXPECT_EQ(plain.reasoning, serve::ReasoningFormat::Qwen3);
+  EXPECT_EQ(plain.config.constraint, nullptr);
+  auto constrained = serve::parse_request(
+      serve::Endpoint::Chat, "{" + msgs + R"(, "response_format": {"type": "json_object"}})", served);
+  EXPECT_EQ(constrained.reasoning, serve::ReasoningFormat::None);
+  EXPECT_FALSE(constrained.reasoning_open);
+  ASSERT_NE(constrained.config.constraint, nullptr);
+  EXPECT_EQ(constrained.config.constraint->kind(), ConstraintKind::JsonObject);
 }

@@ -14,6 +14,7 @@
 #include "default_model.h"
 #include "serve/engine.h"
 #include "serve/reasoning.h"
+#include "serve/tool_calls.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -325,6 +326,47 @@ TEST(ServeReasoning, EngineSendsTheReasoningChannelApart) {
   // Harmony needs its markers: SmolLM2's vocabulary has none, so the request is refused up front.
   EXPECT_THROW(engine.submit({prompt, g, {}, true, -1, serve::ReasoningFormat::Harmony, false}), Error);
   engine.drain(std::chrono::milliseconds(5000));
+}
+
+TEST(ServeReasoning, HarmonyToolCallsAreOpenAiHarmonysFunctionMessages) {
+  // With tools, a message to functions.NAME comes out in the canonical form ToolCallParser(Harmony) reads:
+  // the calls are the reference's messages to functions (name, arguments), the content the others'.
+  const json g = fixture("reasoning/harmony.json");
+  const serve::HarmonyTokens ids = harmony_ids(g["meta"]);
+  const std::set<int32_t> eos(g["meta"]["eos"].begin(), g["meta"]["eos"].end());
+  int with_calls = 0;
+  for (const json& c : g["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    Split want, raw;  // raw: the parser's output, calls in canonical form
+    std::vector<serve::ToolCall> calls;
+    for (const json& m : c["messages"]) {
+      const std::string recipient = m["recipient"].is_string() ? m["recipient"].get<std::string>() : "";
+      const std::string text = m["text"].get<std::string>();
+      if (recipient.rfind("functions.", 0) == 0) {
+        calls.push_back({recipient.substr(10), json::parse(text).dump()});
+        raw.content += "<|channel|>commentary to=" + recipient + "<|message|>" + text + "<|call|>";
+      } else {
+        (m["channel"] == "analysis" ? want.reasoning : want.content) += text;
+        (m["channel"] == "analysis" ? raw.reasoning : raw.content) += text;
+      }
+    }
+    if (c.contains("error")) continue;  // malformed completions: covered as content by the test above
+    auto parser = serve::make_harmony_parser(ids, eos, true);
+    const Split got = run(*parser, tokens(c), raw, nullptr);
+    EXPECT_EQ(got.reasoning, want.reasoning);
+    EXPECT_EQ(got.content, raw.content);
+    serve::ToolCallParser tp(serve::ToolCallFormat::Harmony);
+    serve::ToolCallParser::Output a = tp.push(got.content), b = tp.finish();
+    EXPECT_EQ(a.content + b.content, want.content);
+    for (auto& x : b.calls) a.calls.push_back(std::move(x));
+    ASSERT_EQ(a.calls.size(), calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(a.calls[i].name, calls[i].name);
+      EXPECT_EQ(a.calls[i].arguments, calls[i].arguments);
+    }
+    with_calls += !calls.empty();
+  }
+  EXPECT_GE(with_calls, 2);
 }
 
 }  // namespace

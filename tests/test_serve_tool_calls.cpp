@@ -827,3 +827,44 @@ TEST(ToolCallGrammar, MistralAndLlamaWithTheirSpecialTokens) {
     EXPECT_EQ(calls[0].name, "get_weather");
   }
 }
+
+TEST(ToolCallGrammar, HarmonyWithItsSpecialTokens) {
+  REQUIRE_LLGUIDANCE();
+  const Tokenizer tok = tiny_with(
+      {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"});
+  ConstraintVocabulary vocab(tok, tok.vocab_size(), {*tok.token_to_id("<|call|>")});
+  const std::string g = serve::tool_call_grammar(ToolCallFormat::Harmony, tools(), true, tok);
+  auto c = vocab.compile(ConstraintKind::Grammar, g);
+  const int32_t call = *tok.token_to_id("<|call|>");
+  const std::string w =
+      R"(<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>)";
+  EXPECT_TRUE(completes(c, tok, {w}, call)) << g;
+  EXPECT_TRUE(completes(
+      c, tok, {"<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>"}, call));
+  // One call a turn, to a known function, with valid arguments, and the markers as tokens.
+  EXPECT_TRUE(refused(c, tok, {w, w}, call));
+  EXPECT_TRUE(refused(
+      c, tok, {"<|channel|>commentary to=functions.get_stock <|constrain|>json<|message|>{}<|call|>"}, call));
+  EXPECT_TRUE(refused(
+      c, tok,
+      {R"(<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": 3}<|call|>)"},
+      call));
+  EXPECT_TRUE(refused(c, tok, {"<|channel|>final<|message|>hi<|return|>"}, call));
+  // What the harmony reasoning parser makes of such a message (its canonical form) parses back.
+  std::string content;
+  auto calls = parse_back(ToolCallFormat::Harmony,
+                          {"Let me look. ", "<|channel|>commentary to=functions.get_weather<|message|>",
+                           R"({"city": "Paris"})", "<|call|>"},
+                          &content);
+  EXPECT_EQ(content, "Let me look. ");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(calls[0].arguments, R"({"city":"Paris"})");
+  // Unfinished or malformed: content, verbatim.
+  const std::string cut = R"(<|channel|>commentary to=functions.get_weather<|message|>{"city": )";
+  calls = parse_back(ToolCallFormat::Harmony, {cut}, &content);
+  EXPECT_TRUE(calls.empty());
+  EXPECT_EQ(content, cut);
+  EXPECT_EQ(serve::choose_tool_call_format("GptOssForCausalLM", ""), ToolCallFormat::Harmony);
+  EXPECT_EQ(serve::tool_call_format_from_name("harmony"), ToolCallFormat::Harmony);
+}

@@ -133,7 +133,8 @@ struct Engine::Active {
         decoder(tok, r.skip_special_tokens),
         stops(r.stop),
         reasoning_stops(r.stop),
-        parser(make_reasoning_parser(r.reasoning, tok, r.reasoning_open, r.config.eos_token_id)),
+        parser(make_reasoning_parser(r.reasoning, tok, r.reasoning_open, r.config.eos_token_id,
+                                     r.harmony_tool_calls)),
         logprobs(r.logprobs),
         arrived(arrived) {}
   std::vector<int32_t> keep_special;  // EngineRequest::keep_special

@@ -57,6 +57,9 @@ struct EngineRequest {
   // Special tokens the text keeps although skip_special_tokens (a tool-call format's markers, which its
   // parser reads).
   std::vector<int32_t> keep_special = {};
+  // Harmony: messages to functions come out as content in the canonical form ToolCallParser(Harmony) reads
+  // (make_harmony_parser's tool_calls).
+  bool harmony_tool_calls = false;
 };
 
 // A generated token's log-probability under the model's raw distribution (log-softmax of its logits before

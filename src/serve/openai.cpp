@@ -742,7 +742,14 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
       r.tool_calls_forced = true;
     }
   }
-  if (spec) g.constraint = compile_constraint(*spec, served);
+  if (spec) {
+    g.constraint = compile_constraint(*spec, served);
+    // The constraint decides the whole output (JSON, calls, ...), which a model cannot also spend thinking:
+    // none of it is reasoning, even where the prompt left a think block open. (Harmony's parser stays: a
+    // forced call is a harmony message, read through it.)
+    if (r.reasoning != ReasoningFormat::Harmony) r.reasoning = ReasoningFormat::None;
+    r.reasoning_open = false;
+  }
   g.disable_compile = false;
   if (auto bad_field = g.invalid_field())
     bad(bad_field->first, "'" + bad_field->first + "' " + bad_field->second);

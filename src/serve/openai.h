@@ -55,6 +55,10 @@ struct ParsedRequest {
   ToolCallFormat tool_format = ToolCallFormat::None;
   bool tool_calls_forced = false;
   bool parallel_tool_calls = true;
+  // Harmony calls come out of the reasoning parser in canonical form (EngineRequest::harmony_tool_calls).
+  bool harmony_tool_calls() const {
+    return tool_format == ToolCallFormat::Harmony && reasoning == ReasoningFormat::Harmony;
+  }
   std::vector<int32_t> keep_special;  // special token ids the answer's text keeps (the format's markers)
 };
 

@@ -82,7 +82,8 @@ class Utf8Joiner {
 
 class HarmonyParser final : public ReasoningParser {
  public:
-  HarmonyParser(const HarmonyTokens& ids, std::set<int32_t> eos) : ids_(ids), eos_(std::move(eos)) {}
+  HarmonyParser(const HarmonyTokens& ids, std::set<int32_t> eos, bool tool_calls)
+      : ids_(ids), eos_(std::move(eos)), tool_calls_(tool_calls) {}
 
   void push(int32_t id, std::string_view bytes, bool /*special*/, std::vector<Segment>& out) override {
     if (eos_.count(id)) {  // the end of generation: as at finish(), minus what follows it (nothing)
@@ -106,6 +107,8 @@ class HarmonyParser final : public ReasoningParser {
     }
     if (ended(id) || (stray_ && id == ids_.start)) {
       append_segment(out, dest_, text_.flush());
+      if (in_call_) append_segment(out, Channel::Content, "<|call|>");
+      in_call_ = false;
       stray_ = false;
       if (id == ids_.start) return open_header(bytes);
       state_ = State::ExpectStart;
@@ -138,6 +141,11 @@ class HarmonyParser final : public ReasoningParser {
       state_ = State::Content;
       stray_ = false;
       raw_.clear();
+      if (const std::string name = function_recipient(); tool_calls_ && !name.empty()) {
+        dest_ = Channel::Content;
+        in_call_ = true;
+        append_segment(out, Channel::Content, "<|channel|>commentary to=functions." + name + "<|message|>");
+      }
       return;
     }
     if (ended(id) || id == ids_.start) {  // a message that never got its text: its header is content
@@ -181,6 +189,17 @@ class HarmonyParser final : public ReasoningParser {
     return channel_.compare(b, e - b, "analysis") == 0 ? Channel::Reasoning : Channel::Content;
   }
 
+  // The NAME of a header's `to=functions.NAME` (in the role part or after the channel), "" when the message
+  // is not addressed to a function.
+  std::string function_recipient() const {
+    const std::string header = pre_ + " " + channel_;
+    const size_t at = header.find("to=functions.");
+    if (at == std::string::npos) return "";
+    size_t b = at + 13, e = b;
+    while (e < header.size() && !space(header[e]) && header[e] != '<') ++e;
+    return header.substr(b, e - b);
+  }
+
   void close(std::vector<Segment>& out) {
     if (state_ == State::Header) header_as_content(out);
     append_segment(out, state_ == State::Header ? Channel::Content : dest_, text_.flush());
@@ -194,7 +213,8 @@ class HarmonyParser final : public ReasoningParser {
   std::string raw_;            // the header's bytes so far, markers included
   std::string pre_, channel_;  // the role part (a recipient may stand there), the channel part
   Channel dest_ = Channel::Content;
-  bool stray_ = false;  // content that is not in a message: ends at <|start|> too
+  bool stray_ = false;                         // content that is not in a message: ends at <|start|> too
+  bool tool_calls_ = false, in_call_ = false;  // calls in canonical form; inside one
   Utf8Joiner text_;
 };
 
@@ -287,9 +307,10 @@ std::optional<HarmonyTokens> harmony_tokens(const Tokenizer& tok) {
   return t;
 }
 
-std::unique_ptr<ReasoningParser> make_harmony_parser(const HarmonyTokens& ids, std::set<int32_t> eos) {
+std::unique_ptr<ReasoningParser> make_harmony_parser(const HarmonyTokens& ids, std::set<int32_t> eos,
+                                                     bool tool_calls) {
   for (int32_t m : {ids.end, ids.return_, ids.call}) eos.erase(m);
-  return std::make_unique<HarmonyParser>(ids, std::move(eos));
+  return std::make_unique<HarmonyParser>(ids, std::move(eos), tool_calls);
 }
 
 ThinkTokens think_tokens(const Tokenizer& tok) { return {tok.token_to_id(kOpen), tok.token_to_id(kClose)}; }
@@ -299,8 +320,8 @@ std::unique_ptr<ReasoningParser> make_qwen3_parser(const ThinkTokens& ids, bool 
 }
 
 std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningFormat format, const Tokenizer& tok,
-                                                       bool in_reasoning,
-                                                       const std::vector<int32_t>& eos_ids) {
+                                                       bool in_reasoning, const std::vector<int32_t>& eos_ids,
+                                                       bool tool_calls) {
   switch (format) {
     case ReasoningFormat::Harmony: {
       const auto ids = harmony_tokens(tok);
@@ -308,7 +329,7 @@ std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningFormat format, c
         fail(
             "the harmony reasoning parser needs the tokens <|start|>, <|channel|>, <|message|>, <|end|>, "
             "<|return|>, <|call|> and <|constrain|>; this tokenizer lacks one");
-      return make_harmony_parser(*ids, std::set<int32_t>(eos_ids.begin(), eos_ids.end()));
+      return make_harmony_parser(*ids, std::set<int32_t>(eos_ids.begin(), eos_ids.end()), tool_calls);
     }
     case ReasoningFormat::Qwen3:
       return make_qwen3_parser(think_tokens(tok), in_reasoning);

@@ -3,9 +3,9 @@
 // formats:
 // - Harmony (gpt-oss): messages `<|channel|>NAME<|message|>TEXT<|end|>` (also ended by `<|return|>` or
 //   `<|call|>`), each later one opened by `<|start|>ROLE`; the header may hold a recipient `to=functions.X`
-//   and `<|constrain|>TYPE`. Channel `analysis` is reasoning; `final`, `commentary` (tool calls included: the
-//   server has no tools API, so a call's arguments are content) and any other are content. Worked on token
-//   ids: every marker is one special token.
+//   and `<|constrain|>TYPE`. Channel `analysis` is reasoning; `final`, `commentary` (a tool call too, unless
+//   the request has tools: see make_harmony_parser; the server has no tools API, so a call's arguments are
+//   content) and any other are content. Worked on token ids: every marker is one special token.
 // - Qwen3 (`<think>…</think>`, also DeepSeek-R1 style): reasoning is the text inside the think block. The
 //   output starts inside it when the prompt ends with an open `<think>` (templates that put it there);
 //   otherwise a `<think>` at the very start of the output (whitespace before it allowed) opens it. After
@@ -63,7 +63,12 @@ std::optional<HarmonyTokens> harmony_tokens(const Tokenizer& tok);
 // A parser for the tokens after a prompt ending `<|start|>assistant` (the role given: the header comes next).
 // `eos`: the ids that end generation without being harmony's markers (gpt-oss's `<|endoftext|>`): they add
 // no text.
-std::unique_ptr<ReasoningParser> make_harmony_parser(const HarmonyTokens& ids, std::set<int32_t> eos = {});
+// `tool_calls` (a request with tools): a message addressed to a function (`to=functions.NAME` in its header)
+// comes out as content in one canonical form, `<|channel|>commentary
+// to=functions.NAME<|message|>ARGS<|call|>` (without the end marker when the completion stops inside it),
+// which ToolCallParser(Harmony) reads.
+std::unique_ptr<ReasoningParser> make_harmony_parser(const HarmonyTokens& ids, std::set<int32_t> eos = {},
+                                                     bool tool_calls = false);
 
 // `<think>` / `</think>` as single tokens where the vocabulary has them (else found in the text).
 struct ThinkTokens {
@@ -77,8 +82,8 @@ std::unique_ptr<ReasoningParser> make_qwen3_parser(const ThinkTokens& ids, bool 
 // The parser of `format` for one request over `tok` (nullptr for None). Throws Error when the tokenizer lacks
 // harmony's markers.
 std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningFormat format, const Tokenizer& tok,
-                                                       bool in_reasoning,
-                                                       const std::vector<int32_t>& eos_ids);
+                                                       bool in_reasoning, const std::vector<int32_t>& eos_ids,
+                                                       bool tool_calls = false);
 
 // Appends `text` on `channel` to `out`, merged into the last segment when it is on the same channel.
 void append_segment(std::vector<Segment>& out, Channel channel, std::string text);

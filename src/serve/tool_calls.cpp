@@ -27,14 +27,17 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "pythonic";
     case ToolCallFormat::Glm4:
       return "glm45";
+    case ToolCallFormat::Harmony:
+      return "harmony";
     default:
       return "none";
   }
 }
 
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name) {
-  for (ToolCallFormat f : {ToolCallFormat::None, ToolCallFormat::Hermes, ToolCallFormat::Llama3Json,
-                           ToolCallFormat::Mistral, ToolCallFormat::Pythonic, ToolCallFormat::Glm4})
+  for (ToolCallFormat f :
+       {ToolCallFormat::None, ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::Mistral,
+        ToolCallFormat::Pythonic, ToolCallFormat::Glm4, ToolCallFormat::Harmony})
     if (name == tool_call_format_name(f)) return f;
   return std::nullopt;
 }
@@ -46,6 +49,8 @@ bool has(std::string_view s, std::string_view x) { return s.find(x) != std::stri
 ToolCallFormat choose_tool_call_format(const std::string& architecture, const std::string& chat_template) {
   const std::string_view t = chat_template, a = architecture;
   // What the template writes a call as (or tells the model to write).
+  if (a == "GptOssForCausalLM" || (has(t, "<|channel|>") && has(t, "<|message|>")))
+    return ToolCallFormat::Harmony;
   if (has(t, "<tool_call>") && has(t, "<arg_key>")) return ToolCallFormat::Glm4;
   if (has(t, "[TOOL_CALLS]")) return ToolCallFormat::Mistral;
   if (has(t, "<tool_call>")) return ToolCallFormat::Hermes;
@@ -72,6 +77,10 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kPythonStart = "<|python_start|>", kPythonEnd = "<|python_end|>";
 constexpr std::string_view kArgKey = "<arg_key>", kArgKeyEnd = "</arg_key>";
 constexpr std::string_view kArgValue = "<arg_value>", kArgValueEnd = "</arg_value>";
+// The canonical form of a harmony call (make_harmony_parser's tool_calls): the marker, NAME, <|message|>,
+// the JSON arguments, <|call|>.
+constexpr std::string_view kHarmonyCall = "<|channel|>commentary to=functions.";
+constexpr std::string_view kHarmonyMessage = "<|message|>", kHarmonyEnd = "<|call|>";
 constexpr int kMaxDepth = 512;
 
 // Where held text starts. Marker formats (Hermes, Glm4, Mistral) go Text -> (call) -> AfterCall -> ...; the
@@ -194,6 +203,37 @@ Block hermes_block(std::string_view s, bool final) {
   auto call = call_from_json(parse_json(s.substr(i, e.end - i)), false);
   if (!call) return malformed(kToolCall.size());
   return one_call(std::move(*call), end);
+}
+
+// Harmony (canonical form): s starts with kHarmonyCall; NAME, <|message|>, a JSON object, <|call|> (an object
+// whose <|call|> never came at the very end of the output counts too, as Hermes').
+Block harmony_block(std::string_view s, bool final) {
+  const size_t m = s.find(kHarmonyMessage, kHarmonyCall.size());
+  if (m == std::string_view::npos)
+    return s.size() > kHarmonyCall.size() + 128 ? malformed(kHarmonyCall.size()) : need_more();
+  const std::string_view name = s.substr(kHarmonyCall.size(), m - kHarmonyCall.size());
+  if (name.empty() || name.find_first_of(" \t\n<>") != std::string_view::npos)
+    return malformed(kHarmonyCall.size());
+  const size_t i = skip_ws(s, m + kHarmonyMessage.size());
+  if (i == s.size()) return need_more();
+  if (s[i] != '{') return malformed(kHarmonyCall.size());
+  const Extent e = json_extent(s, i, {kHarmonyEnd});
+  if (e.kind == Extent::NeedMore) return need_more();
+  if (e.kind == Extent::Invalid) return malformed(kHarmonyCall.size());
+  const size_t k = skip_ws(s, e.end);
+  const std::string_view rest = s.substr(k);
+  size_t end = 0;
+  if (rest.starts_with(kHarmonyEnd))
+    end = k + kHarmonyEnd.size();
+  else if (final && (rest.empty() || partial(rest, kHarmonyEnd)))
+    end = s.size();
+  else if (rest.empty() || partial(rest, kHarmonyEnd))
+    return need_more();
+  else
+    return malformed(kHarmonyCall.size());
+  const json args = parse_json(s.substr(i, e.end - i));
+  if (!args.is_object()) return malformed(kHarmonyCall.size());
+  return one_call(ToolCall{std::string(name), dump(args)}, end);
 }
 
 // GLM-4.5: s starts with <tool_call>; NAME, then <arg_key>K</arg_key> <arg_value>V</arg_value> pairs, then
@@ -576,6 +616,7 @@ ToolCallParser::ToolCallParser(ToolCallFormat format) : format_(format) {
     case ToolCallFormat::Hermes:
     case ToolCallFormat::Glm4:
     case ToolCallFormat::Mistral:
+    case ToolCallFormat::Harmony:
       state_ = kText;
       break;
     case ToolCallFormat::Llama3Json:
@@ -599,9 +640,12 @@ ToolCallParser::Output ToolCallParser::run(bool final) {
   Output out;
   const std::string_view s = held_;
   size_t pos = 0;
-  const std::string_view marker = format_ == ToolCallFormat::Mistral ? kMistralCalls : kToolCall;
+  const std::string_view marker = format_ == ToolCallFormat::Mistral   ? kMistralCalls
+                                  : format_ == ToolCallFormat::Harmony ? kHarmonyCall
+                                                                       : kToolCall;
   auto block = [&](std::string_view b) {
     if (format_ == ToolCallFormat::Mistral) return mistral_block(b);
+    if (format_ == ToolCallFormat::Harmony) return harmony_block(b, final);
     if (format_ == ToolCallFormat::Glm4) return glm_block(b);
     return hermes_block(b, final);
   };
@@ -926,6 +970,23 @@ std::string tool_call_grammar(ToolCallFormat format, const std::vector<ToolSpec>
   }
   const std::vector<Tool> tools = prepare(specs);
   std::string g;
+  if (format == ToolCallFormat::Harmony) {
+    // One message to a function per turn (the model's turn ends at <|call|>): `parallel` changes nothing.
+    const std::string channel = marker_term(tok, "<|channel|>", true, format);
+    const std::string constrain = marker_term(tok, "<|constrain|>", true, format);
+    const std::string message = marker_term(tok, kHarmonyMessage, true, format);
+    const std::string call = marker_term(tok, kHarmonyEnd, true, format);
+    g += "start: ";
+    for (size_t t = 0; t < tools.size(); ++t) g += (t ? " | c" : "c") + std::to_string(t);
+    g += "\n";
+    for (size_t t = 0; t < tools.size(); ++t) {
+      g += "c" + std::to_string(t) + ": " + channel + " " +
+           lark_string("commentary to=functions." + tools[t].name + " ") + " " + constrain + " \"json\" " +
+           message + " a" + std::to_string(t) + " " + call + "\n";
+      g += "a" + std::to_string(t) + ": " + json_term(tools[t].params, tools[t].defs) + "\n";
+    }
+    return g;
+  }
   if (format == ToolCallFormat::Hermes) {
     const std::string open = marker_term(tok, kToolCall, false, format);
     const std::string close = marker_term(tok, kToolCallEnd, false, format);
