@@ -55,6 +55,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "cpu_targets_util.h"
 #include "io/gguf_quants.h"
+#include "quant_blocks_util.h"
 #include "tessera/tensor.h"
 
 namespace tessera::cpu {
@@ -74,33 +75,6 @@ std::vector<float> random_vec(int64_t n, uint32_t seed, float lo = -1.0f, float 
   return v;
 }
 
-// The GGML type id of a block format (the GGUF reader's dequantisers are indexed by it).
-uint32_t ggml_id(DType dt) {
-  switch (dt) {
-    case DType::Q8_0:
-      return 8;
-    case DType::Q4_0:
-      return 2;
-    case DType::Q4_1:
-      return 3;
-    case DType::Q5_0:
-      return 6;
-    case DType::Q5_1:
-      return 7;
-    case DType::Q4_K:
-      return 12;
-    case DType::Q5_K:
-      return 13;
-    case DType::Q6_K:
-      return 14;
-    case DType::MXFP4:
-      return 39;
-    default:
-      ADD_FAILURE() << dtype_name(dt);
-      return 0;
-  }
-}
-
 // A matrix [rows, K] in dt: its bytes and its exact values.
 struct Mat {
   std::vector<uint8_t> raw;
@@ -117,30 +91,10 @@ Mat make_mat(DType dt, int64_t rows, int64_t K, uint32_t seed) {
     convert(m.raw.data(), dt, m.val.data(), DType::F32, rows * K);
     return m;
   }
-  // Random blocks (as test_cpu_kernels_quant.cpp makes them): random bytes with f16 scales of sensible size.
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(0.001f, 0.05f), offset(-0.4f, 0.1f), dmin(0.0f, 0.02f);
-  std::uniform_int_distribution<int> byte(0, 255);
-  const bool kquant = dtype_block(dt) == 256;
-  const size_t bytes = dtype_bytes(dt, dtype_block(dt));
-  const size_t nblocks = static_cast<size_t>(rows * K / dtype_block(dt));
-  m.raw.resize(nblocks * bytes);
-  for (auto& b : m.raw) b = static_cast<uint8_t>(byte(rng));
-  std::uniform_int_distribution<int> e8m0(118, 128);  // MXFP4's scale byte: 2^-9 .. 2^1
-  for (size_t b = 0; b < nblocks; ++b) {
-    uint8_t* blk = m.raw.data() + b * bytes;
-    if (dt == DType::MXFP4) {
-      blk[0] = static_cast<uint8_t>(e8m0(rng));
-      continue;
-    }
-    const uint16_t dh = f32_to_f16(kquant ? scale(rng) / 16 : scale(rng));
-    std::memcpy(blk + (dt == DType::Q6_K ? 208 : 0), &dh, 2);
-    const bool second = dt == DType::Q4_1 || dt == DType::Q5_1 || dt == DType::Q4_K || dt == DType::Q5_K;
-    const uint16_t mh = f32_to_f16(kquant ? dmin(rng) / 16 : offset(rng));
-    if (second) std::memcpy(blk + 2, &mh, 2);
-  }
-  m.val.resize(static_cast<size_t>(rows * K));
-  io::dequantize_blocks(ggml_id(dt), m.raw.data(), m.val.data(), nblocks);
+  tessera::test_blocks::RandomBlocks b =
+      tessera::test_blocks::random_blocks(dt, rows, K, seed);  // tests/quant_blocks_util.h
+  m.raw = std::move(b.raw);
+  m.val = std::move(b.value);
   return m;
 }
 

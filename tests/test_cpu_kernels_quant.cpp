@@ -27,6 +27,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "cpu_targets_util.h"
 #include "io/gguf_quants.h"
+#include "quant_blocks_util.h"
 #include "tessera/error.h"
 #include "tessera/tensor.h"
 
@@ -38,69 +39,20 @@ class CpuQuantKernels : public kernel_targets::OnEachInt8Target {};
 constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                               DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
-// The GGML type id of a block format (the GGUF reader's dequantisers are indexed by it).
-uint32_t ggml_id(DType dt) {
-  switch (dt) {
-    case DType::Q8_0:
-      return 8;
-    case DType::Q4_0:
-      return 2;
-    case DType::Q4_1:
-      return 3;
-    case DType::Q5_0:
-      return 6;
-    case DType::Q5_1:
-      return 7;
-    case DType::Q4_K:
-      return 12;
-    case DType::Q5_K:
-      return 13;
-    case DType::Q6_K:
-      return 14;
-    case DType::MXFP4:
-      return 39;
-    default:
-      ADD_FAILURE() << dtype_name(dt);
-      return 0;
-  }
-}
-
 // K rounded up to whole blocks of dt (32 values, or 256 for the K-quants).
 int64_t kdim(DType dt, int64_t K) { return (K + dtype_block(dt) - 1) / dtype_block(dt) * dtype_block(dt); }
 
-// Random blocks of [rows, K] and their values.
+// Random blocks of [rows, K] (tests/quant_blocks_util.h) and their values.
 struct QWeights {
   std::vector<uint8_t> raw;
   std::vector<double> value;  // [rows * K]
 };
 
 QWeights make_qweights(DType dt, int64_t rows, int64_t K, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(0.001f, 0.05f), offset(-0.4f, 0.1f), dmin(0.0f, 0.02f);
-  std::uniform_int_distribution<int> byte(0, 255);
-  const bool kquant = dtype_block(dt) == 256;
-  const size_t bytes = dtype_bytes(dt, dtype_block(dt));
-  const size_t nblocks = static_cast<size_t>(rows * K / dtype_block(dt));
+  tessera::test_blocks::RandomBlocks b = tessera::test_blocks::random_blocks(dt, rows, K, seed);
   QWeights w;
-  w.raw.resize(nblocks * bytes);
-  for (auto& b : w.raw) b = static_cast<uint8_t>(byte(rng));
-  // The f16 fields: d (last in Q6_K, first elsewhere), and Q4_1 / Q5_1's m or Q4_K / Q5_K's dmin.
-  std::uniform_int_distribution<int> e8m0(118, 128);  // MXFP4's scale byte: 2^-9 .. 2^1
-  for (size_t b = 0; b < nblocks; ++b) {
-    uint8_t* blk = w.raw.data() + b * bytes;
-    if (dt == DType::MXFP4) {
-      blk[0] = static_cast<uint8_t>(e8m0(rng));
-      continue;
-    }
-    const uint16_t dh = f32_to_f16(kquant ? scale(rng) / 16 : scale(rng));
-    std::memcpy(blk + (dt == DType::Q6_K ? 208 : 0), &dh, 2);
-    const bool second = dt == DType::Q4_1 || dt == DType::Q5_1 || dt == DType::Q4_K || dt == DType::Q5_K;
-    const uint16_t mh = f32_to_f16(kquant ? dmin(rng) / 16 : offset(rng));
-    if (second) std::memcpy(blk + 2, &mh, 2);
-  }
-  std::vector<float> f(static_cast<size_t>(rows * K));
-  io::dequantize_blocks(ggml_id(dt), w.raw.data(), f.data(), nblocks);
-  w.value.assign(f.begin(), f.end());
+  w.raw = std::move(b.raw);
+  w.value.assign(b.value.begin(), b.value.end());
   return w;
 }
 

@@ -115,7 +115,7 @@ class ExpertLayoutSource : public WeightSource {
           fail(origin(), ": tensor '", name, "' is stored as MXFP4 blocks and cannot be loaded as ",
                dtype_name(dtype), " (load it as stored, or as float32, bfloat16 or float16)");
         Tensor f = Tensor::empty(DType::F32, q.shape);
-        dequantize_blocks(39, static_cast<const uint8_t*>(q.data), f.ptr<float>(),
+        dequantize_blocks(ggml_type_id(DType::MXFP4), static_cast<const uint8_t*>(q.data), f.ptr<float>(),
                           static_cast<size_t>(f.numel() / 32));  // blocks of 32
         return dtype == DType::F32 ? f : to_dtype(f, dtype);
       }

@@ -2,8 +2,10 @@
 // with its f16 scale(s). All reads go through memcpy: blocks are not aligned.
 #include "io/gguf_quants.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "common/ggml_blocks.h"
 #include "tessera/error.h"
@@ -183,6 +185,17 @@ const GgmlTypeInfo* ggml_type_info(uint32_t id) {
   for (const auto& t : kTypes)
     if (t.id == id) return &t;
   return nullptr;
+}
+
+uint32_t ggml_type_id(DType dt) {
+  const std::string name = dtype_name(dt);
+  if (is_quantized(dt))
+    for (const GgmlTypeInfo& t : kTypes) {
+      std::string upper = name;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      if (t.dequant && upper == t.name) return t.id;
+    }
+  fail("no GGML block type stores ", name);
 }
 
 const char* ggml_supported_types() {

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tessera/tensor.h"
+
 namespace tessera::io {
 
 struct GgmlTypeInfo {
@@ -16,6 +18,9 @@ struct GgmlTypeInfo {
 
 // nullptr for an unknown id.
 const GgmlTypeInfo* ggml_type_info(uint32_t id);
+// The GGML type id whose blocks a block dtype stores (Q4_K: 12, MXFP4: 39, ...); throws Error for a dtype
+// that is not a GGML block format we dequantise (floats, the row-interleaved _R8 forms).
+uint32_t ggml_type_id(DType dt);
 // Comma-separated names of the types we can dequantise (for error messages).
 const char* ggml_supported_types();
 
