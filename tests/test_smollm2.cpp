@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <map>
 
-#include "default_model.h"
+#include "default_model_util.h"
 #include "golden_util.h"
 #include "io/weight_source.h"
 #include "tessera/auto_tokenizer.h"
@@ -19,13 +19,7 @@ namespace golden = tessera::golden;
 
 namespace {
 
-std::string smollm2_path() {
-  try {
-    return cli::find_default_model();
-  } catch (const Error&) {
-    return "";
-  }
-}
+using tessera::test_models::smollm2_path;
 
 #define REQUIRE_SMOLLM2(path)        \
   std::string path = smollm2_path(); \

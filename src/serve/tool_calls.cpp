@@ -180,29 +180,46 @@ Block need_more() { return {Block::NeedMore, 0, {}}; }
 Block malformed(size_t end) { return {Block::Malformed, end, {}}; }
 Block one_call(ToolCall c, size_t end) { return {Block::Calls, end, {std::move(c)}}; }
 
-// Hermes: s starts with <tool_call>; then a JSON object and </tool_call> (an object left unclosed at the very
-// end of the output counts too).
-Block hermes_block(std::string_view s, bool final) {
-  const size_t i = skip_ws(s, kToolCall.size());
-  if (i == s.size()) return need_more();
-  if (s[i] != '{') return malformed(kToolCall.size());
-  const Extent e = json_extent(s, i, {kToolCallEnd, kToolCall});
-  if (e.kind == Extent::NeedMore) return need_more();
-  if (e.kind == Extent::Invalid) return malformed(kToolCall.size());
+// A call's JSON object at s[i] (after whitespace) and its closing marker `close`: an object left unclosed at
+// the very end of the output counts too. Calls: the object's text in `json`, the call's end in `end`;
+// Malformed: at `open` (the text from there on is taken again as content).
+struct ObjectThenClose {
+  Block::Kind kind;
+  size_t end = 0;
+  std::string_view json;
+};
+ObjectThenClose object_then_close(std::string_view s, size_t i, std::string_view close,
+                                  std::initializer_list<std::string_view> stops, size_t open, bool final) {
+  const ObjectThenClose more{Block::NeedMore, 0, {}}, bad{Block::Malformed, open, {}};
+  i = skip_ws(s, i);
+  if (i == s.size()) return more;
+  if (s[i] != '{') return bad;
+  const Extent e = json_extent(s, i, stops);
+  if (e.kind == Extent::NeedMore) return more;
+  if (e.kind == Extent::Invalid) return bad;
   const size_t k = skip_ws(s, e.end);
   const std::string_view rest = s.substr(k);
   size_t end = 0;
-  if (rest.starts_with(kToolCallEnd))
-    end = k + kToolCallEnd.size();
-  else if (final && (rest.empty() || partial(rest, kToolCallEnd)))  // the output ended before the tag
+  if (rest.starts_with(close))
+    end = k + close.size();
+  else if (final && (rest.empty() || partial(rest, close)))  // the output ended before the marker
     end = s.size();
-  else if (rest.empty() || partial(rest, kToolCallEnd))
-    return need_more();
+  else if (rest.empty() || partial(rest, close))
+    return more;
   else
-    return malformed(kToolCall.size());
-  auto call = call_from_json(parse_json(s.substr(i, e.end - i)), false);
+    return bad;
+  return {Block::Calls, end, s.substr(i, e.end - i)};
+}
+
+// Hermes: s starts with <tool_call>; then a JSON object and </tool_call> (an object left unclosed at the very
+// end of the output counts too).
+Block hermes_block(std::string_view s, bool final) {
+  const ObjectThenClose o = object_then_close(s, kToolCall.size(), kToolCallEnd, {kToolCallEnd, kToolCall},
+                                              kToolCall.size(), final);
+  if (o.kind != Block::Calls) return {o.kind, o.end, {}};
+  auto call = call_from_json(parse_json(o.json), false);
   if (!call) return malformed(kToolCall.size());
-  return one_call(std::move(*call), end);
+  return one_call(std::move(*call), o.end);
 }
 
 // Harmony (canonical form): s starts with kHarmonyCall; NAME, <|message|>, a JSON object, <|call|> (an object
@@ -214,26 +231,12 @@ Block harmony_block(std::string_view s, bool final) {
   const std::string_view name = s.substr(kHarmonyCall.size(), m - kHarmonyCall.size());
   if (name.empty() || name.find_first_of(" \t\n<>") != std::string_view::npos)
     return malformed(kHarmonyCall.size());
-  const size_t i = skip_ws(s, m + kHarmonyMessage.size());
-  if (i == s.size()) return need_more();
-  if (s[i] != '{') return malformed(kHarmonyCall.size());
-  const Extent e = json_extent(s, i, {kHarmonyEnd});
-  if (e.kind == Extent::NeedMore) return need_more();
-  if (e.kind == Extent::Invalid) return malformed(kHarmonyCall.size());
-  const size_t k = skip_ws(s, e.end);
-  const std::string_view rest = s.substr(k);
-  size_t end = 0;
-  if (rest.starts_with(kHarmonyEnd))
-    end = k + kHarmonyEnd.size();
-  else if (final && (rest.empty() || partial(rest, kHarmonyEnd)))
-    end = s.size();
-  else if (rest.empty() || partial(rest, kHarmonyEnd))
-    return need_more();
-  else
-    return malformed(kHarmonyCall.size());
-  const json args = parse_json(s.substr(i, e.end - i));
+  const ObjectThenClose o = object_then_close(s, m + kHarmonyMessage.size(), kHarmonyEnd, {kHarmonyEnd},
+                                              kHarmonyCall.size(), final);
+  if (o.kind != Block::Calls) return {o.kind, o.end, {}};
+  const json args = parse_json(o.json);
   if (!args.is_object()) return malformed(kHarmonyCall.size());
-  return one_call(ToolCall{std::string(name), dump(args)}, end);
+  return one_call(ToolCall{std::string(name), dump(args)}, o.end);
 }
 
 // GLM-4.5: s starts with <tool_call>; NAME, then <arg_key>K</arg_key> <arg_value>V</arg_value> pairs, then
