@@ -9,12 +9,11 @@ the server is killed if it does not stop. Exit 0 = pass, 77 = skipped (no openai
 """
 import argparse
 import json
-import re
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
+
+from serve_client_util import check, exit_status, start
+from serve_client_util import stop as stop_server  # `stop` names a stop string below
 
 try:
     import openai
@@ -22,49 +21,11 @@ except ImportError:
     print("SKIP: the openai package is not installed (scripts/test.sh installs it into .venv-test)")
     sys.exit(77)
 
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def start(tessera, args):
-    proc = subprocess.Popen([tessera, "serve", "--port", "0", "--served-model-name", "smollm2", *args],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    port = None
-    deadline = time.time() + 60
-    lines = []
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        proc.kill()
-        raise SystemExit("the server did not start: " + "".join(lines))
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                if r.status == 200:
-                    return proc, port
-        except Exception:  # noqa: BLE001 - 503 while loading
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the server did not become ready")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tessera", required=True)
     args = ap.parse_args()
-    proc, port = start(args.tessera, ["--max-num-seqs", "4", "--max-model-len", "256"])
+    proc, port, _ = start(args.tessera, ["--max-num-seqs", "4", "--max-model-len", "256"])
     base = f"http://127.0.0.1:{port}/v1"
     try:
         client = openai.OpenAI(base_url=base, api_key="unused", timeout=120, max_retries=0)
@@ -144,18 +105,9 @@ def main():
         check(events and events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events),
               f"curl sees SSE events ending in [DONE]: {out[-200:]!r}")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = "killed"
+        code = stop_server(proc)
         check(code == 0, f"SIGTERM: exit {code}")
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)")
-        return 1
-    print("all checks passed")
-    return 0
+    return exit_status("all checks passed")
 
 
 if __name__ == "__main__":

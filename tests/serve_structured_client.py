@@ -20,11 +20,9 @@ import glob
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
-import time
-import urllib.request
+
+from serve_client_util import check, exit_status, refused, start, stop
 
 try:
     import jsonschema
@@ -33,62 +31,9 @@ except ImportError as e:
     print(f"SKIP: {e.name} is not installed (scripts/test.sh installs it into .venv-test)")
     sys.exit(77)
 
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def start(tessera, args, env=None):
-    proc = subprocess.Popen([tessera, "serve", "--port", "0", "--served-model-name", "smollm2", *args],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    port, ready_line = None, ""
-    deadline = time.time() + 60
-    lines = []
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        if "ready:" in line:
-            ready_line = line
-            break
-    if port is None or not ready_line:
-        proc.kill()
-        raise SystemExit("the server did not start: " + "".join(lines))
-    return proc, port, ready_line
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return -9
-
-
 def validator(schema):
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
-
-
-def refused(fn, param, words):
-    try:
-        fn()
-        return f"accepted (expected a 400 naming {param})"
-    except openai.BadRequestError as e:
-        body = e.body or {}
-        msg = body.get("message", "")
-        if body.get("param") != param or not all(w in msg for w in words):
-            return f"400 but param={body.get('param')!r} message={msg!r}"
-        return None
 
 
 def main():
@@ -174,23 +119,23 @@ def main():
         for path in sorted(glob.glob(os.path.join(a.schemas, "unsupported_*.json"))):
             keyword = {"unsupported_unique_items.json": "uniqueItems", "unsupported_not.json": "not"}[
                 os.path.basename(path)]
-            why = refused(lambda: chat(model="smollm2", messages=msgs, max_tokens=5, response_format={
+            why = refused(openai, lambda: chat(model="smollm2", messages=msgs, max_tokens=5, response_format={
                 "type": "json_schema", "json_schema": {"name": "x", "schema": json.load(open(path))}}),
                 "response_format", [keyword])
             check(why is None, f"{os.path.basename(path)}: {why}")
-        why = refused(lambda: chat(model="smollm2", messages=msgs, max_tokens=5,
+        why = refused(openai, lambda: chat(model="smollm2", messages=msgs, max_tokens=5,
                                    extra_body={"structured_outputs": {"grammar": 'root ::= "a"'}}),
                       "structured_outputs.grammar", ["GBNF", "Lark"])
         check(why is None, f"GBNF grammar: {why}")
-        why = refused(lambda: chat(model="smollm2", messages=msgs, max_tokens=5, response_format={"type": "json_object"},
+        why = refused(openai, lambda: chat(model="smollm2", messages=msgs, max_tokens=5, response_format={"type": "json_object"},
                                    extra_body={"structured_outputs": {"regex": "a"}}),
                       "structured_outputs.regex", ["both"])
         check(why is None, f"two constraints: {why}")
-        why = refused(lambda: chat(model="smollm2", messages=msgs, max_tokens=5,
+        why = refused(openai, lambda: chat(model="smollm2", messages=msgs, max_tokens=5,
                                    extra_body={"structured_outputs": {"regex": "(unclosed"}}),
                       "structured_outputs.regex", ["regex"])
         check(why is None, f"a bad regex: {why}")
-        why = refused(lambda: chat(model="smollm2", messages=msgs, max_tokens=5, response_format={"type": "xml"}),
+        why = refused(openai, lambda: chat(model="smollm2", messages=msgs, max_tokens=5, response_format={"type": "xml"}),
                       "response_format.type", ["xml"])
         check(why is None, f"unknown response_format type: {why}")
 
@@ -218,7 +163,7 @@ def main():
     try:
         check("constrained decoding off" in ready, f"ready line without llguidance: {ready!r}")
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=60, max_retries=0)
-        why = refused(lambda: client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=5,
+        why = refused(openai, lambda: client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=5,
                                                              response_format={"type": "json_object"}),
                       "response_format", ["pip install llguidance"])
         check(why is None, f"without llguidance: {why}")
@@ -228,11 +173,8 @@ def main():
     finally:
         code = stop(proc)
     check(code == 0, f"SIGTERM (second server): exit {code}")
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)")
-        sys.exit(1)
-    print("OK")
+    return exit_status()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,7 +15,6 @@ and the server is killed if it does not stop. Exit 0 = pass, 77 = skipped (no op
 """
 import argparse
 import json
-import re
 import sys
 
 try:
@@ -25,8 +24,7 @@ except ImportError as e:
     print(f"SKIP: {e.name} is not installed (scripts/test.sh installs it into .venv-test)")
     sys.exit(77)
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from serve_structured_client import FAILURES, check, start, stop  # noqa: E402
+from serve_client_util import check, exit_status, start, stop  # noqa: E402 (the script's directory)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
@@ -162,11 +160,8 @@ def main():
     finally:
         code = stop(proc)
     check(code == 0, f"SIGTERM: exit {code}")
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)")
-        sys.exit(1)
-    print("OK")
+    return exit_status()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
