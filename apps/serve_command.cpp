@@ -309,10 +309,9 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
         choices[i].finish_reason = u.finish_reason;
         if (tools) {
           serve::ToolCallParser parser(r.tool_format);
-          serve::ToolCallParser::Output a = parser.push(choices[i].text), b = parser.finish();
-          choices[i].text = a.content + b.content;
-          choices[i].tool_calls = std::move(a.calls);
-          for (auto& c : b.calls) choices[i].tool_calls.push_back(std::move(c));
+          serve::ToolCallParser::Output o = parser.push(choices[i].text, true);
+          choices[i].text = std::move(o.content);
+          choices[i].tool_calls = std::move(o.calls);
           choices[i].tool_call_id_prefix = call_prefix(i);
           choices[i].finish_reason = finish_with_calls(u.finish_reason, !choices[i].tool_calls.empty());
         }
@@ -365,12 +364,7 @@ void handle_generate(Server& s, Endpoint endpoint, const http::Request& req, htt
       serve::StreamUpdate u = streams[i]->wait(std::chrono::milliseconds(streams.size() > 1 ? 20 : 200));
       std::vector<serve::ToolCall> calls;
       if (tools) {
-        serve::ToolCallParser::Output o = parsers[i].push(u.text);
-        if (u.done) {
-          serve::ToolCallParser::Output rest = parsers[i].finish();
-          o.content += rest.content;
-          for (auto& c : rest.calls) o.calls.push_back(std::move(c));
-        }
+        serve::ToolCallParser::Output o = parsers[i].push(u.text, u.done);
         u.text = std::move(o.content);
         calls = std::move(o.calls);
       }
@@ -434,12 +428,7 @@ void handle_responses(Server& s, const http::Request& req, http::Exchange& ex) {
   while (true) {
     serve::StreamUpdate u = stream.wait(std::chrono::milliseconds(200));
     if (!u.done && ex.client_gone()) return stream.cancel();
-    serve::ToolCallParser::Output o = parser.push(u.text);
-    if (u.done) {
-      serve::ToolCallParser::Output rest = parser.finish();
-      o.content += rest.content;
-      for (auto& c : rest.calls) o.calls.push_back(std::move(c));
-    }
+    serve::ToolCallParser::Output o = parser.push(u.text, u.done);
     out.text += o.content;
     out.reasoning += u.reasoning;
     out.output_tokens = u.completion_tokens;

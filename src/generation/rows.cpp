@@ -89,12 +89,13 @@ void compute_masks(const std::vector<ConstraintMatcher*>& matchers) {
 }  // namespace
 
 std::vector<int32_t> step_token_masks(const std::vector<const RowState*>& rows, int64_t vocab) {
-  std::vector<ConstraintMatcher*> matchers;
-  for (const RowState* r : rows)
-    if (r && r->running() && r->constraint && !r->constraint->mask_ready())
-      matchers.push_back(r->constraint.get());
-  bool any = !matchers.empty();
-  for (const RowState* r : rows) any = any || (r && r->running() && r->constraint);
+  std::vector<ConstraintMatcher*> matchers;  // those whose mask is still to compute
+  bool any = false;
+  for (const RowState* r : rows) {
+    if (!r || !r->running() || !r->constraint) continue;
+    any = true;
+    if (!r->constraint->mask_ready()) matchers.push_back(r->constraint.get());
+  }
   if (!any) return {};
   compute_masks(matchers);
   const int64_t words = graph::mask_words(vocab);

@@ -631,10 +631,10 @@ ToolCallParser::ToolCallParser(ToolCallFormat format) : format_(format) {
   }
 }
 
-ToolCallParser::Output ToolCallParser::push(std::string_view text) {
+ToolCallParser::Output ToolCallParser::push(std::string_view text, bool last) {
   if (state_ == kPass && held_.empty()) return {std::string(text), {}};
   held_.append(text);
-  return run(false);
+  return run(last);
 }
 
 ToolCallParser::Output ToolCallParser::finish() { return run(true); }

@@ -21,7 +21,7 @@ enum class ToolCallFormat {
   Pythonic,    // Llama 4 / Gemma 3 style: [func(a=1, b="x"), g()] (Python call syntax, literal arguments)
   Glm4,        // GLM-4.5/4.6: <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...</tool_call>
   Harmony,     // gpt-oss: a message to `functions.NAME` on the commentary channel, JSON arguments, <|call|>;
-            // read from the canonical form the harmony reasoning parser gives it (serve/reasoning.h)
+               // read from the canonical form the harmony reasoning parser gives it (serve/reasoning.h)
 };
 const char* tool_call_format_name(ToolCallFormat f);  // "none", "hermes", "llama3_json", "mistral", ...
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name);
@@ -51,7 +51,8 @@ class ToolCallParser {
     std::string content;
     std::vector<ToolCall> calls;
   };
-  Output push(std::string_view text);
+  // `last`: the text ends the answer (push then finish, in one output).
+  Output push(std::string_view text, bool last = false);
   Output finish();
 
  private:
