@@ -8,23 +8,27 @@ if(TARGET tessera_tests)
   target_link_libraries(tessera_tests PRIVATE PkgConfig::HTTPLIB)
 endif()
 if(TARGET tessera_tests AND NOT TESSERA_TSAN)
-  # The openai Python client and curl against the real server (scripts/test.sh installs .venv-test).
+  # Python clients (the pinned openai package; scripts/test.sh installs .venv-test) against the real server:
+  # tests/SCRIPT --tessera build/tessera [ARGS...]; skipped (77) without .venv-test.
   set(_tessera_test_py ${CMAKE_SOURCE_DIR}/.venv-test/bin/python)
-  add_test(NAME Cli.ServeOpenAiPythonClientAndCurl
-           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_openai_client.py' --tessera '$<TARGET_FILE:tessera_cli>'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
-  set_tests_properties(Cli.ServeOpenAiPythonClientAndCurl PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
-  # Structured output (response_format, structured_outputs) through the openai client, validated by jsonschema.
-  add_test(NAME Cli.ServeStructuredOutputsOpenAiClient
-           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_structured_client.py' --tessera '$<TARGET_FILE:tessera_cli>' --schemas '${CMAKE_SOURCE_DIR}/tests/fixtures/schemas'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
-  set_tests_properties(Cli.ServeStructuredOutputsOpenAiClient PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
-  # Tool calls (tools, tool_choice, streamed deltas, auto parsing) through the openai client.
-  add_test(NAME Cli.ServeToolCallsOpenAiClient
-           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_tools_client.py' --tessera '$<TARGET_FILE:tessera_cli>'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
-  set_tests_properties(Cli.ServeToolCallsOpenAiClient PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
-  # The Responses API (POST /v1/responses) through the openai client's responses.create, whole and streamed.
-  add_test(NAME Cli.ServeResponsesApiOpenAiClient
-           COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/serve_responses_client.py' --tessera '$<TARGET_FILE:tessera_cli>'; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
-  set_tests_properties(Cli.ServeResponsesApiOpenAiClient PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  function(tessera_serve_client_test name script)
+    set(args "")
+    foreach(a ${ARGN})
+      string(APPEND args " '${a}'")
+    endforeach()
+    add_test(NAME ${name}
+             COMMAND sh -c "if [ -x '${_tessera_test_py}' ]; then exec '${_tessera_test_py}' '${CMAKE_SOURCE_DIR}/tests/${script}' --tessera '$<TARGET_FILE:tessera_cli>'${args}; else echo 'SKIP: no .venv-test (scripts/test.sh makes it)'; exit 77; fi")
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  endfunction()
+  # Chat and completions, streamed and not, and curl.
+  tessera_serve_client_test(Cli.ServeOpenAiPythonClientAndCurl serve_openai_client.py)
+  # Structured output (response_format, structured_outputs), validated by jsonschema.
+  tessera_serve_client_test(Cli.ServeStructuredOutputsOpenAiClient serve_structured_client.py
+                            --schemas ${CMAKE_SOURCE_DIR}/tests/fixtures/schemas)
+  # Tool calls (tools, tool_choice, streamed deltas, auto parsing).
+  tessera_serve_client_test(Cli.ServeToolCallsOpenAiClient serve_tools_client.py)
+  # The Responses API (POST /v1/responses) through responses.create, whole and streamed.
+  tessera_serve_client_test(Cli.ServeResponsesApiOpenAiClient serve_responses_client.py)
 endif()
 
 # Constrained decoding's host costs (vocabulary build, schema compile, masks per token):
