@@ -327,6 +327,14 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
       ->check(CLI::IsMember({"static", "dynamic"}));
   cmd->add_flag("--disable-compile", f.g.disable_compile,
                 "Plan every step afresh (no executable reuse), for debugging");
+  cmd->add_option("--prompt-lookup-num-tokens", f.g.prompt_lookup_num_tokens,
+                  "Speculative decoding by prompt lookup: up to N draft tokens a step, copied from where the "
+                  "text's last n-gram occurred before, verified in one step; the same tokens as without it "
+                  "(cpu device; 0 = off, the default)")
+      ->check(CLI::Range(0, kMaxDraftTokens));
+  cmd->add_option("--max-matching-ngram-size", f.g.max_matching_ngram_size,
+                  "Prompt lookup: the longest n-gram matched (default 2)")
+      ->check(CLI::Range(1, kMaxDraftTokens));
   cli::add_compile_flags(cmd, f.compile);
   cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");
   cmd->add_option(
@@ -355,6 +363,8 @@ GenerationOverrides flag_overrides(const GenerateFlags& f) {
   if (given("--seed")) o.seed = f.seed;
   if (given("--cache-implementation")) o.cache_implementation = f.g.cache_implementation;
   if (f.g.disable_compile) o.disable_compile = true;
+  if (given("--prompt-lookup-num-tokens")) o.prompt_lookup_num_tokens = f.g.prompt_lookup_num_tokens;
+  if (given("--max-matching-ngram-size")) o.max_matching_ngram_size = f.g.max_matching_ngram_size;
   return o;
 }
 
@@ -374,7 +384,9 @@ GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f) {
         {"top_k", "--top-k"},
         {"top_p", "--top-p"},
         {"min_p", "--min-p"},
-        {"repetition_penalty", "--repetition-penalty"}};
+        {"repetition_penalty", "--repetition-penalty"},
+        {"prompt_lookup_num_tokens", "--prompt-lookup-num-tokens"},
+        {"max_matching_ngram_size", "--max-matching-ngram-size"}};
     for (const auto& [field, flag] : kFlags)
       if (bad->first == field && f.cmd->count(flag)) fail(flag, ": ", bad->second);
     fail(model.info().origin, " (generation config): field '", bad->first, "' ", bad->second,
@@ -413,6 +425,10 @@ ordered_json generation_config_json(const GenerationConfig& g, int prompt_tokens
   j["pad_token_id"] = opt(g.effective_pad_token_id());
   j["bos_token_id"] = opt(g.bos_token_id);
   j["cache_implementation"] = g.cache_implementation;
+  j["prompt_lookup_num_tokens"] =
+      g.prompt_lookup_num_tokens > 0 ? ordered_json(g.prompt_lookup_num_tokens) : ordered_json(nullptr);
+  if (g.prompt_lookup_num_tokens > 0)
+    j["max_matching_ngram_size"] = g.max_matching_ngram_size > 0 ? g.max_matching_ngram_size : 2;
   j["seed"] = opt(g.seed);
   return j;
 }
@@ -523,6 +539,8 @@ int run_generate(GenerateFlags& f) {
     j["prefill_len"] = out.prefill_len;
     j["device_sampling"] = out.device_sampling;
     j["decode_steps"] = out.decode_steps;
+    j["draft_tokens"] = out.draft_tokens;  // prompt lookup: proposed, and confirmed by the model
+    j["accepted_tokens"] = out.accepted_tokens;
     j["decode_h2d_bytes"] = out.decode_h2d_bytes;
     j["decode_d2h_bytes"] = out.decode_d2h_bytes;
     j["dtype"] = dtype_name(model.info().dtype);

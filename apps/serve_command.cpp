@@ -145,6 +145,16 @@ std::string metrics_text(Server& s) {
   counter("prefix_cache_hits_total", "Prompt tokens taken from a slot's kept cache instead of prefilled.",
           static_cast<double>(st.prefix_hits));
   counter("num_decode_steps_total", "Batched decode steps run.", static_cast<double>(st.steps));
+  counter("spec_decode_num_drafts_total", "Prompt-lookup drafts verified.",
+          static_cast<double>(st.speculation.drafts));
+  counter("spec_decode_num_draft_tokens_total", "Draft tokens verified.",
+          static_cast<double>(st.speculation.draft_tokens));
+  counter("spec_decode_num_accepted_tokens_total", "Draft tokens the model confirmed.",
+          static_cast<double>(st.speculation.accepted_tokens));
+  gauge("spec_decode_draft_acceptance_rate", "Confirmed draft tokens / draft tokens verified (0 before any).",
+        st.speculation.draft_tokens > 0 ? static_cast<double>(st.speculation.accepted_tokens) /
+                                              static_cast<double>(st.speculation.draft_tokens)
+                                        : 0.0);
   counter("request_cancelled_total", "Requests cancelled (client gone, shutdown).",
           static_cast<double>(st.requests_cancelled));
   {
@@ -523,6 +533,49 @@ http::Route route(Server& s, const http::Request& req) {
 
 }  // namespace
 
+namespace {
+// --speculative-config: vLLM's JSON form; method "ngram" (prompt lookup) only. Errors name the flag and key.
+void parse_speculative_config(const std::string& text, serve::EngineOptions& e) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw CLI::ValidationError("--speculative-config", "must be a JSON object, got '" + text + "'");
+  auto bad = [](const std::string& why) { throw CLI::ValidationError("--speculative-config", why); };
+  auto count = [&](const char* key, int lo) -> int {
+    const nlohmann::json& v = j.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > kMaxDraftTokens)
+      bad(std::string(key) + " must be an integer in " + std::to_string(lo) + ".." +
+          std::to_string(kMaxDraftTokens) + ", got " + v.dump());
+    return v.get<int>();
+  };
+  std::string method = "ngram";
+  int min_ngram = 1;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "method") {
+      if (!v.is_string()) bad("method must be a string, got " + v.dump());
+      method = v.get<std::string>();
+    } else if (key == "num_speculative_tokens") {
+      e.speculative_tokens = count("num_speculative_tokens", 1);
+    } else if (key == "prompt_lookup_max") {
+      e.speculative_ngram_max = count("prompt_lookup_max", 1);
+    } else if (key == "prompt_lookup_min") {
+      min_ngram = count("prompt_lookup_min", 1);
+    } else {
+      bad("key '" + key +
+          "' is not supported (supported: method, num_speculative_tokens, prompt_lookup_max, "
+          "prompt_lookup_min)");
+    }
+  }
+  if (method != "ngram")
+    bad("method '" + method +
+        "' is not supported (supported: ngram, prompt lookup; draft models are not "
+        "implemented yet)");
+  if (e.speculative_tokens == 0) bad("num_speculative_tokens is required");
+  if (min_ngram != 1)
+    bad("prompt_lookup_min must be 1 (the lookup tries every n-gram from prompt_lookup_max down to 1), got " +
+        std::to_string(min_ngram));
+}
+}  // namespace
+
 void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
   cmd->add_option("--host", s.host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", s.port, "TCP port (default 8080; 0: any free port, printed on stderr)")
@@ -556,6 +609,12 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
       "A request whose prompt starts with what a free slot's cache holds (the previous turn of a chat) "
       "prefills only the rest (default off: logits may then differ from a full prefill in the last "
       "bits; not with --prefill-chunk)");
+  cmd->add_option_function<std::string>(
+      "--speculative-config", [&s](const std::string& v) { parse_speculative_config(v, s.engine); },
+      "Speculative decoding, as vLLM's flag: JSON {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+      "\"prompt_lookup_max\": N} (prompt lookup: up to K draft tokens a step, from where the text's last "
+      "n-gram of at most N tokens, default 2, occurred before; the same tokens as without it; cpu device, "
+      "requests without response_format/tools constraints)");
   cmd->add_flag(
       "--host-sampling", s.engine.host_sampling,
       "Sample tokens on the host from the logits where the device would sample inside the compiled "

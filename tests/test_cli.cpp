@@ -50,6 +50,25 @@ TEST(Cli, GenerateJsonMatchesGoldenAndCountsCompiles) {
     EXPECT_TRUE(out.contains(k)) << k;
 }
 
+// --prompt-lookup-num-tokens: Transformers' greedy tokens with fewer decode steps, the counts in --json; a
+// bad value names the flag.
+TEST(Cli, GeneratePromptLookupGivesTheGoldenTokens) {
+  auto j = golden::load_model_golden("llama_gqa")["greedy"][0];
+  Result r = run("generate " + golden::model_path("llama_gqa") +
+                 " --dtype float32 --json --max-new-tokens 32 --prompt-lookup-num-tokens 4 "
+                 "--max-matching-ngram-size 3 --input-ids " +
+                 ids_arg(j["input_ids"]));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["ids"], j["output_ids"]);
+  EXPECT_GT(out["draft_tokens"].get<int>(), 0);
+  EXPECT_EQ(out["decode_steps"].get<int>() + out["accepted_tokens"].get<int>(), 31);
+  EXPECT_EQ(out["generation_config"]["prompt_lookup_num_tokens"], 4);
+  r = run("generate " + golden::model_path("llama_gqa") + " --input-ids 1,2 --prompt-lookup-num-tokens 40");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--prompt-lookup-num-tokens"), std::string::npos) << r.err;
+}
+
 TEST(Cli, ForwardJsonLogitsMatchTransformers) {
   auto c = golden::load_model_golden("qwen3_tied")["forward"][1];
   Result r = run("forward " + golden::model_path("qwen3_tied") + " --dtype float32 --json --input-ids " +

@@ -1,8 +1,8 @@
 // Rows at different positions on the native cpu backend (graph.h: per-row slots, row-mapped steps over a
-// multi-row cache, the sampler state per cache row): every row of a batched step gives what its sequence gives
-// alone, when rows sit at different slots and positions, join a running batch at different steps, or replace a
-// finished row; in-step sampling per row (greedy and sampled rows in one program); and step inputs that do
-// not fit the step are refused with a message naming the field, before anything is read.
+// multi-row cache, the sampler state per cache row): every row of a batched step gives what its sequence
+// gives alone, when rows sit at different slots and positions, join a running batch at different steps, or
+// replace a finished row; in-step sampling per row (greedy and sampled rows in one program); and step inputs
+// that do not fit the step are refused with a message naming the field, before anything is read.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -95,7 +95,8 @@ TEST_P(CpuRows, RowsJoiningARunningBatchEqualEachSequenceAlone) {
       StepInputs in = prefill_inputs(r.prompt_ids());
       in.cache_rows = {jn.row};
       m.exe(step_key(Phase::Prefill, 1, r.prompt, len, rows)).run(in, *cache, logits);
-      expect_close(logits, want[static_cast<size_t>(jn.request)][0], "prefill of request " + std::to_string(jn.request));
+      expect_close(logits, want[static_cast<size_t>(jn.request)][0],
+                   "prefill of request " + std::to_string(jn.request));
       active[jn.row] = {jn.request, 0};
       ++checked;
     }
@@ -141,7 +142,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuRows,
                          ::testing::Values(Param{"llama_gqa", false}, Param{"llama_gqa", true},
                                            Param{"qwen3_sliding", false}),
                          [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_bf16kv" : "");
+                           return std::string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_bf16kv" : "");
                          });
 
 // (c) In-step sampling over rows: a Greedy program and a Sample program whose rows mix sampling (kDoSample 1)
@@ -258,18 +260,24 @@ TEST(CpuRowsInputs, BadStepInputsAreRefusedWithAMessage) {
                      DeviceCache* c = nullptr) {
     expect_error([&] { exe.run(in, c ? *c : *cache, logits); }, needle);
   };
-  refused(prefill, with([](StepInputs& in) { in.ids.pop_back(); }), "StepInputs::ids has 2 values, expected 3");
+  refused(prefill, with([](StepInputs& in) { in.ids.pop_back(); }),
+          "StepInputs::ids has 2 values, expected 3");
   refused(prefill, with([](StepInputs& in) { in.ids[1] = 1024; }), "ids[1] = 1024 is not a token id");
   refused(prefill, with([](StepInputs& in) { in.ids[0] = -1; }), "ids[0] = -1");
   refused(prefill, with([](StepInputs& in) { in.positions = {0}; }), "StepInputs::positions has 1 values");
   refused(prefill, with([](StepInputs& in) { in.slots = {0, 1}; }), "StepInputs::slots has 2 values");
-  refused(prefill, with([](StepInputs& in) { in.slots = {14, 15, 16}; }), "slots[2] = 16 is outside the cache's 16 slots");
+  refused(prefill, with([](StepInputs& in) {
+            in.slots = {14, 15, 16};
+          }),
+          "slots[2] = 16 is outside the cache's 16 slots");
   refused(prefill, with([](StepInputs& in) { in.slots = {-1, 0, 1}; }), "slots[0] = -1");
   refused(prefill, with([](StepInputs& in) { in.slots = {0, 2, 3}; }), "slots[1] = 2 does not follow");
   refused(prefill, with([](StepInputs& in) { in.kv_begin = {0, 0}; }), "StepInputs::kv_begin has 2 values");
   refused(prefill, with([](StepInputs& in) { in.kv_begin = {17}; }), "kv_begin[0] = 17");
-  refused(prefill, with([](StepInputs& in) { in.cache_rows = {}; }), "StepInputs::cache_rows has 0 values, expected 1");
-  refused(prefill, with([](StepInputs& in) { in.cache_rows = {4}; }), "cache_rows[0] = 4 is outside the cache's 4 rows");
+  refused(prefill, with([](StepInputs& in) { in.cache_rows = {}; }),
+          "StepInputs::cache_rows has 0 values, expected 1");
+  refused(prefill, with([](StepInputs& in) { in.cache_rows = {4}; }),
+          "cache_rows[0] = 4 is outside the cache's 4 rows");
   refused(prefill, with([](StepInputs& in) { in.cache_rows = {-1}; }), "cache_rows[0] = -1");
   // The cache must be the step's: rows, slots.
   auto small = m.cache(2, len);
@@ -305,7 +313,10 @@ TEST(CpuRowsInputs, BadStepInputsAreRefusedWithAMessage) {
   r2.slots = {3, 3};
   r2.kv_begin = {0, 0};
   r2.cache_rows = {1, 1};
-  refused(mapped, r2, "cache_rows[1] = 1 repeats cache_rows[0]");
+  refused(mapped, r2, "two step rows write slot 3 of cache row 1");
+  r2.slots = {3, 4};  // one cache row, two slots: a token and its draft (Capabilities::shared_cache_rows)
+  mapped.run(r2, *cache, logits);
+  r2.slots = {3, 3};
   r2.cache_rows = {3, 1};
   mapped.run(r2, *cache, logits);
 
@@ -328,7 +339,8 @@ TEST(CpuRowsInputs, BadStepInputsAreRefusedWithAMessage) {
   refused_tokens(bad, "seen_from[0] = 4 is outside [0, 3]");
   bad = s;
   bad.sample_params.pop_back();
-  refused_tokens(bad, "StepInputs::sample_params has " + std::to_string(graph::kSampleParams - 1) + " values");
+  refused_tokens(bad,
+                 "StepInputs::sample_params has " + std::to_string(graph::kSampleParams - 1) + " values");
   expect_error([&] { sampled.run(s, *cache, logits); }, "use run_tokens()");
   // Caches: sizes, and copies between caches that do not match.
   expect_error([&] { m.cache(0, len); }, "rows 0");

@@ -496,6 +496,52 @@ TEST(ServeEngine, LogprobsAreThoseOfTheModelForEveryToken) {
   EXPECT_LT(part.size(), got.size());
 }
 
+// --speculative-config ngram: requests that repeat their prompt get several tokens a step, the same text as
+// without speculation (beside another request), logprobs for every token (bit-equal logits: the same values),
+// and the counters move.
+TEST(ServeEngine, PromptLookupGivesTheSameTextAndLogprobsWithFewerSteps) {
+  REQUIRE_SMOLLM2(l);
+  CausalLM& m = *l->model;
+  const std::string code = "for i in range(10):\n    total = total + values[i] * weights[i]\n";
+  const std::vector<int32_t> copy = l->tok->encode("Copy: " + code + "\nCopy: " + code + "\nCopy:", true);
+  const std::vector<int32_t> plain = l->tok->encode("The capital of France is", true);
+  GenerationConfig g = greedy(m, 40);
+  g.repetition_penalty = 1.0f;
+  auto run = [&](int lookup, std::vector<serve::TokenLogprob>* lps) {
+    serve::Engine engine(
+        m, *l->tok, {.max_num_seqs = 2, .max_model_len = 160, .max_queue = 4, .speculative_tokens = lookup});
+    engine.start();
+    auto a = engine.submit({copy, g, {}, true, 1});
+    auto b = engine.submit({plain, greedy(m, 12), {}, true});
+    std::string text;
+    for (int i = 0; i < 1200; ++i) {
+      serve::StreamUpdate u = a->wait(std::chrono::milliseconds(100));
+      text += u.text;
+      for (auto& x : u.logprobs) lps->push_back(x);
+      if (u.done) break;
+    }
+    Finished fb = drain_stream(*b);
+    EXPECT_EQ(fb.text, alone(*l, plain, 12).first);
+    return std::make_pair(text, engine.stats());
+  };
+  std::vector<serve::TokenLogprob> lp0, lp1;
+  const auto [text0, st0] = run(0, &lp0);
+  const auto [text1, st1] = run(6, &lp1);
+  EXPECT_EQ(text1, text0);
+  ASSERT_EQ(lp1.size(), lp0.size());
+  for (size_t i = 0; i < lp0.size(); ++i) {
+    EXPECT_EQ(lp1[i].token, lp0[i].token) << i;
+    EXPECT_EQ(lp1[i].logprob, lp0[i].logprob) << i;
+  }
+  EXPECT_EQ(st0.speculation.draft_tokens, 0);
+  EXPECT_GT(st1.speculation.accepted_tokens, 5);
+  EXPECT_LE(st1.speculation.accepted_tokens, st1.speculation.draft_tokens);
+  EXPECT_LT(st1.steps, st0.steps);
+  EXPECT_EQ(st1.generation_tokens, st0.generation_tokens);
+  EXPECT_THROW(serve::Engine(m, *l->tok, {.max_num_seqs = 1, .max_model_len = 64, .speculative_tokens = 33}),
+               Error);
+}
+
 TEST(ServeEngine, PrefixReuseTakesThePreviousTurnFromItsSlot) {
   REQUIRE_SMOLLM2(l);
   CausalLM& m = *l->model;

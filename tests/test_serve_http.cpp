@@ -384,6 +384,21 @@ TEST(Cli, ServeFlagErrors) {
   r = tessera::testing::run_cli("serve --host 0.0.0.0.0 --port 0");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("0.0.0.0.0"), std::string::npos) << r.err;
+  // --speculative-config: vLLM's JSON; each bad key or value named.
+  for (const auto& [arg, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"'{\"method\": \"eagle\", \"num_speculative_tokens\": 3}'", "method 'eagle' is not supported"},
+           {"'{\"method\": \"ngram\"}'", "num_speculative_tokens is required"},
+           {"'{\"num_speculative_tokens\": 0}'", "num_speculative_tokens must be an integer in 1..32, got 0"},
+           {"'{\"num_speculative_tokens\": 4, \"prompt_lookup_max\": \"x\"}'", "prompt_lookup_max"},
+           {"'{\"num_speculative_tokens\": 4, \"draft_model\": \"m\"}'",
+            "key 'draft_model' is not supported"},
+           {"'{\"num_speculative_tokens\": 4, \"prompt_lookup_min\": 3}'", "prompt_lookup_min must be 1"},
+           {"'[1]'", "must be a JSON object"}}) {
+    r = tessera::testing::run_cli("serve --port 0 --speculative-config " + arg);
+    EXPECT_EQ(r.code, 1) << arg;
+    EXPECT_NE(r.err.find("--speculative-config"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << arg << ": " << r.err;
+  }
 }
 
 }  // namespace

@@ -65,6 +65,12 @@ struct SlotToken {
   FinishReason finish = FinishReason::None;  // None: the slot goes on; else it ended with this token
 };
 
+// Prompt lookup over the batch's life (GenerationConfig::prompt_lookup_num_tokens): drafts proposed, their
+// tokens, and the tokens of them the model confirmed (each a token the step gave beyond the slot's one).
+struct SpeculationStats {
+  int64_t drafts = 0, draft_tokens = 0, accepted_tokens = 0;
+};
+
 // What a slot holds.
 struct SlotState {
   bool busy = false;        // holds a sequence (running or finished) until release()
@@ -107,9 +113,10 @@ class SlotBatch {
   void prefill_chunked(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config,
                        int chunk, const TokenCallback& on_token = {});
   // One step: the next chunk of every chunked prompt, then one decode step over every other running slot;
-  // returns the new tokens in slot order (empty, running nothing, when no slot runs). A non-finite logit in a
-  // slot ends that slot (FinishReason::Error) after the other slots' tokens are taken, and then throws Error
-  // naming the slot and the step.
+  // returns the new tokens in slot order (empty, running nothing, when no slot runs); a speculating slot
+  // (speculates()) may get several, in order: its next token and the tokens its confirmed drafts gave. A
+  // non-finite logit in a slot ends that slot (FinishReason::Error) after the other slots' tokens are taken,
+  // and then throws Error naming the slot and the step.
   std::vector<SlotToken> step();
   // Frees a busy slot (finished, or still running: that cancels it). Error when the slot is not busy.
   void release(int slot);
@@ -131,6 +138,16 @@ class SlotBatch {
   const std::vector<int32_t>& tokens(int slot) const;
   // SlotBatchOptions::keep_logits: the logits [vocab] its last token was chosen from (before any processor).
   const std::vector<float>& last_logits(int slot) const;
+  // SlotBatchOptions::keep_logits: the logits token `index` of tokens(slot) was chosen from, for the tokens
+  // the last prefill or step gave the slot (several where draft tokens were confirmed). Error otherwise.
+  const std::vector<float>& token_logits(int slot, int index) const;
+  // Whether a slot whose config sets prompt_lookup_num_tokens speculates here: the decode steps run the
+  // running slots only (DecodeRows::Running / Auto on the cpu backend), rows are sampled on the host, the
+  // backend verifies drafts in one step (Capabilities::shared_cache_rows) and there is one process (no
+  // tensor parallelism over MPI). Elsewhere such a slot decodes one token per step. Constrained slots never
+  // speculate.
+  bool speculates() const;
+  SpeculationStats speculation() const;
   // Compiles (or loads from the disk cache) the prefill program of every prompt bucket up to `max_prompt`
   // (0: every bucket that fits cache_len) and the decode program (with DecodeRows::Running, one per count of
   // running slots), then arms the model's recompile guard.

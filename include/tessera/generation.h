@@ -19,6 +19,9 @@ class Constraint;  // tessera/constraint.h
 // The effective settings of one generate() call, resolved as Transformers' generate() resolves them: the
 // caller's settings, then the model's generation_config.json, then Transformers' global defaults (the values
 // below).
+// The most draft tokens one speculative step verifies per row (GenerationConfig::prompt_lookup_num_tokens).
+inline constexpr int kMaxDraftTokens = 32;
+
 struct GenerationConfig {
   // Length, as Transformers: max_new_tokens wins when set; otherwise max_length caps prompt + new tokens,
   // except the global default max_length (20), which means 20 new tokens (capped at max_position_embeddings).
@@ -42,6 +45,15 @@ struct GenerationConfig {
   // row ends (FinishReason::Eos) once it is complete. Rows sample on the host (the logits come back), so a
   // PJRT device samples constrained rows there; null: unconstrained.
   std::shared_ptr<const Constraint> constraint;
+  // Speculative decoding by prompt lookup (Transformers' names): each step, up to prompt_lookup_num_tokens
+  // draft tokens are copied from where the row's last n-gram (max_matching_ngram_size tokens down to 1)
+  // occurred before, in its prompt or output, and verified with its next token in one step. The tokens are
+  // those of decoding without it, greedy and seeded alike (each draft is kept only while it equals the token
+  // chosen from that position's logits, computed as a one-token step computes them). 0: off. Used where the
+  // backend verifies in one step (the native cpu backend: Capabilities::shared_cache_rows); elsewhere the
+  // row decodes one token per step.
+  int prompt_lookup_num_tokens = 0;
+  int max_matching_ngram_size = 0;  // 0: Transformers' default, 2
 
   // generation_config.json contents over the global defaults (unknown keys ignored); `origin` names the file.
   static GenerationConfig from_json(const std::string& json_text, const std::string& origin);
@@ -70,6 +82,7 @@ struct GenerationOverrides {
   std::optional<int32_t> pad_token_id, bos_token_id;
   std::optional<std::string> cache_implementation;
   std::optional<bool> disable_compile;
+  std::optional<int> prompt_lookup_num_tokens, max_matching_ngram_size;
 
   // The fields a generation_config.json (or, for a checkpoint without one, its config.json, as Transformers'
   // GenerationConfig.from_model_config reads it) sets; null counts as unset. Every field is type- and
@@ -154,6 +167,10 @@ struct GenerateOutput {
   uint64_t decode_h2d_bytes = 0, decode_d2h_bytes = 0;
   int decode_steps = 0;                      // decode steps run (new_tokens - 1 unless stopped early)
   std::vector<FinishReason> finish_reasons;  // per row: why it ended (Length when the budget ran out)
+  // Prompt lookup (GenerationConfig::prompt_lookup_num_tokens): draft tokens proposed over all rows, and
+  // those the model confirmed (tokens beyond one per decode step). decode_tokens_per_s then counts the
+  // tokens produced, not steps x rows.
+  int64_t draft_tokens = 0, accepted_tokens = 0;
 };
 
 }  // namespace tessera

@@ -86,6 +86,10 @@ tessera::GenerationOverrides overrides_from(const nb::dict& d) {
       o.cache_implementation = nb::cast<std::string>(value);
     else if (k == "disable_compile")
       o.disable_compile = nb::cast<bool>(value);
+    else if (k == "prompt_lookup_num_tokens")
+      o.prompt_lookup_num_tokens = nb::cast<int>(value);
+    else if (k == "max_matching_ngram_size")
+      o.max_matching_ngram_size = nb::cast<int>(value);
     else
       throw nb::value_error(("unknown generation setting '" + k + "'").c_str());
   }
@@ -107,6 +111,8 @@ nb::dict config_dict(const tessera::GenerationConfig& c) {
   d["bos_token_id"] = c.bos_token_id ? nb::cast(*c.bos_token_id) : nb::none();
   d["cache_implementation"] = c.cache_implementation;
   d["disable_compile"] = c.disable_compile;
+  d["prompt_lookup_num_tokens"] = c.prompt_lookup_num_tokens;
+  d["max_matching_ngram_size"] = c.max_matching_ngram_size;
   return d;
 }
 
@@ -167,6 +173,8 @@ nb::object generate(tessera::CausalLM& lm, const IdArray& ids, std::optional<IdA
   stats["new_tokens"] = out.new_tokens;
   stats["prefill_tokens_per_s"] = out.prefill_tokens_per_s;
   stats["decode_tokens_per_s"] = out.decode_tokens_per_s;
+  stats["draft_tokens"] = out.draft_tokens;
+  stats["accepted_tokens"] = out.accepted_tokens;
   std::vector<std::string> reasons;
   for (auto r : out.finish_reasons) reasons.emplace_back(tessera::finish_reason_name(r));
   stats["finish_reasons"] = reasons;

@@ -84,6 +84,12 @@ struct Capabilities {
   // Weight matrices may be bound in GGML's block formats (DType Q8_0 .. Q6_K) and are computed from the
   // blocks (else the loader dequantises them to a float dtype).
   bool block_quantized_weights = false;
+  // A row-mapped decode step (seq 1, host sampling) may give one cache row several step rows at distinct
+  // slots (StepChecks::shared_rows): a sequence's next token and its draft tokens verified in one step, each
+  // row computed exactly as a decode step of that row alone. The cpu backend (its kernels loop over step rows
+  // and write every row's keys before any row attends); not the StableHLO lowering, whose row-mapped cache
+  // update gathers and scatters whole rows.
+  bool shared_cache_rows = false;
 };
 
 class Backend {

@@ -1,6 +1,8 @@
 #include "backends/step_checks.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/error.h"
@@ -100,17 +102,25 @@ void check_step_inputs(const StepInputs& in, const StepChecks& c) {
 
   if (k.row_mapped()) {
     size_is(c, in.cache_rows, batch, "cache_rows");
+    // Shared rows: a cache row may be named again by a step row writing another slot of it.
+    const bool shared = c.shared_rows && seq == 1 && !c.sample_params && per_row;
     std::vector<int64_t> named_by(static_cast<size_t>(k.cache_batch()), -1);  // cache row -> step row
+    std::vector<std::pair<int32_t, int32_t>> written;                         // (cache row, slot), shared
     for (int64_t b = 0; b < batch; ++b) {
       const int32_t r = in.cache_rows[static_cast<size_t>(b)];
       if (r < 0 || r >= k.cache_batch())
         refuse(c, "cache_rows[", b, "] = ", r, " is outside the cache's ", k.cache_batch(), " rows");
       int64_t& o = named_by[static_cast<size_t>(r)];
-      if (o >= 0)
+      if (o >= 0 && !shared)
         refuse(c, "cache_rows[", b, "] = ", r, " repeats cache_rows[", o, "] (cache row ", r,
                " is named by two step rows)");
       o = b;
+      if (shared) written.emplace_back(r, in.slots[static_cast<size_t>(b)]);
     }
+    std::sort(written.begin(), written.end());
+    for (size_t i = 1; i < written.size(); ++i)
+      if (written[i] == written[i - 1])
+        refuse(c, "two step rows write slot ", written[i].second, " of cache row ", written[i].first);
   } else if (!in.cache_rows.empty()) {
     // Step row b is cache row b; a mapping that says otherwise would be ignored, so it is refused.
     bool identity = static_cast<int64_t>(in.cache_rows.size()) == batch;

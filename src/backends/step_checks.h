@@ -21,6 +21,10 @@ struct StepChecks {
   // Size errors name the field as the step's program input ("input 'slots' has ...", as the PJRT backend's
   // other argument errors do) instead of the StepInputs member ("StepInputs::slots has ...").
   bool program_names = false;
+  // Several step rows of a row-mapped decode step (seq 1, no in-step sampling) may name one cache row, each
+  // writing and reading its own slot: a sequence's next token and its draft tokens verified in one step
+  // (Capabilities::shared_cache_rows).
+  bool shared_rows = false;
 };
 
 // The checks for graph `g`: its key, the inputs it reads, its embedding table's rows.
@@ -32,7 +36,8 @@ void check_step_cache(const DeviceCache& cache, const StepChecks& c);
 // The inputs fit the step: ids and positions [batch * seq], slots [batch * seq] or [seq] (the same for every
 // row), consecutive within a row and inside the cache; kv_begin [batch] in [0, cache_len]; seen_from [batch]
 // in [0, seq] and sample_params [batch * kSampleParams] when the step reads them; cache_rows [batch] distinct
-// rows of the cache on a row-mapped step, else empty or the identity (step row b is cache row b).
+// rows of the cache on a row-mapped step (or, with `shared_rows` on a decode step, rows that may repeat
+// with distinct slots), else empty or the identity (step row b is cache row b).
 void check_step_inputs(const StepInputs& in, const StepChecks& c);
 
 }  // namespace tessera::backends

@@ -16,13 +16,10 @@
 
 namespace tessera::generation {
 
-namespace {
-
 using backends::StepInputs;
 using graph::Phase;
 using graph::ShapeKey;
 
-// Per-row count of leading padding; the mask must be 0s then 1s (left padding).
 std::vector<int32_t> left_padding(const std::vector<std::vector<int32_t>>& mask, size_t len) {
   std::vector<int32_t> pads;
   for (size_t b = 0; b < mask.size(); ++b) {
@@ -39,12 +36,8 @@ std::vector<int32_t> left_padding(const std::vector<std::vector<int32_t>>& mask,
   return pads;
 }
 
-}  // namespace
-
-GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int32_t>>& input_ids,
-                        const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& cfg,
-                        const TokenCallback& on_token) {
-  using clock = std::chrono::steady_clock;
+Prompts check_prompts(const runtime::ModelCore& m, const std::vector<std::vector<int32_t>>& input_ids,
+                      const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& cfg) {
   cfg.validate();
   if (input_ids.empty() || input_ids[0].empty()) fail("generate: empty prompt");
   const size_t len = input_ids[0].size();
@@ -58,19 +51,30 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   if (mask.empty()) mask.assign(input_ids.size(), std::vector<int32_t>(len, 1));
   if (mask.size() != input_ids.size())
     fail("generate: attention_mask has ", mask.size(), " rows, input_ids has ", input_ids.size());
-  const std::vector<int32_t> pads = left_padding(mask, len);
-
-  const int batch = static_cast<int>(input_ids.size());
-  const int seq = static_cast<int>(len);
-  const int64_t vocab = m.config.vocab_size;
+  Prompts p;
+  p.pads = left_padding(mask, len);
+  p.seq = static_cast<int>(len);
   int max_real = 0;
-  for (int b = 0; b < batch; ++b) max_real = std::max(max_real, seq - pads[static_cast<size_t>(b)]);
+  for (int32_t pad : p.pads) max_real = std::max(max_real, p.seq - pad);
   // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding
   // included).
-  const int max_new = cfg.new_token_budget(seq, m.config.max_position_embeddings);
-  if (max_real + max_new > m.config.max_position_embeddings)
-    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", max_new,
+  p.max_new = cfg.new_token_budget(p.seq, m.config.max_position_embeddings);
+  if (max_real + p.max_new > m.config.max_position_embeddings)
+    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", p.max_new,
          ") exceeds max_position_embeddings (", m.config.max_position_embeddings, ")");
+  return p;
+}
+
+GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int32_t>>& input_ids,
+                        const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& cfg,
+                        const TokenCallback& on_token) {
+  using clock = std::chrono::steady_clock;
+  const Prompts p = check_prompts(m, input_ids, attention_mask, cfg);
+  const std::vector<int32_t>& pads = p.pads;
+  const int batch = static_cast<int>(input_ids.size());
+  const int seq = p.seq;
+  const int64_t vocab = m.config.vocab_size;
+  const int max_new = p.max_new;
 
   auto lock = m.step_lock();
   const bool dynamic = cfg.cache_implementation == "dynamic";

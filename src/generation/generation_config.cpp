@@ -102,6 +102,8 @@ GenerationOverrides GenerationOverrides::from_json(const std::string& text, cons
   if (r.has("eos_token_id")) o.eos_token_id = r.id_list("eos_token_id");  // one id or a list, as Transformers
   o.pad_token_id = r.optional_id("pad_token_id");
   o.bos_token_id = r.optional_id("bos_token_id");
+  o.prompt_lookup_num_tokens = int32_field("prompt_lookup_num_tokens", 0);
+  o.max_matching_ngram_size = int32_field("max_matching_ngram_size", 1);
   if (auto s = r.optional_string("cache_implementation")) {
     // Transformers unsets "hybrid" (the old sliding-window default) and uses its default cache.
     if (*s == "static" || *s == "dynamic")
@@ -133,6 +135,8 @@ GenerationConfig GenerationConfig::merged(const GenerationConfig& d, const Gener
   if (o.bos_token_id) g.bos_token_id = o.bos_token_id;
   if (o.cache_implementation) g.cache_implementation = *o.cache_implementation;
   if (o.disable_compile) g.disable_compile = *o.disable_compile;
+  if (o.prompt_lookup_num_tokens) g.prompt_lookup_num_tokens = *o.prompt_lookup_num_tokens;
+  if (o.max_matching_ngram_size) g.max_matching_ngram_size = *o.max_matching_ngram_size;
   return g;
 }
 
@@ -164,6 +168,12 @@ std::optional<std::pair<std::string, std::string>> GenerationConfig::invalid_fie
   for (int32_t id : eos_token_id)
     if (id < 0) return P{"eos_token_id", "must hold token ids >= 0, got " + str(id)};
   if (pad_token_id && *pad_token_id < 0) return P{"pad_token_id", "must be >= 0, got " + str(*pad_token_id)};
+  if (prompt_lookup_num_tokens < 0 || prompt_lookup_num_tokens > kMaxDraftTokens)
+    return P{"prompt_lookup_num_tokens",
+             "must be in 0.." + str(kMaxDraftTokens) + ", got " + str(prompt_lookup_num_tokens)};
+  if (max_matching_ngram_size < 0 || max_matching_ngram_size > kMaxDraftTokens)
+    return P{"max_matching_ngram_size",
+             "must be in 0.." + str(kMaxDraftTokens) + " (0: 2), got " + str(max_matching_ngram_size)};
   if (cache_implementation != "static" && cache_implementation != "dynamic")
     return P{"cache_implementation",
              "must be \"static\" or \"dynamic\", got \"" + cache_implementation + "\""};

@@ -9,6 +9,7 @@
 
 #include "generation/rows.h"
 #include "generation/sampling_params.h"
+#include "generation/speculation.h"
 #include "runtime/model_core.h"
 #include "tessera/batch.h"
 #include "tessera/error.h"
@@ -29,13 +30,29 @@ struct Slot {
   TokenCallback on_token;
   std::vector<int32_t> out;  // new tokens
   int prompt_tokens = 0, prefill_len = 0;
-  int kv_begin = 0;             // first cache position the row attends to (its bucket padding before it)
-  int32_t last = 0;             // the last token (the next step's input)
-  std::vector<float> logits;    // keep_logits: those of the last token
+  int kv_begin = 0;  // first cache position the row attends to (its bucket padding before it)
+  int32_t last = 0;  // the last token (the next step's input)
+  // keep_logits: the logits of the tokens the last prefill or step gave, tokens logits_from.. of `out`: the
+  // first `kept_logits` rows (the rows' storage is reused step after step).
+  std::vector<std::vector<float>> logits;
+  int logits_from = 0, kept_logits = 0;
+  void restart_logits() {
+    logits_from = static_cast<int>(out.size());
+    kept_logits = 0;
+  }
+  void keep_logits(const float* row, int64_t vocab) {
+    if (static_cast<size_t>(kept_logits) == logits.size()) logits.emplace_back();
+    logits[static_cast<size_t>(kept_logits++)].assign(row, row + vocab);
+  }
   std::vector<int32_t> padded;  // the prompt padded on the left, until its prefill is done
   std::vector<int32_t> prompt;  // prefix_reuse: the prompt, for what the cache row holds once released
   int chunk = 0;                // prefill_chunked: chunk length (0: one prefill)
   int chunks_done = 0;
+  // Prompt lookup (GenerationConfig::prompt_lookup_num_tokens, where the batch can verify drafts): the
+  // sequence so far (prompt, then new tokens) and how far the row drafts.
+  std::vector<int32_t> seq;
+  generation::DraftControl draft;
+  int ngram = 0;
   bool prefilling() const { return !padded.empty(); }
   // The next step writes `last` at cache position prefill_len + produced - 1, position prompt + produced - 1.
   int next_slot() const { return prefill_len + row.produced - 1; }
@@ -110,6 +127,8 @@ std::vector<char> encode_config(const GenerationConfig& c) {
   w.put<int32_t>(static_cast<int32_t>(c.cache_implementation.size()));
   w.bytes.insert(w.bytes.end(), c.cache_implementation.begin(), c.cache_implementation.end());
   w.put<int32_t>(c.disable_compile);
+  w.put<int32_t>(c.prompt_lookup_num_tokens);
+  w.put<int32_t>(c.max_matching_ngram_size);
   return std::move(w.bytes);
 }
 
@@ -133,6 +152,8 @@ GenerationConfig decode_config(const char* p, size_t n) {
   c.cache_implementation.resize(static_cast<size_t>(std::max(0, r.get<int32_t>())));
   for (char& ch : c.cache_implementation) ch = r.get<char>();
   c.disable_compile = r.get<int32_t>() != 0;
+  c.prompt_lookup_num_tokens = r.get<int32_t>();
+  c.max_matching_ngram_size = r.get<int32_t>();
   return c;
 }
 
@@ -150,6 +171,10 @@ struct SlotBatch::Impl {
   SlotBatchOptions options;
   bool on_device = false;  // the steps sample (Sampling::Sample: per-row kDoSample, so one program for all)
   bool running_rows_only = false;  // decode steps run the running slots only (DecodeRows::Running)
+  // Draft tokens can be verified in a decode step (rows of one slot sharing its cache row): running rows
+  // only, host sampling, a backend with Capabilities::shared_cache_rows, one process.
+  bool can_speculate = false;
+  SpeculationStats spec;
   graph::Sampling sampling = graph::Sampling::Off;
   std::unique_ptr<backends::DeviceCache> cache;
   std::vector<Slot> slots;
@@ -204,7 +229,7 @@ struct SlotBatch::Impl {
       return generation::device_token_ok(tok, vocab, why) ? tok : -1;
     }
     float* row = logits.data() + static_cast<int64_t>(b) * vocab;
-    if (options.keep_logits) s.logits.assign(row, row + vocab);
+    if (options.keep_logits) s.keep_logits(row, vocab);
     return generation::host_token(s.row, row, vocab, why);
   }
 
@@ -251,15 +276,34 @@ struct SlotBatch::Impl {
   // The first token, from the last prompt run: chosen, checked, broadcast, streamed and accepted.
   int32_t first_token(Slot& s, int slot, const char* what);
 
-  // The decode program for `batch` step rows (fewer than n: row-mapped into the cache).
-  ShapeKey decode_key(int batch) const {
+  // The decode program for `batch` step rows (row-mapped into the cache when not one per cache row, or when
+  // `shared`: some slot has several step rows).
+  ShapeKey decode_key(int batch, bool shared = false) const {
     return {.phase = Phase::Decode,
             .batch = batch,
             .seq = 1,
             .cache_len = cache_len,
             .dtype = m->info.dtype,
             .sampling = sampling,
-            .cache_rows = batch != n ? n : 0};
+            .cache_rows = batch != n || shared ? n : 0};
+  }
+  // A decoding slot's draft tokens for this step (none when it does not speculate, is paused, or has no
+  // budget for more than its next token).
+  std::vector<int32_t> draft(Slot& s) {
+    if (!s.draft.enabled()) return {};
+    const int room = s.row.budget - s.row.produced - 1;  // a step gives at most drafts + 1 tokens
+    if (room <= 0) return {};
+    const int want = std::min(s.draft.length(), room);
+    return want > 0 ? generation::ngram_draft(s.seq, s.ngram, want) : std::vector<int32_t>{};
+  }
+  // Takes the slot's new token (callback, constraint, stop rules) and records it.
+  void take(Slot& s, int slot, int32_t tok, std::vector<SlotToken>* out) {
+    const bool goes_on = generation::constraint_step(s.row, tok);
+    generation::accept(s.row, tok, s.on_token(slot, tok) && goes_on);
+    s.out.push_back(tok);
+    s.last = tok;
+    if (s.draft.enabled()) s.seq.push_back(tok);
+    if (out) out->push_back({slot, tok, s.row.finish});
   }
 
   void run(const ShapeKey& key) {
@@ -289,6 +333,8 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.running_rows_only = options.decode_rows == Rows::Running ||
                         (options.decode_rows == Rows::Auto && !b.m->caps.prefers_buckets);
   b.sampling = b.on_device ? graph::Sampling::Sample : graph::Sampling::Off;
+  b.can_speculate = b.running_rows_only && !b.on_device && b.m->caps.shared_cache_rows &&
+                    !(b.m->comm && b.m->comm->size() > 1);
   b.slots.resize(static_cast<size_t>(slots));
   b.kept.resize(static_cast<size_t>(slots));
   b.cache = b.m->make_cache(slots, cache_len);
@@ -368,6 +414,11 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   fresh.prefill_len = static_cast<int>(padded);
   fresh.kv_begin = static_cast<int>(padded) - len;
   fresh.chunk = chunk;
+  if (cfg.prompt_lookup_num_tokens > 0 && can_speculate && !cfg.constraint) {
+    fresh.draft = generation::DraftControl(cfg.prompt_lookup_num_tokens);
+    fresh.ngram = cfg.max_matching_ngram_size > 0 ? cfg.max_matching_ngram_size : 2;
+    fresh.seq = prompt;
+  }
   const int32_t pad = cfg.effective_pad_token_id().value_or(0);
   const int32_t filler = pad >= 0 && pad < m->config.vocab_size ? pad : 0;  // masked; any valid id
   fresh.padded.assign(static_cast<size_t>(fresh.kv_begin), filler);
@@ -404,6 +455,7 @@ void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
 }
 
 int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
+  s.restart_logits();
   std::string why;
   int32_t tok = choose(s, 0, why);
   if (tok < 0)
@@ -415,6 +467,7 @@ int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
   generation::accept(s.row, tok, keep != 0);
   s.out.push_back(tok);
   s.last = tok;
+  if (s.draft.enabled()) s.seq.push_back(tok);
   s.padded.clear();
   s.padded.shrink_to_fit();
   return tok;
@@ -497,25 +550,38 @@ std::vector<SlotToken> SlotBatch::step() {
   if (any) {
     // Every row of the cache: decoding slots at their own positions; the others harmless (token 0 at position
     // 0 into their own row's first position, default sampling) and ignored. Or (running_rows_only) only the
-    // decoding slots, step row i writing and reading cache row rows[i].
-    std::vector<int> step_row(static_cast<size_t>(b.n), -1);  // cache row -> its step row
+    // decoding slots, step row i writing and reading cache row rows[i]. A slot with draft tokens has one more
+    // step row per draft token, at its next slots (several step rows of one cache row: `shared`).
+    std::vector<int> step_row(static_cast<size_t>(b.n), -1);  // cache row -> its (first) step row
+    std::vector<std::vector<int32_t>> drafts(static_cast<size_t>(b.n));
     std::vector<int32_t> rows;
+    bool shared = false;
     for (int r = 0; r < b.n; ++r)
       if (!b.running_rows_only || decode[static_cast<size_t>(r)]) {
         step_row[static_cast<size_t>(r)] = static_cast<int>(rows.size());
         rows.push_back(r);
+        if (!decode[static_cast<size_t>(r)]) continue;
+        std::vector<int32_t>& d = drafts[static_cast<size_t>(r)];
+        d = b.draft(b.slots[static_cast<size_t>(r)]);
+        rows.insert(rows.end(), d.size(), r);
+        shared = shared || !d.empty();
       }
     const int batch = static_cast<int>(rows.size());
-    const bool mapped = batch != b.n;
+    const bool mapped = batch != b.n || shared;
     StepInputs& in = b.in;
     in = StepInputs{};
     const generation::SamplingParams idle;
-    for (int32_t r : rows) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int32_t r = rows[i];
       const Slot& s = b.slots[static_cast<size_t>(r)];
       const bool run = decode[static_cast<size_t>(r)];
-      in.ids.push_back(run ? s.last : 0);
-      in.positions.push_back(run ? s.next_position() : 0);
-      in.slots.push_back(run ? s.next_slot() : 0);
+      const int j =
+          static_cast<int>(i) - step_row[static_cast<size_t>(r)];  // 0: its next token; else a draft
+      in.ids.push_back(!run     ? 0
+                       : j == 0 ? s.last
+                                : drafts[static_cast<size_t>(r)][static_cast<size_t>(j - 1)]);
+      in.positions.push_back(run ? s.next_position() + j : 0);
+      in.slots.push_back(run ? s.next_slot() + j : 0);
       in.kv_begin.push_back(run ? s.kv_begin : 0);
       if (b.on_device) (run ? s.row.params : idle).append_encoded(run ? s.row.produced : 0, in.sample_params);
     }
@@ -530,13 +596,14 @@ std::vector<SlotToken> SlotBatch::step() {
     for (int r = 0; r < b.n && !b.on_device; ++r)
       if (decode[static_cast<size_t>(r)] && b.slots[static_cast<size_t>(r)].row.constraint)
         masks.push_back(b.slots[static_cast<size_t>(r)].row.constraint.get());
-    generation::overlap_masks(masks, [&] { b.run(b.decode_key(batch)); });
+    generation::overlap_masks(masks, [&] { b.run(b.decode_key(batch, shared)); });
     ++b.steps;
 
     std::vector<int32_t> next(static_cast<size_t>(b.n), 0), keep(static_cast<size_t>(b.n), 1);
     for (int r = 0; r < b.n; ++r) {
       if (!decode[static_cast<size_t>(r)]) continue;
       Slot& s = b.slots[static_cast<size_t>(r)];
+      s.restart_logits();
       std::string why;
       const int32_t tok = b.choose(s, step_row[static_cast<size_t>(r)], why);
       if (tok < 0)
@@ -557,7 +624,7 @@ std::vector<SlotToken> SlotBatch::step() {
     for (int r = 0; r < b.n; ++r) {
       if (!decode[static_cast<size_t>(r)]) continue;
       Slot& s = b.slots[static_cast<size_t>(r)];
-      const int32_t tok = next[static_cast<size_t>(r)];
+      int32_t tok = next[static_cast<size_t>(r)];
       if (tok < 0) {  // no token: the slot ends here
         s.row.finish = FinishReason::Error;
         continue;
@@ -565,10 +632,33 @@ std::vector<SlotToken> SlotBatch::step() {
       generation::accept(s.row, tok, keep[static_cast<size_t>(r)] != 0);
       s.out.push_back(tok);
       s.last = tok;
+      if (s.draft.enabled()) s.seq.push_back(tok);
       out.push_back({r, tok, s.row.finish});
+      // Draft tokens: each is kept while it equals the token chosen before it; the logits of its step row
+      // (computed as a one-token step would compute them) then give the token after it.
+      const std::vector<int32_t>& d = drafts[static_cast<size_t>(r)];
+      if (d.empty()) continue;
+      size_t accepted = 0;
+      while (accepted < d.size() && s.row.running() && tok == d[accepted]) {
+        std::string why;
+        tok = b.choose(s, step_row[static_cast<size_t>(r)] + static_cast<int>(accepted) + 1, why);
+        ++accepted;
+        if (tok < 0) {
+          bad(r, detail::concat("SlotBatch::step: step ", step, ", slot ", r, " (its token ", s.row.produced,
+                                "): the model produced a non-finite logit (", why, ")"));
+          s.row.finish = FinishReason::Error;
+          break;
+        }
+        b.take(s, r, tok, &out);
+      }
+      s.draft.record(static_cast<int>(d.size()), static_cast<int>(accepted));
+      ++b.spec.drafts;
+      b.spec.draft_tokens += static_cast<int64_t>(d.size());
+      b.spec.accepted_tokens += static_cast<int64_t>(accepted);
     }
   }
-  std::sort(out.begin(), out.end(), [](const SlotToken& a, const SlotToken& c) { return a.slot < c.slot; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const SlotToken& a, const SlotToken& c) { return a.slot < c.slot; });
   if (bad_slot >= 0)
     fail(bad_why,
          bad_count > 1 ? detail::concat("; ", bad_count - 1, " more slot(s) likewise") : std::string(),
@@ -673,8 +763,24 @@ const std::vector<float>& SlotBatch::last_logits(int slot) const {
   const Slot& s = impl_->at(slot, "last_logits");
   if (!impl_->options.keep_logits || impl_->on_device)
     fail("SlotBatch::last_logits: logits are kept only with SlotBatchOptions::keep_logits and host sampling");
-  return s.logits;
+  static const std::vector<float> none;
+  return s.kept_logits == 0 ? none : s.logits[static_cast<size_t>(s.kept_logits - 1)];
 }
+
+const std::vector<float>& SlotBatch::token_logits(int slot, int index) const {
+  const Slot& s = impl_->at(slot, "token_logits");
+  if (!impl_->options.keep_logits || impl_->on_device)
+    fail(
+        "SlotBatch::token_logits: logits are kept only with SlotBatchOptions::keep_logits and host sampling");
+  const int last = s.logits_from + s.kept_logits;
+  if (index < s.logits_from || index >= last)
+    fail("SlotBatch::token_logits: slot ", slot, " keeps the logits of its tokens ", s.logits_from, "..",
+         last - 1, " (those of the last prefill or step), not of token ", index);
+  return s.logits[static_cast<size_t>(index - s.logits_from)];
+}
+
+SpeculationStats SlotBatch::speculation() const { return impl_->spec; }
+bool SlotBatch::speculates() const { return impl_->can_speculate; }
 
 void SlotBatch::stop_followers() { impl_->announce(Op::Stop); }
 

@@ -30,12 +30,13 @@ struct ShapeKey {
   int tp_rank = 0, tp_size = 1;
   Sampling sampling = Sampling::Off;
   // Rows of the KV cache (and sampler state) the step works on. 0: `batch` (step row b is cache row b).
-  // Otherwise (> batch): a step over some rows of a multi-slot cache, e.g. the prefill of one sequence
-  // (batch 1) into a chosen row of an N-row cache; the CacheRows input names the cache row of each step row.
+  // Otherwise: a step over rows of a multi-slot cache, e.g. the prefill of one sequence (batch 1) into a
+  // chosen row of an N-row cache, or (Capabilities::shared_cache_rows) a decode step giving one cache row
+  // several step rows; the CacheRows input names the cache row of each step row.
   int cache_rows = 0;
 
   int cache_batch() const { return cache_rows > 0 ? cache_rows : batch; }
-  bool row_mapped() const { return cache_rows > 0 && cache_rows != batch; }
+  bool row_mapped() const { return cache_rows > 0; }
   bool operator==(const ShapeKey&) const = default;
   std::string str() const;
   // Human-readable list of the fields that differ, e.g. "cache_len 96 -> 160".

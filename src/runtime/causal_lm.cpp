@@ -38,11 +38,19 @@ int CausalLM::warmup(int batch, int max_new_tokens, bool do_sample, int max_prom
   for (int bucket : m.buckets) {
     if (max_prompt > 0 && bucket > m.bucket_for(max_prompt, false)) break;
     const int cache_len = bucket + max_new_tokens;
-    m.cache->get({.phase = Phase::Prefill, .batch = batch, .seq = bucket, .cache_len = cache_len,
-                  .dtype = m.info.dtype, .sampling = sampling},
+    m.cache->get({.phase = Phase::Prefill,
+                  .batch = batch,
+                  .seq = bucket,
+                  .cache_len = cache_len,
+                  .dtype = m.info.dtype,
+                  .sampling = sampling},
                  build);
     if (max_new_tokens > 1)
-      m.cache->get({.phase = Phase::Decode, .batch = batch, .seq = 1, .cache_len = cache_len, .dtype = m.info.dtype,
+      m.cache->get({.phase = Phase::Decode,
+                    .batch = batch,
+                    .seq = 1,
+                    .cache_len = cache_len,
+                    .dtype = m.info.dtype,
                     .sampling = sampling},
                    build);
   }
@@ -58,7 +66,11 @@ std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
   const int n = static_cast<int>(ids.size());
   if (n > m.config.max_position_embeddings)
     fail("forward: ", n, " tokens exceed max_position_embeddings ", m.config.max_position_embeddings);
-  ShapeKey key{.phase = Phase::Prefill, .batch = 1, .seq = n, .cache_len = n, .dtype = m.info.dtype,
+  ShapeKey key{.phase = Phase::Prefill,
+               .batch = 1,
+               .seq = n,
+               .cache_len = n,
+               .dtype = m.info.dtype,
                .all_logits = true};
   auto lock = m.step_lock();
   std::unique_ptr<backends::Executable> scratch;
@@ -74,7 +86,8 @@ std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
   std::vector<float> logits;
   exe.run(in, *cache, logits);
   const int64_t vocab = m.config.vocab_size;
-  if (const int64_t i = generation::first_non_finite(logits.data(), static_cast<int64_t>(logits.size())); i >= 0)
+  if (const int64_t i = generation::first_non_finite(logits.data(), static_cast<int64_t>(logits.size()));
+      i >= 0)
     fail("forward: the model produced a non-finite logit (", logits[static_cast<size_t>(i)], ") at position ",
          i / vocab, ", vocabulary index ", i % vocab);
   return logits;
@@ -154,12 +167,15 @@ std::vector<float> CausalLM::forward(const std::vector<std::vector<int32_t>>& in
 GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input_ids,
                                   const std::vector<std::vector<int32_t>>& attention_mask,
                                   const GenerationConfig& cfg) {
-  return generation::generate(*impl_, input_ids, attention_mask, cfg, nullptr);
+  return generate(input_ids, attention_mask, cfg, nullptr);
 }
 
 GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input_ids,
                                   const std::vector<std::vector<int32_t>>& attention_mask,
                                   const GenerationConfig& cfg, const TokenCallback& on_token) {
+  if (!impl_) fail("generate: the model was moved from");
+  if (generation::speculative_generate_applies(*impl_, cfg))
+    return generation::generate_speculative(*this, *impl_, input_ids, attention_mask, cfg, on_token);
   return generation::generate(*impl_, input_ids, attention_mask, cfg, on_token);
 }
 

@@ -211,6 +211,11 @@ Engine::Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions&
       options_(options),
       batch_(model, options.max_num_seqs, options.max_model_len, batch_options(options)) {
   if (options.max_queue < 0) fail("serve: max_queue must be >= 0, got ", options.max_queue);
+  if (options.speculative_tokens < 0 || options.speculative_tokens > kMaxDraftTokens)
+    fail("serve: speculative_tokens must be in 0..", kMaxDraftTokens, ", got ", options.speculative_tokens);
+  if (options.speculative_ngram_max < 0 || options.speculative_ngram_max > kMaxDraftTokens)
+    fail("serve: speculative_ngram_max must be in 0..", kMaxDraftTokens, ", got ",
+         options.speculative_ngram_max);
   if (options.prefill_chunk < 0 || options.prefill_chunk > options.max_model_len)
     fail("serve: prefill_chunk must be in 0..", options.max_model_len, " (max_model_len), got ",
          options.prefill_chunk);
@@ -265,6 +270,10 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
     fail("the prompt (", len, " tokens", padded != len ? detail::concat(", ", padded, " as prefilled") : "",
          ") and ", budget, " new tokens need ", std::max(len + budget, padded + budget - 1),
          " positions; this server's context is max_model_len ", options_.max_model_len);
+  }
+  if (options_.speculative_tokens > 0 && !request.config.constraint) {
+    request.config.prompt_lookup_num_tokens = options_.speculative_tokens;
+    request.config.max_matching_ngram_size = options_.speculative_ngram_max;
   }
   auto stream = std::make_shared<Stream>();
   stream->prompt_tokens_ = len;
@@ -404,7 +413,8 @@ void Engine::sync(int slot) {
       // One token arrives per prefill or step, so the kept logits are this token's.
       const int64_t vocab = model_.info().vocab_size;
       a->held.push_back({a->decoded, a->decoded + piece_size,
-                         token_logprob(batch_.last_logits(slot).data(), vocab, id, a->logprobs)});
+                         token_logprob(batch_.token_logits(slot, static_cast<int>(a->delivered)).data(),
+                                       vocab, id, a->logprobs)});
     }
     a->decoded += piece_size;
     if (a->parser) {
@@ -499,6 +509,7 @@ void Engine::loop() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.steps;
+      stats_.speculation = batch_.speculation();
     }
     for (int s = 0; s < options_.max_num_seqs; ++s) sync(s);
   }

@@ -39,6 +39,12 @@ struct EngineOptions {
   // by other kernels (decode steps, another prefill) than a full prefill would use, so logits may differ in
   // the last bits (<= 1e-5 measured) and a near-tie could flip a greedy token.
   bool prefix_reuse = false;
+  // Speculative decoding by prompt lookup for every request that is not constrained (vLLM's
+  // --speculative-config {"method": "ngram", ...}): up to this many draft tokens per step (0: off), n-grams
+  // of at most speculative_ngram_max tokens (0: 2). GenerationConfig::prompt_lookup_num_tokens; where the
+  // batch cannot verify drafts (SlotBatch::speculates) requests decode one token per step.
+  int speculative_tokens = 0;
+  int speculative_ngram_max = 0;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -114,6 +120,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0, generation_tokens = 0, requests_finished = 0, requests_cancelled = 0;
   uint64_t steps = 0;
   uint64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / taken from a slot's cache
+  SpeculationStats speculation;                  // SlotBatch::speculation()
 };
 
 // Latencies of finished requests, in seconds, for the metrics endpoint.

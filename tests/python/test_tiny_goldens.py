@@ -47,6 +47,19 @@ def test_greedy_and_repetition_penalty(name):
 
 
 @pytest.mark.parametrize("name", TINY)
+def test_prompt_lookup_gives_the_golden_greedy_tokens(name):
+    # Transformers' prompt_lookup_num_tokens: speculative decoding that changes no token.
+    g = golden(name)
+    m = model(name)
+    for case in g["greedy"]:
+        out = m.generate(input_ids=np.array([case["input_ids"]]), do_sample=False, prompt_lookup_num_tokens=4,
+                         max_matching_ngram_size=2, max_new_tokens=case["max_new_tokens"], eos_token_id=[])
+        assert out[0].tolist() == case["output_ids"]
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
+        m.generate(input_ids=np.array([[5, 6]]), prompt_lookup_num_tokens=-1, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("name", TINY)
 def test_left_padded_batch_and_eos(name):
     g = golden(name)
     m = model(name)

@@ -164,6 +164,8 @@ class CpuExecutable : public Executable {
       fail("cpu step ", g.key.str(), ": tensor parallelism needs a communicator of ", g.key.tp_size,
            " ranks (got ", comm_ ? comm_->size() : 1, ")");
     checks_ = step_checks_of(g_, "cpu step");
+    checks_.shared_rows =
+        true;  // CacheUpdate and Attention loop over step rows (Capabilities::shared_cache_rows)
     if (loaded && !loaded->empty()) pick_loaded_kernels(*loaded);  // before plan: no sibling groups for them
     plan(weights);
   }
@@ -911,6 +913,7 @@ class CpuBackend : public Backend {
     Capabilities c;
     c.in_step_sampling = true;  // Op::Sample runs the host sampler inside the step
     c.block_quantized_weights = true;
+    c.shared_cache_rows = true;
     return c;
   }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
