@@ -53,7 +53,8 @@ TEXT = ("The Rhine is one of the major rivers of Europe. It begins in the Swiss 
 
 WORKLOADS = [
     ("edit code", "lookup-friendly",
-     "Rename the function `area` to `rect_area` everywhere in this file and print the whole file:\n\n" + CODE),
+     "Here is a Python file:\n\n```python\n" + CODE + "```\n\nRewrite the file so that `area` is called "
+     "`rect_area`. Output only the code."),
     ("summarise", "lookup-friendly", "Summarise this text in three sentences:\n\n" + TEXT),
     ("free writing", "random", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
     ("list", "random", "Give me ten ideas for a weekend trip, one line each."),

@@ -53,16 +53,23 @@ std::vector<std::string> golden_models() {
 
 }  // namespace
 
-TEST(NgramDraft, TakesTheTokensAfterTheLatestEarlierOccurrenceOfTheLongestSuffix) {
+TEST(NgramDraft, TakesTheTokensAfterTheBestEarlierOccurrenceOfTheLongestSuffix) {
   using generation::ngram_draft;
   // "5 6" occurs at 1 and 6; the latest (6) is followed by 9 1.
   EXPECT_EQ(ngram_draft({4, 5, 6, 7, 8, 3, 5, 6, 9, 1, 2, 5, 6}, 2, 2), (std::vector<int32_t>{9, 1}));
-  // Only the 1-gram "6" occurs earlier (the bigram "7 6" does not): the token after the latest "6".
-  EXPECT_EQ(ngram_draft({6, 1, 2, 6, 3, 7, 6}, 3, 4), (std::vector<int32_t>{3, 7, 6}));
+  // Only the 1-gram "6" occurs earlier (the bigram "7 6" does not): the token after the latest "6", one only
+  // (a draft is no longer than the context that agrees).
+  EXPECT_EQ(ngram_draft({6, 1, 2, 6, 3, 7, 6}, 3, 4), (std::vector<int32_t>{3}));
+  // A long agreement allows the whole k.
+  EXPECT_EQ(ngram_draft({1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4}, 2, 3), (std::vector<int32_t>{5, 6, 7}));
   // The longest n-gram wins over a later shorter one.
   EXPECT_EQ(ngram_draft({1, 2, 3, 9, 2, 3, 8, 7, 1, 2, 3}, 3, 1), (std::vector<int32_t>{9}));
+  // Of several occurrences, the one whose earlier tokens agree longest with the sequence's: "1 5 6" is
+  // followed by 7 (not the later "2 5 6"'s 8).
+  EXPECT_EQ(ngram_draft({1, 5, 6, 7, 2, 5, 6, 8, 1, 5, 6}, 2, 1), (std::vector<int32_t>{7}));
   // The draft stops at the end of the sequence; nothing matches: empty.
-  EXPECT_EQ(ngram_draft({1, 2, 1}, 2, 5), (std::vector<int32_t>{2, 1}));
+  EXPECT_EQ(ngram_draft({1, 2, 3, 1, 2, 3, 1, 2}, 2, 9), (std::vector<int32_t>{3, 1, 2}));
+  EXPECT_EQ(ngram_draft({1, 2, 1}, 2, 5), (std::vector<int32_t>{2}));
   EXPECT_TRUE(ngram_draft({1, 2, 3, 4}, 2, 5).empty());
   EXPECT_TRUE(ngram_draft({7}, 2, 5).empty());
   EXPECT_TRUE(ngram_draft({1, 1, 1}, 2, 0).empty());

@@ -4,16 +4,39 @@
 
 namespace tessera::generation {
 
+namespace {
+constexpr int kContext = 64;  // the most context compared when telling occurrences apart
+}  // namespace
+
 std::vector<int32_t> ngram_draft(const std::vector<int32_t>& seq, int max_ngram, int k) {
   const int len = static_cast<int>(seq.size());
   if (k <= 0 || len < 2) return {};
+  // How far seq[.., end) agrees with the sequence's end, backwards, up to `cap`.
+  auto agree = [&](int end, int cap) {
+    int m = 0;
+    while (m < cap && end - 1 - m >= 0 &&
+           seq[static_cast<size_t>(end - 1 - m)] == seq[static_cast<size_t>(len - 1 - m)])
+      ++m;
+    return m;
+  };
   for (int n = std::min(max_ngram, len - 1); n >= 1; --n) {
-    const int32_t* suffix = seq.data() + (len - n);
-    // The latest start i < len - n with seq[i, i + n) == suffix and a token after it.
-    for (int i = len - n - 1; i >= 0; --i) {
-      if (!std::equal(suffix, suffix + n, seq.data() + i)) continue;
-      const int from = i + n, to = std::min(len, from + k);
-      return {seq.begin() + from, seq.begin() + to};
+    // Occurrences of the last n tokens ending at `end` < len (so a token follows them); the one whose context
+    // agrees longest with the sequence's wins (a copied text repeats its short n-grams: the longer context
+    // tells the places apart), the latest on ties.
+    int best_end = -1, best = 0;
+    for (int end = len - 1; end >= n; --end) {
+      if (agree(end, n) < n) continue;
+      const int m = agree(end, kContext);
+      if (m > best) {
+        best = m;
+        best_end = end;
+        if (m == kContext) break;
+      }
+    }
+    if (best_end >= 0) {
+      // No longer than the agreement: a short one is as likely to part from the text as to follow it.
+      const int to = std::min({len, best_end + k, best_end + best});
+      return {seq.begin() + best_end, seq.begin() + to};
     }
   }
   return {};
