@@ -609,6 +609,12 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
       "A request whose prompt starts with what a free slot's cache holds (the previous turn of a chat) "
       "prefills only the rest (default off: logits may then differ from a full prefill in the last "
       "bits; not with --prefill-chunk)");
+  cmd->add_flag_callback(
+      "--no-enable-prefix-caching", [&s] { s.engine.prefix_cache = false; },
+      "Turn off automatic prefix caching (vLLM's flag). On by default on the cpu device: prompts run in "
+      "aligned chunks of 128 tokens and a request reuses the whole chunks it shares with any slot's "
+      "prompt, with bit-identical results (keys and values of generated tokens are not reused); "
+      "prefix_cache_queries_total / prefix_cache_hits_total count the prompt tokens");
   cmd->add_option_function<std::string>(
       "--speculative-config", [&s](const std::string& v) { parse_speculative_config(v, s.engine); },
       "Speculative decoding, as vLLM's flag: JSON {\"method\": \"ngram\", \"num_speculative_tokens\": K, "

@@ -50,6 +50,17 @@ struct SlotBatchOptions {
   // with those tokens runs only the rest (on bucketed backends: the rest padded back into the prefix to a
   // bucket, those prefix positions recomputed). See reusable().
   bool prefix_reuse = false;
+  // Automatic prefix caching: a prompt is computed in chunks of `prefix_block` tokens aligned to its start
+  // (one chunk when it is no longer), and the whole chunks of every prompt a cache row holds are looked up by
+  // each prefill(): the longest run of whole chunks the new prompt shares with any row (running or free) is
+  // copied into the new slot's row (or already is there) and only the rest is computed, in the same chunks.
+  // So a hit gives bit for bit the logits a miss gives: the chunks it skips are those a miss computes, with
+  // the same inputs. Keys and values computed by decode steps are never taken (other kernels: they would
+  // differ in the last bits). Applies where the rows are sampled on the host, prompts run at their exact
+  // length (not padded to buckets), the backend copies cache rows (Capabilities::copies_cache_rows) and there
+  // is one process: the native cpu backend; prefix_reuse, when set, takes precedence. See choose_slot().
+  bool prefix_cache = true;
+  int prefix_block = 128;
   // Tensor parallelism over MPI driven by one caller (a server): rank 0's batch sends each operation
   // (prefill, prefill_chunked, step, release, warmup) with its inputs to the other ranks, whose batches (made
   // with the same slots, cache_len and options) replay it in follow(). Unset, every rank must call the same
@@ -121,12 +132,22 @@ class SlotBatch {
   // Frees a busy slot (finished, or still running: that cancels it). Error when the slot is not busy.
   void release(int slot);
 
+  // Whether prefix_cache applies (above).
+  bool prefix_caching() const;
+  // prefix_cache: prompt tokens prefill() would take from the cache for `prompt` (whole chunks, never the
+  // last token), wherever they are.
+  int cached_prefix(const std::vector<int32_t>& prompt) const;
+  // A free slot for `prompt` (-1: none): with prefix_cache, the free slot whose own row holds the longest
+  // cached prefix of it (nothing to copy), else the free slot whose cached chunks were used least recently
+  // (the eviction of an LRU cache, by rows); without, the lowest free slot.
+  int choose_slot(const std::vector<int32_t>& prompt) const;
   // prefix_reuse: how many leading tokens of `prompt` prefill(slot, prompt, config) would take from what free
   // slot `slot` still holds (0: none; it runs the whole prompt). Never the whole prompt: its last token runs.
   int reusable(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config) const;
   // prefix_reuse: how many tokens free slot `slot` still holds (0 for a busy slot).
   int kept_tokens(int slot) const;
-  // Prompt tokens taken from a slot's cache instead of prefilled, over the batch's life.
+  // Prompt tokens taken from a cache row instead of prefilled (prefix_reuse or prefix_cache), over the
+  // batch's life.
   int64_t reused_tokens() const;
 
   bool busy(int slot) const;

@@ -90,6 +90,7 @@ struct Capabilities {
   // and write every row's keys before any row attends); not the StableHLO lowering, whose row-mapped cache
   // update gathers and scatters whole rows.
   bool shared_cache_rows = false;
+  bool copies_cache_rows = false;  // copy_cache_row_prefix
 };
 
 class Backend {
@@ -119,6 +120,13 @@ class Backend {
   // Copies every slot of `from` into the first slots of `to` (same layers/batch/heads, to.cache_len >=
   // from's). The sampler state is not copied (a grown cache is used with host-side sampling only).
   virtual void copy_cache(const DeviceCache& from, DeviceCache& to) = 0;
+  // Copies slots [0, count) of cache row `from_row` into row `to_row` of the same cache, every layer's keys
+  // and values (prefix caching: a prompt's computed chunks shared with another sequence). Backends with
+  // Capabilities::copies_cache_rows.
+  virtual void copy_cache_row_prefix(DeviceCache& cache, int from_row, int to_row, int count) {
+    (void)cache, (void)from_row, (void)to_row, (void)count;
+    fail("backend ", name(), ": copying cache rows is not supported");
+  }
   // Bytes between host and device since the backend was made (zero where capabilities().counts_transfers is
   // false: the native backend works in host memory).
   virtual TransferStats transfer_stats() const { return {}; }

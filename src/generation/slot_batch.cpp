@@ -179,6 +179,43 @@ struct SlotBatch::Impl {
   std::unique_ptr<backends::DeviceCache> cache;
   std::vector<Slot> slots;
   std::vector<Kept> kept;  // per slot (prefix_reuse)
+  // prefix_cache (where it applies: caching): per cache row, the prompt tokens whose keys and values the row
+  // holds as the canonical chunks computed them (whole chunks from position 0), and when they were last used.
+  bool caching = false;
+  struct RowChunks {
+    std::vector<int32_t> tokens;
+    uint64_t used = 0;
+  };
+  std::vector<RowChunks> chunks;
+  uint64_t clock = 0;
+  struct Hit {
+    int row = -1, tokens = 0;
+  };
+  // Per cache row: the tokens of the whole chunks `prompt` shares with it (never its last token).
+  std::vector<int> row_hits(const std::vector<int32_t>& prompt) const {
+    std::vector<int> hits(static_cast<size_t>(n), 0);
+    if (!caching || prompt.empty()) return hits;
+    const size_t block = static_cast<size_t>(options.prefix_block);
+    const size_t cap = (prompt.size() - 1) / block * block;
+    for (int r = 0; r < n; ++r) {
+      const std::vector<int32_t>& t = chunks[static_cast<size_t>(r)].tokens;
+      const size_t limit = std::min(cap, t.size());
+      size_t common = 0;
+      while (common < limit && t[common] == prompt[common]) ++common;
+      hits[static_cast<size_t>(r)] = static_cast<int>(common / block * block);
+    }
+    return hits;
+  }
+  // The longest of them; ties: `prefer`'s row, else the lowest.
+  Hit find_cached(const std::vector<int32_t>& prompt, int prefer) const {
+    const std::vector<int> hits = row_hits(prompt);
+    Hit best;
+    for (int r = 0; r < n; ++r) {
+      const int h = hits[static_cast<size_t>(r)];
+      if (h > best.tokens || (h > 0 && h == best.tokens && r == prefer)) best = {r, h};
+    }
+    return best;
+  }
   int64_t reused = 0;
   int steps = 0;
   bool leading = false;  // rank 0 of an MPI group with lead_followers: operations are announced
@@ -333,6 +370,11 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.running_rows_only = options.decode_rows == Rows::Running ||
                         (options.decode_rows == Rows::Auto && !b.m->caps.prefers_buckets);
   b.sampling = b.on_device ? graph::Sampling::Sample : graph::Sampling::Off;
+  b.caching = options.prefix_cache && !options.prefix_reuse && !b.on_device && !b.m->caps.prefers_buckets &&
+              b.m->caps.copies_cache_rows && !(b.m->comm && b.m->comm->size() > 1);
+  if (options.prefix_cache && options.prefix_block < 1)
+    fail("SlotBatch: prefix_block must be >= 1, got ", options.prefix_block);
+  b.chunks.resize(static_cast<size_t>(slots));
   b.can_speculate = b.running_rows_only && !b.on_device && b.m->caps.shared_cache_rows &&
                     !(b.m->comm && b.m->comm->size() > 1);
   b.slots.resize(static_cast<size_t>(slots));
@@ -482,13 +524,31 @@ int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const G
   Slot fresh = b.start(slot, prompt, cfg, on_token, 0, "prefill", reuse.tokens);
   b.announce(Op::Prefill, slot, 0, &prompt, &cfg, on_token || cfg.constraint);
   auto lock = b.m->step_lock();
+  Impl::RowChunks& row = b.chunks[static_cast<size_t>(slot)];
   if (reuse.tokens > 0) {
     // The kept tokens [0, from) stay in the cache; the rest of the prompt runs after them.
     b.run_prompt(fresh, slot, fresh.kv_begin + reuse.from, fresh.prompt_tokens - reuse.from);
     b.reused += reuse.tokens;
+  } else if (b.caching && fresh.kv_begin == 0) {
+    // Canonical chunks from the cached ones on (kv_begin is 0: exact lengths).
+    const Impl::Hit hit = b.find_cached(prompt, slot);
+    if (hit.row != slot) row.tokens.clear();  // the row is about to be overwritten
+    if (hit.tokens > 0) {
+      b.m->backend->copy_cache_row_prefix(*b.cache, hit.row, slot, hit.tokens);
+      b.chunks[static_cast<size_t>(hit.row)].used = ++b.clock;
+      b.reused += hit.tokens;
+    }
+    row.tokens.resize(static_cast<size_t>(hit.row == slot ? hit.tokens : 0));
+    for (int from = hit.tokens; from < fresh.prompt_tokens; from += b.options.prefix_block)
+      b.run_prompt(fresh, slot, from, std::min(b.options.prefix_block, fresh.prompt_tokens - from));
+    const size_t whole = prompt.size() / static_cast<size_t>(b.options.prefix_block) *
+                         static_cast<size_t>(b.options.prefix_block);
+    row.tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(whole));
+    row.used = ++b.clock;
   } else {
     b.run_prompt(fresh, slot, 0, fresh.prefill_len);  // the whole prompt at its bucket
   }
+  if (!b.caching || reuse.tokens > 0 || fresh.kv_begin != 0) row.tokens.clear();
   b.kept[static_cast<size_t>(slot)] = Kept{};
   const int32_t tok = b.first_token(fresh, slot, "prefill");
   fresh.busy = true;
@@ -506,6 +566,7 @@ void SlotBatch::prefill_chunked(int slot, const std::vector<int32_t>& prompt, co
   Slot fresh = b.start(slot, prompt, cfg, on_token, chunk, "prefill_chunked");
   b.announce(Op::PrefillChunked, slot, chunk, &prompt, &cfg, on_token || cfg.constraint);
   b.kept[static_cast<size_t>(slot)] = Kept{};
+  b.chunks[static_cast<size_t>(slot)] = Impl::RowChunks{};  // padded on the left: not canonical chunks
   fresh.busy = true;
   b.slots[static_cast<size_t>(slot)] = std::move(fresh);
 }
@@ -721,6 +782,27 @@ int SlotBatch::kept_tokens(int slot) const {
 }
 
 int64_t SlotBatch::reused_tokens() const { return impl_->reused; }
+
+bool SlotBatch::prefix_caching() const { return impl_->caching; }
+
+int SlotBatch::cached_prefix(const std::vector<int32_t>& prompt) const {
+  return prompt.empty() ? 0 : impl_->find_cached(prompt, -1).tokens;
+}
+
+int SlotBatch::choose_slot(const std::vector<int32_t>& prompt) const {
+  const Impl& b = *impl_;
+  if (!b.caching || prompt.empty()) return free_slot();
+  const std::vector<int> hits = b.row_hits(prompt);
+  const int longest = *std::max_element(hits.begin(), hits.end());
+  int best = -1;
+  for (int r = 0; r < b.n; ++r) {
+    if (b.slots[static_cast<size_t>(r)].busy) continue;
+    if (longest > 0 && hits[static_cast<size_t>(r)] == longest) return r;  // holds it: nothing to copy
+    if (best < 0 || b.chunks[static_cast<size_t>(r)].used < b.chunks[static_cast<size_t>(best)].used)
+      best = r;
+  }
+  return best;
+}
 
 bool SlotBatch::busy(int slot) const { return impl_->at(slot, "busy").busy; }
 

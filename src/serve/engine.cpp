@@ -196,6 +196,8 @@ SlotBatchOptions batch_options(const EngineOptions& o) {
           .keep_logits = true,
           .decode_rows = o.decode_rows,
           .prefix_reuse = o.prefix_reuse && o.prefill_chunk == 0,
+          .prefix_cache = o.prefix_cache,
+          .prefix_block = o.prefix_block,
           .lead_followers = true};
 }
 }  // namespace
@@ -320,6 +322,7 @@ std::vector<RequestTimes> Engine::take_times() {
 // The free slot for `r`: the one whose kept cache gives it the longest prefix; with none, the one keeping the
 // least (so a useful prefix stays for its next turn); -1 when none is free.
 int Engine::choose_slot(const EngineRequest& r) const {
+  if (batch_.prefix_caching()) return batch_.choose_slot(r.prompt);
   int best = -1, best_reuse = 0, least_kept = 0;
   for (int s = 0; s < options_.max_num_seqs; ++s) {
     if (batch_.busy(s)) continue;

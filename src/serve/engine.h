@@ -39,6 +39,11 @@ struct EngineOptions {
   // by other kernels (decode steps, another prefill) than a full prefill would use, so logits may differ in
   // the last bits (<= 1e-5 measured) and a near-tie could flip a greedy token.
   bool prefix_reuse = false;
+  // Automatic prefix caching (SlotBatchOptions::prefix_cache): prompts computed in aligned chunks of
+  // prefix_block tokens; a request reuses the whole chunks it shares with any slot's prompt, bit-identical to
+  // computing them. On by default where it applies (the cpu device).
+  bool prefix_cache = true;
+  int prefix_block = 128;
   // Speculative decoding by prompt lookup for every request that is not constrained (vLLM's
   // --speculative-config {"method": "ngram", ...}): up to this many draft tokens per step (0: off), n-grams
   // of at most speculative_ngram_max tokens (0: 2). GenerationConfig::prompt_lookup_num_tokens; where the

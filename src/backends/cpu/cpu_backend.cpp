@@ -914,6 +914,7 @@ class CpuBackend : public Backend {
     c.in_step_sampling = true;  // Op::Sample runs the host sampler inside the step
     c.block_quantized_weights = true;
     c.shared_cache_rows = true;
+    c.copies_cache_rows = true;
     return c;
   }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
@@ -970,6 +971,30 @@ class CpuBackend : public Backend {
       copy(from.v[l], to.v[l]);
     }
     to.seen = from.seen;
+  }
+  void copy_cache_row_prefix(DeviceCache& base, int from_row, int to_row, int count) override {
+    auto* cp = dynamic_cast<CpuCache*>(&base);
+    if (!cp) fail("cpu copy_cache_row_prefix: a cache that the cpu backend did not make");
+    CpuCache& c = *cp;
+    if (from_row < 0 || from_row >= c.batch || to_row < 0 || to_row >= c.batch || count < 0 ||
+        count > c.cache_len)
+      fail("cpu copy_cache_row_prefix: rows ", from_row, " -> ", to_row, ", ", count,
+           " slots, in a cache of ", c.batch, " rows x ", c.cache_len, " slots");
+    if (from_row == to_row || count == 0) return;
+    auto copy = [&](Tensor& t) {
+      const int64_t heads = t.shape[1], hd = t.shape[3];
+      const size_t es = dtype_size(t.dtype), n = static_cast<size_t>(count * hd) * es;
+      for (int64_t h = 0; h < heads; ++h) {
+        auto at = [&](int64_t row) {
+          return t.ptr<uint8_t>() + static_cast<size_t>((row * heads + h) * c.cache_len * hd) * es;
+        };
+        std::memcpy(at(to_row), at(from_row), n);
+      }
+    };
+    for (size_t l = 0; l < c.k.size(); ++l) {
+      copy(c.k[l]);
+      copy(c.v[l]);
+    }
   }
 
  private:
