@@ -60,7 +60,7 @@ struct SlotBatchOptions {
   // length (not padded to buckets), the backend copies cache rows (Capabilities::copies_cache_rows) and there
   // is one process: the native cpu backend; prefix_reuse, when set, takes precedence. See choose_slot().
   bool prefix_cache = true;
-  int prefix_block = 128;
+  int prefix_block = 256;
   // Tensor parallelism over MPI driven by one caller (a server): rank 0's batch sends each operation
   // (prefill, prefill_chunked, step, release, warmup) with its inputs to the other ranks, whose batches (made
   // with the same slots, cache_len and options) replay it in follow(). Unset, every rank must call the same

@@ -43,7 +43,7 @@ struct EngineOptions {
   // prefix_block tokens; a request reuses the whole chunks it shares with any slot's prompt, bit-identical to
   // computing them. On by default where it applies (the cpu device).
   bool prefix_cache = true;
-  int prefix_block = 128;
+  int prefix_block = 256;
   // Speculative decoding by prompt lookup for every request that is not constrained (vLLM's
   // --speculative-config {"method": "ngram", ...}): up to this many draft tokens per step (0: off), n-grams
   // of at most speculative_ngram_max tokens (0: 2). GenerationConfig::prompt_lookup_num_tokens; where the
