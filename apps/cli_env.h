@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "backends/pjrt/pjrt_info.h"
-#include "distributed/launch.h"
+#include "launch.h"
 #include "tessera/model.h"
 
 namespace tessera::cli {

@@ -7,7 +7,7 @@
 #include <new>
 
 #include "cli_env.h"
-#include "distributed/launch.h"
+#include "launch.h"
 #include "tessera/error.h"
 
 namespace {

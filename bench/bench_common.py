@@ -1,11 +1,13 @@
-"""Shared by bench/bench_hf.py: the prompt, medians, peak RSS, the JSON record.
+"""Shared by the Python benchmarks: the prompt, medians, peak RSS, the JSON record, the machine line.
 
 The record has the fields `tessera bench --json` prints (load_s, ttft_s, prefill_tokens_per_s,
 decode_tokens_per_s, peak_rss_mb, runs), so bench/compare_table.py treats every engine alike.
 """
 import json
+import os
 import resource
 import statistics
+import subprocess
 
 MASK64 = (1 << 64) - 1
 
@@ -40,3 +42,14 @@ def record(engine, model, dtype, threads, prompt_tokens, new_tokens, runs, **ext
     out["runs"] = runs
     out.update(extra)
     return json.dumps(out)
+
+
+def machine():
+    """'CPU model; N cores; ISA flags': what every figure records (the machines here vary)."""
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    name = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
+    with open("/proc/cpuinfo") as f:
+        flags = f.read()
+    isa = " ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8")
+                   if f" {f}" in flags)
+    return f"{name}; {os.cpu_count()} cores; {isa}"

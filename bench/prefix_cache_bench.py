@@ -19,6 +19,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ("the river north city old bridge light market stone winter harbour tower garden road school music "
          "paper window forest mountain evening morning letter station island village summer kitchen table "
@@ -77,9 +80,7 @@ def main():
     ap.add_argument("--block", type=int, default=0, help="--prefix-cache-block (default: the server's)")
     a = ap.parse_args()
     tessera = os.environ.get("TESSERA", os.path.join(ROOT, "build", "tessera"))
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    name = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
-    print(f"# {name}; {os.cpu_count()} cores; model: {a.model or 'default (SmolLM2-135M Q4_1)'}; "
+    print(f"# {bench_common.machine()}; model: {a.model or 'default (SmolLM2-135M Q4_1)'}; "
           f"history {a.history_words} words, {a.new_tokens} new tokens a turn, {a.rounds} rounds")
     servers = {"cache": start_server(tessera, a.model,
                                      ["--prefix-cache-block", str(a.block)] if a.block else []),

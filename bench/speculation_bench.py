@@ -14,6 +14,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CODE = '''import math
@@ -80,11 +83,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=192)
     a = ap.parse_args()
     tessera = os.environ.get("TESSERA", os.path.join(ROOT, "build", "tessera"))
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    name = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
-    flags = open("/proc/cpuinfo").read()
-    isa = " ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f" {f}" in flags)
-    print(f"# {name}; {os.cpu_count()} cores; {isa}; model: {a.model or 'default (SmolLM2-135M Q4_1)'}")
+    print(f"# {bench_common.machine()}; model: {a.model or 'default (SmolLM2-135M Q4_1)'}")
     print(f"# greedy, {a.new_tokens} new tokens at most, --prompt-lookup-num-tokens {a.lookup}, "
           f"{a.rounds} rounds alternated; decode tok/s median")
     print("| workload | kind | tokens | plain tok/s | lookup tok/s | ratio | steps plain / lookup | accepted / drafted |")

@@ -1,16 +1,17 @@
 // Loads the Transformers goldens made by tools/make_model_goldens.py (schema in
 // tests/fixtures/models/README.md). Header-only; tests only.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tessera/error.h"
 
@@ -25,6 +26,17 @@ inline std::string model_path(std::string_view rel) {
 // variant_path("qwen3_sliding").
 inline std::string variant_path(std::string_view name) {
   return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/variants/" + std::string(name);
+}
+
+// The tiny checkpoints with Transformers goldens: the folders of tests/fixtures/models holding a golden.json,
+// sorted.
+inline std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(model_path("")))
+    if (e.is_directory() && std::filesystem::exists(e.path() / "golden.json"))
+      names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 // Parses a JSON file; a missing or malformed file throws tessera::Error naming it.
@@ -59,7 +71,8 @@ inline Matrix matrix(const nlohmann::json& m) {
   out.cols = out.rows ? m[0].size() : 0;
   out.data.reserve(out.rows * out.cols);
   for (size_t r = 0; r < out.rows; ++r) {
-    if (m[r].size() != out.cols) fail("golden matrix row ", r, " has ", m[r].size(), " values, expected ", out.cols);
+    if (m[r].size() != out.cols)
+      fail("golden matrix row ", r, " has ", m[r].size(), " values, expected ", out.cols);
     for (const auto& v : m[r]) out.data.push_back(v.get<float>());
   }
   return out;

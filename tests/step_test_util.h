@@ -66,7 +66,7 @@ inline ShapeKey step_key(Phase phase, int batch, int seq, int len, int cache_row
 
 // A checkpoint's weights bound to a backend of type B (backends::Backend, or e.g. backends::PjrtBackend for
 // its counters), with its steps compiled on first use. exe() is for one thread at a time: tests that run
-// steps from several threads compile them first, or through a graph::CompileCache.
+// steps from several threads compile them first, or through a runtime::CompileCache.
 template <class B = backends::Backend>
 struct StepModel {
   const models::Architecture* arch = nullptr;

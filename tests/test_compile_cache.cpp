@@ -12,7 +12,7 @@
 #include "cli_util.h"
 #include "golden_util.h"
 #include "pjrt_test_util.h"
-#include "graph/compile_cache.h"
+#include "runtime/compile_cache.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 

@@ -17,7 +17,7 @@
 
 #include "backends/cpu/thread_pool.h"
 #include "golden_util.h"
-#include "graph/compile_cache.h"
+#include "runtime/compile_cache.h"
 #include "step_test_util.h"
 #include "tessera/error.h"
 
@@ -32,11 +32,11 @@ constexpr int kLen = 320;  // cache slots: long enough for the split decode atte
 // llama_gqa on the cpu backend, and a CompileCache of the executables every thread runs.
 struct Shared {
   StepModel<> m;
-  std::unique_ptr<graph::CompileCache> cache;
+  std::unique_ptr<runtime::CompileCache> cache;
 
   explicit Shared(bool bf16_kv)
       : m(golden::model_path("llama_gqa"), "llama_gqa", cpu_backend(bf16_kv)),
-        cache(std::make_unique<graph::CompileCache>(*m.be)) {}
+        cache(std::make_unique<runtime::CompileCache>(*m.be)) {}
   graph::Graph build(const ShapeKey& key) const { return m.graph(key); }
   const backends::Executable& exe(const ShapeKey& key) {
     return cache->get(key, [this](const ShapeKey& k) { return build(k); });
@@ -225,7 +225,7 @@ TEST(CompileCacheConcurrency, SameKeyFromManyThreadsCompilesOnce) {
       EXPECT_EQ(got[static_cast<size_t>(t)][static_cast<size_t>(i)], &s.cache->get(keys[(i + t) % 4], [&](const ShapeKey& kk) {
         return s.build(kk);
       }));
-  const graph::CompileStats st = s.cache->stats();
+  const runtime::CompileStats st = s.cache->stats();
   EXPECT_EQ(st.compiles, 4);
   EXPECT_EQ(st.keys.size(), 4u);
   EXPECT_EQ(st.hits, kThreads * kAsks - 4 + kThreads * kAsks);  // the checks above are hits too

@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "cli_env.h"
-#include "distributed/launch.h"
+#include "launch.h"
 #include "tessera/error.h"
 #include "test_env_util.h"
 

@@ -11,7 +11,10 @@
 //       io/json_util,io/io_util,common/*}.cpp   (gen.cpp: write dump_fixture(dir, f) to dump_file_name(f))
 // A deliberate change to what a model builds means regenerating them (the same way from the new code) and
 // saying why in the commit. Regenerated so: every in-step sampling graph gained its token_mask input
-// (constrained decoding on PJRT devices); nothing else changed.
+// (constrained decoding on PJRT devices); nothing else changed. Regenerated again when ShapeKey::row_mapped()
+// became "cache_rows > 0" (speculative steps give one cache row several step rows, so a step may name as
+// many step rows as the cache has rows and still be mapped): the key "decode, batch 4, cache_rows 4" gained
+// its cache_rows input; nothing else changed.
 #include <gtest/gtest.h>
 
 #include <fstream>

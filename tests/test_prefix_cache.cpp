@@ -17,7 +17,6 @@
 
 using namespace tessera;
 namespace golden = tessera::golden;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -61,20 +60,12 @@ std::vector<std::vector<float>> run(SlotBatch& batch, int slot, const std::vecto
   return out;
 }
 
-std::vector<std::string> golden_models() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(golden::model_path("")))
-    if (e.is_directory() && fs::exists(e.path() / "golden.json")) names.push_back(e.path().filename());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 }  // namespace
 
 // A hit from another slot's running prompt (copied) and from the slot's own row (in place) against the same
 // prompts computed with nothing cached: the same logits to the last bit, for every token.
 TEST(PrefixCache, AHitGivesTheLogitsOfAMissToTheLastBitOnEveryGoldenModel) {
-  for (const std::string& name : golden_models()) {
+  for (const std::string& name : golden::model_names()) {
     SCOPED_TRACE(name);
     CausalLM m = load(name);
     const int64_t vocab = m.info().vocab_size;

@@ -21,7 +21,6 @@
 
 using namespace tessera;
 namespace golden = tessera::golden;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -41,14 +40,6 @@ GenerationConfig greedy(int n, int lookup = 0) {
   g.max_new_tokens = n;
   g.prompt_lookup_num_tokens = lookup;
   return g;
-}
-
-std::vector<std::string> golden_models() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(golden::model_path("")))
-    if (e.is_directory() && fs::exists(e.path() / "golden.json")) names.push_back(e.path().filename());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 }  // namespace
@@ -101,7 +92,7 @@ TEST(DraftControl, GrowsOnWholeDraftsShrinksOnPartialOnesAndBacksOffOnMisses) {
 // Every golden model: greedy with prompt lookup gives Transformers' tokens (single prompts and the
 // left-padded batch) and plain decoding's, and drafts were proposed (tiny random models repeat themselves).
 TEST(Speculation, GreedyEqualsTransformersAndPlainDecodingOnEveryGoldenModel) {
-  const std::vector<std::string> models = golden_models();
+  const std::vector<std::string> models = golden::model_names();
   ASSERT_GE(models.size(), 10u);
   int64_t accepted = 0;
   for (const std::string& name : models) {

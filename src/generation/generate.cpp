@@ -89,7 +89,7 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
 
   const int32_t pad_id = cfg.effective_pad_token_id().value_or(0);
   const uint64_t seed = cfg.seed ? *cfg.seed : fresh_seed();
-  const graph::CompileStats before = m.compile_stats();
+  const runtime::CompileStats before = m.compile_stats();
   // The step samples where the backend does (only token ids come back), except when the cache grows (the
   // sampler state is not carried over) or ops run one by one.
   if (cfg.constraint && cfg.constraint->vocab_size() != vocab)

@@ -33,7 +33,7 @@ GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
   SlotBatch slots(model, batch, cache_len,
                   {.host_sampling = true, .decode_rows = SlotBatchOptions::DecodeRows::Running});
   const uint64_t seed = cfg.seed ? *cfg.seed : fresh_seed();
-  const graph::CompileStats before = m.compile_stats();
+  const runtime::CompileStats before = m.compile_stats();
 
   GenerateOutput out;
   out.sequences = input_ids;

@@ -734,7 +734,7 @@ int SlotBatch::warmup(int max_prompt) {
   runtime::ModelCore& m = *b.m;
   if (max_prompt < 0) fail("SlotBatch::warmup: max_prompt must be >= 0, got ", max_prompt);
   b.announce(Op::Warmup, 0, max_prompt);
-  const graph::CompileStats before = m.compile_stats();
+  const runtime::CompileStats before = m.compile_stats();
   auto build = [&m](const ShapeKey& k) { return m.build(k); };
   const bool mapped = b.n > 1;
   for (int bucket : m.buckets) {
@@ -751,7 +751,7 @@ int SlotBatch::warmup(int max_prompt) {
   for (int batch = b.running_rows_only ? 1 : b.n; batch <= b.n; ++batch)
     m.cache->get(b.decode_key(batch), build);
   m.cache->arm_guard();
-  const graph::CompileStats after = m.compile_stats();
+  const runtime::CompileStats after = m.compile_stats();
   return after.compiles + after.disk_hits - before.compiles - before.disk_hits;
 }
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <set>
 
-#include "graph/compile_cache.h"
+#include "runtime/compile_cache.h"
 #include "io/json_util.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -280,7 +280,7 @@ KernelPackage read_package(const std::string& dir) {
     }
     p.implementations.push_back(std::move(impl));
   }
-  p.hash = graph::content_hash(hashed).substr(0, 16);
+  p.hash = runtime::content_hash(hashed).substr(0, 16);
   return p;
 }
 

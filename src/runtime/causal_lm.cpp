@@ -33,7 +33,7 @@ int CausalLM::warmup(int batch, int max_new_tokens, bool do_sample, int max_prom
   if (batch < 1) fail("warmup: batch must be >= 1, got ", batch);
   if (max_new_tokens < 0) fail("warmup: max_new_tokens must be >= 0, got ", max_new_tokens);
   const graph::Sampling sampling = m.sampling_for(true, do_sample);
-  const graph::CompileStats before = m.compile_stats();
+  const runtime::CompileStats before = m.compile_stats();
   auto build = [&m](const ShapeKey& k) { return m.build(k); };
   for (int bucket : m.buckets) {
     if (max_prompt > 0 && bucket > m.bucket_for(max_prompt, false)) break;
@@ -55,7 +55,7 @@ int CausalLM::warmup(int batch, int max_new_tokens, bool do_sample, int max_prom
                    build);
   }
   m.cache->arm_guard();
-  const graph::CompileStats after = m.compile_stats();
+  const runtime::CompileStats after = m.compile_stats();
   return after.compiles + after.disk_hits - before.compiles - before.disk_hits;
 }
 

@@ -182,11 +182,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
         kernels::select_kernels(opt.kernels, impl->backend->kernel_target(), impl->build(ref), kernels_used));
     if (!set->empty()) impl->backend->use_kernels(std::move(set));
   }
-  graph::CompileCacheOptions cache_opt;
+  runtime::CompileCacheOptions cache_opt;
   cache_opt.disk_dir = opt.compile_cache_dir;
   cache_opt.max_recompiles = opt.max_recompiles;  // < 0: no limit
   cache_opt.verbose = opt.verbose_compiles;
-  impl->cache = std::make_unique<graph::CompileCache>(*impl->backend, cache_opt);
+  impl->cache = std::make_unique<runtime::CompileCache>(*impl->backend, cache_opt);
   impl->buckets = parse_buckets(opt.buckets, impl->caps.prefers_buckets,
                                 static_cast<int>(impl->config.max_position_embeddings));
   // The step samples by default where the backend can and logits would otherwise cross to the host every

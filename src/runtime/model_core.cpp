@@ -56,9 +56,9 @@ void ModelCore::generation_done() {
   if (!first_generate_done.exchange(true)) cache->arm_guard();
 }
 
-graph::CompileStats ModelCore::compile_stats() const { return cache->stats(); }
+runtime::CompileStats ModelCore::compile_stats() const { return cache->stats(); }
 
-CompileReport compile_report(const graph::CompileStats& before, const graph::CompileStats& after) {
+CompileReport compile_report(const runtime::CompileStats& before, const runtime::CompileStats& after) {
   CompileReport r;
   r.compiles = after.compiles - before.compiles;
   r.hits = after.hits - before.hits;

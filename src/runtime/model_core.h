@@ -12,7 +12,7 @@
 
 #include "backends/backend.h"
 #include "backends/communicator.h"
-#include "graph/compile_cache.h"
+#include "runtime/compile_cache.h"
 #include "graph/graph.h"
 #include "models/architecture.h"
 #include "tessera/generation.h"
@@ -25,7 +25,7 @@ struct ModelCore {
   const models::Architecture* arch = nullptr;
   std::unique_ptr<backends::Backend> backend;
   backends::Capabilities caps;
-  std::unique_ptr<graph::CompileCache> cache;
+  std::unique_ptr<runtime::CompileCache> cache;
   GenerationConfig gen_defaults;
   ModelInfo info;
   std::vector<int> buckets;       // ascending prefill lengths; empty = exact prompt length
@@ -57,11 +57,11 @@ struct ModelCore {
   // The recompile guard counts from the end of the first generation unless warmup() armed it already.
   void generation_done();
   // The compile counters now (a copy: other threads may be compiling).
-  graph::CompileStats compile_stats() const;
+  runtime::CompileStats compile_stats() const;
 };
 
 // CompileReport of what happened between two snapshots of the counters.
-CompileReport compile_report(const graph::CompileStats& before, const graph::CompileStats& after);
+CompileReport compile_report(const runtime::CompileStats& before, const runtime::CompileStats& after);
 
 }  // namespace tessera::runtime
 

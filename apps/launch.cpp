@@ -1,5 +1,5 @@
 // `tessera launch`: checks, per-rank environment, and the supervisor (see launch.h and ARCHITECTURE.md).
-#include "distributed/launch.h"
+#include "launch.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "graph/compile_cache.h"
+#include "runtime/compile_cache.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "tessera/error.h"
 #include "tessera/log.h"
 
-namespace tessera::graph {
+namespace tessera::runtime {
 
 namespace {
 
@@ -39,7 +39,8 @@ uint64_t mix_lane(const std::string& s) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ s.size();
   for (size_t i = 0; i < s.size(); i += 8) {
     uint64_t w = 0;
-    for (size_t j = 0; j < 8 && i + j < s.size(); ++j) w |= uint64_t{static_cast<unsigned char>(s[i + j])} << (8 * j);
+    for (size_t j = 0; j < 8 && i + j < s.size(); ++j)
+      w |= uint64_t{static_cast<unsigned char>(s[i + j])} << (8 * j);
     h ^= w;
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 31;
@@ -147,13 +148,16 @@ void CompileCache::check_guard(const ShapeKey& key) {
     auto d = key_distance(k, key);
     if (!nearest || d < best) nearest = &k, best = d;
   }
-  std::string changed = nearest ? "nearest compiled key " + nearest->str() + ", changed: " + nearest->diff(key)
-                                : "nothing compiled yet";
-  fail("unexpected recompile ", unexpected_, " after warm-up exceeds --max-recompiles / TESSERA_MAX_RECOMPILES = ",
-       options_.max_recompiles, ": new key ", key.str(), " (", changed, ")");
+  std::string changed = nearest
+                            ? "nearest compiled key " + nearest->str() + ", changed: " + nearest->diff(key)
+                            : "nothing compiled yet";
+  fail("unexpected recompile ", unexpected_,
+       " after warm-up exceeds --max-recompiles / TESSERA_MAX_RECOMPILES = ", options_.max_recompiles,
+       ": new key ", key.str(), " (", changed, ")");
 }
 
-backends::Executable& CompileCache::get(const ShapeKey& key, const std::function<Graph(const ShapeKey&)>& build) {
+backends::Executable& CompileCache::get(const ShapeKey& key,
+                                        const std::function<Graph(const ShapeKey&)>& build) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     auto it = cache_.find(key);
@@ -198,7 +202,8 @@ backends::Executable& CompileCache::get(const ShapeKey& key, const std::function
 }
 
 std::unique_ptr<backends::Executable> CompileCache::miss(const ShapeKey& key,
-                                                         const std::function<Graph(const ShapeKey&)>& build, Miss& m) {
+                                                         const std::function<Graph(const ShapeKey&)>& build,
+                                                         Miss& m) {
   auto t0 = clock_type::now();
   Graph g = build(key);
 
@@ -231,7 +236,8 @@ std::unique_ptr<backends::Executable> CompileCache::miss(const ShapeKey& key,
 }
 
 std::unique_ptr<backends::Executable> CompileCache::from_disk(const Graph& g, const std::string& path,
-                                                              const std::string& program_hash, std::string& why) {
+                                                              const std::string& program_hash,
+                                                              std::string& why) {
   std::string data;
   if (!read_file(path, data)) {
     // No entry for this compiler; one for another compiler means the plugin changed.
@@ -267,7 +273,9 @@ std::unique_ptr<backends::Executable> CompileCache::from_disk(const Graph& g, co
   unsigned long long size = 0;
   char sum[17] = {};
   if (std::sscanf(lines[4].c_str(), "bytes %llu fnv %16s", &size, sum) != 2) return corrupt("bad size line");
-  if (size != data.size() - pos) return corrupt("payload is " + std::to_string(data.size() - pos) + " bytes, header says " + std::to_string(size));
+  if (size != data.size() - pos)
+    return corrupt("payload is " + std::to_string(data.size() - pos) + " bytes, header says " +
+                   std::to_string(size));
   const std::string payload = data.substr(pos);
   if (hex64(fnv1a(payload, 0xcbf29ce484222325ull)) != sum) return corrupt("payload checksum mismatch");
   try {
@@ -312,4 +320,4 @@ bool CompileCache::to_disk(const Graph& g, const backends::Executable& exe, cons
   }
 }
 
-}  // namespace tessera::graph
+}  // namespace tessera::runtime

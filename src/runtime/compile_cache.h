@@ -24,13 +24,17 @@
 #include "backends/backend.h"
 #include "graph/graph.h"
 
-namespace tessera::graph {
+namespace tessera::runtime {
+
+using graph::Graph;
+using graph::ShapeKey;
+using graph::ShapeKeyHash;
 
 struct CompileStats {
-  int compiles = 0;     // programs the backend compiled
-  int hits = 0;         // in-memory hits
-  int disk_hits = 0;    // executables loaded from the on-disk cache instead of compiling
-  int disk_writes = 0;  // entries written to the on-disk cache
+  int compiles = 0;                  // programs the backend compiled
+  int hits = 0;                      // in-memory hits
+  int disk_hits = 0;                 // executables loaded from the on-disk cache instead of compiling
+  int disk_writes = 0;               // entries written to the on-disk cache
   double compile_seconds = 0;        // building + compiling, all compiles
   double first_compile_seconds = 0;  // the first compile of this cache
   double load_seconds = 0;           // loading disk entries
@@ -49,8 +53,8 @@ class CompileCache {
  public:
   explicit CompileCache(backends::Backend& backend, CompileCacheOptions options = {});
   // Returns the executable for `key`, loading it from disk or building and compiling the graph on a miss.
-  // The reference stays valid as long as the CompileCache (entries are never replaced or dropped). `build` runs
-  // on the calling thread, without the cache's lock held.
+  // The reference stays valid as long as the CompileCache (entries are never replaced or dropped). `build`
+  // runs on the calling thread, without the cache's lock held.
   backends::Executable& get(const ShapeKey& key, const std::function<Graph(const ShapeKey&)>& build);
   bool contains(const ShapeKey& key) const;  // compiled (or loaded) and ready
   CompileStats stats() const;                // a snapshot
@@ -64,14 +68,14 @@ class CompileCache {
  private:
   // What one miss did, folded into stats_ under the lock when it is done.
   struct Miss {
-    bool loaded = false;  // from the disk cache (else compiled)
+    bool loaded = false;   // from the disk cache (else compiled)
     bool written = false;  // a disk entry was written
     double seconds = 0;    // compile: build + compile; load: reading the entry
     std::string why;
   };
   void check_guard(const ShapeKey& key);  // mu_ held
-  std::unique_ptr<backends::Executable> miss(const ShapeKey& key, const std::function<Graph(const ShapeKey&)>& build,
-                                             Miss& m);
+  std::unique_ptr<backends::Executable> miss(const ShapeKey& key,
+                                             const std::function<Graph(const ShapeKey&)>& build, Miss& m);
   std::unique_ptr<backends::Executable> from_disk(const Graph& g, const std::string& path,
                                                   const std::string& program_hash, std::string& why);
   bool to_disk(const Graph& g, const backends::Executable& exe, const std::string& path,
@@ -80,7 +84,7 @@ class CompileCache {
 
   backends::Backend& backend_;
   const CompileCacheOptions options_;
-  mutable std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;             // guards everything below
   std::condition_variable compiled_;  // a key left compiling_
   std::unordered_map<ShapeKey, std::unique_ptr<backends::Executable>, ShapeKeyHash> cache_;
   std::unordered_set<ShapeKey, ShapeKeyHash> compiling_;  // keys some thread is compiling or loading now
@@ -92,4 +96,4 @@ class CompileCache {
 // 128-bit content hash as 32 hex digits (two independent 64-bit FNV-style lanes); not cryptographic.
 std::string content_hash(const std::string& bytes);
 
-}  // namespace tessera::graph
+}  // namespace tessera::runtime
