@@ -105,6 +105,24 @@ TEST(SmolLM2Constraint, JsonSchemaGreedyAndSampledOutputsValidateAndEndAsEos) {
   }
 }
 
+// Prompt lookup on a constrained row: the JSON copies names from the prompt, drafts are confirmed, and the
+// tokens are those of the constrained row decoded one token a step.
+TEST(SmolLM2Constraint, PromptLookupGivesTheSameConstrainedTokens) {
+  REQUIRE_CONSTRAINTS(path);
+  Fixture f(path);
+  const auto ids = f.chat("Alexandra Montgomery-Smith is 42 years old. Give her name and age as JSON.");
+  GenerationConfig g = f.model.generation_config();
+  g.max_new_tokens = 60;
+  g.constraint = f.vocab.compile(ConstraintKind::JsonSchema, kPerson);
+  const auto plain = f.model.generate({ids}, {}, g);
+  g.prompt_lookup_num_tokens = 6;
+  const auto spec = f.model.generate({ids}, {}, g);
+  EXPECT_EQ(spec.sequences, plain.sequences);
+  EXPECT_EQ(spec.finish_reasons, plain.finish_reasons);
+  expect_person(f.text(spec.sequences[0], ids.size()));
+  EXPECT_GT(spec.accepted_tokens, 0);
+}
+
 TEST(SmolLM2Constraint, RegexGrammarJsonObjectAndAShortBudget) {
   REQUIRE_CONSTRAINTS(path);
   Fixture f(path);

@@ -165,8 +165,8 @@ class SlotBatch {
   // Whether a slot whose config sets prompt_lookup_num_tokens speculates here: the decode steps run the
   // running slots only (DecodeRows::Running / Auto on the cpu backend), rows are sampled on the host, the
   // backend verifies drafts in one step (Capabilities::shared_cache_rows) and there is one process (no
-  // tensor parallelism over MPI). Elsewhere such a slot decodes one token per step. Constrained slots never
-  // speculate.
+  // tensor parallelism over MPI). Elsewhere such a slot decodes one token per step. A constrained slot's
+  // drafts are checked against its constraint's mask at each position, as its tokens are.
   bool speculates() const;
   SpeculationStats speculation() const;
   // Compiles (or loads from the disk cache) the prefill program of every prompt bucket up to `max_prompt`

@@ -15,7 +15,7 @@
 namespace tessera::generation {
 
 bool speculative_generate_applies(const runtime::ModelCore& m, const GenerationConfig& cfg) {
-  return cfg.prompt_lookup_num_tokens > 0 && !cfg.constraint && !cfg.disable_compile &&
+  return cfg.prompt_lookup_num_tokens > 0 && !cfg.disable_compile &&
          cfg.cache_implementation != "dynamic" && m.caps.shared_cache_rows && !m.device_sampling &&
          !(m.comm && m.comm->size() > 1);
 }

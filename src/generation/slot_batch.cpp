@@ -456,7 +456,7 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   fresh.prefill_len = static_cast<int>(padded);
   fresh.kv_begin = static_cast<int>(padded) - len;
   fresh.chunk = chunk;
-  if (cfg.prompt_lookup_num_tokens > 0 && can_speculate && !cfg.constraint) {
+  if (cfg.prompt_lookup_num_tokens > 0 && can_speculate) {
     fresh.draft = generation::DraftControl(cfg.prompt_lookup_num_tokens);
     fresh.ngram = cfg.max_matching_ngram_size > 0 ? cfg.max_matching_ngram_size : 2;
     fresh.seq = prompt;

@@ -273,7 +273,7 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
          ") and ", budget, " new tokens need ", std::max(len + budget, padded + budget - 1),
          " positions; this server's context is max_model_len ", options_.max_model_len);
   }
-  if (options_.speculative_tokens > 0 && !request.config.constraint) {
+  if (options_.speculative_tokens > 0) {
     request.config.prompt_lookup_num_tokens = options_.speculative_tokens;
     request.config.max_matching_ngram_size = options_.speculative_ngram_max;
   }

@@ -44,7 +44,7 @@ struct EngineOptions {
   // computing them. On by default where it applies (the cpu device).
   bool prefix_cache = true;
   int prefix_block = 256;
-  // Speculative decoding by prompt lookup for every request that is not constrained (vLLM's
+  // Speculative decoding by prompt lookup for every request (vLLM's
   // --speculative-config {"method": "ngram", ...}): up to this many draft tokens per step (0: off), n-grams
   // of at most speculative_ngram_max tokens (0: 2). GenerationConfig::prompt_lookup_num_tokens; where the
   // batch cannot verify drafts (SlotBatch::speculates) requests decode one token per step.
