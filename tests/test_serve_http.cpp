@@ -201,6 +201,33 @@ double metric(const std::string& body, const std::string& name) {
   return at == std::string::npos ? -1 : std::atof(body.c_str() + at + key.size());
 }
 
+// Prompt lookup and the prefix cache through the server: a chat that asks the model to copy a text, twice
+// with the same long system turn; the answers are those of `tessera generate` alone (no speculation, no
+// cache), the metrics count drafts confirmed and prompt tokens reused, and nothing is left running.
+TEST(Cli, ServeSpeculatesAndCachesPrefixesWithTheTextsOfGenerate) {
+  START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "512", "--prefix-cache-block", "16",
+                    "--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 5})"});
+  auto c = client(s.port);
+  const std::string text = "the red fox jumps over the lazy dog; the red fox jumps over the lazy dog again";
+  for (const std::string& ask : {"Repeat exactly: " + text, "Repeat exactly, twice: " + text}) {
+    const json want = generate_alone(ask, 40);
+    json body = {
+        {"messages", {{{"role", "user"}, {"content", ask}}}}, {"max_tokens", 40}, {"temperature", 0}};
+    auto r = c->Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], want["text"]) << ask;
+  }
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GT(metric(m->body, "spec_decode_num_draft_tokens_total"), 0) << m->body;
+  EXPECT_GT(metric(m->body, "spec_decode_num_accepted_tokens_total"), 0) << m->body;
+  EXPECT_GE(metric(m->body, "spec_decode_draft_acceptance_rate"), 0) << m->body;
+  EXPECT_GE(metric(m->body, "prefix_cache_hits_total"), 16) << m->body;  // the chat template's head at least
+  EXPECT_EQ(metric(m->body, "num_requests_running"), 0) << m->body;
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+}
+
 // A client that closes its socket while waiting for a non-streamed answer: nothing is being written to it,
 // yet its row is cancelled and the slot freed within a poll (here: seconds, where the 1500 tokens asked for
 // would take far longer), and /metrics counts it as a cancellation.
