@@ -30,8 +30,12 @@ GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
   int cache_len = 0;
   for (int32_t pad : p.pads) cache_len = std::max(cache_len, m.bucket_for(p.seq - pad, true) + p.max_new);
   cache_len = static_cast<int>(std::min<int64_t>(cache_len, m.config.max_position_embeddings));
+  // Whole prompts, as generate() prefills them (not the prefix cache's chunks: some families' last bits
+  // depend on how a prompt is split).
   SlotBatch slots(model, batch, cache_len,
-                  {.host_sampling = true, .decode_rows = SlotBatchOptions::DecodeRows::Running});
+                  {.host_sampling = true,
+                   .decode_rows = SlotBatchOptions::DecodeRows::Running,
+                   .prefix_cache = false});
   const uint64_t seed = cfg.seed ? *cfg.seed : fresh_seed();
   const runtime::CompileStats before = m.compile_stats();
 
