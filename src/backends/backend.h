@@ -87,8 +87,8 @@ struct Capabilities {
   // A row-mapped decode step (seq 1, host sampling) may give one cache row several step rows at distinct
   // slots (StepChecks::shared_rows): a sequence's next token and its draft tokens verified in one step, each
   // row computed exactly as a decode step of that row alone. The cpu backend (its kernels loop over step rows
-  // and write every row's keys before any row attends); not the StableHLO lowering, whose row-mapped cache
-  // update gathers and scatters whole rows.
+  // and write every row's keys before any row attends, and give a row the same bits in any company); not PJRT,
+  // whose dot gives a row other last bits beside other rows.
   bool shared_cache_rows = false;
   bool copies_cache_rows = false;  // copy_cache_row_prefix
 };
