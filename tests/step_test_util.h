@@ -12,20 +12,20 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "generation/sampling_params.h"
 #include "golden_util.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
+#include "sampling/sampling_params.h"
 
 namespace tessera::step_test {
 
 using backends::DeviceCache;
 using backends::Executable;
 using backends::StepInputs;
-using generation::SamplingParams;
 using graph::Phase;
 using graph::Sampling;
 using graph::ShapeKey;
+using sampling::SamplingParams;
 
 // A checkpoint's architecture and config, and its weights as float32.
 struct Checkpoint {

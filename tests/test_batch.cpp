@@ -191,7 +191,7 @@ GenerationConfig seeded(int n, uint64_t seed) {
 // other sampled and greedy requests have run a few steps, and through generate() as a one-prompt call: its
 // draws are keyed by its seed and its own token index, not by its slot or step row. (Keyed by the slot, as
 // before, slots 1 and 2 drew other numbers.) A generate() batch of two copies of the prompt with that seed
-// gives row 0 the same tokens and row 1 others (generation::row_seed).
+// gives row 0 the same tokens and row 1 others (sampling::row_seed).
 void expect_seeded_request_equal_in_any_slot(const std::string& device, bool host_sampling,
                                              SlotBatchOptions::DecodeRows rows) {
   const std::string what = device + (host_sampling ? " host sampling" : " in-step sampling");

@@ -1,5 +1,5 @@
 // Sampling inside the compiled step (graph::Op::Sample) against the host sampler, across backends:
-// the native cpu backend samples on the host (src/generation/sampler.cpp); xla-cpu samples inside the
+// the native cpu backend samples on the host (src/sampling/sampler.cpp); xla-cpu samples inside the
 // StableHLO program and returns only token ids. Same seed -> same tokens on both, for greedy and for
 // sampling with temperature, top-k, top-p, min-p and repetition penalty; Transformers' goldens for greedy and
 // repetition penalty hold on xla-cpu; a seeded sampled generation repeats exactly; a decode step moves only
@@ -10,11 +10,11 @@
 
 #include "backends/backend.h"
 #include "backends/pjrt/pjrt_info.h"
-#include "generation/sampler.h"
 #include "golden_util.h"
-#include "pjrt_test_util.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
+#include "pjrt_test_util.h"
+#include "sampling/sampler.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -44,19 +44,19 @@ GenerationConfig sampled(int n, uint64_t seed) {
 }
 
 TEST(CounterRng, DependsOnlyOnSeedAndStepAndHas24Bits) {
-  const double a = generation::counter_uniform(42, 3);
-  EXPECT_EQ(a, generation::counter_uniform(42, 3));
-  EXPECT_NE(a, generation::counter_uniform(42, 4));
-  EXPECT_NE(a, generation::counter_uniform(43, 3));
-  EXPECT_NE(a, generation::counter_uniform(42 + (uint64_t{1} << 32), 3)) << "the seed's high word counts";
+  const double a = sampling::counter_uniform(42, 3);
+  EXPECT_EQ(a, sampling::counter_uniform(42, 3));
+  EXPECT_NE(a, sampling::counter_uniform(42, 4));
+  EXPECT_NE(a, sampling::counter_uniform(43, 3));
+  EXPECT_NE(a, sampling::counter_uniform(42 + (uint64_t{1} << 32), 3)) << "the seed's high word counts";
   // generate()'s rows: row 0 keeps the seed, the others get seeds of their own.
-  EXPECT_EQ(generation::row_seed(42, 0), 42u);
-  EXPECT_NE(generation::row_seed(42, 1), 42u);
-  EXPECT_NE(generation::row_seed(42, 1), generation::row_seed(42, 2));
-  EXPECT_NE(generation::row_seed(42, 1), generation::row_seed(43, 1));
+  EXPECT_EQ(sampling::row_seed(42, 0), 42u);
+  EXPECT_NE(sampling::row_seed(42, 1), 42u);
+  EXPECT_NE(sampling::row_seed(42, 1), sampling::row_seed(42, 2));
+  EXPECT_NE(sampling::row_seed(42, 1), sampling::row_seed(43, 1));
   double sum = 0;
   for (uint32_t i = 0; i < 4096; ++i) {
-    const double u = generation::counter_uniform(7, i);
+    const double u = sampling::counter_uniform(7, i);
     ASSERT_GE(u, 0.0);
     ASSERT_LT(u, 1.0);
     EXPECT_EQ(u, static_cast<double>(static_cast<float>(u))) << "u must be exact in float32";
@@ -65,7 +65,8 @@ TEST(CounterRng, DependsOnlyOnSeedAndStepAndHas24Bits) {
   EXPECT_NEAR(sum / 4096, 0.5, 0.02);
 }
 
-// The cpu backend's Op::Sample (used when a graph samples in the step) equals the host path on the same logits.
+// The cpu backend's Op::Sample (used when a graph samples in the step) equals the host path on the same
+// logits.
 TEST(CpuSampleOp, EqualsHostSamplerOnTheSameLogits) {
   auto cj = golden::load_json(golden::model_path("llama_gqa/config.json"));
   const auto& arch = models::find_architecture(cj["architectures"][0].get<std::string>(), "llama_gqa");
@@ -89,11 +90,12 @@ TEST(CpuSampleOp, EqualsHostSamplerOnTheSameLogits) {
     cfg.top_p = 0.8f;
     cfg.min_p = 0.02f;
     cfg.repetition_penalty = 1.5f;
-    graph::ShapeKey key{.phase = graph::Phase::Prefill, .batch = batch, .seq = seq, .cache_len = len,
-                        .dtype = DType::F32};
+    graph::ShapeKey key{
+        .phase = graph::Phase::Prefill, .batch = batch, .seq = seq, .cache_len = len, .dtype = DType::F32};
     std::vector<float> logits;
     be->compile(arch.build_graph(config, key))
-        ->run(in, *be->create_cache(config.num_layers, batch, config.num_kv_heads, len, config.head_dim), logits);
+        ->run(in, *be->create_cache(config.num_layers, batch, config.num_kv_heads, len, config.head_dim),
+              logits);
     key.sampling = mode;
     graph::Graph g = arch.build_graph(config, key);
     graph::append_sampling(g, config.vocab_size);
@@ -118,14 +120,14 @@ TEST(CpuSampleOp, EqualsHostSamplerOnTheSameLogits) {
       float* row = logits.data() + b * config.vocab_size;
       std::vector<int32_t> seen(in.ids.begin() + b * seq + in.seen_from[static_cast<size_t>(b)],
                                 in.ids.begin() + (b + 1) * seq);
-      generation::apply_repetition_penalty(row, config.vocab_size, seen, cfg.repetition_penalty);
+      sampling::apply_repetition_penalty(row, config.vocab_size, seen, cfg.repetition_penalty);
       int32_t expect;
       if (mode == graph::Sampling::Greedy) {
-        expect = generation::argmax(row, config.vocab_size);
+        expect = sampling::argmax(row, config.vocab_size);
       } else {
-        generation::apply_warpers(row, config.vocab_size, cfg);
-        expect = generation::sample_from_logits(
-            row, config.vocab_size, generation::counter_uniform(static_cast<uint64_t>(seed + b), 0));
+        sampling::apply_warpers(row, config.vocab_size, cfg);
+        expect = sampling::sample_from_logits(row, config.vocab_size,
+                                              sampling::counter_uniform(static_cast<uint64_t>(seed + b), 0));
       }
       EXPECT_EQ(tokens[static_cast<size_t>(b)], expect) << graph::sampling_name(mode) << " row " << b;
     }
@@ -175,8 +177,9 @@ TEST(DeviceSampling, SameSeedGivesSameTokensOnCpuAndXlaCpu) {
     float temperature, top_p, min_p, penalty;
     int top_k;
   };
-  const Case cases[] = {{1.0f, 1.0f, 0.0f, 1.0f, 0},    {0.7f, 1.0f, 0.0f, 1.0f, 20}, {1.3f, 0.85f, 0.0f, 1.0f, 0},
-                        {1.0f, 1.0f, 0.1f, 1.0f, 0},    {0.9f, 0.9f, 0.05f, 1.4f, 50}, {1.5f, 0.95f, 0.0f, 0.8f, 0}};
+  const Case cases[] = {{1.0f, 1.0f, 0.0f, 1.0f, 0},   {0.7f, 1.0f, 0.0f, 1.0f, 20},
+                        {1.3f, 0.85f, 0.0f, 1.0f, 0},  {1.0f, 1.0f, 0.1f, 1.0f, 0},
+                        {0.9f, 0.9f, 0.05f, 1.4f, 50}, {1.5f, 0.95f, 0.0f, 0.8f, 0}};
   const std::vector<std::vector<int32_t>> prompt = {{3, 4, 5, 6, 7}, {0, 0, 8, 9, 10}};
   const std::vector<std::vector<int32_t>> mask = {{1, 1, 1, 1, 1}, {0, 0, 1, 1, 1}};
   int differing_rows = 0;
@@ -192,8 +195,9 @@ TEST(DeviceSampling, SameSeedGivesSameTokensOnCpuAndXlaCpu) {
       auto b = xla.generate(prompt, mask, g);
       EXPECT_FALSE(a.device_sampling);
       EXPECT_TRUE(b.device_sampling);
-      EXPECT_EQ(a.sequences, b.sequences) << "seed " << seed << " T " << c.temperature << " top_k " << c.top_k
-                                          << " top_p " << c.top_p << " min_p " << c.min_p << " penalty " << c.penalty;
+      EXPECT_EQ(a.sequences, b.sequences)
+          << "seed " << seed << " T " << c.temperature << " top_k " << c.top_k << " top_p " << c.top_p
+          << " min_p " << c.min_p << " penalty " << c.penalty;
       differing_rows += a.sequences[0] != a.sequences[1];
     }
   EXPECT_GT(differing_rows, 0);

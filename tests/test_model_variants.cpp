@@ -164,7 +164,7 @@ void check_non_finite_row_gives_minus_one(backends::Backend& be) {
     graph::append_sampling(g, config.vocab_size);
     in.sample_params.clear();
     // A Sample program samples the rows that ask for it (a Greedy one ignores it).
-    const generation::SamplingParams p{.seed = 3, .do_sample = true};
+    const sampling::SamplingParams p{.seed = 3, .do_sample = true};
     for (int b = 0; b < batch; ++b) p.append_encoded(0, in.sample_params);
     std::vector<int32_t> tokens;
     be.compile(g)->run_tokens(

@@ -142,7 +142,7 @@ TEST(PjrtRows, RowsJoiningARunningBatchEqualEachSequenceAlone) {
 // request with the same prompt reuses the row of an earlier one: its seen mask must start empty (a prefill
 // clears the row's mask), or the penalty would bend its tokens. The Greedy program ignores kDoSample: fed
 // the same parameters, every row decodes as penalty + argmax (compared with the Sample program's greedy
-// rows alone). The draw is keyed by the sequence's seed and token index only (generation::counter_uniform),
+// rows alone). The draw is keyed by the sequence's seed and token index only (sampling::counter_uniform),
 // so a sampled request's row in the step does not matter.
 class PjrtRowsSampling : public ::testing::TestWithParam<Sampling> {};
 

@@ -9,8 +9,8 @@
 #include <optional>
 
 #include "generation/rows.h"
-#include "generation/sampler.h"
-#include "generation/sampling_params.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
 

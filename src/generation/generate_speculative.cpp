@@ -7,17 +7,16 @@
 #include <chrono>
 
 #include "generation/generate.h"
-#include "generation/sampler.h"
-#include "generation/sampling_params.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
 #include "tessera/batch.h"
 #include "tessera/error.h"
 
 namespace tessera::generation {
 
 bool speculative_generate_applies(const runtime::ModelCore& m, const GenerationConfig& cfg) {
-  return cfg.prompt_lookup_num_tokens > 0 && !cfg.disable_compile &&
-         cfg.cache_implementation != "dynamic" && m.caps.shared_cache_rows && !m.device_sampling &&
-         !(m.comm && m.comm->size() > 1);
+  return cfg.prompt_lookup_num_tokens > 0 && !cfg.disable_compile && cfg.cache_implementation != "dynamic" &&
+         m.caps.shared_cache_rows && !m.device_sampling && !(m.comm && m.comm->size() > 1);
 }
 
 GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
@@ -32,11 +31,10 @@ GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
   cache_len = static_cast<int>(std::min<int64_t>(cache_len, m.config.max_position_embeddings));
   // Whole prompts, as generate() prefills them (not the prefix cache's chunks: some families' last bits
   // depend on how a prompt is split).
-  SlotBatch slots(model, batch, cache_len,
-                  {.host_sampling = true,
-                   .decode_rows = SlotBatchOptions::DecodeRows::Running,
-                   .prefix_cache = false});
-  const uint64_t seed = cfg.seed ? *cfg.seed : fresh_seed();
+  SlotBatch slots(
+      model, batch, cache_len,
+      {.host_sampling = true, .decode_rows = SlotBatchOptions::DecodeRows::Running, .prefix_cache = false});
+  const uint64_t seed = cfg.seed ? *cfg.seed : sampling::fresh_seed();
   const runtime::CompileStats before = m.compile_stats();
 
   GenerateOutput out;
@@ -46,7 +44,7 @@ GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
   const auto t0 = clock::now();
   for (int b = 0; b < batch; ++b) {
     GenerationConfig row = cfg;
-    row.seed = row_seed(seed, static_cast<uint32_t>(b));
+    row.seed = sampling::row_seed(seed, static_cast<uint32_t>(b));
     row.max_new_tokens = p.max_new;  // the padded prompt's budget, as generate() gives every row
     const std::vector<int32_t>& ids = input_ids[static_cast<size_t>(b)];
     slots.prefill(b, std::vector<int32_t>(ids.begin() + p.pads[static_cast<size_t>(b)], ids.end()), row,

@@ -5,7 +5,7 @@
 #include <span>
 #include <thread>
 
-#include "generation/sampler.h"
+#include "sampling/sampler.h"
 #include "graph/graph.h"
 #include "tessera/error.h"
 

@@ -9,10 +9,14 @@
 #include <vector>
 
 #include "generation/constraint_state.h"
-#include "generation/sampling_params.h"
+#include "sampling/sampling_params.h"
 #include "tessera/generation.h"
 
 namespace tessera::generation {
+
+// The sampler (src/sampling: the part of generation the cpu backend's in-step sampling runs too) is seen here
+// as generation's own.
+using namespace tessera::sampling;  // NOLINT(google-build-using-namespace)
 
 struct RowState {
   SamplingParams params;

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "generation/rows.h"
-#include "generation/sampling_params.h"
+#include "sampling/sampling_params.h"
 #include "generation/speculation.h"
 #include "runtime/model_core.h"
 #include "tessera/batch.h"

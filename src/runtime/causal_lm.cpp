@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "generation/generate.h"
-#include "generation/sampler.h"
 #include "runtime/model_core.h"
+#include "sampling/sampler.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -86,7 +86,7 @@ std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
   std::vector<float> logits;
   exe.run(in, *cache, logits);
   const int64_t vocab = m.config.vocab_size;
-  if (const int64_t i = generation::first_non_finite(logits.data(), static_cast<int64_t>(logits.size()));
+  if (const int64_t i = sampling::first_non_finite(logits.data(), static_cast<int64_t>(logits.size()));
       i >= 0)
     fail("forward: the model produced a non-finite logit (", logits[static_cast<size_t>(i)], ") at position ",
          i / vocab, ", vocabulary index ", i % vocab);
@@ -156,7 +156,7 @@ std::vector<float> CausalLM::forward(const std::vector<std::vector<int32_t>>& in
       float* at = logits.data() + (static_cast<int64_t>(b) * n + s) * vocab;
       if (s < begin[static_cast<size_t>(b)] || s >= end[static_cast<size_t>(b)]) {
         std::fill(at, at + vocab, 0.0f);
-      } else if (const int64_t i = generation::first_non_finite(at, vocab); i >= 0) {
+      } else if (const int64_t i = sampling::first_non_finite(at, vocab); i >= 0) {
         fail("forward: the model produced a non-finite logit (", at[i], ") in row ", b, " at position ", s,
              ", vocabulary index ", i);
       }

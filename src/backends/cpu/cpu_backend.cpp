@@ -20,9 +20,9 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/step_checks.h"
-#include "generation/sampler.h"
 #include "io/mapped_file.h"
 #include "kernels/package.h"
+#include "sampling/sampler.h"
 #include "tessera/error.h"
 
 namespace tessera::backends {
@@ -712,7 +712,7 @@ class CpuExecutable : public Executable {
     }
   }
 
-  // The host sampler (src/generation/sampler.cpp) on each row: penalty, then argmax or warpers + draw. The
+  // The host sampler (src/sampling/sampler.cpp) on each row: penalty, then argmax or warpers + draw. The
   // row's seen mask is that of its cache row (the step row in unmapped steps); its draw is keyed by its
   // parameters' seed and step only (as the host and the PJRT lowering), so a sequence draws the same numbers
   // whichever cache row it is in and whichever rows it shares a step with.
@@ -739,8 +739,8 @@ class CpuExecutable : public Executable {
         out[b] = -1;
         continue;
       }
-      generation::apply_repetition_penalty_mask(row.data(), vocab_, r.cache.seen.data() + cb * vocab_,
-                                                as_float(p[graph::kRepetitionPenalty]));
+      sampling::apply_repetition_penalty_mask(row.data(), vocab_, r.cache.seen.data() + cb * vocab_,
+                                              as_float(p[graph::kRepetitionPenalty]));
       if (mask) {  // constrained rows: disallowed tokens to -inf, as the host sampler does
         const int32_t* words = mask + b * graph::mask_words(vocab_);
         for (int64_t t = 0; t < vocab_; ++t)
@@ -748,7 +748,7 @@ class CpuExecutable : public Executable {
             row[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
       }
       if (g_.key.sampling == graph::Sampling::Greedy || p[graph::kDoSample] == 0) {
-        out[b] = generation::argmax(row.data(), vocab_);
+        out[b] = sampling::argmax(row.data(), vocab_);
         continue;
       }
       GenerationConfig cfg;
@@ -756,11 +756,11 @@ class CpuExecutable : public Executable {
       cfg.top_k = p[graph::kTopK];
       cfg.top_p = as_float(p[graph::kTopP]);
       cfg.min_p = as_float(p[graph::kMinP]);
-      generation::apply_warpers(row.data(), vocab_, cfg);
+      sampling::apply_warpers(row.data(), vocab_, cfg);
       const uint64_t seed =
           static_cast<uint32_t>(p[graph::kSeedLo]) | uint64_t{static_cast<uint32_t>(p[graph::kSeedHi])} << 32;
-      out[b] = generation::sample_from_logits(
-          row.data(), vocab_, generation::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep])));
+      out[b] = sampling::sample_from_logits(
+          row.data(), vocab_, sampling::counter_uniform(seed, static_cast<uint32_t>(p[graph::kStep])));
     }
   }
 

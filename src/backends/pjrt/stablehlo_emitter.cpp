@@ -951,7 +951,7 @@ class Lowering {
     return b_.mul(top24, b_.splat_f32(0x1.0p-24f, {B}));
   }
 
-  // The logits processors and the draw, with the semantics of src/generation/sampler.cpp:
+  // The logits processors and the draw, with the semantics of src/sampling/sampler.cpp:
   // repetition penalty over the seen mask; Greedy: first argmax. Sample: temperature, top-k (ties at the k-th
   // value survive), top-p (stable ascending sort, drop the prefix whose cumulative mass <= 1 - top_p, keep at
   // least one), min-p, softmax, inverse-CDF draw with u = counter_uniform(seed, step). A row whose

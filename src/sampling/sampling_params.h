@@ -9,7 +9,7 @@
 #include "graph/graph.h"
 #include "tessera/generation.h"
 
-namespace tessera::generation {
+namespace tessera::sampling {
 
 struct SamplingParams {
   float temperature = 1.0f;
@@ -37,4 +37,4 @@ struct SamplingParams {
 // A fresh 64-bit seed (std::random_device) for a call that gives none.
 uint64_t fresh_seed();
 
-}  // namespace tessera::generation
+}  // namespace tessera::sampling

@@ -9,10 +9,10 @@
 #include <span>
 #include <vector>
 
-#include "generation/sampling_params.h"
+#include "sampling/sampling_params.h"
 #include "tessera/generation.h"
 
-namespace tessera::generation {
+namespace tessera::sampling {
 
 // Transformers' RepetitionPenaltyLogitsProcessor over every id in `seen` (prompt and output; the caller
 // leaves out a row's left padding, as Transformers 5 does).
@@ -50,4 +50,4 @@ void apply_repetition_penalty_mask(float* logits, int64_t vocab, const float* se
 // Draws from softmax(logits) with the uniform `u`.
 int32_t sample_from_logits(const float* logits, int64_t vocab, double u);
 
-}  // namespace tessera::generation
+}  // namespace tessera::sampling

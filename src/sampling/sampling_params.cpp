@@ -1,9 +1,9 @@
-#include "generation/sampling_params.h"
+#include "sampling/sampling_params.h"
 
 #include <bit>
 #include <random>
 
-namespace tessera::generation {
+namespace tessera::sampling {
 
 SamplingParams SamplingParams::from_config(const GenerationConfig& cfg, uint64_t seed) {
   SamplingParams p;
@@ -53,4 +53,4 @@ uint64_t fresh_seed() {
   return rd() ^ (uint64_t{rd()} << 32);
 }
 
-}  // namespace tessera::generation
+}  // namespace tessera::sampling

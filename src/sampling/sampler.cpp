@@ -1,11 +1,11 @@
-#include "generation/sampler.h"
+#include "sampling/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-namespace tessera::generation {
+namespace tessera::sampling {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -151,4 +151,4 @@ int32_t sample_from_logits(const float* logits, int64_t vocab, double u) {
   return last_nonzero;  // rounding left u just above the total
 }
 
-}  // namespace tessera::generation
+}  // namespace tessera::sampling
