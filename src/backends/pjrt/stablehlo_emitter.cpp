@@ -927,7 +927,7 @@ class Lowering {
     return b_.reduce(b_.select(at, x, b_.splat_f32(none, {B, V})), {1}, "maximum", none);
   }
 
-  // The counter-based uniform of generation::counter_uniform: lowbias32 rounds over (a constant, step, seed
+  // The counter-based uniform of sampling::counter_uniform: lowbias32 rounds over (a constant, step, seed
   // lo, seed hi). The row is not in the key: a sequence draws by its own seed and token index (kStep)
   // whatever step row or cache row it occupies.
   Val uniform(const Val& p) {
