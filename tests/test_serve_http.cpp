@@ -354,10 +354,11 @@ TEST(Cli, ChatServerPrintsTheServersAnswersToTheConversation) {
 // concurrent greedy chat requests (two streamed, two whole) each equal one process's `tessera generate`
 // alone; SIGTERM to the launcher drains rank 0, stops rank 1 and the job exits 0. SmolLM2's 3 KV heads do not
 // divide 2, so --tp-plan auto replicates attention and splits the MLP and LM head; float32 on both sides.
+// The prefix cache (chunks of 16) serves the chat template's shared head to the later requests on both ranks.
 TEST(Cli, ServeUnderLaunchWithTensorParallelismEqualsGenerateAlone) {
   START_OR_FAIL(s,
                 {"--tp-size", "2", "--tp-plan", "auto", "--dtype", "float32", "--max-num-seqs", "4",
-                 "--max-model-len", "256"},
+                 "--max-model-len", "256", "--prefix-cache-block", "16"},
                 2);
   const std::vector<std::string> prompts = {"What is the capital of France?", "Name three colours.",
                                             "Say hello in Spanish.", "What is 2 + 2?"};
@@ -387,6 +388,7 @@ TEST(Cli, ServeUnderLaunchWithTensorParallelismEqualsGenerateAlone) {
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("tessera:num_requests_running{model_name=\"smollm2\"} 0"), std::string::npos)
       << m->body;
+  EXPECT_GE(metric(m->body, "prefix_cache_hits_total"), 16) << m->body;
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
   EXPECT_NE(s.proc->err().find("tessera serve: stopped"), std::string::npos) << s.proc->err();
 }

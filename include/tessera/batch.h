@@ -57,8 +57,9 @@ struct SlotBatchOptions {
   // So a hit gives bit for bit the logits a miss gives: the chunks it skips are those a miss computes, with
   // the same inputs. Keys and values computed by decode steps are never taken (other kernels: they would
   // differ in the last bits). Applies where the rows are sampled on the host, prompts run at their exact
-  // length (not padded to buckets), the backend copies cache rows (Capabilities::copies_cache_rows) and there
-  // is one process: the native cpu backend; prefix_reuse, when set, takes precedence. See choose_slot().
+  // length (not padded to buckets) and the backend copies cache rows (Capabilities::copies_cache_rows): the
+  // native cpu backend, tensor-parallel over MPI too; prefix_reuse, when set, takes precedence. See
+  // choose_slot().
   bool prefix_cache = true;
   int prefix_block = 256;
   // Tensor parallelism over MPI driven by one caller (a server): rank 0's batch sends each operation

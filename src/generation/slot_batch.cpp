@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "generation/rows.h"
-#include "sampling/sampling_params.h"
 #include "generation/speculation.h"
 #include "runtime/model_core.h"
+#include "sampling/sampling_params.h"
 #include "tessera/batch.h"
 #include "tessera/error.h"
 
@@ -370,8 +370,10 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.running_rows_only = options.decode_rows == Rows::Running ||
                         (options.decode_rows == Rows::Auto && !b.m->caps.prefers_buckets);
   b.sampling = b.on_device ? graph::Sampling::Sample : graph::Sampling::Off;
+  // Under MPI tensor parallelism every rank's batch makes the same lookups (the same operations in the same
+  // order: lead_followers replays them) and copies its own shard of the rows.
   b.caching = options.prefix_cache && !options.prefix_reuse && !b.on_device && !b.m->caps.prefers_buckets &&
-              b.m->caps.copies_cache_rows && !(b.m->comm && b.m->comm->size() > 1);
+              b.m->caps.copies_cache_rows;
   if (options.prefix_cache && options.prefix_block < 1)
     fail("SlotBatch: prefix_block must be >= 1, got ", options.prefix_block);
   b.chunks.resize(static_cast<size_t>(slots));
