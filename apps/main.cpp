@@ -333,7 +333,8 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
                   "(cpu device; 0 = off, the default)")
       ->check(CLI::Range(0, kMaxDraftTokens));
   cmd->add_option("--max-matching-ngram-size", f.g.max_matching_ngram_size,
-                  "Prompt lookup: the longest n-gram matched (default 2)")
+                  "Prompt lookup: accepted as Transformers' setting, range-checked, but it does not change "
+                  "the drafts (the longest agreeing context, up to 64 tokens, is always used)")
       ->check(CLI::Range(1, kMaxDraftTokens));
   cli::add_compile_flags(cmd, f.compile);
   cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");

@@ -624,8 +624,9 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
   cmd->add_option_function<std::string>(
       "--speculative-config", [&s](const std::string& v) { parse_speculative_config(v, s.engine); },
       "Speculative decoding, as vLLM's flag: JSON {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
-      "\"prompt_lookup_max\": N} (prompt lookup: up to K draft tokens a step, from where the text's last "
-      "n-gram of at most N tokens, default 2, occurred before; the same tokens as without it; cpu device)");
+      "\"prompt_lookup_max\": N} (prompt lookup: up to K draft tokens a step, from the earlier place whose "
+      "preceding tokens agree longest with the text's end; N is accepted but does not change the drafts; the "
+      "same tokens as without it; cpu device)");
   cmd->add_flag(
       "--host-sampling", s.engine.host_sampling,
       "Sample tokens on the host from the logits where the device would sample inside the compiled "

@@ -8,11 +8,12 @@
 
 namespace tessera::generation {
 
-// Up to `k` tokens that followed an earlier occurrence of the sequence's last n tokens, for the longest n in
-// [1, max_ngram] that occurs earlier (the suffix itself excluded); of several occurrences, the one whose
-// preceding tokens agree longest with the sequence's (up to 64 compared), the latest on ties; no more tokens
-// than that agreement is long. Empty when none occurs. `seq` is the whole sequence so far (prompt, then
-// output).
+// Up to `k` tokens that followed the earlier place whose preceding tokens agree longest with the sequence's
+// end (up to 64 compared; the suffix itself excluded), the latest on ties; no more tokens than that
+// agreement is long. Empty when not even the last token occurred before. `seq` is the whole sequence so far
+// (prompt, then output). This is what matching the longest n-gram first and telling its occurrences apart by
+// their context gives for any n, so `max_ngram` (Transformers' max_matching_ngram_size, default 2) does not
+// change the draft: it is accepted, range-checked and otherwise unused.
 std::vector<int32_t> ngram_draft(const std::vector<int32_t>& seq, int max_ngram, int k);
 
 // How far one row drafts, from how its drafts fared: the length grows by one after a draft accepted whole
