@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -136,8 +137,22 @@ std::string metrics_text(Server& s) {
   gauge("num_requests_running", "Requests in decode slots.", st.running);
   if (s.http) gauge("http_connections_open", "Open client connections.", s.http->open_connections());
   gauge("num_requests_waiting", "Requests waiting for a slot.", st.waiting);
-  gauge("kv_cache_usage_perc", "Fraction of KV cache slots in use (1 = all).",
-        st.slots ? static_cast<double>(st.running) / st.slots : 0.0);
+  if (st.kv.paged) {
+    gauge("kv_cache_usage_perc", "Fraction of the KV block pool held by requests (1 = all).",
+          st.kv.total_blocks
+              ? static_cast<double>(st.kv.used_blocks) / static_cast<double>(st.kv.total_blocks)
+              : 0.0);
+    gauge("kv_cache_cached_blocks", "KV blocks held by finished requests' prompts for prefix caching.",
+          static_cast<double>(st.kv.cached_blocks));
+    gauge("kv_cache_total_blocks", "KV blocks in the pool.", static_cast<double>(st.kv.total_blocks));
+    gauge("num_requests_preempted", "Requests preempted now, waiting for KV blocks to resume.",
+          st.kv.preempted);
+  } else {
+    gauge("kv_cache_usage_perc", "Fraction of KV cache slots in use (1 = all).",
+          st.slots ? static_cast<double>(st.running) / st.slots : 0.0);
+  }
+  counter("num_preemptions_total", "Requests preempted (KV blocks taken back; resumed by recompute).",
+          static_cast<double>(st.kv.preemptions));
   counter("prompt_tokens_total", "Prompt tokens prefilled.", static_cast<double>(st.prompt_tokens));
   counter("generation_tokens_total", "Tokens generated.", static_cast<double>(st.generation_tokens));
   counter("prefix_cache_queries_total", "Prompt tokens looked up in the slots' kept caches.",
@@ -574,6 +589,37 @@ void parse_speculative_config(const std::string& text, serve::EngineOptions& e) 
     bad("prompt_lookup_min must be 1 (the lookup tries every n-gram from prompt_lookup_max down to 1), got " +
         std::to_string(min_ngram));
 }
+
+// A size in bytes: digits with an optional K/M/G/T (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024).
+int64_t parse_byte_size(const std::string& flag, const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  const std::string digits = text.substr(0, i), unit = text.substr(i);
+  static const std::pair<const char*, int64_t> units[] = {{"", 1},
+                                                          {"B", 1},
+                                                          {"K", 1000},
+                                                          {"KB", 1000},
+                                                          {"M", 1000000},
+                                                          {"MB", 1000000},
+                                                          {"G", 1000000000},
+                                                          {"GB", 1000000000},
+                                                          {"T", 1000000000000},
+                                                          {"TB", 1000000000000},
+                                                          {"KiB", 1 << 10},
+                                                          {"MiB", 1 << 20},
+                                                          {"GiB", int64_t{1} << 30},
+                                                          {"TiB", int64_t{1} << 40}};
+  int64_t scale = 0;
+  for (const auto& [name, mult] : units)
+    if (unit == name) scale = mult;
+  if (digits.empty() || digits.size() > 15 || scale == 0)
+    throw CLI::ValidationError(
+        flag, "must be a size such as 3GiB, 512MiB, 2G or 1000000 (bytes), got '" + text + "'");
+  const int64_t n = std::stoll(digits);
+  if (n == 0 || n > (int64_t{1} << 50) / scale)
+    throw CLI::ValidationError(flag, "must be more than 0 and at most 1 PiB, got '" + text + "'");
+  return n * scale;
+}
 }  // namespace
 
 void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
@@ -621,6 +667,14 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
                   "(default 256; smaller: finer reuse, but each chunk re-packs the weights: 128 costs a "
                   "2000-token prompt ~20% more time than one piece, 256 ~5%)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option_function<std::string>(
+         "--kv-cache-memory",
+         [&s](const std::string& v) { s.engine.kv_cache_memory = parse_byte_size("--kv-cache-memory", v); },
+         "Bytes the KV cache may take, all requests together (e.g. 3GiB, 512MiB, 2G, 1000000; cpu device): "
+         "memory is taken in blocks as sequences grow and given back as they end; beyond it requests wait "
+         "and running ones are preempted, then resumed with the same tokens (default: every slot may fill "
+         "--max-model-len)")
+      ->type_name("SIZE");
   cmd->add_option_function<std::string>(
       "--speculative-config", [&s](const std::string& v) { parse_speculative_config(v, s.engine); },
       "Speculative decoding, as vLLM's flag: JSON {\"method\": \"ngram\", \"num_speculative_tokens\": K, "

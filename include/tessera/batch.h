@@ -62,6 +62,18 @@ struct SlotBatchOptions {
   // choose_slot().
   bool prefix_cache = true;
   int prefix_block = 256;
+  // Paged KV memory, where the backend pages its caches (Backend::cache_paging: the native cpu backend) and
+  // the decode steps run the running slots only, sampled on the host, without prefix_reuse: a row's memory
+  // is taken in blocks of kv_cache().block_tokens slots as they are written and given back when its slot is
+  // released (beyond the whole prefix chunks it keeps for prefix_cache), so `slots` rows of `cache_len`
+  // cost what their sequences hold. kv_cache_bytes > 0 caps the memory of every row together (a pool of
+  // kv_cache_bytes / kv_cache().block_bytes blocks): rows cached for prefix_cache are evicted (least
+  // recently used first) when a sequence needs blocks, then running sequences are preempted (the latest
+  // started first: their blocks given back) and resume when blocks are free, recomputed exactly (the prompt
+  // in the chunks it first ran in, the new tokens as the decode steps computed them), so their tokens are
+  // those they would have had unpreempted. 0: no cap (every row may fill its cache_len). Not with tensor
+  // parallelism over MPI.
+  int64_t kv_cache_bytes = 0;
   // Tensor parallelism over MPI driven by one caller (a server): rank 0's batch sends each operation
   // (prefill, prefill_chunked, step, release, warmup) with its inputs to the other ranks, whose batches (made
   // with the same slots, cache_len and options) replay it in follow(). Unset, every rank must call the same
@@ -83,10 +95,24 @@ struct SpeculationStats {
   int64_t drafts = 0, draft_tokens = 0, accepted_tokens = 0;
 };
 
+// Paged KV memory (SlotBatchOptions::kv_cache_bytes). Blocks are block_tokens cache slots of every layer's
+// keys and values (block_bytes bytes).
+struct KvCacheStats {
+  bool paged = false;  // memory follows what the rows hold (else every row's cache_len is allocated)
+  int block_tokens = 0;
+  int64_t block_bytes = 0;
+  int64_t total_blocks = 0;   // the pool (kv_cache_bytes, or every row's cache_len)
+  int64_t used_blocks = 0;    // held by busy slots
+  int64_t cached_blocks = 0;  // held by free slots' rows for prefix caching (evicted first when needed)
+  int64_t preemptions = 0;    // sequences preempted so far
+  int preempted = 0;          // sequences preempted now (waiting for blocks to resume)
+};
+
 // What a slot holds.
 struct SlotState {
   bool busy = false;        // holds a sequence (running or finished) until release()
   bool running = false;     // step() produces its next token (or, prefilling, runs its next prompt chunk)
+  bool preempted = false;   // running, but its blocks were taken: it resumes (recomputed) when they are free
   bool prefilling = false;  // prefill_chunked: chunks of its prompt are still to run
   FinishReason finish = FinishReason::None;
   int prompt_tokens = 0;  // the prompt's length
@@ -170,6 +196,13 @@ class SlotBatch {
   // drafts are checked against its constraint's mask at each position, as its tokens are.
   bool speculates() const;
   SpeculationStats speculation() const;
+  KvCacheStats kv_cache() const;
+  // Whether a sequence whose prompt runs as `prefill_len` cache slots may start now without preempting one:
+  // no preempted sequence waits to resume, and its blocks (with one block of growth for each running
+  // sequence) are free or held by rows cached for prefix_cache. Always true without a kv_cache_bytes cap.
+  bool admissible(int prefill_len) const;
+  // The blocks `slots` cache slots of one row take (0 where the memory is not paged).
+  int64_t blocks_for(int64_t slots) const;
   // Compiles (or loads from the disk cache) the prefill program of every prompt bucket up to `max_prompt`
   // (0: every bucket that fits cache_len) and the decode program (with DecodeRows::Running, one per count of
   // running slots), then arms the model's recompile guard.

@@ -87,10 +87,19 @@ struct Capabilities {
   // A row-mapped decode step (seq 1, host sampling) may give one cache row several step rows at distinct
   // slots (StepChecks::shared_rows): a sequence's next token and its draft tokens verified in one step, each
   // row computed exactly as a decode step of that row alone. The cpu backend (its kernels loop over step rows
-  // and write every row's keys before any row attends, and give a row the same bits in any company); not PJRT,
-  // whose dot gives a row other last bits beside other rows.
+  // and write every row's keys before any row attends, and give a row the same bits in any company); not
+  // PJRT, whose dot gives a row other last bits beside other rows.
   bool shared_cache_rows = false;
   bool copies_cache_rows = false;  // copy_cache_row_prefix
+};
+
+// Paged cache memory (Backend::cache_paging): the memory behind a cache row's slots is taken as the slots are
+// first written, in blocks of `block_tokens` slots, and given back by Backend::release_cache_slots, so a
+// cache of many long rows costs what its rows hold, not rows x cache_len. block_bytes: one block of one
+// layer's keys (or values) of one kv head. block_tokens 0: the backend allocates whole caches up front.
+struct CachePaging {
+  int block_tokens = 0;
+  int64_t block_bytes = 0;
 };
 
 class Backend {
@@ -126,6 +135,18 @@ class Backend {
   virtual void copy_cache_row_prefix(DeviceCache& cache, int from_row, int to_row, int count) {
     (void)cache, (void)from_row, (void)to_row, (void)count;
     fail("backend ", name(), ": copying cache rows is not supported");
+  }
+  // Paged cache memory for caches of heads of `head_dim` values (above); {} where caches are allocated whole.
+  virtual CachePaging cache_paging(int64_t head_dim) const {
+    (void)head_dim;
+    return {};
+  }
+  // Gives back the memory of slots [from, cache_len) of cache row `row`, every layer's keys and values; those
+  // slots then read as zeros until written again. Backends whose cache_paging() has block_tokens > 0; `from`
+  // a multiple of it.
+  virtual void release_cache_slots(DeviceCache& cache, int row, int from) {
+    (void)cache, (void)row, (void)from;
+    fail("backend ", name(), ": cache memory is not paged");
   }
   // Bytes between host and device since the backend was made (zero where capabilities().counts_transfers is
   // false: the native backend works in host memory).

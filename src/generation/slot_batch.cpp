@@ -3,6 +3,7 @@
 // generation::RowState (rows.h), shared with generate().
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@ using graph::Phase;
 using graph::ShapeKey;
 
 constexpr int kMaxSlots = 4096;
+constexpr int kReplayRows = 32;  // a resumed sequence's new tokens recomputed this many per decode program
 
 struct Slot {
   bool busy = false;
@@ -53,6 +55,11 @@ struct Slot {
   std::vector<int32_t> seq;
   generation::DraftControl draft;
   int ngram = 0;
+  // Paged KV memory with a cap (SlotBatchOptions::kv_cache_bytes): when it started (the latest started is
+  // preempted first), whether it is preempted now, and its padded prompt once run (what a resume recomputes).
+  uint64_t started = 0;
+  bool preempted = false;
+  std::vector<int32_t> recompute;
   bool prefilling() const { return !padded.empty(); }
   // The next step writes `last` at cache position prefill_len + produced - 1, position prompt + produced - 1.
   int next_slot() const { return prefill_len + row.produced - 1; }
@@ -218,6 +225,88 @@ struct SlotBatch::Impl {
   }
   int64_t reused = 0;
   int steps = 0;
+
+  // Paged KV memory (SlotBatchOptions::kv_cache_bytes): `held` blocks per cache row, `pool` in all (capped:
+  // fewer than every row's cache_len, so sequences may be preempted).
+  bool paging = false, capped = false;
+  backends::CachePaging page;  // one layer's keys of one kv head
+  int64_t block_bytes = 0;     // every layer's keys and values
+  int64_t pool = 0, preemptions = 0;
+  uint64_t starts = 0;
+  std::vector<int64_t> held;
+  int64_t blocks(int64_t slots) const {
+    return paging ? (slots + page.block_tokens - 1) / page.block_tokens : 0;
+  }
+  int64_t used_blocks() const { return std::accumulate(held.begin(), held.end(), int64_t{0}); }
+  int64_t free_blocks() const { return pool - used_blocks(); }
+  int64_t cached_blocks() const {
+    int64_t c = 0;
+    for (int r = 0; r < n; ++r) c += slots[static_cast<size_t>(r)].busy ? 0 : held[static_cast<size_t>(r)];
+    return c;
+  }
+  // Row `row`'s slots [0, written) hold what was written there.
+  void grow(int row, int64_t written) {
+    if (paging) held[static_cast<size_t>(row)] = std::max(held[static_cast<size_t>(row)], blocks(written));
+  }
+  // Gives back the memory of row `row` past the whole blocks that hold its first `keep` slots.
+  void shrink(int row, int64_t keep) {
+    if (!paging) return;
+    int64_t& h = held[static_cast<size_t>(row)];
+    const int64_t kb = blocks(keep);
+    if (h <= kb) return;
+    m->backend->release_cache_slots(*cache, row,
+                                    static_cast<int>(std::min<int64_t>(cache_len, kb * page.block_tokens)));
+    h = kb;
+  }
+  // Evicts free rows' cached prefixes (least recently used first; never rows `keep_a`, `keep_b`) until `need`
+  // blocks are free. Whether they are.
+  bool make_room(int64_t need, int keep_a = -1, int keep_b = -1) {
+    while (free_blocks() < need) {
+      int victim = -1;
+      for (int r = 0; r < n; ++r) {
+        if (slots[static_cast<size_t>(r)].busy || held[static_cast<size_t>(r)] == 0 || r == keep_a ||
+            r == keep_b)
+          continue;
+        if (victim < 0 || chunks[static_cast<size_t>(r)].used < chunks[static_cast<size_t>(victim)].used)
+          victim = r;
+      }
+      if (victim < 0) return false;
+      chunks[static_cast<size_t>(victim)].tokens.clear();
+      shrink(victim, 0);
+    }
+    return true;
+  }
+  // Running sequences that are not preempted.
+  int active_count() const {
+    int c = 0;
+    for (const Slot& s : slots) c += s.busy && s.row.running() && !s.preempted;
+    return c;
+  }
+  // Cache slots a running sequence's next operation writes up to: its next prompt chunk, or its next token.
+  static int64_t next_extent(const Slot& s) {
+    return s.prefilling() ? std::min(s.prefill_len, (s.chunks_done + 1) * s.chunk) : s.next_slot() + 1;
+  }
+  int64_t step_need(int r) const {
+    const Slot& s = slots[static_cast<size_t>(r)];
+    return std::max<int64_t>(0, blocks(next_extent(s)) - held[static_cast<size_t>(r)]);
+  }
+  void preempt(int r) {
+    Slot& s = slots[static_cast<size_t>(r)];
+    s.preempted = true;
+    if (s.prefilling()) s.chunks_done = 0;
+    chunks[static_cast<size_t>(r)].tokens.clear();
+    shrink(r, 0);
+    ++preemptions;
+  }
+  void resume(int r);
+  // Before a step (capped pools): resumes preempted sequences whose blocks are free (the earliest started
+  // first, and none past one that waits), then frees the blocks this step writes: cached prefixes first,
+  // then preempting the latest started sequences.
+  void plan_memory();
+  // The prompt runs of `s` into cache row `slot` (a prefill, or a resume recomputing it): as prefill() runs
+  // them, with the blocks they take made free first.
+  void compute_prompt(Slot& s, int slot, int reuse_tokens, int reuse_from);
+
   bool leading = false;  // rank 0 of an MPI group with lead_followers: operations are announced
   bool followers_stopped = false;
   // Rank 0 (leading): sends the followers the operation about to run.
@@ -326,12 +415,19 @@ struct SlotBatch::Impl {
   }
   // A decoding slot's draft tokens for this step (none when it does not speculate, is paused, or has no
   // budget for more than its next token).
-  std::vector<int32_t> draft(Slot& s) {
+  std::vector<int32_t> draft(Slot& s, int r) {
     if (!s.draft.enabled()) return {};
-    const int room = s.row.budget - s.row.produced - 1;  // a step gives at most drafts + 1 tokens
+    int room = s.row.budget - s.row.produced - 1;  // a step gives at most drafts + 1 tokens
+    const int64_t next = s.next_slot() + 1;        // slots its next token fills
+    if (capped)                                    // drafts only in blocks it holds or that are free
+      room = static_cast<int>(
+          std::min<int64_t>(room, (held[static_cast<size_t>(r)] + free_blocks()) * page.block_tokens - next));
     if (room <= 0) return {};
     const int want = std::min(s.draft.length(), room);
-    return want > 0 ? generation::ngram_draft(s.seq, s.ngram, want) : std::vector<int32_t>{};
+    if (want <= 0) return {};
+    std::vector<int32_t> d = generation::ngram_draft(s.seq, s.ngram, want);
+    grow(r, next + static_cast<int64_t>(d.size()));
+    return d;
   }
   // Takes the slot's new token (callback, constraint, stop rules) and records it.
   void take(Slot& s, int slot, int32_t tok, std::vector<SlotToken>* out) {
@@ -382,6 +478,31 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.slots.resize(static_cast<size_t>(slots));
   b.kept.resize(static_cast<size_t>(slots));
   b.cache = b.m->make_cache(slots, cache_len);
+  b.page = b.m->backend->cache_paging(b.m->config.head_dim);
+  b.paging = b.page.block_tokens > 0 && b.running_rows_only && !b.on_device && !options.prefix_reuse;
+  b.held.assign(static_cast<size_t>(slots), 0);
+  if (b.paging) {
+    b.block_bytes = b.page.block_bytes * 2 * b.m->config.num_layers * b.m->config.local_kv_heads();
+    b.pool = static_cast<int64_t>(slots) * b.blocks(cache_len);
+  }
+  if (options.kv_cache_bytes < 0)
+    fail("SlotBatch: kv_cache_bytes must be >= 0, got ", options.kv_cache_bytes);
+  if (options.kv_cache_bytes > 0) {
+    if (!b.paging || !b.m->caps.shared_cache_rows)
+      fail(
+          "SlotBatch: kv_cache_bytes needs paged KV memory: the native cpu backend, decode steps of the "
+          "running slots only (DecodeRows::Running or Auto), sampling on the host and no prefix_reuse");
+    if (b.m->comm && b.m->comm->size() > 1)
+      fail("SlotBatch: kv_cache_bytes is not supported with tensor parallelism over MPI yet");
+    const int64_t blocks = options.kv_cache_bytes / b.block_bytes;
+    if (blocks < 1)
+      fail("SlotBatch: kv_cache_bytes ", options.kv_cache_bytes, " is less than one KV block (",
+           b.block_bytes, " bytes: ", b.page.block_tokens, " cache slots of every layer's keys and values)");
+    if (blocks < b.pool) {
+      b.pool = blocks;
+      b.capped = true;
+    }
+  }
   b.leading = options.lead_followers && b.m->comm && b.m->comm->size() > 1 && b.m->comm->rank() == 0;
 }
 
@@ -440,6 +561,10 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
          chunk > 0 ? "in chunks of " : "prefill bucket ", chunk > 0 ? chunk : padded,
          chunk > 0 ? detail::concat(", padded to ", padded) : std::string(), ") and ", budget,
          " new tokens need ", padded + budget - 1, " cache positions; the batch has cache_len ", cache_len);
+  if (capped && blocks(padded + budget - 1) > pool)
+    fail("SlotBatch::", what, ": slot ", slot, ": a prompt of ", len, " tokens (", padded,
+         " cache slots) and ", budget, " new tokens need ", blocks(padded + budget - 1), " KV blocks of ",
+         page.block_tokens, " slots; the pool holds ", pool, " (kv_cache_bytes)");
   if (cfg.constraint && cfg.constraint->vocab_size() != m->config.vocab_size)
     fail("SlotBatch::", what, ": slot ", slot, ": the constraint was compiled for a vocabulary of ",
          cfg.constraint->vocab_size(), " ids, the model has ", m->config.vocab_size);
@@ -489,6 +614,7 @@ void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
   }
   const bool mapped = n > 1;
   if (mapped) in.cache_rows = {slot};
+  grow(slot, from + count);
   run({.phase = Phase::Prefill,
        .batch = 1,
        .seq = count,
@@ -512,9 +638,119 @@ int32_t SlotBatch::Impl::first_token(Slot& s, int slot, const char* what) {
   s.out.push_back(tok);
   s.last = tok;
   if (s.draft.enabled()) s.seq.push_back(tok);
+  if (capped) s.recompute = std::move(s.padded);
   s.padded.clear();
   s.padded.shrink_to_fit();
   return tok;
+}
+
+void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int reuse_from) {
+  RowChunks& row = chunks[static_cast<size_t>(slot)];
+  // Blocks for the whole prompt, the row's old contents given back first (all of them, or all but the
+  // cached prefix this prompt takes in place).
+  auto room = [&](int keep_tokens, int source_row) {
+    if (!paging) return;
+    shrink(slot, keep_tokens);
+    const int64_t need = blocks(s.prefill_len) - held[static_cast<size_t>(slot)];
+    if (!make_room(need, slot, source_row))
+      fail("SlotBatch::prefill: slot ", slot, ": its prompt needs ", need, " more KV blocks of ",
+           page.block_tokens, " slots; ", free_blocks(), " of the pool's ", pool,
+           " are free (admissible() says when a prompt fits)");
+  };
+  if (reuse_tokens > 0) {
+    // The kept tokens [0, from) stay in the cache; the rest of the prompt runs after them.
+    run_prompt(s, slot, s.kv_begin + reuse_from, s.prompt_tokens - reuse_from);
+    reused += reuse_tokens;
+  } else if (s.chunk > 0) {  // a resumed prefill_chunked prompt: its chunks again
+    room(0, -1);
+    for (int from = 0; from < s.prefill_len; from += s.chunk) run_prompt(s, slot, from, s.chunk);
+  } else if (caching && s.kv_begin == 0) {
+    // Canonical chunks from the cached ones on (kv_begin is 0: exact lengths).
+    const std::vector<int32_t> prompt(s.padded.begin(), s.padded.end());
+    const Hit hit = find_cached(prompt, slot);
+    if (hit.row != slot) row.tokens.clear();  // the row is about to be overwritten
+    room(hit.row == slot ? hit.tokens : 0, hit.row);
+    if (hit.tokens > 0) {
+      m->backend->copy_cache_row_prefix(*cache, hit.row, slot, hit.tokens);
+      grow(slot, hit.tokens);
+      chunks[static_cast<size_t>(hit.row)].used = ++clock;
+      reused += hit.tokens;
+    }
+    row.tokens.resize(static_cast<size_t>(hit.row == slot ? hit.tokens : 0));
+    for (int from = hit.tokens; from < s.prompt_tokens; from += options.prefix_block)
+      run_prompt(s, slot, from, std::min(options.prefix_block, s.prompt_tokens - from));
+    const size_t whole =
+        prompt.size() / static_cast<size_t>(options.prefix_block) * static_cast<size_t>(options.prefix_block);
+    row.tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(whole));
+    row.used = ++clock;
+  } else {
+    room(0, -1);
+    run_prompt(s, slot, 0, s.prefill_len);  // the whole prompt at its bucket
+  }
+  if (!caching || reuse_tokens > 0 || s.kv_begin != 0 || s.chunk > 0) row.tokens.clear();
+}
+
+void SlotBatch::Impl::resume(int r) {
+  Slot& s = slots[static_cast<size_t>(r)];
+  s.preempted = false;
+  if (s.prefilling()) return;  // its chunks run again from the first (chunks_done is 0)
+  s.padded = s.recompute;
+  compute_prompt(s, r, 0, 0);
+  s.padded.clear();
+  // Its new tokens but the last (the next step's input), each computed as the decode step that took it
+  // computed it: one-token rows of this cache row, several per program (Capabilities::shared_cache_rows).
+  const int fed = static_cast<int>(s.out.size()) - 1;
+  for (int j0 = 0; j0 < fed; j0 += kReplayRows) {
+    const int count = std::min(kReplayRows, fed - j0);
+    in = StepInputs{};
+    for (int j = j0; j < j0 + count; ++j) {
+      in.ids.push_back(s.out[static_cast<size_t>(j)]);
+      in.positions.push_back(s.prompt_tokens + j);
+      in.slots.push_back(s.prefill_len + j);
+      in.kv_begin.push_back(s.kv_begin);
+      in.cache_rows.push_back(r);
+    }
+    run(decode_key(count, true));
+    grow(r, s.prefill_len + j0 + count);
+  }
+}
+
+void SlotBatch::Impl::plan_memory() {
+  if (!paging) return;
+  if (capped) {
+    while (true) {
+      int r = -1;
+      for (int i = 0; i < n; ++i) {
+        const Slot& s = slots[static_cast<size_t>(i)];
+        if (s.busy && s.preempted && (r < 0 || s.started < slots[static_cast<size_t>(r)].started)) r = i;
+      }
+      if (r < 0) break;
+      // Its blocks, and one more for each running sequence (they grow by a token this step).
+      if (!make_room(step_need(r) + active_count())) break;
+      resume(r);
+    }
+    int64_t need = 0;
+    for (int r = 0; r < n; ++r) {
+      const Slot& s = slots[static_cast<size_t>(r)];
+      if (s.busy && s.row.running() && !s.preempted) need += step_need(r);
+    }
+    while (!make_room(need)) {
+      int victim = -1;
+      for (int r = 0; r < n; ++r) {
+        const Slot& s = slots[static_cast<size_t>(r)];
+        if (s.busy && s.row.running() && !s.preempted &&
+            (victim < 0 || s.started > slots[static_cast<size_t>(victim)].started))
+          victim = r;
+      }
+      if (victim < 0 || active_count() == 1) break;  // one alone always fits (start() checks)
+      need -= step_need(victim);
+      preempt(victim);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    const Slot& s = slots[static_cast<size_t>(r)];
+    if (s.busy && s.row.running() && !s.preempted) grow(r, next_extent(s));
+  }
 }
 
 int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config,
@@ -526,31 +762,8 @@ int32_t SlotBatch::prefill(int slot, const std::vector<int32_t>& prompt, const G
   Slot fresh = b.start(slot, prompt, cfg, on_token, 0, "prefill", reuse.tokens);
   b.announce(Op::Prefill, slot, 0, &prompt, &cfg, on_token || cfg.constraint);
   auto lock = b.m->step_lock();
-  Impl::RowChunks& row = b.chunks[static_cast<size_t>(slot)];
-  if (reuse.tokens > 0) {
-    // The kept tokens [0, from) stay in the cache; the rest of the prompt runs after them.
-    b.run_prompt(fresh, slot, fresh.kv_begin + reuse.from, fresh.prompt_tokens - reuse.from);
-    b.reused += reuse.tokens;
-  } else if (b.caching && fresh.kv_begin == 0) {
-    // Canonical chunks from the cached ones on (kv_begin is 0: exact lengths).
-    const Impl::Hit hit = b.find_cached(prompt, slot);
-    if (hit.row != slot) row.tokens.clear();  // the row is about to be overwritten
-    if (hit.tokens > 0) {
-      b.m->backend->copy_cache_row_prefix(*b.cache, hit.row, slot, hit.tokens);
-      b.chunks[static_cast<size_t>(hit.row)].used = ++b.clock;
-      b.reused += hit.tokens;
-    }
-    row.tokens.resize(static_cast<size_t>(hit.row == slot ? hit.tokens : 0));
-    for (int from = hit.tokens; from < fresh.prompt_tokens; from += b.options.prefix_block)
-      b.run_prompt(fresh, slot, from, std::min(b.options.prefix_block, fresh.prompt_tokens - from));
-    const size_t whole = prompt.size() / static_cast<size_t>(b.options.prefix_block) *
-                         static_cast<size_t>(b.options.prefix_block);
-    row.tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(whole));
-    row.used = ++b.clock;
-  } else {
-    b.run_prompt(fresh, slot, 0, fresh.prefill_len);  // the whole prompt at its bucket
-  }
-  if (!b.caching || reuse.tokens > 0 || fresh.kv_begin != 0) row.tokens.clear();
+  fresh.started = ++b.starts;
+  b.compute_prompt(fresh, slot, reuse.tokens, reuse.from);
   b.kept[static_cast<size_t>(slot)] = Kept{};
   const int32_t tok = b.first_token(fresh, slot, "prefill");
   fresh.busy = true;
@@ -569,6 +782,8 @@ void SlotBatch::prefill_chunked(int slot, const std::vector<int32_t>& prompt, co
   b.announce(Op::PrefillChunked, slot, chunk, &prompt, &cfg, on_token || cfg.constraint);
   b.kept[static_cast<size_t>(slot)] = Kept{};
   b.chunks[static_cast<size_t>(slot)] = Impl::RowChunks{};  // padded on the left: not canonical chunks
+  b.shrink(slot, 0);
+  fresh.started = ++b.starts;
   fresh.busy = true;
   b.slots[static_cast<size_t>(slot)] = std::move(fresh);
 }
@@ -580,6 +795,7 @@ std::vector<SlotToken> SlotBatch::step() {
   if (running_count() == 0) return out;
   b.announce(Op::Step);
   auto lock = m.step_lock();
+  b.plan_memory();
   int bad_slot = -1, bad_count = 0;
   std::string bad_why;
   auto bad = [&](int slot, const std::string& why) {
@@ -592,7 +808,7 @@ std::vector<SlotToken> SlotBatch::step() {
   std::vector<bool> decode(static_cast<size_t>(b.n), false);
   for (int r = 0; r < b.n; ++r) {
     Slot& s = b.slots[static_cast<size_t>(r)];
-    if (!s.busy || !s.row.running()) continue;
+    if (!s.busy || !s.row.running() || s.preempted) continue;
     if (!s.prefilling()) {
       decode[static_cast<size_t>(r)] = true;
       continue;
@@ -625,7 +841,7 @@ std::vector<SlotToken> SlotBatch::step() {
         rows.push_back(r);
         if (!decode[static_cast<size_t>(r)]) continue;
         std::vector<int32_t>& d = drafts[static_cast<size_t>(r)];
-        d = b.draft(b.slots[static_cast<size_t>(r)]);
+        d = b.draft(b.slots[static_cast<size_t>(r)], r);
         rows.insert(rows.end(), d.size(), r);
         shared = shared || !d.empty();
       }
@@ -771,6 +987,10 @@ void SlotBatch::release(int slot) {
     k.tokens.insert(k.tokens.end(), s.out.begin(), s.out.end() - 1);
   }
   s = Slot{};
+  // Paged: the memory past the prompt's whole chunks (kept for prefix caching) goes back.
+  impl_->shrink(slot, impl_->caching
+                          ? static_cast<int64_t>(impl_->chunks[static_cast<size_t>(slot)].tokens.size())
+                          : 0);
 }
 
 int SlotBatch::reusable(int slot, const std::vector<int32_t>& prompt, const GenerationConfig& config) const {
@@ -831,6 +1051,7 @@ SlotState SlotBatch::state(int slot) const {
   st.busy = s.busy;
   if (!s.busy) return st;
   st.running = s.row.running();
+  st.preempted = s.preempted;
   st.finish = s.row.finish;
   st.prompt_tokens = s.prompt_tokens;
   st.prefill_len = s.prefill_len;
@@ -864,6 +1085,31 @@ const std::vector<float>& SlotBatch::token_logits(int slot, int index) const {
 }
 
 SpeculationStats SlotBatch::speculation() const { return impl_->spec; }
+
+KvCacheStats SlotBatch::kv_cache() const {
+  const Impl& b = *impl_;
+  KvCacheStats k;
+  k.paged = b.paging;
+  if (!b.paging) return k;
+  k.block_tokens = b.page.block_tokens;
+  k.block_bytes = b.block_bytes;
+  k.total_blocks = b.pool;
+  k.cached_blocks = b.cached_blocks();
+  k.used_blocks = b.used_blocks() - k.cached_blocks;
+  k.preemptions = b.preemptions;
+  for (const Slot& s : b.slots) k.preempted += s.busy && s.preempted;
+  return k;
+}
+
+bool SlotBatch::admissible(int prefill_len) const {
+  const Impl& b = *impl_;
+  if (!b.capped) return true;
+  for (const Slot& s : b.slots)
+    if (s.busy && s.preempted) return false;
+  return b.free_blocks() + b.cached_blocks() >= b.blocks(prefill_len) + b.active_count();
+}
+
+int64_t SlotBatch::blocks_for(int64_t slots) const { return impl_->blocks(slots); }
 bool SlotBatch::speculates() const { return impl_->can_speculate; }
 
 void SlotBatch::stop_followers() { impl_->announce(Op::Stop); }

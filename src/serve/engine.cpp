@@ -198,6 +198,7 @@ SlotBatchOptions batch_options(const EngineOptions& o) {
           .prefix_reuse = o.prefix_reuse && o.prefill_chunk == 0,
           .prefix_cache = o.prefix_cache,
           .prefix_block = o.prefix_block,
+          .kv_cache_bytes = o.kv_cache_memory,
           .lead_followers = true};
 }
 }  // namespace
@@ -223,6 +224,7 @@ Engine::Engine(CausalLM& model, const Tokenizer& tokenizer, const EngineOptions&
          options.prefill_chunk);
   active_.resize(static_cast<size_t>(options.max_num_seqs));
   stats_.slots = options.max_num_seqs;
+  stats_.kv = batch_.kv_cache();
 }
 
 Engine::~Engine() {
@@ -273,6 +275,13 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
          ") and ", budget, " new tokens need ", std::max(len + budget, padded + budget - 1),
          " positions; this server's context is max_model_len ", options_.max_model_len);
   }
+  const KvCacheStats kv = batch_.kv_cache();
+  const int64_t blocks = batch_.blocks_for(padded_prompt(len) + budget - 1);
+  if (kv.paged && blocks > kv.total_blocks)
+    fail("the prompt (", len, " tokens) and ", budget, " new tokens need ", blocks, " KV blocks of ",
+         kv.block_tokens, " tokens (", blocks * kv.block_bytes,
+         " bytes); this server's --kv-cache-memory holds ", kv.total_blocks, " (",
+         kv.total_blocks * kv.block_bytes, " bytes)");
   if (options_.speculative_tokens > 0) {
     request.config.prompt_lookup_num_tokens = options_.speculative_tokens;
     request.config.max_matching_ngram_size = options_.speculative_ngram_max;
@@ -344,6 +353,11 @@ void Engine::admit_waiting() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (waiting_.empty() || stop_) return;
+      // Paged KV memory: the first in line waits until its blocks are free (a cancelled one leaves anyway).
+      const Waiting& first = waiting_.front();
+      if (!first.stream->cancelled() &&
+          !batch_.admissible(padded_prompt(static_cast<int>(first.request.prompt.size()))))
+        return;
       w = std::move(waiting_.front());
       waiting_.pop_front();
       stats_.waiting = static_cast<int>(waiting_.size());
@@ -477,6 +491,7 @@ void Engine::end_slot(int slot, const std::string& reason, const std::string& er
   {  // counted before the consumer hears of the end, so stats() agree with what it saw
     std::lock_guard<std::mutex> lk(mu_);
     --stats_.running;
+    stats_.kv = batch_.kv_cache();  // its blocks went back
     if (reason == "cancelled")
       ++stats_.requests_cancelled;
     else
@@ -513,6 +528,7 @@ void Engine::loop() {
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.steps;
       stats_.speculation = batch_.speculation();
+      stats_.kv = batch_.kv_cache();
     }
     for (int s = 0; s < options_.max_num_seqs; ++s) sync(s);
   }

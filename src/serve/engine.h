@@ -50,6 +50,10 @@ struct EngineOptions {
   // batch cannot verify drafts (SlotBatch::speculates) requests decode one token per step.
   int speculative_tokens = 0;
   int speculative_ngram_max = 0;
+  // Paged KV memory (SlotBatchOptions::kv_cache_bytes; the cpu device): the bytes the slots' keys and values
+  // may take together (0: every slot may fill max_model_len). Requests then wait for blocks, and running
+  // ones are preempted (and resumed, recomputed exactly) when the pool runs out.
+  int64_t kv_cache_memory = 0;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -126,6 +130,7 @@ struct EngineStats {
   uint64_t steps = 0;
   uint64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / taken from a slot's cache
   SpeculationStats speculation;                  // SlotBatch::speculation()
+  KvCacheStats kv;                               // SlotBatch::kv_cache()
 };
 
 // Latencies of finished requests, in seconds, for the metrics endpoint.

@@ -902,6 +902,32 @@ WeightMap cpu_interleave_weights(WeightMap weights) {
 
 namespace {
 
+constexpr size_t kPage = 4096;
+
+// A KV cache tensor whose memory is taken page by page as it is first written (zeros until then) and given
+// back by give_back(): address space only at first, 4 KiB pages (never huge ones, which would take 2 MiB for
+// the first key written), so a row's memory follows the slots it holds.
+Tensor paged_tensor(DType dt, Shape shape) {
+  Tensor probe;
+  probe.dtype = dt;
+  probe.shape = shape;
+  const size_t bytes = std::max<size_t>(kPage, (probe.nbytes() + kPage - 1) / kPage * kPage);
+  void* p =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    fail("cpu create_cache: cannot reserve ", bytes, " bytes of address space for a layer's KV cache");
+  ::madvise(p, bytes, MADV_NOHUGEPAGE);  // advisory
+  return Tensor::view(dt, std::move(shape), p,
+                      std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, bytes); }));
+}
+
+// Gives back the whole pages inside [begin, end) (they read as zeros afterwards).
+void give_back(uint8_t* begin, uint8_t* end) {
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) / kPage * kPage;
+  const uintptr_t e = reinterpret_cast<uintptr_t>(end) / kPage * kPage;
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 class CpuBackend : public Backend {
  public:
   CpuBackend(std::shared_ptr<Communicator> comm, const CpuBackendOptions& o)
@@ -938,8 +964,8 @@ class CpuBackend : public Backend {
     c->batch = batch;
     c->cache_len = cache_len;
     for (int64_t l = 0; l < layers; ++l) {
-      c->k.push_back(Tensor::empty(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
-      c->v.push_back(Tensor::empty(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
+      c->k.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
+      c->v.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
     }
     return c;
   }
@@ -971,6 +997,36 @@ class CpuBackend : public Backend {
       copy(from.v[l], to.v[l]);
     }
     to.seen = from.seen;
+  }
+  // Blocks of the fewest slots (a multiple of 16) whose keys of one head fill whole pages (256 slots at most;
+  // past that, 16 and the pages a block straddles are shared with its neighbours).
+  CachePaging cache_paging(int64_t head_dim) const override {
+    const int64_t slot = head_dim * static_cast<int64_t>(dtype_size(kv_dtype_));
+    int tokens = 16;
+    while (tokens < 256 && (tokens * slot) % static_cast<int64_t>(kPage) != 0) tokens += 16;
+    if ((tokens * slot) % static_cast<int64_t>(kPage) != 0) tokens = 16;
+    return {tokens, tokens * slot};
+  }
+  void release_cache_slots(DeviceCache& base, int row, int from) override {
+    auto* cp = dynamic_cast<CpuCache*>(&base);
+    if (!cp) fail("cpu release_cache_slots: a cache that the cpu backend did not make");
+    CpuCache& c = *cp;
+    if (row < 0 || row >= c.batch || from < 0 || from > c.cache_len)
+      fail("cpu release_cache_slots: row ", row, ", slots from ", from, ", in a cache of ", c.batch,
+           " rows x ", c.cache_len, " slots");
+    auto drop = [&](Tensor& t) {
+      const int64_t heads = t.shape[1], hd = t.shape[3];
+      const size_t es = dtype_size(t.dtype);
+      for (int64_t h = 0; h < heads; ++h) {
+        uint8_t* region = t.ptr<uint8_t>() + static_cast<size_t>((row * heads + h) * c.cache_len * hd) * es;
+        give_back(region + static_cast<size_t>(from * hd) * es,
+                  region + static_cast<size_t>(c.cache_len * hd) * es);
+      }
+    };
+    for (size_t l = 0; l < c.k.size(); ++l) {
+      drop(c.k[l]);
+      drop(c.v[l]);
+    }
   }
   void copy_cache_row_prefix(DeviceCache& base, int from_row, int to_row, int count) override {
     auto* cp = dynamic_cast<CpuCache*>(&base);
