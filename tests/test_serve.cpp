@@ -629,6 +629,68 @@ TEST(ServeEngine, FullQueueAndOverlongPromptsAreRefusedUpFront) {
   EXPECT_THROW(engine.submit({prompt, greedy(*l->model, 3), {}, true}), Error);
 }
 
+// 64 requests (8 prompts, 8 times each) queued at once into 16 slots whose KV pool (--kv-cache-memory) holds
+// a fraction of what they need at their longest: they wait for blocks, running ones are preempted and
+// resumed, and each one's text is what generate() gives it alone; afterwards no slot or block is held. A
+// request that could never fit the pool is refused up front, naming the pool. SmolLM2 as it ships (Q4_1
+// blocks), so the 2560 tokens take seconds.
+TEST(ServeEngine, APoolOfBlocksServesSixtyFourQueuedRequestsEachAsAlone) {
+  REQUIRE_SMOLLM2(f32);
+  CausalLM m = AutoModelForCausalLM::from_pretrained(f32->path);
+  Loaded l{f32->path, std::make_unique<CausalLM>(std::move(m)),
+           std::make_unique<Tokenizer>(AutoTokenizer::from_pretrained(f32->path))};
+  const std::vector<std::string> heads = {
+      "The capital of France is", "Write a haiku about the sea.", "1, 2, 3, 4,",      "def fibonacci(n):",
+      "Lists are useful because", "The quick brown fox",          "Explain gravity:", "Once upon a time"};
+  const int new_tokens = 40;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> texts;
+  for (const std::string& h : heads) {
+    prompts.push_back(l.tok->encode(h, true));
+    texts.push_back(alone(l, prompts.back(), new_tokens).first);
+  }
+  serve::Engine probe(*l.model, *l.tok, {.max_num_seqs = 16, .max_model_len = 64});
+  const KvCacheStats k0 = probe.stats().kv;
+  ASSERT_TRUE(k0.paged);
+  {
+    serve::Engine tiny(*l.model, *l.tok,
+                       {.max_num_seqs = 2, .max_model_len = 64, .kv_cache_memory = k0.block_bytes});
+    try {
+      tiny.submit({std::vector<int32_t>(40, 5), greedy(*l.model, 20), {}, true});  // 59 slots
+      ADD_FAILURE() << "a request larger than the pool was accepted";
+    } catch (const Error& e) {
+      const std::string blocks =
+          "need " + std::to_string((59 + k0.block_tokens - 1) / k0.block_tokens) + " KV blocks";
+      EXPECT_NE(std::string(e.what()).find(blocks), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--kv-cache-memory holds 1"), std::string::npos) << e.what();
+    }
+  }
+  // Each sequence (<= 16 + 40 slots) grows from one block to more: 16 of them would take 4.5x this pool.
+  const int64_t longest = (56 + k0.block_tokens - 1) / k0.block_tokens, blocks = longest * 7 / 2;
+  serve::Engine engine(
+      *l.model, *l.tok,
+      {.max_num_seqs = 16, .max_model_len = 64, .max_queue = 64, .kv_cache_memory = blocks * k0.block_bytes});
+  std::vector<std::shared_ptr<serve::Stream>> streams;
+  for (int copy = 0; copy < 8; ++copy)
+    for (const auto& p : prompts)
+      streams.push_back(engine.submit({p, greedy(*l.model, new_tokens), {}, true}));
+  engine.start();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Finished f = drain_stream(*streams[i]);
+    EXPECT_EQ(f.text, texts[i % texts.size()]) << "request " << i;
+    EXPECT_TRUE(f.reason == "length" || f.reason == "stop") << "request " << i << ": " << f.reason;
+  }
+  const serve::EngineStats st = engine.stats();
+  EXPECT_EQ(st.requests_finished, streams.size());
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+  EXPECT_EQ(st.kv.total_blocks, blocks);
+  EXPECT_EQ(st.kv.used_blocks, 0);
+  EXPECT_EQ(st.kv.preempted, 0);
+  EXPECT_GT(st.kv.preemptions, 0) << "the pool never ran out: the test did not preempt";
+  EXPECT_LE(st.kv.cached_blocks, blocks);
+}
+
 // Sampled at temperature 1 with seed `seed`, no eos (every request runs its whole budget).
 GenerationConfig seeded(const CausalLM& m, int new_tokens, uint64_t seed) {
   GenerationConfig g = m.generation_config();

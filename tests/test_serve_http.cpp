@@ -206,7 +206,8 @@ double metric(const std::string& body, const std::string& name) {
 // cache), the metrics count drafts confirmed and prompt tokens reused, and nothing is left running.
 TEST(Cli, ServeSpeculatesAndCachesPrefixesWithTheTextsOfGenerate) {
   START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "512", "--prefix-cache-block", "16",
-                    "--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 5})"});
+                    "--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 5})",
+                    "--kv-cache-memory", "64MiB"});
   auto c = client(s.port);
   const std::string text = "the red fox jumps over the lazy dog; the red fox jumps over the lazy dog again";
   for (const std::string& ask : {"Repeat exactly: " + text, "Repeat exactly, twice: " + text}) {
@@ -225,6 +226,11 @@ TEST(Cli, ServeSpeculatesAndCachesPrefixesWithTheTextsOfGenerate) {
   EXPECT_GE(metric(m->body, "spec_decode_draft_acceptance_rate"), 0) << m->body;
   EXPECT_GE(metric(m->body, "prefix_cache_hits_total"), 16) << m->body;  // the chat template's head at least
   EXPECT_EQ(metric(m->body, "num_requests_running"), 0) << m->body;
+  // 64 MiB of blocks of every layer's keys and values (SmolLM2: 30 layers x 3 kv heads x 64 values).
+  EXPECT_GT(metric(m->body, "kv_cache_total_blocks"), 0) << m->body;
+  EXPECT_EQ(metric(m->body, "kv_cache_usage_perc"), 0) << m->body;
+  EXPECT_GT(metric(m->body, "kv_cache_cached_blocks"), 0) << m->body;  // the prompts' chunks, kept
+  EXPECT_EQ(metric(m->body, "num_preemptions_total"), 0) << m->body;
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
 }
 
@@ -413,6 +419,11 @@ TEST(Cli, ServeFlagErrors) {
   r = tessera::testing::run_cli("serve --host 0.0.0.0.0 --port 0");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("0.0.0.0.0"), std::string::npos) << r.err;
+  for (const char* bad : {"12XB", "0", "-5", "GiB", "99999999999999999"}) {
+    r = tessera::testing::run_cli(std::string("serve --port 0 --kv-cache-memory ") + bad);
+    EXPECT_EQ(r.code, 1) << bad;
+    EXPECT_NE(r.err.find("--kv-cache-memory"), std::string::npos) << r.err;
+  }
   // --speculative-config: vLLM's JSON; each bad key or value named.
   for (const auto& [arg, needle] : std::vector<std::pair<std::string, std::string>>{
            {"'{\"method\": \"eagle\", \"num_speculative_tokens\": 3}'", "method 'eagle' is not supported"},
