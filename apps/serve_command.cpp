@@ -145,6 +145,9 @@ std::string metrics_text(Server& s) {
     gauge("kv_cache_cached_blocks", "KV blocks held by finished requests' prompts for prefix caching.",
           static_cast<double>(st.kv.cached_blocks));
     gauge("kv_cache_total_blocks", "KV blocks in the pool.", static_cast<double>(st.kv.total_blocks));
+    gauge("kv_cache_block_tokens", "Positions a KV block holds.", st.kv.block_tokens);
+    gauge("kv_cache_block_bytes", "Bytes of a KV block (every layer's keys and values).",
+          static_cast<double>(st.kv.block_bytes));
     gauge("num_requests_preempted", "Requests preempted now, waiting for KV blocks to resume.",
           st.kv.preempted);
   } else {

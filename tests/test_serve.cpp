@@ -350,6 +350,15 @@ TEST(ServeOpenAi, FieldsBecomeTheGenerationConfig) {
   EXPECT_FALSE(g.config.do_sample);
   EXPECT_FALSE(g.max_tokens_given);
   EXPECT_EQ(g.prompt, l->tok->encode("Hello", true));
+  EXPECT_FALSE(g.config.eos_token_id.empty());
+  // ignore_eos (vLLM's and llama-server's extension): no end-of-sequence token stops it.
+  auto e = serve::parse_request(serve::Endpoint::Completion, R"({"prompt": "Hello", "ignore_eos": true})",
+                                served(*l));
+  EXPECT_TRUE(e.config.eos_token_id.empty());
+  std::string param;
+  EXPECT_EQ(status_of(R"({"prompt": "Hello", "ignore_eos": 1})", serve::Endpoint::Completion, *l, &param),
+            400);
+  EXPECT_EQ(param, "ignore_eos");
 }
 
 struct Finished {

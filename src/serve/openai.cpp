@@ -577,6 +577,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
                                                "top_k",
                                                "min_p",
                                                "repetition_penalty",
+                                               "ignore_eos",
                                                "user"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k)) continue;
@@ -682,6 +683,9 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
       bad(k, std::string("'") + k + "' other than 0 is not supported (use repetition_penalty)");
   if (has("seed")) g.seed = static_cast<uint64_t>(integer(body["seed"], "seed", INT64_MIN, INT64_MAX));
   if (has("n")) r.n = static_cast<int>(integer(body["n"], "n", 1, 16));
+  // vLLM's and llama-server's extension: generate past the end-of-sequence tokens (benchmarks, whose
+  // engines must all produce max_tokens).
+  if (has("ignore_eos") && boolean(body["ignore_eos"], "ignore_eos")) g.eos_token_id.clear();
   if (has("stream")) r.stream = boolean(body["stream"], "stream");
   if (has("stream_options")) {
     const json& so = body["stream_options"];
