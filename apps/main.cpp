@@ -648,7 +648,17 @@ int run_serve_command(const ModelFlags& mf, const cli::ServeSettings& settings) 
     const std::string path = model_path(m);
     Tokenizer tok = AutoTokenizer::from_pretrained(path);
     CausalLM model = load_model(m, [&](LoadOptions& o) { cli::apply_compile_flags(settings.compile, o); });
-    return std::make_unique<cli::ServedLoad>(cli::ServedLoad{std::move(model), std::move(tok), path});
+    std::unique_ptr<CausalLM> draft;
+    if (!settings.draft_model.empty()) {
+      ModelFlags d = m;
+      d.model = settings.draft_model;
+      d.tp_size = 1;
+      d.tp_plan.clear();
+      d.tp_rules.clear();
+      draft = std::make_unique<CausalLM>(load_model(d));
+    }
+    return std::make_unique<cli::ServedLoad>(
+        cli::ServedLoad{std::move(model), std::move(tok), path, std::move(draft)});
   };
   // Under tessera launch rank 0 serves; the other ranks follow its steps.
   LoadOptions job;

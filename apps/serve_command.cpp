@@ -552,8 +552,10 @@ http::Route route(Server& s, const http::Request& req) {
 }  // namespace
 
 namespace {
-// --speculative-config: vLLM's JSON form; method "ngram" (prompt lookup) only. Errors name the flag and key.
-void parse_speculative_config(const std::string& text, serve::EngineOptions& e) {
+// --speculative-config: vLLM's JSON form; method "ngram" (prompt lookup) or "draft_model" (with "model"; the
+// method is implied by "model"). Errors name the flag and key.
+void parse_speculative_config(const std::string& text, ServeSettings& s) {
+  serve::EngineOptions& e = s.engine;
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     throw CLI::ValidationError("--speculative-config", "must be a JSON object, got '" + text + "'");
@@ -565,29 +567,45 @@ void parse_speculative_config(const std::string& text, serve::EngineOptions& e) 
           std::to_string(kMaxDraftTokens) + ", got " + v.dump());
     return v.get<int>();
   };
-  std::string method = "ngram";
+  std::string method, model;
   int min_ngram = 1;
+  bool lookup_keys = false;
   for (const auto& [key, v] : j.items()) {
-    if (key == "method") {
+    if (key == "model") {
+      if (!v.is_string() || v.get<std::string>().empty())
+        bad("model must be a path or name, got " + v.dump());
+      model = v.get<std::string>();
+    } else if (key == "method") {
       if (!v.is_string()) bad("method must be a string, got " + v.dump());
       method = v.get<std::string>();
     } else if (key == "num_speculative_tokens") {
       e.speculative_tokens = count("num_speculative_tokens", 1);
     } else if (key == "prompt_lookup_max") {
       e.speculative_ngram_max = count("prompt_lookup_max", 1);
+      lookup_keys = true;
     } else if (key == "prompt_lookup_min") {
       min_ngram = count("prompt_lookup_min", 1);
+      lookup_keys = true;
     } else {
       bad("key '" + key +
-          "' is not supported (supported: method, num_speculative_tokens, prompt_lookup_max, "
+          "' is not supported (supported: method, model, num_speculative_tokens, prompt_lookup_max, "
           "prompt_lookup_min)");
     }
   }
-  if (method != "ngram")
+  if (method.empty()) method = model.empty() ? "ngram" : "draft_model";
+  if (method != "ngram" && method != "draft_model")
     bad("method '" + method +
-        "' is not supported (supported: ngram, prompt lookup; draft models are not "
-        "implemented yet)");
+        "' is not supported (supported: ngram, prompt lookup; draft_model, with \"model\")");
   if (e.speculative_tokens == 0) bad("num_speculative_tokens is required");
+  if (method == "draft_model") {
+    if (model.empty()) bad("method draft_model needs \"model\": a model with the same vocabulary");
+    if (lookup_keys) bad("prompt_lookup_max and prompt_lookup_min are for method ngram");
+    s.draft_model = model;
+    e.draft_tokens = e.speculative_tokens;
+    e.speculative_tokens = 0;
+    return;
+  }
+  if (!model.empty()) bad("model is for method draft_model, not ngram");
   if (min_ngram != 1)
     bad("prompt_lookup_min must be 1 (the lookup tries every n-gram from prompt_lookup_max down to 1), got " +
         std::to_string(min_ngram));
@@ -670,6 +688,12 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
                   "(default 256; smaller: finer reuse, but each chunk re-packs the weights: 128 costs a "
                   "2000-token prompt ~20% more time than one piece, 256 ~5%)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option(
+         "--draft-model", s.draft_model,
+         "Speculative decoding with a draft model (llama-server's -md): a smaller model with the same "
+         "vocabulary proposes up to 5 tokens a step (--speculative-config's num_speculative_tokens "
+         "to choose), verified exactly: the same tokens as without it; cpu device")
+      ->type_name("MODEL");
   cmd->add_option_function<std::string>(
          "--kv-cache-memory",
          [&s](const std::string& v) { s.engine.kv_cache_memory = parse_byte_size("--kv-cache-memory", v); },
@@ -679,7 +703,7 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
          "--max-model-len)")
       ->type_name("SIZE");
   cmd->add_option_function<std::string>(
-      "--speculative-config", [&s](const std::string& v) { parse_speculative_config(v, s.engine); },
+      "--speculative-config", [&s](const std::string& v) { parse_speculative_config(v, s); },
       "Speculative decoding, as vLLM's flag: JSON {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
       "\"prompt_lookup_max\": N} (prompt lookup: up to K draft tokens a step, from the earlier place whose "
       "preceding tokens agree longest with the text's end; N is accepted but does not change the drafts; the "
@@ -740,6 +764,8 @@ serve::EngineOptions engine_options(const ServeSettings& settings, const CausalL
   if (eo.max_model_len > max_pos)
     fail("--max-model-len ", eo.max_model_len, " exceeds the model's max_position_embeddings (", max_pos,
          ")");
+  if (!settings.draft_model.empty() && eo.speculative_tokens > 0)
+    fail("--draft-model and an ngram --speculative-config: choose one kind of speculation");
   return eo;
 }
 }  // namespace
@@ -802,7 +828,7 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
   std::thread loader([&] {
     try {
       auto l = load();
-      const serve::EngineOptions eo = engine_options(settings, l->model);
+      serve::EngineOptions eo = engine_options(settings, l->model);
       s.served.name = settings.served_model_name.empty() ? l->name : settings.served_model_name;
       s.served.tokenizer = &l->tokenizer;
       s.served.defaults = l->model.generation_config();
@@ -823,6 +849,14 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
           settings.tool_call_parser == "auto"
               ? serve::choose_tool_call_format(l->model.info().architecture, l->tokenizer.chat_template())
               : *serve::tool_call_format_from_name(settings.tool_call_parser);
+      if (l->draft) {
+        if (l->draft->info().max_position_embeddings < eo.max_model_len)
+          std::fprintf(stderr,
+                       "tessera serve: the draft model drafts from positions below its "
+                       "max_position_embeddings (%lld) only\n",
+                       static_cast<long long>(l->draft->info().max_position_embeddings));
+        eo.draft_model = l->draft.get();
+      }
       auto engine = std::make_unique<serve::Engine>(l->model, l->tokenizer, eo);
       // Constrained decoding when llguidance is there (its vocabulary built once); else a 400 saying why.
       cli::use_environment_constraint_settings();

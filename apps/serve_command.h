@@ -30,6 +30,7 @@ struct ServeSettings {
   std::string reasoning_parser = "auto";  // none, auto, harmony, qwen3 (serve/reasoning.h)
   std::string tool_call_parser = "auto";  // auto, or a format name of serve/tool_calls.h
   CompileFlags compile;                   // buckets, recompile guard, disk cache (as generate's flags)
+  std::string draft_model;  // --draft-model, or --speculative-config's "model": speculation with it
 };
 
 // The serve flags (not the model flags, which the command shares with generate).
@@ -40,6 +41,7 @@ struct ServedLoad {
   CausalLM model;
   Tokenizer tokenizer;
   std::string name;
+  std::unique_ptr<CausalLM> draft = {};  // ServeSettings::draft_model, loaded as the model is
 };
 
 // Listens first (so /health answers 503 while the model loads), then loads, warms up when asked, and serves

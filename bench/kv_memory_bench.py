@@ -62,7 +62,7 @@ def metrics(port):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
     out = {}
     for line in body.splitlines():
-        m = re.match(r"tessera:(\w+)\s+([-0-9.e+]+)$", line)
+        m = re.match(r"tessera:(\w+)(?:\{[^}]*\})?\s+([-0-9.e+]+)$", line)
         if m:
             out[m.group(1)] = float(m.group(2))
     return out

@@ -244,6 +244,25 @@ TEST(KvPool, ChunkedPromptsResumeInTheirChunks) {
   EXPECT_EQ(batch.kv_cache().used_blocks, 0);
 }
 
+// A draft model's rows are recomputed by its own cache after a preemption; the tokens stay those alone.
+TEST(KvPool, PreemptionWithADraftModelKeepsEveryToken) {
+  CausalLM m = load("qwen3_untied"), draft = load("qwen3_tied");
+  const std::vector<Request> reqs = requests(m.info().vocab_size, 6);
+  const int cache_len = 256;
+  const std::vector<Result> want = alone(m, reqs, cache_len);
+  SlotBatch probe(m, 3, cache_len, options(0));
+  int64_t largest = 0;
+  for (const Request& r : reqs)
+    largest = std::max(
+        largest, probe.blocks_for(static_cast<int64_t>(r.prompt.size()) + *r.config.max_new_tokens - 1));
+  SlotBatchOptions o = options((largest + 1) * probe.kv_cache().block_bytes);
+  o.draft_model = &draft;
+  SlotBatch batch(m, 3, cache_len, o);
+  expect_same(serve(batch, reqs), want);
+  EXPECT_GT(batch.kv_cache().preemptions, 0);
+  EXPECT_GT(batch.speculation().draft_tokens, 0);
+}
+
 // Released rows give their memory back past the prompt chunks kept for prefix caching; those are evicted
 // (least recently used first) before anything running is preempted.
 TEST(KvPool, ReleasedRowsKeepOnlyTheirCachedChunksAndAreEvictedFirst) {

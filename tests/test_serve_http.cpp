@@ -12,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "default_model_util.h"
 #include "serve_test_util.h"
 
 namespace {
@@ -234,6 +235,31 @@ TEST(Cli, ServeSpeculatesAndCachesPrefixesWithTheTextsOfGenerate) {
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
 }
 
+// A draft model (here the default model drafting for itself: its greedy drafts are nearly all confirmed):
+// the answers are `tessera generate`'s, the drafts are counted in the speculation metrics.
+TEST(Cli, ServeWithADraftModelGivesTheTextsOfGenerate) {
+  const std::string model = tessera::test_models::smollm2_path();
+  if (model.empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed (scripts/setup.sh installs it)";
+  START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "256", "--draft-model", model,
+                    "--speculative-config", R"({"num_speculative_tokens": 3, "model": ")" + model + "\"}"});
+  auto c = client(s.port);
+  for (const std::string ask : {"Count from one to ten.", "Name three colours."}) {
+    const json want = generate_alone(ask, 24);
+    json body = {
+        {"messages", {{{"role", "user"}, {"content", ask}}}}, {"max_tokens", 24}, {"temperature", 0}};
+    auto r = c->Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], want["text"]) << ask;
+  }
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  const double drafted = metric(m->body, "spec_decode_num_draft_tokens_total");
+  EXPECT_GT(drafted, 0) << m->body;
+  EXPECT_GT(metric(m->body, "spec_decode_num_accepted_tokens_total"), drafted / 2) << m->body;
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+}
+
 // A client that closes its socket while waiting for a non-streamed answer: nothing is being written to it,
 // yet its row is cancelled and the slot freed within a poll (here: seconds, where the 1500 tokens asked for
 // would take far longer), and /metrics counts it as a cancellation.
@@ -433,7 +459,12 @@ TEST(Cli, ServeFlagErrors) {
            {"'{\"num_speculative_tokens\": 4, \"draft_model\": \"m\"}'",
             "key 'draft_model' is not supported"},
            {"'{\"num_speculative_tokens\": 4, \"prompt_lookup_min\": 3}'", "prompt_lookup_min must be 1"},
-           {"'[1]'", "must be a JSON object"}}) {
+           {"'[1]'", "must be a JSON object"},
+           {"'{\"method\": \"draft_model\", \"num_speculative_tokens\": 3}'", "needs \"model\""},
+           {"'{\"model\": \"m\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": 2}'",
+            "are for method ngram"},
+           {"'{\"method\": \"ngram\", \"model\": \"m\", \"num_speculative_tokens\": 3}'",
+            "model is for method draft_model"}}) {
     r = tessera::testing::run_cli("serve --port 0 --speculative-config " + arg);
     EXPECT_EQ(r.code, 1) << arg;
     EXPECT_NE(r.err.find("--speculative-config"), std::string::npos) << r.err;

@@ -74,6 +74,14 @@ struct SlotBatchOptions {
   // those they would have had unpreempted. 0: no cap (every row may fill its cache_len). Not with tensor
   // parallelism over MPI.
   int64_t kv_cache_bytes = 0;
+  // Speculative decoding with a draft model (llama.cpp's -md, vLLM's draft_model): a smaller model with the
+  // same vocabulary, on the cpu device, proposes up to draft_tokens tokens per step for every slot, greedily
+  // from its own cache of the slot's sequence; the step verifies them as it verifies prompt lookup's (so the
+  // tokens are those of plain decoding, sampled ones included) and the length adapts as for prompt lookup
+  // (generation::DraftControl). Takes precedence over prompt_lookup_num_tokens; needs speculates(). The model
+  // must outlive the batch.
+  CausalLM* draft_model = nullptr;
+  int draft_tokens = 5;
   // Tensor parallelism over MPI driven by one caller (a server): rank 0's batch sends each operation
   // (prefill, prefill_chunked, step, release, warmup) with its inputs to the other ranks, whose batches (made
   // with the same slots, cache_len and options) replay it in follow(). Unset, every rank must call the same

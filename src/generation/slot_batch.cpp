@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "generation/drafter.h"
 #include "generation/rows.h"
 #include "generation/speculation.h"
 #include "runtime/model_core.h"
@@ -294,6 +295,7 @@ struct SlotBatch::Impl {
     Slot& s = slots[static_cast<size_t>(r)];
     s.preempted = true;
     if (s.prefilling()) s.chunks_done = 0;
+    if (drafter) drafter->reset(r);  // its draft cache is recomputed as it drafts again
     chunks[static_cast<size_t>(r)].tokens.clear();
     shrink(r, 0);
     ++preemptions;
@@ -415,19 +417,55 @@ struct SlotBatch::Impl {
   }
   // A decoding slot's draft tokens for this step (none when it does not speculate, is paused, or has no
   // budget for more than its next token).
-  std::vector<int32_t> draft(Slot& s, int r) {
-    if (!s.draft.enabled()) return {};
+  // Draft tokens slot `r` may propose this step (0: none): its draft length (counting a paused step), its
+  // budget, and with a capped pool the blocks it holds or that are free.
+  int draft_room(const Slot& s, int r) const {
     int room = s.row.budget - s.row.produced - 1;  // a step gives at most drafts + 1 tokens
     const int64_t next = s.next_slot() + 1;        // slots its next token fills
-    if (capped)                                    // drafts only in blocks it holds or that are free
+    if (capped)
       room = static_cast<int>(
           std::min<int64_t>(room, (held[static_cast<size_t>(r)] + free_blocks()) * page.block_tokens - next));
-    if (room <= 0) return {};
-    const int want = std::min(s.draft.length(), room);
+    return room;
+  }
+  int draft_want(Slot& s, int r) {
+    if (!s.draft.enabled()) return 0;
+    const int room = draft_room(s, r);
+    return room <= 0 ? 0 : std::min(s.draft.length(), room);
+  }
+  // A draft cut to the room left, its blocks taken.
+  void fit_draft(Slot& s, int r, std::vector<int32_t>& d) {
+    const int room = std::max(0, draft_room(s, r));
+    if (static_cast<int>(d.size()) > room) d.resize(static_cast<size_t>(room));
+    grow(r, s.next_slot() + 1 + static_cast<int64_t>(d.size()));
+  }
+  // Prompt lookup's draft for slot `r`.
+  std::vector<int32_t> draft(Slot& s, int r) {
+    const int want = draft_want(s, r);
     if (want <= 0) return {};
     std::vector<int32_t> d = generation::ngram_draft(s.seq, s.ngram, want);
-    grow(r, next + static_cast<int64_t>(d.size()));
+    fit_draft(s, r, d);
     return d;
+  }
+  // With a draft model: every decoding slot's draft, proposed together (one draft-model program per draft
+  // position over the slots drafting), and the sequence length each was proposed at.
+  std::unique_ptr<generation::Drafter> drafter;
+  void propose(const std::vector<bool>& decode, std::vector<std::vector<int32_t>>& drafts,
+               std::vector<int>& at_len) {
+    std::vector<generation::Drafter::Ask> asks;
+    for (int r = 0; r < n; ++r) {
+      Slot& s = slots[static_cast<size_t>(r)];
+      if (!decode[static_cast<size_t>(r)]) continue;
+      const int want = draft_want(s, r);
+      if (want > 0) asks.push_back({r, &s.seq, want});
+    }
+    if (asks.empty()) return;
+    std::vector<std::vector<int32_t>> got = drafter->propose(asks);
+    for (size_t i = 0; i < asks.size(); ++i) {
+      const int r = asks[i].row;
+      fit_draft(slots[static_cast<size_t>(r)], r, got[i]);
+      at_len[static_cast<size_t>(r)] = static_cast<int>(asks[i].seq->size());
+      drafts[static_cast<size_t>(r)] = std::move(got[i]);
+    }
   }
   // Takes the slot's new token (callback, constraint, stop rules) and records it.
   void take(Slot& s, int slot, int32_t tok, std::vector<SlotToken>* out) {
@@ -504,6 +542,20 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
     }
   }
   b.leading = options.lead_followers && b.m->comm && b.m->comm->size() > 1 && b.m->comm->rank() == 0;
+  if (options.draft_model) {
+    runtime::ModelCore* d = options.draft_model->impl_.get();
+    if (!d) fail("SlotBatch: the draft model was moved from");
+    if (d->config.vocab_size != b.m->config.vocab_size)
+      fail("SlotBatch: the draft model's vocabulary has ", d->config.vocab_size, " ids, the model's ",
+           b.m->config.vocab_size, " (a draft model must share the tokenizer)");
+    if (!b.can_speculate)
+      fail(
+          "SlotBatch: a draft model needs a batch that verifies drafts: the cpu device, decode steps of the "
+          "running slots only, sampling on the host, one process");
+    if (options.draft_tokens < 1 || options.draft_tokens > kMaxDraftTokens)
+      fail("SlotBatch: draft_tokens must be in 1..", kMaxDraftTokens, ", got ", options.draft_tokens);
+    b.drafter = std::make_unique<generation::Drafter>(*d, slots, cache_len);
+  }
 }
 
 SlotBatch::SlotBatch(SlotBatch&&) noexcept = default;
@@ -583,7 +635,11 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   fresh.prefill_len = static_cast<int>(padded);
   fresh.kv_begin = static_cast<int>(padded) - len;
   fresh.chunk = chunk;
-  if (cfg.prompt_lookup_num_tokens > 0 && can_speculate) {
+  if (drafter) {
+    fresh.draft = generation::DraftControl(options.draft_tokens);
+    fresh.seq = prompt;
+    drafter->reset(slot);
+  } else if (cfg.prompt_lookup_num_tokens > 0 && can_speculate) {
     fresh.draft = generation::DraftControl(cfg.prompt_lookup_num_tokens);
     fresh.ngram = cfg.max_matching_ngram_size > 0 ? cfg.max_matching_ngram_size : 2;
     fresh.seq = prompt;
@@ -833,6 +889,8 @@ std::vector<SlotToken> SlotBatch::step() {
     // step row per draft token, at its next slots (several step rows of one cache row: `shared`).
     std::vector<int> step_row(static_cast<size_t>(b.n), -1);  // cache row -> its (first) step row
     std::vector<std::vector<int32_t>> drafts(static_cast<size_t>(b.n));
+    std::vector<int> drafted_at(static_cast<size_t>(b.n), 0);
+    if (b.drafter) b.propose(decode, drafts, drafted_at);
     std::vector<int32_t> rows;
     bool shared = false;
     for (int r = 0; r < b.n; ++r)
@@ -841,7 +899,7 @@ std::vector<SlotToken> SlotBatch::step() {
         rows.push_back(r);
         if (!decode[static_cast<size_t>(r)]) continue;
         std::vector<int32_t>& d = drafts[static_cast<size_t>(r)];
-        d = b.draft(b.slots[static_cast<size_t>(r)], r);
+        if (!b.drafter) d = b.draft(b.slots[static_cast<size_t>(r)], r);
         rows.insert(rows.end(), d.size(), r);
         shared = shared || !d.empty();
       }
@@ -931,6 +989,9 @@ std::vector<SlotToken> SlotBatch::step() {
         b.take(s, r, tok, &out);
       }
       s.draft.record(static_cast<int>(d.size()), static_cast<int>(accepted));
+      if (b.drafter)
+        b.drafter->confirmed(r, drafted_at[static_cast<size_t>(r)], static_cast<int>(d.size()),
+                             static_cast<int>(accepted));
       ++b.spec.drafts;
       b.spec.draft_tokens += static_cast<int64_t>(d.size());
       b.spec.accepted_tokens += static_cast<int64_t>(accepted);

@@ -199,6 +199,8 @@ SlotBatchOptions batch_options(const EngineOptions& o) {
           .prefix_cache = o.prefix_cache,
           .prefix_block = o.prefix_block,
           .kv_cache_bytes = o.kv_cache_memory,
+          .draft_model = o.draft_model,
+          .draft_tokens = o.draft_tokens,
           .lead_followers = true};
 }
 }  // namespace

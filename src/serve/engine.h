@@ -54,6 +54,10 @@ struct EngineOptions {
   // may take together (0: every slot may fill max_model_len). Requests then wait for blocks, and running
   // ones are preempted (and resumed, recomputed exactly) when the pool runs out.
   int64_t kv_cache_memory = 0;
+  // Speculative decoding with a draft model for every request (SlotBatchOptions::draft_model, draft_tokens);
+  // it must outlive the engine.
+  CausalLM* draft_model = nullptr;
+  int draft_tokens = 5;
 };
 
 using Clock = std::chrono::steady_clock;
