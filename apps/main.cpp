@@ -249,6 +249,7 @@ struct GenerateFlags {
   // generate's constraint (at most one): --json-schema FILE, --json-object, --regex R, --grammar FILE (Lark).
   std::string json_schema, regex, grammar;
   bool json_object = false;
+  std::string draft_model;  // --draft-model: speculative decoding with it (CausalLM::generate's assistant)
 };
 
 // --stop: ends a reply once its text (special tokens included) contains one of the strings. The token that
@@ -336,6 +337,16 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
                   "Prompt lookup: accepted as Transformers' setting, range-checked, but it does not change "
                   "the drafts (the longest agreeing context, up to 64 tokens, is always used)")
       ->check(CLI::Range(1, kMaxDraftTokens));
+  cmd->add_option(
+         "--draft-model", f.draft_model,
+         "Speculative decoding with a draft model (Transformers' assistant_model, llama.cpp's -md): a "
+         "smaller model with the same vocabulary drafts tokens greedily, verified in one step; the "
+         "same tokens as without it (cpu device)")
+      ->type_name("MODEL");
+  cmd->add_option("--num-assistant-tokens", f.g.num_assistant_tokens,
+                  "Draft model: the most tokens it drafts a step (default 20, Transformers'; the length "
+                  "then adapts to what is confirmed)")
+      ->check(CLI::Range(1, kMaxDraftTokens));
   cli::add_compile_flags(cmd, f.compile);
   cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");
   cmd->add_option(
@@ -366,12 +377,24 @@ GenerationOverrides flag_overrides(const GenerateFlags& f) {
   if (f.g.disable_compile) o.disable_compile = true;
   if (given("--prompt-lookup-num-tokens")) o.prompt_lookup_num_tokens = f.g.prompt_lookup_num_tokens;
   if (given("--max-matching-ngram-size")) o.max_matching_ngram_size = f.g.max_matching_ngram_size;
+  if (given("--num-assistant-tokens")) o.num_assistant_tokens = f.g.num_assistant_tokens;
   return o;
 }
 
 // load_model with the compile flags (the library's "buckets: ..." errors name the flag: cli::cli_words).
 CausalLM load_with_compile_flags(const ModelFlags& mf, const GenerateFlags& f) {
   return load_model(mf, [&f](LoadOptions& o) { cli::apply_compile_flags(f.compile, o); });
+}
+
+// --draft-model, loaded as the model is (its own path; one process).
+std::optional<CausalLM> load_draft(const ModelFlags& mf, const GenerateFlags& f) {
+  if (f.draft_model.empty()) return std::nullopt;
+  ModelFlags d = mf;
+  d.model = f.draft_model;
+  d.tp_size = 1;
+  d.tp_plan.clear();
+  d.tp_rules.clear();
+  return load_with_compile_flags(d, f);
 }
 
 // The model's defaults (generation_config.json over Transformers' global defaults) with the flags given.
@@ -387,7 +410,8 @@ GenerationConfig merged_config(const CausalLM& model, const GenerateFlags& f) {
         {"min_p", "--min-p"},
         {"repetition_penalty", "--repetition-penalty"},
         {"prompt_lookup_num_tokens", "--prompt-lookup-num-tokens"},
-        {"max_matching_ngram_size", "--max-matching-ngram-size"}};
+        {"max_matching_ngram_size", "--max-matching-ngram-size"},
+        {"num_assistant_tokens", "--num-assistant-tokens"}};
     for (const auto& [field, flag] : kFlags)
       if (bad->first == field && f.cmd->count(flag)) fail(flag, ": ", bad->second);
     fail(model.info().origin, " (generation config): field '", bad->first, "' ", bad->second,
@@ -411,7 +435,8 @@ double shortest(float v) {
 
 // The settings generate() ran with, named as in Transformers' GenerationConfig (max_length as generate()
 // computed it for this prompt, pad_token_id as it filled it in).
-ordered_json generation_config_json(const GenerationConfig& g, int prompt_tokens, int64_t max_positions) {
+ordered_json generation_config_json(const GenerationConfig& g, int prompt_tokens, int64_t max_positions,
+                                    bool drafting) {
   auto opt = [](const auto& v) { return v ? ordered_json(*v) : ordered_json(nullptr); };
   ordered_json j;
   j["max_new_tokens"] = opt(g.max_new_tokens);
@@ -430,6 +455,7 @@ ordered_json generation_config_json(const GenerationConfig& g, int prompt_tokens
       g.prompt_lookup_num_tokens > 0 ? ordered_json(g.prompt_lookup_num_tokens) : ordered_json(nullptr);
   if (g.prompt_lookup_num_tokens > 0)
     j["max_matching_ngram_size"] = g.max_matching_ngram_size > 0 ? g.max_matching_ngram_size : 2;
+  if (drafting) j["num_assistant_tokens"] = g.num_assistant_tokens;
   j["seed"] = opt(g.seed);
   return j;
 }
@@ -502,6 +528,7 @@ int run_generate(GenerateFlags& f) {
   ModelFlags mf = f.m;
   mf.model = path;
   CausalLM model = load_with_compile_flags(mf, f);
+  std::optional<CausalLM> draft = load_draft(mf, f);
   GenerationConfig g = merged_config(model, f);
   g.constraint = constraint_from_flags(f, tok ? &*tok : nullptr, model, g);
   const int prompt_tokens = static_cast<int>(ids.size());
@@ -520,7 +547,8 @@ int run_generate(GenerateFlags& f) {
     }
     return stops.push(id);
   };
-  GenerateOutput out = model.generate({ids}, {}, g, on_token);
+  GenerateOutput out =
+      draft ? model.generate({ids}, {}, g, on_token, *draft) : model.generate({ids}, {}, g, on_token);
   std::vector<int32_t> new_ids(out.sequences[0].begin() + static_cast<long>(ids.size()),
                                out.sequences[0].end());
   if (f.json) {
@@ -554,7 +582,7 @@ int run_generate(GenerateFlags& f) {
     j["rss_mb"] = proc_status_mb("VmRSS:");
     j["peak_rss_mb"] = proc_status_mb("VmHWM:");
     j["generation_config"] =
-        generation_config_json(g, out.prompt_tokens, model.info().max_position_embeddings);
+        generation_config_json(g, out.prompt_tokens, model.info().max_position_embeddings, draft.has_value());
     j["finish_reason"] = finish_reason_name(out.finish_reasons.at(0));
     if (g.constraint)
       j["constraint"] = {{"kind", constraint_kind_name(g.constraint->kind())},
@@ -591,6 +619,7 @@ int run_chat(GenerateFlags& f) {
   ModelFlags mf = f.m;
   mf.model = path;
   CausalLM model = load_with_compile_flags(mf, f);
+  std::optional<CausalLM> draft = load_draft(mf, f);
   GenerationConfig g = merged_config(model, f);
   if (f.warmup) {
     if (g.max_new_tokens || g.max_length_is_default)
@@ -613,7 +642,8 @@ int run_chat(GenerateFlags& f) {
       std::fflush(stdout);
       return stops.push(id);
     };
-    GenerateOutput out = model.generate({ids}, {}, g, on_token);
+    GenerateOutput out =
+        draft ? model.generate({ids}, {}, g, on_token, *draft) : model.generate({ids}, {}, g, on_token);
     std::string rest = stream.flush();
     reply += rest;
     std::fwrite(rest.data(), 1, rest.size(), stdout);

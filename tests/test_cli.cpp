@@ -69,6 +69,27 @@ TEST(Cli, GeneratePromptLookupGivesTheGoldenTokens) {
   EXPECT_NE(r.err.find("--prompt-lookup-num-tokens"), std::string::npos) << r.err;
 }
 
+// --draft-model: Transformers' greedy tokens, drafts counted in --json (the model drafting for itself: nearly
+// all confirmed); bad values name the flag or the model.
+TEST(Cli, GenerateWithADraftModelGivesTheGoldenTokens) {
+  auto j = golden::load_model_golden("llama_gqa")["greedy"][0];
+  const std::string model = golden::model_path("llama_gqa");
+  Result r = run("generate " + model + " --dtype float32 --json --max-new-tokens 32 --draft-model " + model +
+                 " --num-assistant-tokens 6 --input-ids " + ids_arg(j["input_ids"]));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["ids"], j["output_ids"]);
+  EXPECT_GT(out["draft_tokens"].get<int>(), 0);
+  EXPECT_GT(out["accepted_tokens"].get<int>(), out["draft_tokens"].get<int>() / 2);
+  EXPECT_EQ(out["generation_config"]["num_assistant_tokens"], 6);
+  r = run("generate " + model + " --input-ids 1,2 --draft-model " + model + " --num-assistant-tokens 0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--num-assistant-tokens"), std::string::npos) << r.err;
+  r = run("generate " + model + " --input-ids 1,2 --draft-model " + golden::model_path("llama3_v4"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("vocabulary"), std::string::npos) << r.err;
+}
+
 TEST(Cli, ForwardJsonLogitsMatchTransformers) {
   auto c = golden::load_model_golden("qwen3_tied")["forward"][1];
   Result r = run("forward " + golden::model_path("qwen3_tied") + " --dtype float32 --json --input-ids " +

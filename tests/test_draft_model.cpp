@@ -133,6 +133,45 @@ TEST(DraftModel, ADifferentDraftModelChangesNoToken) {
   EXPECT_GT(spec.spec.draft_tokens, 0);
 }
 
+// generate(..., assistant): Transformers' goldens (single and left-padded batches) and plain generate(),
+// greedy and seeded sampled, with the model as its own assistant and with another.
+TEST(DraftModel, GenerateWithAnAssistantEqualsGoldensAndPlainGenerate) {
+  CausalLM other = load("llama_gqa");
+  for (const std::string& name : golden::model_names()) {
+    SCOPED_TRACE(name);
+    CausalLM m = load(name);
+    const bool use_other =
+        (name == "qwen3_tied" || name == "mistral") && other.info().vocab_size == m.info().vocab_size;
+    CausalLM& assistant = use_other ? other : m;
+    const nlohmann::json j = golden::load_model_golden(name);
+    auto to32 = [](const nlohmann::json& a) {
+      const std::vector<int64_t> v = golden::ids(a);
+      return std::vector<int32_t>(v.begin(), v.end());
+    };
+    for (const auto& c : j["greedy"]) {
+      GenerationConfig g;
+      g.max_new_tokens = c["max_new_tokens"].get<int>();
+      g.num_assistant_tokens = 4;
+      const std::vector<int32_t> ids = to32(c["input_ids"]);
+      const GenerateOutput spec = m.generate({ids}, {}, g, nullptr, assistant);
+      EXPECT_EQ(spec.sequences[0], to32(c["output_ids"]));
+      EXPECT_GT(spec.draft_tokens, 0);
+    }
+    const auto& b = j["batched"];
+    std::vector<std::vector<int32_t>> rows, mask;
+    for (const auto& r : b["input_ids"]) rows.push_back(to32(r));
+    for (const auto& r : b["attention_mask"]) mask.push_back(to32(r));
+    GenerationConfig g;
+    g.max_new_tokens = b["max_new_tokens"].get<int>();
+    g.pad_token_id = b["pad_token_id"].get<int32_t>();
+    EXPECT_EQ(m.generate(rows, mask, g, nullptr, assistant).sequences, m.generate(rows, mask, g).sequences);
+    g.do_sample = true;
+    g.temperature = 0.7f;
+    g.seed = 5;
+    EXPECT_EQ(m.generate(rows, mask, g, nullptr, assistant).sequences, m.generate(rows, mask, g).sequences);
+  }
+}
+
 TEST(DraftModel, BadSettingsAreRefusedByName) {
   CausalLM m = load("qwen3_tied"), other = load("llama3_v4");  // 1024 ids and 128
   auto message = [&](const SlotBatchOptions& o) -> std::string {

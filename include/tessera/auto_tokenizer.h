@@ -9,9 +9,9 @@
 namespace tessera {
 
 struct AutoTokenizer {
-  // `path`: a model directory (tokenizer.json [+ tokenizer_config.json]), a tokenizer.json file, a .gguf file,
-  // or a repo id in the Hugging Face cache (set_hf_hub_dirs, tessera/model.h). Throws Error saying what was
-  // looked for when there is none.
+  // `path`: a model directory (tokenizer.json [+ tokenizer_config.json]), a tokenizer.json file, a .gguf
+  // file, or a repo id in the Hugging Face cache (set_hf_hub_dirs, tessera/model.h). Throws Error saying what
+  // was looked for when there is none.
   static Tokenizer from_pretrained(const std::string& path);
 };
 

@@ -33,8 +33,9 @@ template <typename... Args>
 
 }  // namespace tessera
 
-#define TS_ASSERT(cond, ...)                                                                 \
-  do {                                                                                       \
-    if (!(cond)) ::tessera::detail::assert_fail(#cond, __FILE__, __LINE__,                   \
-                                                ::tessera::detail::concat(std::string() __VA_OPT__(, ) __VA_ARGS__)); \
+#define TS_ASSERT(cond, ...)                                                                               \
+  do {                                                                                                     \
+    if (!(cond))                                                                                           \
+      ::tessera::detail::assert_fail(#cond, __FILE__, __LINE__,                                            \
+                                     ::tessera::detail::concat(std::string() __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

@@ -54,6 +54,9 @@ struct GenerationConfig {
   // row decodes one token per step.
   int prompt_lookup_num_tokens = 0;
   int max_matching_ngram_size = 0;  // 0: Transformers' default, 2
+  // Speculative decoding with an assistant (draft) model (CausalLM::generate's `assistant`): the most draft
+  // tokens it proposes per step (Transformers' default 20; the length then adapts to what is confirmed).
+  int num_assistant_tokens = 20;
 
   // generation_config.json contents over the global defaults (unknown keys ignored); `origin` names the file.
   static GenerationConfig from_json(const std::string& json_text, const std::string& origin);
@@ -82,7 +85,7 @@ struct GenerationOverrides {
   std::optional<int32_t> pad_token_id, bos_token_id;
   std::optional<std::string> cache_implementation;
   std::optional<bool> disable_compile;
-  std::optional<int> prompt_lookup_num_tokens, max_matching_ngram_size;
+  std::optional<int> prompt_lookup_num_tokens, max_matching_ngram_size, num_assistant_tokens;
 
   // The fields a generation_config.json (or, for a checkpoint without one, its config.json, as Transformers'
   // GenerationConfig.from_model_config reads it) sets; null counts as unset. Every field is type- and

@@ -1,6 +1,6 @@
 // The model API, shaped like Transformers':
-//   auto model = tessera::AutoModelForCausalLM::from_pretrained("HuggingFaceTB/SmolLM2-135M", {.dtype = DType::BF16});
-//   auto out = model.generate({ids}, {}, cfg);
+//   auto model = tessera::AutoModelForCausalLM::from_pretrained("HuggingFaceTB/SmolLM2-135M", {.dtype =
+//   DType::BF16}); auto out = model.generate({ids}, {}, cfg);
 #pragma once
 #include <functional>
 #include <map>
@@ -14,20 +14,21 @@
 
 namespace tessera {
 
-// One rule of a tensor-parallel plan, as in Transformers' tp_plan: module pattern ("layers.*.self_attn.q_proj")
-// and style ("colwise", "rowwise", "colwise_gather_output", "rowwise_split_input",
-// "replicated_with_grad_allreduce", "replicated"). `origin` names where it came from, for error messages.
+// One rule of a tensor-parallel plan, as in Transformers' tp_plan: module pattern
+// ("layers.*.self_attn.q_proj") and style ("colwise", "rowwise", "colwise_gather_output",
+// "rowwise_split_input", "replicated_with_grad_allreduce", "replicated"). `origin` names where it came from,
+// for error messages.
 struct TpPlanRule {
   std::string pattern, style, origin = "tp_plan";
 };
 
-// Tensor parallelism, as Transformers' DistributedConfig(tp_size, tp_plan). Each rank holds its share of every
-// split weight. Native cpu: one process per rank (started by `tessera launch`, collectives over MPI). PJRT
-// devices: one process drives tp_size devices.
+// Tensor parallelism, as Transformers' DistributedConfig(tp_size, tp_plan). Each rank holds its share of
+// every split weight. Native cpu: one process per rank (started by `tessera launch`, collectives over MPI).
+// PJRT devices: one process drives tp_size devices.
 struct DistributedConfig {
   int tp_size = 1;
   std::vector<TpPlanRule> tp_plan;  // over the architecture's default plan; later rules win
-  bool tp_plan_auto = false;        // replicate what tp_size cannot split (e.g. 2 KV heads on 4 ranks) and say so
+  bool tp_plan_auto = false;  // replicate what tp_size cannot split (e.g. 2 KV heads on 4 ranks) and say so
   // The job this process is one rank of, as its launcher describes it (the library reads no environment: the
   // tessera command fills these from what `tessera launch` and mpirun set, WORLD_SIZE, RANK and
   // OMPI_COMM_WORLD_SIZE / _RANK; a program embedding the library sets them itself).
@@ -52,15 +53,15 @@ struct PluginSettings {
 };
 
 struct LoadOptions {
-  std::optional<DType> dtype;  // unset: the checkpoint's torch_dtype (GGUF: bfloat16; on the cpu device
-                               // its block-quantised matrices stay as stored, see ModelInfo). Q8_0, Q4_0
-                               // or Q4_K: matrices quantised at load (parse_load_dtype; PJRT devices
-                               // take them as int8 and scales)
-  std::string device_map = "cpu";    // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
-  // Prompt-length buckets for generate()'s prefill (the prompt is left-padded up to its bucket, so mixed prompt
-  // lengths share compiled shapes): "auto" = "pow2" on PJRT devices and "exact" on the native cpu backend
-  // (padding costs real FLOPs there and its "compile" is a cheap plan); "pow2" = 16, 32, 64, ... up to
-  // max_position_embeddings; "exact" = the prompt's own length; or a list such as "16,32,64,128". A prompt
+  std::optional<DType> dtype;      // unset: the checkpoint's torch_dtype (GGUF: bfloat16; on the cpu device
+                                   // its block-quantised matrices stay as stored, see ModelInfo). Q8_0, Q4_0
+                                   // or Q4_K: matrices quantised at load (parse_load_dtype; PJRT devices
+                                   // take them as int8 and scales)
+  std::string device_map = "cpu";  // cpu, xla-cpu, tpu, cuda, pjrt:/path/plugin.so or auto
+  // Prompt-length buckets for generate()'s prefill (the prompt is left-padded up to its bucket, so mixed
+  // prompt lengths share compiled shapes): "auto" = "pow2" on PJRT devices and "exact" on the native cpu
+  // backend (padding costs real FLOPs there and its "compile" is a cheap plan); "pow2" = 16, 32, 64, ... up
+  // to max_position_embeddings; "exact" = the prompt's own length; or a list such as "16,32,64,128". A prompt
   // longer than the largest listed bucket runs at its exact length, with a warning on stderr.
   std::string buckets = "auto";
   // On-disk compile cache directory (backends whose programs serialise: PJRT devices). Empty: off. (The
@@ -70,20 +71,22 @@ struct LoadOptions {
   // naming the key that changed. -1: no limit. (The tessera command: --max-recompiles, else
   // $TESSERA_MAX_RECOMPILES.)
   int max_recompiles = -1;
-  // Say every compile-cache miss and why (a note through the log callback; the tessera command: $TESSERA_VERBOSE=1).
+  // Say every compile-cache miss and why (a note through the log callback; the tessera command:
+  // $TESSERA_VERBOSE=1).
   bool verbose_compiles = false;
   DistributedConfig distributed;
-  // Native cpu backend, bfloat16 weights, CPUs with AVX512-BF16: matmuls round their float32 inputs to bfloat16
-  // and multiply with vdpbf16ps (products exact, sums in float32), as llama.cpp does and as Transformers' bf16
-  // (which rounds every activation) implies. true keeps the inputs float32 and widens the weights instead:
-  // about half the prompt-processing speed, decode about the same (it is bound by memory). Block-quantised
-  // weights kept as stored (a GGUF on the cpu device): decode steps quantise their inputs to int8 per block of
-  // 32 for integer dot products; true keeps them float32 (dequantised weight chunks, the float32 kernels:
-  // what the float32 checkpoint gives, bit for bit). Also keeps the KV cache float32. No effect on devices.
+  // Native cpu backend, bfloat16 weights, CPUs with AVX512-BF16: matmuls round their float32 inputs to
+  // bfloat16 and multiply with vdpbf16ps (products exact, sums in float32), as llama.cpp does and as
+  // Transformers' bf16 (which rounds every activation) implies. true keeps the inputs float32 and widens the
+  // weights instead: about half the prompt-processing speed, decode about the same (it is bound by memory).
+  // Block-quantised weights kept as stored (a GGUF on the cpu device): decode steps quantise their inputs to
+  // int8 per block of 32 for integer dot products; true keeps them float32 (dequantised weight chunks, the
+  // float32 kernels: what the float32 checkpoint gives, bit for bit). Also keeps the KV cache float32. No
+  // effect on devices.
   bool exact_bf16_matmul = false;
-  // Tensor parallelism over MPI: seconds a rank waits in one collective for the others before it stops the job
-  // with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The tessera
-  // command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)
+  // Tensor parallelism over MPI: seconds a rank waits in one collective for the others before it stops the
+  // job with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The
+  // tessera command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)
   double collective_timeout_s = -1;
   // Kernel packages loaded at run time (folders with a kernel.json; README "Kernels loaded at run time"), in
   // order: the first that accepts a node of the graph replaces the built-in kernel (native cpu: a .so's C
@@ -100,9 +103,10 @@ struct LoadOptions {
 };
 
 // The Hugging Face hub directories (<hub>/models--org--name/snapshots/...) in which from_pretrained and
-// AutoTokenizer::from_pretrained look up a repo id "org/name", offline, in order. Process-wide and thread-safe;
-// none until a program sets them, and with none only local paths resolve. (The library reads no environment;
-// the tessera command sets $HF_HUB_CACHE, $HF_HOME/hub and ~/.cache/huggingface/hub, each where set.)
+// AutoTokenizer::from_pretrained look up a repo id "org/name", offline, in order. Process-wide and
+// thread-safe; none until a program sets them, and with none only local paths resolve. (The library reads no
+// environment; the tessera command sets $HF_HUB_CACHE, $HF_HOME/hub and ~/.cache/huggingface/hub, each where
+// set.)
 void set_hf_hub_dirs(std::vector<std::string> dirs);
 
 // A kernel package in use (LoadOptions::kernels): the op it took and how many nodes of the model's graph.
@@ -126,25 +130,36 @@ struct ModelInfo {
 
 class SlotBatch;
 
-// A loaded model. Every method is safe to call from several threads at once on one CausalLM: compiled programs
-// are shared and immutable, and each generate(), forward() or SlotBatch owns its own KV cache and scratch.
-// (A tensor-parallel model over MPI runs one call at a time: its ranks must step together.) Moving or
-// destroying the model while another thread uses it, or while a SlotBatch made from it lives, is not allowed.
+// A loaded model. Every method is safe to call from several threads at once on one CausalLM: compiled
+// programs are shared and immutable, and each generate(), forward() or SlotBatch owns its own KV cache and
+// scratch. (A tensor-parallel model over MPI runs one call at a time: its ranks must step together.) Moving
+// or destroying the model while another thread uses it, or while a SlotBatch made from it lives, is not
+// allowed.
 class CausalLM {
  public:
   CausalLM(CausalLM&&) noexcept;
   CausalLM& operator=(CausalLM&&) noexcept;
   ~CausalLM();
 
-  // input_ids: rows of equal length (left-padded); attention_mask: same shape with 0 for padding, or empty for
-  // all ones. Returns prompt + new tokens per row.
+  // input_ids: rows of equal length (left-padded); attention_mask: same shape with 0 for padding, or empty
+  // for all ones. Returns prompt + new tokens per row.
   GenerateOutput generate(const std::vector<std::vector<int32_t>>& input_ids,
-                          const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& config);
+                          const std::vector<std::vector<int32_t>>& attention_mask,
+                          const GenerationConfig& config);
   // Streaming variant: `on_token(row, token)` is called as each new token is chosen; a callback that returns
   // bool stops the row by returning false (see TokenCallback; a callback returning void never stops one).
   GenerateOutput generate(const std::vector<std::vector<int32_t>>& input_ids,
-                          const std::vector<std::vector<int32_t>>& attention_mask, const GenerationConfig& config,
-                          const TokenCallback& on_token);
+                          const std::vector<std::vector<int32_t>>& attention_mask,
+                          const GenerationConfig& config, const TokenCallback& on_token);
+  // Speculative decoding with an assistant model (Transformers' generate(assistant_model=...)): `assistant`,
+  // a smaller model with the same vocabulary on the cpu device, drafts up to config.num_assistant_tokens
+  // tokens a step for each row, greedily, and the step verifies them beside the row's next token, so the
+  // output is exactly that of generate() without it (greedy and seeded sampled). The rows run as slots of a
+  // SlotBatch. Errors: a different vocabulary size, a backend that cannot verify drafts in one step (PJRT
+  // devices, tensor parallelism over MPI), disable_compile or the dynamic cache.
+  GenerateOutput generate(const std::vector<std::vector<int32_t>>& input_ids,
+                          const std::vector<std::vector<int32_t>>& attention_mask,
+                          const GenerationConfig& config, const TokenCallback& on_token, CausalLM& assistant);
   // Logits for every position of one sequence: [ids.size(), vocab] row-major.
   std::vector<float> forward(const std::vector<int32_t>& ids);
   // Logits for every position of rows of equal length in one step: [rows, len, vocab] row-major. Each
@@ -154,9 +169,10 @@ class CausalLM {
   std::vector<float> forward(const std::vector<std::vector<int32_t>>& input_ids,
                              const std::vector<std::vector<int32_t>>& attention_mask);
 
-  // Compiles (or loads from the disk cache) every prompt bucket's prefill and its decode step for `batch` rows and
-  // `max_new_tokens`, with the sampling mode generate() will use for `do_sample`; then arms the recompile guard.
-  // Buckets above `max_prompt` (when > 0) are skipped. Returns the number of shapes compiled or loaded.
+  // Compiles (or loads from the disk cache) every prompt bucket's prefill and its decode step for `batch`
+  // rows and `max_new_tokens`, with the sampling mode generate() will use for `do_sample`; then arms the
+  // recompile guard. Buckets above `max_prompt` (when > 0) are skipped. Returns the number of shapes compiled
+  // or loaded.
   int warmup(int batch, int max_new_tokens, bool do_sample = false, int max_prompt = 0);
   // The prefill length generate() uses for a prompt of `len` tokens.
   int prompt_bucket(int len) const;

@@ -90,6 +90,8 @@ tessera::GenerationOverrides overrides_from(const nb::dict& d) {
       o.prompt_lookup_num_tokens = nb::cast<int>(value);
     else if (k == "max_matching_ngram_size")
       o.max_matching_ngram_size = nb::cast<int>(value);
+    else if (k == "num_assistant_tokens")
+      o.num_assistant_tokens = nb::cast<int>(value);
     else
       throw nb::value_error(("unknown generation setting '" + k + "'").c_str());
   }
@@ -113,6 +115,7 @@ nb::dict config_dict(const tessera::GenerationConfig& c) {
   d["disable_compile"] = c.disable_compile;
   d["prompt_lookup_num_tokens"] = c.prompt_lookup_num_tokens;
   d["max_matching_ngram_size"] = c.max_matching_ngram_size;
+  d["num_assistant_tokens"] = c.num_assistant_tokens;
   return d;
 }
 
@@ -132,7 +135,8 @@ Rows mask_rows(const IdArray& ids, const std::optional<IdArray>& mask) {
 }
 
 nb::object generate(tessera::CausalLM& lm, const IdArray& ids, std::optional<IdArray> mask,
-                    const nb::dict& overrides, std::optional<nb::callable> on_token) {
+                    const nb::dict& overrides, std::optional<nb::callable> on_token,
+                    tessera::CausalLM* assistant) {
   Rows input = to_rows(ids);
   Rows attention = mask_rows(ids, mask);
   const tessera::GenerationConfig cfg = resolved_config(lm, overrides);
@@ -156,13 +160,15 @@ nb::object generate(tessera::CausalLM& lm, const IdArray& ids, std::optional<IdA
     };
     {
       nb::gil_scoped_release release;
-      out = lm.generate(input, attention, cfg, callback);
+      out = assistant ? lm.generate(input, attention, cfg, callback, *assistant)
+                      : lm.generate(input, attention, cfg, callback);
     }
     if (failure) throw std::move(*failure);
     if (cast_failure) throw std::runtime_error(*cast_failure);
   } else {
     nb::gil_scoped_release release;
-    out = lm.generate(input, attention, cfg);
+    out = assistant ? lm.generate(input, attention, cfg, nullptr, *assistant)
+                    : lm.generate(input, attention, cfg);
   }
   const size_t rows = out.sequences.size(), cols = rows ? out.sequences[0].size() : 0;
   std::vector<int64_t> flat;
@@ -334,7 +340,7 @@ NB_MODULE(_tessera, m) {
       .def_static("from_pretrained", &load_model, "path"_a, "dtype"_a = nb::none(), "device_map"_a = "cpu",
                   "buckets"_a = "auto", "distributed"_a = nb::dict())
       .def("generate", &generate, "input_ids"_a, "attention_mask"_a = nb::none(), "overrides"_a = nb::dict(),
-           "on_token"_a = nb::none())
+           "on_token"_a = nb::none(), "assistant"_a = nb::none())
       .def("forward", &forward, "ids"_a)
       .def("forward_batch", &forward_batch, "input_ids"_a, "attention_mask"_a = nb::none())
       .def("resolved_config",

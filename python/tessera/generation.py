@@ -7,6 +7,7 @@ FIELDS = (
     "max_new_tokens", "max_length", "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
     "eos_token_id", "pad_token_id", "bos_token_id", "cache_implementation", "disable_compile",
     "prompt_lookup_num_tokens", "max_matching_ngram_size",  # speculative decoding by prompt lookup
+    "num_assistant_tokens",  # speculative decoding with generate(assistant_model=...)
     "seed",  # Tessera's: the sampling seed (Transformers takes it from torch's global generator)
 )
 

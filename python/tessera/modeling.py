@@ -137,9 +137,13 @@ class TesseraModelForCausalLM:
 
     forward = __call__
 
-    def generate(self, input_ids=None, attention_mask=None, generation_config=None, streamer=None, **kwargs):
+    def generate(self, input_ids=None, attention_mask=None, generation_config=None, streamer=None,
+                 assistant_model=None, **kwargs):
         if input_ids is None:
             raise value_error("generate: input_ids is required")
+        if assistant_model is not None and not isinstance(assistant_model, TesseraModelForCausalLM):
+            raise value_error("generate: assistant_model must be a model loaded by tessera "
+                              f"(AutoModelForCausalLM.from_pretrained), got {type(assistant_model).__name__}")
         ids = to_numpy(input_ids, "input_ids")
         mask = None if attention_mask is None else to_numpy(attention_mask, "attention_mask")
         if mask is not None and mask.shape != ids.shape:
@@ -166,7 +170,8 @@ class TesseraModelForCausalLM:
                 streamer.put(np.array([token], dtype=np.int64))
 
         try:
-            out, self.last_stats = self._lm.generate(ids, mask, settings, on_token)
+            out, self.last_stats = self._lm.generate(
+                ids, mask, settings, on_token, None if assistant_model is None else assistant_model._lm)
         except ValueError as e:
             if not isinstance(e, TesseraValueError):
                 raise TesseraValueError(str(e)) from None

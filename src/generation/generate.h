@@ -32,7 +32,8 @@ bool speculative_generate_applies(const runtime::ModelCore& m, const GenerationC
 GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
                                     const std::vector<std::vector<int32_t>>& input_ids,
                                     const std::vector<std::vector<int32_t>>& attention_mask,
-                                    const GenerationConfig& cfg, const TokenCallback& on_token);
+                                    const GenerationConfig& cfg, const TokenCallback& on_token,
+                                    CausalLM* assistant = nullptr);
 
 // Dynamic cache: grows by this many slots.
 constexpr int kDynamicChunk = 64;

@@ -22,7 +22,8 @@ bool speculative_generate_applies(const runtime::ModelCore& m, const GenerationC
 GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
                                     const std::vector<std::vector<int32_t>>& input_ids,
                                     const std::vector<std::vector<int32_t>>& attention_mask,
-                                    const GenerationConfig& cfg, const TokenCallback& on_token) {
+                                    const GenerationConfig& cfg, const TokenCallback& on_token,
+                                    CausalLM* assistant) {
   using clock = std::chrono::steady_clock;
   const Prompts p = check_prompts(m, input_ids, attention_mask, cfg);
   const int batch = static_cast<int>(input_ids.size());
@@ -31,9 +32,12 @@ GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
   cache_len = static_cast<int>(std::min<int64_t>(cache_len, m.config.max_position_embeddings));
   // Whole prompts, as generate() prefills them (not the prefix cache's chunks: some families' last bits
   // depend on how a prompt is split).
-  SlotBatch slots(
-      model, batch, cache_len,
-      {.host_sampling = true, .decode_rows = SlotBatchOptions::DecodeRows::Running, .prefix_cache = false});
+  SlotBatch slots(model, batch, cache_len,
+                  {.host_sampling = true,
+                   .decode_rows = SlotBatchOptions::DecodeRows::Running,
+                   .prefix_cache = false,
+                   .draft_model = assistant,
+                   .draft_tokens = cfg.num_assistant_tokens});
   const uint64_t seed = cfg.seed ? *cfg.seed : sampling::fresh_seed();
   const runtime::CompileStats before = m.compile_stats();
 

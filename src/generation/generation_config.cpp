@@ -104,6 +104,7 @@ GenerationOverrides GenerationOverrides::from_json(const std::string& text, cons
   o.bos_token_id = r.optional_id("bos_token_id");
   o.prompt_lookup_num_tokens = int32_field("prompt_lookup_num_tokens", 0);
   o.max_matching_ngram_size = int32_field("max_matching_ngram_size", 1);
+  o.num_assistant_tokens = int32_field("num_assistant_tokens", 1);
   if (auto s = r.optional_string("cache_implementation")) {
     // Transformers unsets "hybrid" (the old sliding-window default) and uses its default cache.
     if (*s == "static" || *s == "dynamic")
@@ -137,6 +138,7 @@ GenerationConfig GenerationConfig::merged(const GenerationConfig& d, const Gener
   if (o.disable_compile) g.disable_compile = *o.disable_compile;
   if (o.prompt_lookup_num_tokens) g.prompt_lookup_num_tokens = *o.prompt_lookup_num_tokens;
   if (o.max_matching_ngram_size) g.max_matching_ngram_size = *o.max_matching_ngram_size;
+  if (o.num_assistant_tokens) g.num_assistant_tokens = *o.num_assistant_tokens;
   return g;
 }
 
@@ -171,6 +173,9 @@ std::optional<std::pair<std::string, std::string>> GenerationConfig::invalid_fie
   if (prompt_lookup_num_tokens < 0 || prompt_lookup_num_tokens > kMaxDraftTokens)
     return P{"prompt_lookup_num_tokens",
              "must be in 0.." + str(kMaxDraftTokens) + ", got " + str(prompt_lookup_num_tokens)};
+  if (num_assistant_tokens < 1 || num_assistant_tokens > kMaxDraftTokens)
+    return P{"num_assistant_tokens",
+             "must be in 1.." + str(kMaxDraftTokens) + ", got " + str(num_assistant_tokens)};
   if (max_matching_ngram_size < 0 || max_matching_ngram_size > kMaxDraftTokens)
     return P{"max_matching_ngram_size",
              "must be in 0.." + str(kMaxDraftTokens) + " (0: 2), got " + str(max_matching_ngram_size)};

@@ -5,8 +5,8 @@
 #include <span>
 #include <thread>
 
-#include "sampling/sampler.h"
 #include "graph/graph.h"
+#include "sampling/sampler.h"
 #include "tessera/error.h"
 
 namespace tessera {

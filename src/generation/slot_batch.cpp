@@ -137,6 +137,7 @@ std::vector<char> encode_config(const GenerationConfig& c) {
   w.put<int32_t>(c.disable_compile);
   w.put<int32_t>(c.prompt_lookup_num_tokens);
   w.put<int32_t>(c.max_matching_ngram_size);
+  w.put<int32_t>(c.num_assistant_tokens);
   return std::move(w.bytes);
 }
 
@@ -162,6 +163,7 @@ GenerationConfig decode_config(const char* p, size_t n) {
   c.disable_compile = r.get<int32_t>() != 0;
   c.prompt_lookup_num_tokens = r.get<int32_t>();
   c.max_matching_ngram_size = r.get<int32_t>();
+  c.num_assistant_tokens = r.get<int32_t>();
   return c;
 }
 

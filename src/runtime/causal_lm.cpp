@@ -179,4 +179,18 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
   return generation::generate(*impl_, input_ids, attention_mask, cfg, on_token);
 }
 
+GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input_ids,
+                                  const std::vector<std::vector<int32_t>>& attention_mask,
+                                  const GenerationConfig& cfg, const TokenCallback& on_token,
+                                  CausalLM& assistant) {
+  if (!impl_) fail("generate: the model was moved from");
+  if (!assistant.impl_) fail("generate: the assistant model was moved from");
+  if (cfg.disable_compile || cfg.cache_implementation == "dynamic")
+    fail(
+        "generate: an assistant model runs compiled steps over a static cache (not disable_compile, not "
+        "cache_implementation \"dynamic\")");
+  return generation::generate_speculative(*this, *impl_, input_ids, attention_mask, cfg, on_token,
+                                          &assistant);
+}
+
 }  // namespace tessera

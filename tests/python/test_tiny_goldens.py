@@ -47,6 +47,22 @@ def test_greedy_and_repetition_penalty(name):
 
 
 @pytest.mark.parametrize("name", TINY)
+def test_an_assistant_model_gives_the_golden_greedy_tokens(name):
+    # Transformers' generate(assistant_model=...): the model drafting for itself changes no token.
+    g = golden(name)
+    m = model(name)
+    for case in g["greedy"]:
+        out = m.generate(input_ids=np.array([case["input_ids"]]), do_sample=False, assistant_model=m,
+                         num_assistant_tokens=5, max_new_tokens=case["max_new_tokens"], eos_token_id=[])
+        assert out[0].tolist() == case["output_ids"]
+        assert m.last_stats["draft_tokens"] > 0
+    with pytest.raises(ValueError, match="assistant_model"):
+        m.generate(input_ids=np.array([[5, 6]]), assistant_model="small", max_new_tokens=2)
+    with pytest.raises(ValueError, match="num_assistant_tokens"):
+        m.generate(input_ids=np.array([[5, 6]]), assistant_model=m, num_assistant_tokens=0, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("name", TINY)
 def test_prompt_lookup_gives_the_golden_greedy_tokens(name):
     # Transformers' prompt_lookup_num_tokens: speculative decoding that changes no token.
     g = golden(name)
