@@ -8,6 +8,7 @@ import os
 import resource
 import statistics
 import subprocess
+import sys
 
 MASK64 = (1 << 64) - 1
 
@@ -53,3 +54,27 @@ def machine():
     isa = " ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8")
                    if f" {f}" in flags)
     return f"{name}; {os.cpu_count()} cores; {isa}"
+
+
+def start_tessera_server(cmd, who, keep_draining=False):
+    """Starts `cmd` (a `tessera serve ... --port 0` command line) and waits until it says it is ready; returns
+    (process, port). keep_draining: a thread keeps reading its stderr (a long run would fill the pipe)."""
+    import re
+    import threading
+    import time
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    port = None
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+        if "ready" in line and port:
+            if keep_draining:
+                threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            return proc, port
+    proc.kill()
+    sys.exit(f"{who}: {' '.join(cmd)} did not become ready")

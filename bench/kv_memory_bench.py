@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -33,21 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def start_server(tessera, model, flags):
     cmd = [tessera, "serve"] + ([model] if model else []) + ["--port", "0", "--served-model-name", "m"] + flags
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        if "ready" in line and port:
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # keep draining
-            return proc, port
-    proc.kill()
-    sys.exit(f"kv_memory_bench: {' '.join(cmd)} did not become ready")
+    return bench_common.start_tessera_server(cmd, "kv_memory_bench", keep_draining=True)
 
 
 def rss_bytes(pid):

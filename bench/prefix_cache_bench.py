@@ -13,9 +13,7 @@ import http.client
 import json
 import os
 import random
-import re
 import statistics
-import subprocess
 import sys
 import time
 
@@ -31,20 +29,7 @@ WORDS = ("the river north city old bridge light market stone winter harbour towe
 def start_server(tessera, model, extra):
     cmd = [tessera, "serve"] + ([model] if model else []) + [
         "--port", "0", "--max-num-seqs", "2", "--max-model-len", "4096", "--served-model-name", "m"] + extra
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        if "ready" in line and port:
-            return proc, port
-    proc.kill()
-    sys.exit(f"prefix_cache_bench: {' '.join(cmd)} did not become ready")
+    return bench_common.start_tessera_server(cmd, "prefix_cache_bench")
 
 
 def complete(port, prompt, new_tokens):

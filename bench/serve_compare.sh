@@ -17,8 +17,8 @@
 #              BENCH_MODELS (build/bench-models), LEVEL_TIMEOUT (s per server run, default 900), LLAMA_BIN
 #              (llama-server's directory; default: what bench/build_llamacpp.sh builds under build/llama.cpp-native).
 # Notes: llama-server splits its context (-c) between its slots, so it gets --slots x the per-request context.
-# Neither server here is told to ignore EOS (Tessera refuses unknown fields); tok/s counts the tokens each server
-# did send.
+# Both servers are told to ignore EOS (ignore_eos, which each accepts), so every request gets exactly --new-tokens
+# tokens from either engine; tok/s counts the tokens each server did send.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/tessera}"
@@ -90,7 +90,7 @@ one() {
   echo "serve_compare.sh: round $round $engine on port $port ..." >&2
   timeout "${LEVEL_TIMEOUT:-900}" python3 "$ROOT/bench/serve_load.py" --url "http://127.0.0.1:$port" --model bench \
     --label "$engine" --clients "$CLIENTS" --prompt-tokens "$PROMPT" --new-tokens "$NEW" \
-    --requests-per-client "$RPC" "${extra[@]}" 2>>"$log" | grep '^{' |
+    --requests-per-client "$RPC" --ignore-eos "${extra[@]}" 2>>"$log" | grep '^{' |
     python3 -c 'import json,sys
 for l in sys.stdin:
     j=json.loads(l); j["round"]=int(sys.argv[1]); print(json.dumps(j))' "$round" >>"$JSONL"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessera/error.h"
+#include "tessera/model.h"
 
 namespace tessera::golden {
 
@@ -26,6 +27,13 @@ inline std::string model_path(std::string_view rel) {
 // variant_path("qwen3_sliding").
 inline std::string variant_path(std::string_view name) {
   return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/variants/" + std::string(name);
+}
+
+// A tiny checkpoint loaded with float32 weights (the goldens' dtype).
+inline CausalLM load_f32(std::string_view name) {
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  return AutoModelForCausalLM::from_pretrained(model_path(name), opt);
 }
 
 // The tiny checkpoints with Transformers goldens: the folders of tests/fixtures/models holding a golden.json,

@@ -23,11 +23,7 @@ namespace golden = tessera::golden;
 
 namespace {
 
-CausalLM load(const std::string& name) {
-  LoadOptions opt;
-  opt.dtype = DType::F32;
-  return AutoModelForCausalLM::from_pretrained(golden::model_path(name), opt);
-}
+CausalLM load(const std::string& name) { return golden::load_f32(name); }
 
 std::vector<int32_t> ids(int len, int salt, int64_t vocab) {
   std::vector<int32_t> v(static_cast<size_t>(len));

@@ -202,6 +202,17 @@ double metric(const std::string& body, const std::string& name) {
   return at == std::string::npos ? -1 : std::atof(body.c_str() + at + key.size());
 }
 
+// A greedy chat request for `ask` answers what `tessera generate` gives alone.
+void expect_chat_as_generate(httplib::Client& c, const std::string& ask, int max_tokens) {
+  const json want = generate_alone(ask, max_tokens);
+  json body = {
+      {"messages", {{{"role", "user"}, {"content", ask}}}}, {"max_tokens", max_tokens}, {"temperature", 0}};
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], want["text"]) << ask;
+}
+
 // Prompt lookup and the prefix cache through the server: a chat that asks the model to copy a text, twice
 // with the same long system turn; the answers are those of `tessera generate` alone (no speculation, no
 // cache), the metrics count drafts confirmed and prompt tokens reused, and nothing is left running.
@@ -212,13 +223,7 @@ TEST(Cli, ServeSpeculatesAndCachesPrefixesWithTheTextsOfGenerate) {
   auto c = client(s.port);
   const std::string text = "the red fox jumps over the lazy dog; the red fox jumps over the lazy dog again";
   for (const std::string& ask : {"Repeat exactly: " + text, "Repeat exactly, twice: " + text}) {
-    const json want = generate_alone(ask, 40);
-    json body = {
-        {"messages", {{{"role", "user"}, {"content", ask}}}}, {"max_tokens", 40}, {"temperature", 0}};
-    auto r = c->Post("/v1/chat/completions", body.dump(), "application/json");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-    EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], want["text"]) << ask;
+    expect_chat_as_generate(*c, ask, 40);
   }
   auto m = c->Get("/metrics");
   ASSERT_TRUE(m);
@@ -244,13 +249,7 @@ TEST(Cli, ServeWithADraftModelGivesTheTextsOfGenerate) {
                     "--speculative-config", R"({"num_speculative_tokens": 3, "model": ")" + model + "\"}"});
   auto c = client(s.port);
   for (const std::string ask : {"Count from one to ten.", "Name three colours."}) {
-    const json want = generate_alone(ask, 24);
-    json body = {
-        {"messages", {{{"role", "user"}, {"content", ask}}}}, {"max_tokens", 24}, {"temperature", 0}};
-    auto r = c->Post("/v1/chat/completions", body.dump(), "application/json");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-    EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], want["text"]) << ask;
+    expect_chat_as_generate(*c, ask, 24);
   }
   auto m = c->Get("/metrics");
   ASSERT_TRUE(m);
