@@ -36,6 +36,15 @@ inline CausalLM load_f32(std::string_view name) {
   return AutoModelForCausalLM::from_pretrained(model_path(name), opt);
 }
 
+// A made-up prompt of `len` ids in [3, vocab), different for each `salt` (tests that need prompts, not
+// goldens).
+inline std::vector<int32_t> made_up_ids(int len, int salt, int64_t vocab) {
+  std::vector<int32_t> v(static_cast<size_t>(len));
+  for (int i = 0; i < len; ++i)
+    v[static_cast<size_t>(i)] = static_cast<int32_t>(3 + (i * 37 + salt * 101 + i * i * salt) % (vocab - 3));
+  return v;
+}
+
 // The tiny checkpoints with Transformers goldens: the folders of tests/fixtures/models holding a golden.json,
 // sorted.
 inline std::vector<std::string> model_names() {

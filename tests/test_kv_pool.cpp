@@ -25,12 +25,7 @@ namespace {
 
 CausalLM load(const std::string& name) { return golden::load_f32(name); }
 
-std::vector<int32_t> ids(int len, int salt, int64_t vocab) {
-  std::vector<int32_t> v(static_cast<size_t>(len));
-  for (int i = 0; i < len; ++i)
-    v[static_cast<size_t>(i)] = static_cast<int32_t>(3 + (i * 37 + salt * 101 + i * i * salt) % (vocab - 3));
-  return v;
-}
+std::vector<int32_t> ids(int len, int salt, int64_t vocab) { return golden::made_up_ids(len, salt, vocab); }
 
 // Resident bytes of this process.
 int64_t rss() {
