@@ -578,7 +578,8 @@ int run_generate(GenerateFlags& f) {
     j["device"] = model.info().device;
     j["tp_rank"] = model.info().tp_rank;
     j["tp_size"] = model.info().tp_size;
-    j["weight_bytes"] = model.info().weight_bytes;  // this rank's share
+    j["weight_bytes"] = model.info().weight_bytes;              // this rank's share
+    j["kv_bytes_per_token"] = model.info().kv_bytes_per_token;  // one cache position, this rank's heads
     j["rss_mb"] = proc_status_mb("VmRSS:");
     j["peak_rss_mb"] = proc_status_mb("VmHWM:");
     j["generation_config"] =

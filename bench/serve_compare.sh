@@ -9,6 +9,8 @@
 # table takes each engine's median tok/s round per client count. Every server is bounded in time and killed on exit.
 #
 #   bench/serve_compare.sh                 clients 1,4,16,64; prompt 128, 128 new tokens; 2 rounds; 16 slots
+#   bench/serve_compare.sh --slots clients a server per client count with as many slots (llama-server -np =
+#                                          clients, Tessera --max-num-seqs = clients)
 #   bench/serve_compare.sh --quick         CI: Tessera only, the default model (SmolLM2 Q4_1), clients 1,2, 8 new tokens
 #                                          (keeps the harness working; not in the test suite)
 # Options: --clients 1,4,16,64  --rounds N  --slots N  --prompt-tokens N  --new-tokens N  --requests-per-client N
@@ -68,17 +70,17 @@ wait_health() {  # PORT SECONDS
   return 1
 }
 
-# one ENGINE ROUND: start the server, sweep the client counts, stop it.
+# one ENGINE ROUND [LEVELS SLOTS]: start the server with SLOTS slots, sweep the client counts, stop it.
 one() {
-  local engine="$1" round="$2" port log extra=()
-  port="$(free_port)"; log="$RES/$engine-$round.log"
+  local engine="$1" round="$2" levels="${3:-$CLIENTS}" slots="${4:-$SLOTS}" port log extra=()
+  port="$(free_port)"; log="$RES/$engine-$round-$slots.log"
   case "$engine" in
     tessera)
-      timeout "${LEVEL_TIMEOUT:-900}" "$TESSERA" serve "$MODEL" --port "$port" --max-num-seqs "$SLOTS" \
+      timeout "${LEVEL_TIMEOUT:-900}" "$TESSERA" serve "$MODEL" --port "$port" --max-num-seqs "$slots" \
         --max-model-len "$CTX" --served-model-name bench --quiet >"$log" 2>&1 & ;;
     llama.cpp)
       timeout "${LEVEL_TIMEOUT:-900}" "$LLAMA_BIN/llama-server" -m "$MODEL" --host 127.0.0.1 --port "$port" \
-        -a bench -c $((CTX * SLOTS)) -np "$SLOTS" -t "$(nproc)" -tb "$(nproc)" >"$log" 2>&1 &
+        -a bench -c $((CTX * slots)) -np "$slots" -t "$(nproc)" -tb "$(nproc)" >"$log" 2>&1 &
       extra=(--text-prompt) ;;
   esac
   SERVER_PID=$!
@@ -89,7 +91,7 @@ one() {
   fi
   echo "serve_compare.sh: round $round $engine on port $port ..." >&2
   timeout "${LEVEL_TIMEOUT:-900}" python3 "$ROOT/bench/serve_load.py" --url "http://127.0.0.1:$port" --model bench \
-    --label "$engine" --clients "$CLIENTS" --prompt-tokens "$PROMPT" --new-tokens "$NEW" \
+    --label "$engine" --clients "$levels" --prompt-tokens "$PROMPT" --new-tokens "$NEW" \
     --requests-per-client "$RPC" --ignore-eos "${extra[@]}" 2>>"$log" | grep '^{' |
     python3 -c 'import json,sys
 for l in sys.stdin:
@@ -127,7 +129,13 @@ else
 fi
 
 for ((r = 1; r <= ROUNDS; r++)); do
-  for e in "${ENGINES[@]}"; do one "$e" "$r" || true; done
+  for e in "${ENGINES[@]}"; do
+    if [[ $SLOTS == clients ]]; then  # a server per level with as many slots as clients
+      for c in ${CLIENTS//,/ }; do one "$e" "$r" "$c" "$c" || true; done
+    else
+      one "$e" "$r" || true
+    fi
+  done
 done
 
 TABLE="$(python3 - "$JSONL" "$PROMPT" "$NEW" "$SLOTS" "$RPC" "$ROUNDS" "$(basename "$MODEL")" "$VLLM_NOTE" "$ROOT/bench" <<'EOF'
@@ -143,7 +151,8 @@ def med(rs):  # the median-tok/s round
     rs = sorted(rs, key=lambda r: r["output_tokens_per_s"])
     return rs[len(rs) // 2]
 print(f"Machine: {cpu_name()} ({cpu_isa()}). Model {model}; prompt about {prompt} tokens (same text for every engine), "
-      f"up to {new} new tokens, greedy, streamed; {rpc} requests per client; {slots} slots (Tessera --max-num-seqs, "
+      f"up to {new} new tokens, greedy, streamed; {rpc} requests per client; "
+      f"{'as many slots as clients' if slots == 'clients' else slots + ' slots'} (Tessera --max-num-seqs, "
       f"llama-server -np); median of {rounds} alternated rounds.")
 print()
 print("| engine | clients | output tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms | tokens | errors | Tessera/peer tok/s |")

@@ -48,6 +48,12 @@ TEST(Cli, GenerateJsonMatchesGoldenAndCountsCompiles) {
   EXPECT_EQ(out["new_tokens"], 32);
   for (const char* k : {"text", "prompt_tokens", "prefill_tokens_per_s", "decode_tokens_per_s"})
     EXPECT_TRUE(out.contains(k)) << k;
+  // Keys and values of every layer, float32: 2 x layers x kv heads x head_dim x 4 bytes.
+  const nlohmann::json c = golden::load_json(golden::model_path("llama_gqa/config.json"));
+  const int64_t head_dim = c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>();
+  EXPECT_EQ(
+      out["kv_bytes_per_token"].get<int64_t>(),
+      2 * c["num_hidden_layers"].get<int64_t>() * c["num_key_value_heads"].get<int64_t>() * head_dim * 4);
 }
 
 // --prompt-lookup-num-tokens: Transformers' greedy tokens with fewer decode steps, the counts in --json; a

@@ -126,6 +126,9 @@ struct ModelInfo {
   // e.g. {"q4_1": 210, "q8_0": 1}; empty when every matrix is in `dtype`.
   std::map<std::string, int> quantized_matrices;
   std::vector<KernelInUse> kernels;  // packages of LoadOptions::kernels in use (skipped ones are not listed)
+  // Bytes one cache position takes: every layer's keys and values of this rank's kv heads, in the KV cache's
+  // dtype (bfloat16 for a bfloat16 model on the cpu device, else float32).
+  size_t kv_bytes_per_token = 0;
 };
 
 class SlotBatch;

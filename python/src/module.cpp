@@ -365,6 +365,7 @@ NB_MODULE(_tessera, m) {
         d["max_position_embeddings"] = i.max_position_embeddings;
         d["tp_rank"] = i.tp_rank;
         d["tp_size"] = i.tp_size;
+        d["kv_bytes_per_token"] = i.kv_bytes_per_token;
         return d;
       });
 }

@@ -136,6 +136,8 @@ class Backend {
     (void)cache, (void)from_row, (void)to_row, (void)count;
     fail("backend ", name(), ": copying cache rows is not supported");
   }
+  // The dtype caches hold keys and values in.
+  virtual DType cache_dtype() const { return DType::F32; }
   // Paged cache memory for caches of heads of `head_dim` values (above); {} where caches are allocated whole.
   virtual CachePaging cache_paging(int64_t head_dim) const {
     (void)head_dim;

@@ -775,6 +775,14 @@ void SlotBatch::Impl::resume(int r) {
 
 void SlotBatch::Impl::plan_memory() {
   if (!paging) return;
+  auto active_need = [&] {
+    int64_t need = 0;
+    for (int r = 0; r < n; ++r) {
+      const Slot& s = slots[static_cast<size_t>(r)];
+      if (s.busy && s.row.running() && !s.preempted) need += step_need(r);
+    }
+    return need;
+  };
   if (capped) {
     while (true) {
       int r = -1;
@@ -783,15 +791,11 @@ void SlotBatch::Impl::plan_memory() {
         if (s.busy && s.preempted && (r < 0 || s.started < slots[static_cast<size_t>(r)].started)) r = i;
       }
       if (r < 0) break;
-      // Its blocks, and one more for each running sequence (they grow by a token this step).
-      if (!make_room(step_need(r) + active_count())) break;
+      // Its blocks and what the running sequences write this step (so it is not preempted again at once).
+      if (!make_room(step_need(r) + active_need())) break;
       resume(r);
     }
-    int64_t need = 0;
-    for (int r = 0; r < n; ++r) {
-      const Slot& s = slots[static_cast<size_t>(r)];
-      if (s.busy && s.row.running() && !s.preempted) need += step_need(r);
-    }
+    int64_t need = active_need();
     while (!make_room(need)) {
       int victim = -1;
       for (int r = 0; r < n; ++r) {

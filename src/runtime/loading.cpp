@@ -232,6 +232,9 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                          {}};
   for (const auto& [name, q] : impl->config.quantized_weights) ++impl->info.quantized_matrices[dtype_name(q)];
   impl->info.kernels = std::move(kernels_used);
+  impl->info.kv_bytes_per_token = static_cast<size_t>(2 * impl->config.num_layers *
+                                                      impl->config.local_kv_heads() * impl->config.head_dim) *
+                                  dtype_size(impl->backend->cache_dtype());
   return CausalLM(std::move(impl));
 }
 

@@ -1000,6 +1000,7 @@ class CpuBackend : public Backend {
   }
   // Blocks of the fewest slots (a multiple of 16) whose keys of one head fill whole pages (256 slots at most;
   // past that, 16 and the pages a block straddles are shared with its neighbours).
+  DType cache_dtype() const override { return kv_dtype_; }
   CachePaging cache_paging(int64_t head_dim) const override {
     const int64_t slot = head_dim * static_cast<int64_t>(dtype_size(kv_dtype_));
     int tokens = 16;
