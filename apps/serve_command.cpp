@@ -707,7 +707,8 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
       "Speculative decoding, as vLLM's flag: JSON {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
       "\"prompt_lookup_max\": N} (prompt lookup: up to K draft tokens a step, from the earlier place whose "
       "preceding tokens agree longest with the text's end; N is accepted but does not change the drafts; the "
-      "same tokens as without it; cpu device)");
+      "same tokens as without it; cpu device), or {\"model\": DRAFT, \"num_speculative_tokens\": K} (a draft "
+      "model, as --draft-model)");
   cmd->add_flag(
       "--host-sampling", s.engine.host_sampling,
       "Sample tokens on the host from the logits where the device would sample inside the compiled "
