@@ -386,15 +386,20 @@ CausalLM load_with_compile_flags(const ModelFlags& mf, const GenerateFlags& f) {
   return load_model(mf, [&f](LoadOptions& o) { cli::apply_compile_flags(f.compile, o); });
 }
 
-// --draft-model, loaded as the model is (its own path; one process).
-std::optional<CausalLM> load_draft(const ModelFlags& mf, const GenerateFlags& f) {
-  if (f.draft_model.empty()) return std::nullopt;
+// The model flags for a draft model at `path`: the model's, in one process (no tensor parallelism).
+ModelFlags draft_flags(const ModelFlags& mf, const std::string& path) {
   ModelFlags d = mf;
-  d.model = f.draft_model;
+  d.model = path;
   d.tp_size = 1;
   d.tp_plan.clear();
   d.tp_rules.clear();
-  return load_with_compile_flags(d, f);
+  return d;
+}
+
+// --draft-model, loaded as the model is (its own path; one process).
+std::optional<CausalLM> load_draft(const ModelFlags& mf, const GenerateFlags& f) {
+  if (f.draft_model.empty()) return std::nullopt;
+  return load_with_compile_flags(draft_flags(mf, f.draft_model), f);
 }
 
 // The model's defaults (generation_config.json over Transformers' global defaults) with the flags given.
@@ -680,14 +685,8 @@ int run_serve_command(const ModelFlags& mf, const cli::ServeSettings& settings) 
     Tokenizer tok = AutoTokenizer::from_pretrained(path);
     CausalLM model = load_model(m, [&](LoadOptions& o) { cli::apply_compile_flags(settings.compile, o); });
     std::unique_ptr<CausalLM> draft;
-    if (!settings.draft_model.empty()) {
-      ModelFlags d = m;
-      d.model = settings.draft_model;
-      d.tp_size = 1;
-      d.tp_plan.clear();
-      d.tp_rules.clear();
-      draft = std::make_unique<CausalLM>(load_model(d));
-    }
+    if (!settings.draft_model.empty())
+      draft = std::make_unique<CausalLM>(load_model(draft_flags(m, settings.draft_model)));
     return std::make_unique<cli::ServedLoad>(
         cli::ServedLoad{std::move(model), std::move(tok), path, std::move(draft)});
   };

@@ -62,6 +62,8 @@ struct Slot {
   bool preempted = false;
   std::vector<int32_t> recompute;
   bool prefilling() const { return !padded.empty(); }
+  // Runs in the next step (a prompt chunk or a token): busy, not finished, not preempted.
+  bool active() const { return busy && row.running() && !preempted; }
   // The next step writes `last` at cache position prefill_len + produced - 1, position prompt + produced - 1.
   int next_slot() const { return prefill_len + row.produced - 1; }
   int next_position() const { return prompt_tokens + row.produced - 1; }
@@ -282,7 +284,7 @@ struct SlotBatch::Impl {
   // Running sequences that are not preempted.
   int active_count() const {
     int c = 0;
-    for (const Slot& s : slots) c += s.busy && s.row.running() && !s.preempted;
+    for (const Slot& s : slots) c += s.active();
     return c;
   }
   // Cache slots a running sequence's next operation writes up to: its next prompt chunk, or its next token.
@@ -724,7 +726,7 @@ void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int re
     for (int from = 0; from < s.prefill_len; from += s.chunk) run_prompt(s, slot, from, s.chunk);
   } else if (caching && s.kv_begin == 0) {
     // Canonical chunks from the cached ones on (kv_begin is 0: exact lengths).
-    const std::vector<int32_t> prompt(s.padded.begin(), s.padded.end());
+    const std::vector<int32_t>& prompt = s.padded;  // kv_begin 0: the prompt itself
     const Hit hit = find_cached(prompt, slot);
     if (hit.row != slot) row.tokens.clear();  // the row is about to be overwritten
     room(hit.row == slot ? hit.tokens : 0, hit.row);
@@ -778,8 +780,7 @@ void SlotBatch::Impl::plan_memory() {
   auto active_need = [&] {
     int64_t need = 0;
     for (int r = 0; r < n; ++r) {
-      const Slot& s = slots[static_cast<size_t>(r)];
-      if (s.busy && s.row.running() && !s.preempted) need += step_need(r);
+      if (slots[static_cast<size_t>(r)].active()) need += step_need(r);
     }
     return need;
   };
@@ -800,9 +801,7 @@ void SlotBatch::Impl::plan_memory() {
       int victim = -1;
       for (int r = 0; r < n; ++r) {
         const Slot& s = slots[static_cast<size_t>(r)];
-        if (s.busy && s.row.running() && !s.preempted &&
-            (victim < 0 || s.started > slots[static_cast<size_t>(victim)].started))
-          victim = r;
+        if (s.active() && (victim < 0 || s.started > slots[static_cast<size_t>(victim)].started)) victim = r;
       }
       if (victim < 0 || active_count() == 1) break;  // one alone always fits (start() checks)
       need -= step_need(victim);
@@ -811,7 +810,7 @@ void SlotBatch::Impl::plan_memory() {
   }
   for (int r = 0; r < n; ++r) {
     const Slot& s = slots[static_cast<size_t>(r)];
-    if (s.busy && s.row.running() && !s.preempted) grow(r, next_extent(s));
+    if (s.active()) grow(r, next_extent(s));
   }
 }
 
@@ -870,7 +869,7 @@ std::vector<SlotToken> SlotBatch::step() {
   std::vector<bool> decode(static_cast<size_t>(b.n), false);
   for (int r = 0; r < b.n; ++r) {
     Slot& s = b.slots[static_cast<size_t>(r)];
-    if (!s.busy || !s.row.running() || s.preempted) continue;
+    if (!s.active()) continue;
     if (!s.prefilling()) {
       decode[static_cast<size_t>(r)] = true;
       continue;

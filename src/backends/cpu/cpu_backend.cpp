@@ -86,6 +86,20 @@ class CpuCache : public DeviceCache {
   std::vector<float> gather, sample_row;
   std::shared_ptr<ArenaPool> pool;  // where the arena goes when the cache does (and where it came from)
 
+  // Slot 0 of cache row `row`, kv head `h`, in one layer's keys or values `t`; the row's slots of that head
+  // follow it, slot_bytes(t) each.
+  uint8_t* head_slots(const Tensor& t, int64_t row, int64_t h) const {
+    return t.ptr<uint8_t>() + static_cast<size_t>((row * t.shape[1] + h) * cache_len) * slot_bytes(t);
+  }
+  static size_t slot_bytes(const Tensor& t) { return static_cast<size_t>(t.shape[3]) * dtype_size(t.dtype); }
+  // f(t, h) for every layer's keys and values t and every kv head h.
+  template <typename F>
+  void each_head(F f) {
+    for (size_t l = 0; l < k.size(); ++l)
+      for (Tensor* t : {&k[l], &v[l]})
+        for (int64_t h = 0; h < t->shape[1]; ++h) f(*t, h);
+  }
+
   CpuCache() = default;
   CpuCache(const CpuCache&) = delete;
   CpuCache& operator=(const CpuCache&) = delete;
@@ -1015,19 +1029,11 @@ class CpuBackend : public Backend {
     if (row < 0 || row >= c.batch || from < 0 || from > c.cache_len)
       fail("cpu release_cache_slots: row ", row, ", slots from ", from, ", in a cache of ", c.batch,
            " rows x ", c.cache_len, " slots");
-    auto drop = [&](Tensor& t) {
-      const int64_t heads = t.shape[1], hd = t.shape[3];
-      const size_t es = dtype_size(t.dtype);
-      for (int64_t h = 0; h < heads; ++h) {
-        uint8_t* region = t.ptr<uint8_t>() + static_cast<size_t>((row * heads + h) * c.cache_len * hd) * es;
-        give_back(region + static_cast<size_t>(from * hd) * es,
-                  region + static_cast<size_t>(c.cache_len * hd) * es);
-      }
-    };
-    for (size_t l = 0; l < c.k.size(); ++l) {
-      drop(c.k[l]);
-      drop(c.v[l]);
-    }
+    c.each_head([&](const Tensor& t, int64_t h) {
+      uint8_t* slots = c.head_slots(t, row, h);
+      const size_t slot = CpuCache::slot_bytes(t);
+      give_back(slots + static_cast<size_t>(from) * slot, slots + static_cast<size_t>(c.cache_len) * slot);
+    });
   }
   void copy_cache_row_prefix(DeviceCache& base, int from_row, int to_row, int count) override {
     auto* cp = dynamic_cast<CpuCache*>(&base);
@@ -1038,20 +1044,10 @@ class CpuBackend : public Backend {
       fail("cpu copy_cache_row_prefix: rows ", from_row, " -> ", to_row, ", ", count,
            " slots, in a cache of ", c.batch, " rows x ", c.cache_len, " slots");
     if (from_row == to_row || count == 0) return;
-    auto copy = [&](Tensor& t) {
-      const int64_t heads = t.shape[1], hd = t.shape[3];
-      const size_t es = dtype_size(t.dtype), n = static_cast<size_t>(count * hd) * es;
-      for (int64_t h = 0; h < heads; ++h) {
-        auto at = [&](int64_t row) {
-          return t.ptr<uint8_t>() + static_cast<size_t>((row * heads + h) * c.cache_len * hd) * es;
-        };
-        std::memcpy(at(to_row), at(from_row), n);
-      }
-    };
-    for (size_t l = 0; l < c.k.size(); ++l) {
-      copy(c.k[l]);
-      copy(c.v[l]);
-    }
+    c.each_head([&](const Tensor& t, int64_t h) {
+      std::memcpy(c.head_slots(t, to_row, h), c.head_slots(t, from_row, h),
+                  static_cast<size_t>(count) * CpuCache::slot_bytes(t));
+    });
   }
 
  private:
