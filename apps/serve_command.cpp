@@ -231,7 +231,7 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
     int budget = fit;
     if (g.max_new_tokens || !g.max_length_is_default) {
       try {
-        budget = std::min(fit, g.new_token_budget(len, s.loaded->model.info().max_position_embeddings));
+        budget = std::min(fit, g.new_token_budget(len, s.loaded->model.info().context_limit));
       } catch (const Error&) {
         budget = fit;
       }
@@ -651,8 +651,8 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
                   "Decode slots: requests generated at once in one batch (default 4)")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--max-model-len", s.engine.max_model_len,
-                  "Positions per slot, prompt + new tokens (default: the model's max_position_embeddings, at "
-                  "most 4096)")
+                  "Positions per slot, prompt + new tokens (default: the model's context, at most 4096; the "
+                  "context is max_position_embeddings, or what a yarn / dynamic rope scaling serves)")
       ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-queue", s.engine.max_queue,
                   "Requests that may wait while every slot is busy; more get 429 (default 64)")
@@ -757,14 +757,19 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
 }
 
 namespace {
-// The engine options for this model: --max-model-len resolved (default min(max_position_embeddings, 4096)).
+// The engine options for this model: --max-model-len resolved (default min(context limit, 4096)).
 serve::EngineOptions engine_options(const ServeSettings& settings, const CausalLM& model) {
   serve::EngineOptions eo = settings.engine;
-  const int64_t max_pos = model.info().max_position_embeddings;
-  if (eo.max_model_len <= 0) eo.max_model_len = static_cast<int>(std::min<int64_t>(max_pos, 4096));
-  if (eo.max_model_len > max_pos)
-    fail("--max-model-len ", eo.max_model_len, " exceeds the model's max_position_embeddings (", max_pos,
-         ")");
+  const ModelInfo& info = model.info();
+  const int64_t limit = info.context_limit;
+  if (eo.max_model_len <= 0) eo.max_model_len = static_cast<int>(std::min<int64_t>(limit, 4096));
+  if (eo.max_model_len > limit)
+    fail(
+        "--max-model-len ", eo.max_model_len, " exceeds the model's ",
+        limit == info.max_position_embeddings
+            ? detail::concat("max_position_embeddings (", limit, ")")
+            : detail::concat("context of ", limit, " positions (its rope scaling's; max_position_embeddings ",
+                             info.max_position_embeddings, ")"));
   if (!settings.draft_model.empty() && eo.speculative_tokens > 0)
     fail("--draft-model and an ngram --speculative-config: choose one kind of speculation");
   return eo;
@@ -851,11 +856,11 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
               ? serve::choose_tool_call_format(l->model.info().architecture, l->tokenizer.chat_template())
               : *serve::tool_call_format_from_name(settings.tool_call_parser);
       if (l->draft) {
-        if (l->draft->info().max_position_embeddings < eo.max_model_len)
+        if (l->draft->info().context_limit < eo.max_model_len)
           std::fprintf(stderr,
-                       "tessera serve: the draft model drafts from positions below its "
-                       "max_position_embeddings (%lld) only\n",
-                       static_cast<long long>(l->draft->info().max_position_embeddings));
+                       "tessera serve: the draft model drafts from positions below its context limit (%lld) "
+                       "only\n",
+                       static_cast<long long>(l->draft->info().context_limit));
         eo.draft_model = l->draft.get();
       }
       auto engine = std::make_unique<serve::Engine>(l->model, l->tokenizer, eo);

@@ -8,7 +8,7 @@ in). Per-repetition rates come from llama-bench's own samples; the medians are r
 of the llama-bench processes (RUSAGE_CHILDREN). llama-bench does not time loading: load_s is left empty.
 
 Usage: bench_llamacpp_native.py MODEL.gguf --bin DIR --dtype q4_k_m --threads 2 --prompt-tokens 512
-       --new-tokens 128 --repeats 3
+       --new-tokens 128 --repeats 3 [--llama-args '-fa 1 -ctk q8_0 -ctv q8_0']
 """
 import argparse
 import json
@@ -39,11 +39,13 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--llama-args", default="", help="more llama-bench flags for both runs, e.g. '-fa 1'")
     a = ap.parse_args()
+    more = a.llama_args.split()
     binary = f"{a.bin}/llama-bench"
-    pp = llama_bench(binary, a.model, a.threads, a.repeats, ["-p", str(a.prompt_tokens), "-n", "0"])
+    pp = llama_bench(binary, a.model, a.threads, a.repeats, ["-p", str(a.prompt_tokens), "-n", "0", *more])
     tg = llama_bench(binary, a.model, a.threads, a.repeats,
-                     ["-p", "0", "-n", str(a.new_tokens), "-d", str(a.prompt_tokens)])
+                     ["-p", "0", "-n", str(a.new_tokens), "-d", str(a.prompt_tokens), *more])
     prefill = [float(x) for x in pp["samples_ts"]]
     decode = [float(x) for x in tg["samples_ts"]]
     runs = [dict(prefill_tokens_per_s=p, decode_tokens_per_s=d, prefill_s=a.prompt_tokens / p,

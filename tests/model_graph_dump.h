@@ -90,7 +90,13 @@ inline std::string full_dump(const graph::Graph& g) {
   while (std::getline(in, line)) os << line << "\n";  // "outputs: ..."
   for (size_t t = 0; t < g.rope_tables.size(); ++t) {
     os << "rope_table " << t << ":";
-    for (float f : g.rope_tables[t]) os << " " << hex_float(f);
+    const graph::RopeTable& r = g.rope_tables[t];
+    for (float f : r.inv_freq) os << " " << hex_float(f);
+    if (r.varies()) {  // longrope / dynamic: past switch_len
+      os << " | past " << r.switch_len << ":";
+      if (r.dynamic) os << " dynamic theta " << r.theta << " factor " << r.factor << " dim " << r.dim;
+      for (float f : r.long_inv_freq) os << " " << hex_float(f);
+    }
     os << "\n";
   }
   return os.str();

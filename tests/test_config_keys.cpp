@@ -319,13 +319,26 @@ TEST(ConfigRanges, RopeScalingFactorsMustBePositive) {
   r = rope;
   r.erase("low_freq_factor");
   EXPECT_HAS(parse_error(k), "low_freq_factor");
-  for (const char* t : {"dynamic", "longrope", "proportional", "su"}) {
+  for (const char* t : {"proportional", "su"}) {
     r = rope;
     r["rope_type"] = t;
     const std::string e = parse_error(k);
     EXPECT_HAS(e, t);
     EXPECT_HAS(e, "not supported");
   }
+  // longrope needs its factors, one per rotary pair; dynamic its factor.
+  r = rope;
+  r["rope_type"] = "longrope";
+  EXPECT_HAS(parse_error(k), "short_factor");
+  r["short_factor"] = json::array({1.0, 2.0});
+  r["long_factor"] = json::array({1.0, 2.0});
+  EXPECT_HAS(parse_error(k), "one per rotary pair");
+  r["short_factor"] = json::array({1.0, "x"});
+  EXPECT_HAS(parse_error(k), "short_factor");
+  r = rope;
+  r["rope_type"] = "dynamic";
+  r.erase("factor");
+  EXPECT_HAS(parse_error(k), "factor");
 }
 
 TEST(ConfigRanges, DeepJsonIsRefusedNotRecursedInto) {

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "models/architecture.h"
 #include "pjrt_test_util.h"
 #include "step_test_util.h"
+#include "tessera/batch.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -107,7 +109,7 @@ TEST_P(SlidingVariants, LeftPaddedBatchEqualsTransformers) {
 const char* kModels[] = {"llama_gelu",    "llama_gelu_tanh",    "qwen3_gelu_new", "llama_relu",
                          "qwen3_sliding", "qwen3_sliding_long", "qwen2_sliding",  "mistral_sliding",
                          "phi3_sliding",  "gemma2_sliding",     "gemma2_softcap", "gemma3_sliding",
-                         "qwen3_yarn"};
+                         "qwen3_yarn",    "llama_dynamic",      "phi3_longrope",  "qwen3_yarn_long"};
 // The sliding-window checkpoints with a left-padded batch golden.
 const char* kSliding[] = {"qwen3_sliding", "qwen2_sliding",  "mistral_sliding",
                           "phi3_sliding",  "gemma2_sliding", "gemma3_sliding"};
@@ -134,6 +136,90 @@ TEST(VariantsCpu, SlidingWindowWithDynamicCacheAndDisableCompile) {
   g.cache_implementation = "static";
   g.disable_compile = true;
   EXPECT_EQ(m.generate({to32(c["input_ids"])}, {}, g).sequences[0], to32(c["output_ids"]));
+}
+
+// Ropes whose frequencies follow the sequence's length (dynamic, longrope): a prompt past the switch is
+// computed whole even where the engine would split it (prefill_chunked's chunks, the prefix cache's canonical
+// chunks, a cached prefix computed with the short frequencies), so each gives Transformers' tokens.
+TEST(RopeScalingCpu, LongPromptsRunWholeThroughChunksAndPrefixCache) {
+  for (const char* name : {"llama_dynamic", "phi3_longrope"}) {
+    auto j = variant_golden(name);
+    LoadOptions opt;
+    opt.dtype = DType::F32;
+    CausalLM m = AutoModelForCausalLM::from_pretrained(golden::variant_path(name), opt);
+    const auto& c = j["greedy"][1];  // the 300-token prompt
+    const std::vector<int32_t> prompt = to32(c["input_ids"]), want = to32(c["output_ids"]);
+    const GenerationConfig g = greedy(c["max_new_tokens"].get<int>());
+    const std::vector<int32_t> new_tokens(want.begin() + static_cast<long>(prompt.size()), want.end());
+    SlotBatch b(m, 2, 512, {.host_sampling = true, .prefix_cache = true, .prefix_block = 16});
+    auto run = [&](int slot) {
+      while (b.running_count() > 0) b.step();
+      std::vector<int32_t> got = b.tokens(slot);
+      b.release(slot);
+      return got;
+    };
+    // Its first 48 tokens first (below the switch: cached in canonical chunks), then the whole prompt.
+    b.prefill(0, std::vector<int32_t>(prompt.begin(), prompt.begin() + 48), greedy(4));
+    run(0);
+    EXPECT_EQ(b.cached_prefix(prompt), 0) << name << ": a prefix cached below the switch was offered";
+    b.prefill(0, prompt, g);
+    EXPECT_EQ(run(0), new_tokens) << name << " after a cached prefix";
+    b.prefill_chunked(1, prompt, g, 32);
+    EXPECT_EQ(run(1), new_tokens) << name << " in chunks of 32";
+  }
+}
+
+// longrope: decoding that would cross the switch from a shorter prompt (where Transformers' Phi3ForCausalLM
+// recomputes the whole sequence) is refused up front, by generate() and by SlotBatch, naming the switch.
+TEST(RopeScalingCpu, LongropeDecodingAcrossTheSwitchIsRefused) {
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM m = AutoModelForCausalLM::from_pretrained(golden::variant_path("phi3_longrope"), opt);
+  const std::vector<int32_t> prompt(40, 7);
+  auto expect_refused = [](const std::function<void()>& f, const char* what) {
+    try {
+      f();
+      ADD_FAILURE() << what << ": no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("original_max_position_embeddings (64)"), std::string::npos) << what << ": " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  };
+  expect_refused([&] { m.generate({prompt}, {}, greedy(26)); }, "generate");
+  SlotBatch b(m, 1, 128, {.host_sampling = true});
+  expect_refused([&] { b.prefill(0, prompt, greedy(26)); }, "SlotBatch");
+  EXPECT_NO_THROW(m.generate({prompt}, {}, greedy(25)));                       // up to the switch
+  EXPECT_NO_THROW(m.generate({std::vector<int32_t>(70, 7)}, {}, greedy(26)));  // a prompt past it
+}
+
+// The positions a sequence may reach follow the rope scaling: yarn serves original x factor (Qwen3's card:
+// 32768 x 4 = 131072 where max_position_embeddings says 40960), dynamic any length; beyond it, a refusal
+// naming both numbers.
+TEST(RopeScalingCpu, ContextLimitFollowsTheScaling) {
+  auto config = golden::load_json(golden::variant_path("qwen3_yarn_long") + "/config.json");
+  config["max_position_embeddings"] = 40960;
+  config["rope_parameters"]["original_max_position_embeddings"] = 32768;
+  const models::DecoderConfig c =
+      models::find_architecture("Qwen3ForCausalLM", "config.json").parse_config(config, "config.json");
+  EXPECT_EQ(c.context_limit(), 131072);
+  const std::string why = c.context_limit_str();
+  EXPECT_NE(why.find("131072"), std::string::npos) << why;
+  EXPECT_NE(why.find("40960"), std::string::npos) << why;
+
+  LoadOptions opt;
+  opt.dtype = DType::F32;
+  CausalLM dyn = AutoModelForCausalLM::from_pretrained(golden::variant_path("llama_dynamic"), opt);
+  EXPECT_EQ(dyn.info().max_position_embeddings, 64);
+  EXPECT_GT(dyn.info().context_limit, 1 << 20);  // dynamic: any length
+  CausalLM yarn = AutoModelForCausalLM::from_pretrained(golden::variant_path("qwen3_yarn_long"), opt);
+  EXPECT_EQ(yarn.info().context_limit, 512);  // 64 x 4 = 256 < max_position_embeddings 512
+  try {
+    yarn.generate({std::vector<int32_t>(500, 5)}, {}, greedy(20));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings (512)"), std::string::npos) << e.what();
+  }
 }
 
 // In-step sampling (graph::Op::Sample) on a row whose logits are not finite returns token id -1, so the host

@@ -28,6 +28,18 @@ Each checkpoint is written exactly as save_pretrained writes it (transformers 5 
                     layer's rope linear-scaled (factor 2, theta 1e6) apart from the sliding layers' (theta 1e4),
                     logits soft-capped at 3.0; prompts up to 24 tokens, a left-padded batch
 
+Rope scalings whose frequencies go beyond an original length of 64 (vocab 128), goldens at every position of
+a 40-token and a 300-token prompt, and greedy decoding of both for 32 steps (the 40-token one crossing 64 as it
+decodes, but for longrope), each case on a freshly loaded model (dynamic rope keeps state across calls):
+  llama_dynamic     LlamaForCausalLM, rope_type "dynamic" (NTK), factor 4, max_position_embeddings 64
+  phi3_longrope     Phi3ForCausalLM, rope_type "longrope", short/long factors per rotary pair,
+                    original_max_position_embeddings 64, max_position_embeddings 512 (attention factor from their
+                    ratio); its 40-token prompt decodes 25 tokens, up to the switch (Transformers recomputes the
+                    whole sequence when decoding crosses it, which Tessera refuses)
+  qwen3_yarn_long   Qwen3ForCausalLM, rope_type "yarn", factor 4, original_max_position_embeddings 64
+The greedy goldens are Transformers' cached generate(): keys keep the rotation they were computed with when a
+later step switches frequencies, so they are not the no-cache argmax loop's tokens for these ropes.
+
 Seeded and offline: a re-run gives byte-identical files for the versions pinned in tools/requirements.txt.
 Schema: tests/fixtures/variants/README.md. Helpers (JSON writer, weight randomiser, generate wrappers) are
 those of tools/make_model_goldens.py.
@@ -133,6 +145,75 @@ def spec_list():
                                                          "sliding_attention": dict(GEMMA3_GLOBAL_ROPE)}},
           "no_final_softcap": {"final_logit_softcapping": None}}),
     ]
+
+
+ROPE_VOCAB = 128
+LONGROPE_SHORT = [1.0, 1.25, 2.0, 3.5]
+LONGROPE_LONG = [1.1, 2.75, 7.5, 16.0]
+
+
+def rope_spec_list():
+    """Rope scalings past an original length of 64: (name, config class, config kwargs, seed, alternatives)."""
+    theta = {"rope_theta": 10000.0}
+    default = {"rope_parameters": {"rope_type": "default", **theta}}
+    longrope = {"rope_type": "longrope", "short_factor": LONGROPE_SHORT, "long_factor": LONGROPE_LONG, **theta}
+    return [
+        ("llama_dynamic", LlamaConfig,
+         common(hidden_act="silu", vocab_size=ROPE_VOCAB, max_position_embeddings=64,
+                rope_parameters={"rope_type": "dynamic", "factor": 4.0, **theta}), 2014,
+         {"default_rope": default}),
+        ("phi3_longrope", Phi3Config,
+         common(hidden_act="silu", vocab_size=ROPE_VOCAB, tie_word_embeddings=False, max_position_embeddings=512,
+                original_max_position_embeddings=64, rope_parameters=dict(longrope)), 2015,
+         {"default_rope": default,
+          "short_factors_only": {"rope_parameters": dict(longrope, long_factor=LONGROPE_SHORT)}}),
+        ("qwen3_yarn_long", Qwen3Config,
+         common(hidden_act="silu", vocab_size=ROPE_VOCAB,
+                rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                 **theta}), 2016,
+         {"default_rope": default}),
+    ]
+
+
+@torch.no_grad()
+def rope_golden(name, cls, kwargs, seed, alternatives, d):
+    gen = torch.Generator().manual_seed(seed + 7)
+    cfg = mg.load(d, torch.float32).config
+    golden = {
+        "model": name,
+        "architecture": cfg.architectures[0],
+        "saved_dtype": "bfloat16",
+        "versions": mg.versions(),
+        "config": {"hidden_act": cfg.hidden_act, "rope_parameters": cfg.rope_parameters,
+                   "max_position_embeddings": cfg.max_position_embeddings},
+        "special_tokens": {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
+        "generate_notes": {
+            "attn_implementation": "eager",
+            "eos_token_id_null_means": "no eos at all: pure argmax for max_new_tokens steps",
+            "fresh_model_per_case": True,
+        },
+    }
+    fwd_inputs = [mg.rand_ids(gen, n, ROPE_VOCAB) for n in (40, 300)]
+    golden["forward"] = []
+    for ids in fwd_inputs:  # a fresh model each: dynamic rope remembers the longest length it has seen
+        golden["forward"] += mg.forward_cases(mg.load(d, torch.float32), [ids])
+    reference = [c["logits"] for c in golden["forward"]]
+    golden["greedy"] = []
+    for n in (40, 300):
+        p = mg.rand_ids(gen, n, ROPE_VOCAB)
+        m = mg.load(d, torch.float32)
+        # Phi3ForCausalLM drops its cache and recomputes the whole sequence when decoding crosses longrope's
+        # switch (prepare_inputs_for_generation), which Tessera refuses: the short prompt stops at the switch.
+        new = 25 if n <= 64 and cfg.rope_parameters.get("rope_type") == "longrope" else 32
+        seqs, margin, res = mg.generate(m, torch.tensor([p]), torch.ones(1, n, dtype=torch.long), new)
+        golden["greedy"].append({"input_ids": p, "max_new_tokens": new, "eos_token_id": None,
+                                 "output_ids": seqs[0], "min_top2_margin": margin})
+        golden["generate_notes"]["cache_class"] = type(getattr(res, "cache", None)).__name__
+    golden["distinct_from"] = distinct_from(d, cls, kwargs, alternatives, fwd_inputs[1:], reference[1:])
+    for alt, v in golden["distinct_from"].items():
+        if v["max_abs_logit_diff"] < 1e-2:
+            raise RuntimeError(f"{name}: logits as {alt} differ by only {v['max_abs_logit_diff']}")
+    mg.write_json(os.path.join(d, "golden.json"), golden)
 
 
 def make_config(cls, kwargs):
@@ -266,6 +347,12 @@ def main():
             if getattr(reloaded, key, None) != getattr(config, key, None):
                 raise RuntimeError(f"{name}: config.json reloads {key} as {getattr(reloaded, key, None)}")
         variant_golden(name, cls, kwargs, seed, alternatives, d)
+        print(f"{name}: done", flush=True)
+    for name, cls, kwargs, seed, alternatives in rope_spec_list():
+        if args.only and name not in args.only:
+            continue
+        d = save_checkpoint(name, make_config(cls, kwargs), seed, args.out)
+        rope_golden(name, cls, kwargs, seed, alternatives, d)
         print(f"{name}: done", flush=True)
 
 

@@ -129,6 +129,9 @@ struct ModelInfo {
   // Bytes one cache position takes: every layer's keys and values of this rank's kv heads, in the KV cache's
   // dtype (bfloat16 for a bfloat16 model on the cpu device, else float32).
   size_t kv_bytes_per_token = 0;
+  // The positions a sequence may reach: max_position_embeddings, or more where the rope scaling serves more
+  // (yarn: original_max_position_embeddings x factor; dynamic: any length).
+  int64_t context_limit = 0;
 };
 
 class SlotBatch;

@@ -366,6 +366,7 @@ NB_MODULE(_tessera, m) {
         d["tp_rank"] = i.tp_rank;
         d["tp_size"] = i.tp_size;
         d["kv_bytes_per_token"] = i.kv_bytes_per_token;
+        d["context_limit"] = i.context_limit;
         return d;
       });
 }

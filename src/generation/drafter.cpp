@@ -14,7 +14,7 @@ using graph::ShapeKey;
 Drafter::Drafter(runtime::ModelCore& draft, int rows, int cache_len)
     : m_(draft),
       rows_(rows),
-      cache_len_(static_cast<int>(std::min<int64_t>(cache_len, draft.config.max_position_embeddings))),
+      cache_len_(static_cast<int>(std::min<int64_t>(cache_len, draft.config.context_limit()))),
       fed_(static_cast<size_t>(rows), 0) {
   if (draft.caps.prefers_buckets || draft.device_sampling)
     fail(

@@ -18,7 +18,7 @@ namespace tessera::generation {
 class Drafter {
  public:
   // `rows` sequences of at most `cache_len` positions (the target batch's slots and cache_len; positions
-  // past the draft model's max_position_embeddings are never drafted from).
+  // past the draft model's context limit are never drafted from).
   Drafter(runtime::ModelCore& draft, int rows, int cache_len);
   // Row `row` holds a new sequence (or one whose cache was taken back): nothing of it is cached.
   void reset(int row);

@@ -58,10 +58,12 @@ Prompts check_prompts(const runtime::ModelCore& m, const std::vector<std::vector
   for (int32_t pad : p.pads) max_real = std::max(max_real, p.seq - pad);
   // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding
   // included).
-  p.max_new = cfg.new_token_budget(p.seq, m.config.max_position_embeddings);
-  if (max_real + p.max_new > m.config.max_position_embeddings)
-    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", p.max_new,
-         ") exceeds max_position_embeddings (", m.config.max_position_embeddings, ")");
+  p.max_new = cfg.new_token_budget(p.seq, m.config.context_limit());
+  if (const std::string why = m.config.rope_crossing_error(max_real, p.max_new); !why.empty())
+    fail("generate: ", why);
+  if (max_real + p.max_new > m.config.context_limit())
+    fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", p.max_new, ") exceeds ",
+         m.config.context_limit_str());
   return p;
 }
 

@@ -29,7 +29,7 @@ GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,
   const int batch = static_cast<int>(input_ids.size());
   int cache_len = 0;
   for (int32_t pad : p.pads) cache_len = std::max(cache_len, m.bucket_for(p.seq - pad, true) + p.max_new);
-  cache_len = static_cast<int>(std::min<int64_t>(cache_len, m.config.max_position_embeddings));
+  cache_len = static_cast<int>(std::min<int64_t>(cache_len, m.config.context_limit()));
   // Whole prompts, as generate() prefills them (not the prefix cache's chunks: some families' last bits
   // depend on how a prompt is split).
   SlotBatch slots(model, batch, cache_len,

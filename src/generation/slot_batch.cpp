@@ -206,7 +206,9 @@ struct SlotBatch::Impl {
   // Per cache row: the tokens of the whole chunks `prompt` shares with it (never its last token).
   std::vector<int> row_hits(const std::vector<int32_t>& prompt) const {
     std::vector<int> hits(static_cast<size_t>(n), 0);
-    if (!caching || prompt.empty()) return hits;
+    // A prompt past a length-dependent rope's switch is computed whole (DecoderConfig::rope_split_limit).
+    if (!caching || prompt.empty() || static_cast<int64_t>(prompt.size()) > m->config.rope_split_limit())
+      return hits;
     const size_t block = static_cast<size_t>(options.prefix_block);
     const size_t cap = (prompt.size() - 1) / block * block;
     for (int r = 0; r < n; ++r) {
@@ -380,6 +382,10 @@ struct SlotBatch::Impl {
     const Slot& s = slots[static_cast<size_t>(slot)];
     const Kept& k = kept[static_cast<size_t>(slot)];
     if (s.busy || k.tokens.empty()) return r;
+    // A length-dependent rope: neither the kept sequence nor the prompt may reach past its switch.
+    if (static_cast<int64_t>(prompt.size()) > m->config.rope_split_limit() ||
+        static_cast<int64_t>(k.tokens.size()) > m->config.rope_split_limit())
+      return r;
     // In-step sampling starts its repetition mask at each prefill program: only the run's tokens would count.
     if (on_device && cfg.repetition_penalty != 1.0f) return r;
     const size_t len = prompt.size();
@@ -394,7 +400,7 @@ struct SlotBatch::Impl {
     // budget gets a plain prefill, which names what is wrong with it).
     int budget = 0;
     try {
-      budget = cfg.new_token_budget(static_cast<int>(len), m->config.max_position_embeddings);
+      budget = cfg.new_token_budget(static_cast<int>(len), m->config.context_limit());
     } catch (const Error&) {
       return r;
     }
@@ -496,10 +502,11 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   Impl& b = *impl_;
   b.m = model.impl_.get();
   if (!b.m) fail("SlotBatch: the model was moved from");
-  const int64_t max_pos = b.m->config.max_position_embeddings;
+  const int64_t max_pos = b.m->config.context_limit();
   if (slots < 1 || slots > kMaxSlots) fail("SlotBatch: slots must be in 1..", kMaxSlots, ", got ", slots);
   if (cache_len < 1 || cache_len > max_pos)
-    fail("SlotBatch: cache_len must be in 1..", max_pos, " (max_position_embeddings), got ", cache_len);
+    fail("SlotBatch: cache_len must be in 1..", max_pos, " (", b.m->config.context_limit_str(), "), got ",
+         cache_len);
   b.n = slots;
   b.cache_len = cache_len;
   b.options = options;
@@ -599,16 +606,21 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
       fail("SlotBatch::", what, ": slot ", slot, ": prompt id ", prompt[i], " (index ", i,
            ") is out of range for vocab size ", m->config.vocab_size);
   const int len = static_cast<int>(prompt.size());
-  const int64_t max_pos = m->config.max_position_embeddings;
+  const int64_t max_pos = m->config.context_limit();
   if (len > max_pos)
-    fail("SlotBatch::", what, ": slot ", slot, ": prompt of ", len,
-         " tokens exceeds max_position_embeddings (", max_pos, ")");
+    fail("SlotBatch::", what, ": slot ", slot, ": prompt of ", len, " tokens exceeds ",
+         m->config.context_limit_str());
   const int budget = cfg.new_token_budget(len, max_pos);
+  if (const std::string why = m->config.rope_crossing_error(len, budget); !why.empty())
+    fail("SlotBatch::", what, ": slot ", slot, ": ", why);
   if (len + budget > max_pos)
     fail("SlotBatch::", what, ": slot ", slot, ": prompt (", len, " tokens) + max_new_tokens (", budget,
-         ") exceeds max_position_embeddings (", max_pos, ")");
+         ") exceeds ", m->config.context_limit_str());
   // The prompt is padded on the left to its bucket (one prefill) or to whole chunks; reusing, it sits where
   // the slot's kept sequence sits (that padding before it).
+  // A prompt past a length-dependent rope's switch runs whole, as one chunk
+  // (DecoderConfig::rope_split_limit).
+  if (chunk > 0 && len > m->config.rope_split_limit()) chunk = len;
   const int64_t padded = reuse > 0   ? kept[static_cast<size_t>(slot)].kv_begin + static_cast<int64_t>(len)
                          : chunk > 0 ? (static_cast<int64_t>(len) + chunk - 1) / chunk * chunk
                                      : m->bucket_for(len, true);
@@ -724,7 +736,7 @@ void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int re
   } else if (s.chunk > 0) {  // a resumed prefill_chunked prompt: its chunks again
     room(0, -1);
     for (int from = 0; from < s.prefill_len; from += s.chunk) run_prompt(s, slot, from, s.chunk);
-  } else if (caching && s.kv_begin == 0) {
+  } else if (caching && s.kv_begin == 0 && s.prompt_tokens <= m->config.rope_split_limit()) {
     // Canonical chunks from the cached ones on (kv_begin is 0: exact lengths).
     const std::vector<int32_t>& prompt = s.padded;  // kv_begin 0: the prompt itself
     const Hit hit = find_cached(prompt, slot);
@@ -747,7 +759,9 @@ void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int re
     room(0, -1);
     run_prompt(s, slot, 0, s.prefill_len);  // the whole prompt at its bucket
   }
-  if (!caching || reuse_tokens > 0 || s.kv_begin != 0 || s.chunk > 0) row.tokens.clear();
+  if (!caching || reuse_tokens > 0 || s.kv_begin != 0 || s.chunk > 0 ||
+      s.prompt_tokens > m->config.rope_split_limit())
+    row.tokens.clear();
 }
 
 void SlotBatch::Impl::resume(int r) {

@@ -1,5 +1,7 @@
 #include "graph/graph.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <sstream>
 
@@ -120,6 +122,30 @@ std::string weight_key(const Node& n) {
   if (v.rope_head > 0) os << "[rotary pairs " << v.rope_head << "/" << v.rope_rot << "]";
   if (v.offset != 0.f) os << "[+" << v.offset << "]";
   return os.str();
+}
+
+void RopeTable::for_length(int64_t len, float* out) const {
+  const size_t half = inv_freq.size();
+  if (!varies() || len <= switch_len) {
+    std::copy(inv_freq.begin(), inv_freq.end(), out);
+    return;
+  }
+  if (!dynamic) {
+    std::copy(long_inv_freq.begin(), long_inv_freq.end(), out);
+    return;
+  }
+  // Transformers' _compute_dynamic_ntk_parameters with the length as a tensor: float32 arithmetic (each
+  // Python scalar rounded to float32), the power's exponent a double.
+  float ratio = static_cast<float>(factor) * static_cast<float>(len);
+  ratio = ratio / static_cast<float>(switch_len);
+  ratio = ratio - static_cast<float>(factor - 1.0);
+  const auto stretch = static_cast<float>(
+      std::pow(static_cast<double>(ratio), static_cast<double>(dim) / static_cast<double>(dim - 2)));
+  const float base = static_cast<float>(theta) * stretch;
+  for (size_t i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+    out[i] = 1.0f / std::pow(base, e);
+  }
 }
 
 int Graph::add(Node n) {

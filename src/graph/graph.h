@@ -197,11 +197,30 @@ struct Node {
 // whole tensor (e.g. "model.layers.0.mlp.down_proj.weight[:, 64:128]").
 std::string weight_key(const Node& weight);
 
+// The rotary frequencies of one rope variant. Most are fixed. longrope and dynamic (NTK) pick them per step
+// row by the length its sequence reaches in that step (its last position + 1), as Transformers'
+// dynamic_rope_update does per forward: a row reaching at most `switch_len` positions uses `inv_freq`; a
+// longer one `long_inv_freq` (longrope) or the frequencies recomputed for its length (dynamic). Keys already
+// cached keep the rotation they were written with, as in Transformers.
+struct RopeTable {
+  std::vector<float> inv_freq;       // [rot_dim / 2]
+  int64_t switch_len = 0;            // 0: fixed
+  std::vector<float> long_inv_freq;  // longrope: beyond switch_len
+  // dynamic: beyond switch_len, base = theta * (factor * len / switch_len - (factor - 1)) ^ (dim / (dim - 2))
+  bool dynamic = false;
+  double theta = 0, factor = 0;
+  int64_t dim = 0;  // rotary dims
+
+  bool varies() const { return switch_len > 0; }
+  // The frequencies [inv_freq.size()] of a step row whose sequence reaches `len` positions.
+  void for_length(int64_t len, float* out) const;
+};
+
 struct Graph {
   ShapeKey key;
   std::vector<Node> nodes;
-  std::vector<int> outputs;                     // logits first
-  std::vector<std::vector<float>> rope_tables;  // inv_freq per rope variant
+  std::vector<int> outputs;            // logits first
+  std::vector<RopeTable> rope_tables;  // per rope variant (Node::rope_table)
 
   int add(Node n);
   const Node& at(int id) const { return nodes.at(static_cast<size_t>(id)); }

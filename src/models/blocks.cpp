@@ -30,11 +30,31 @@ graph::Activation graph_activation(Activation a) {
   fail("unknown activation ", static_cast<int>(a));
 }
 
+// The frequencies of `rope` over the config's rotary dims; longrope and dynamic pick them by the length a
+// step row's sequence reaches (graph::RopeTable).
+namespace {
+graph::RopeTable rope_table(const DecoderConfig& c, const RopeConfig& rope) {
+  graph::RopeTable t;
+  t.inv_freq = rope_inv_freq(c, rope);
+  if (rope.type == "longrope") {
+    t.switch_len = rope.original_max_position_embeddings;
+    t.long_inv_freq = rope_inv_freq(c, rope, true);
+  } else if (rope.type == "dynamic") {
+    t.switch_len = rope.max_position_embeddings;
+    t.dynamic = true;
+    t.theta = rope.theta;
+    t.factor = rope.factor;
+    t.dim = c.rot_dim();
+  }
+  return t;
+}
+}  // namespace
+
 GraphBuilder::GraphBuilder(const DecoderConfig& c, const graph::ShapeKey& key) : c_(c) {
   g_.key = key;
   rows_ = key.batch * key.seq;
-  g_.rope_tables.push_back(rope_inv_freq(c));
-  if (!c.layer_local_rope.empty()) g_.rope_tables.push_back(rope_inv_freq(c, c.local_rope));  // table 1
+  g_.rope_tables.push_back(rope_table(c, c.rope));
+  if (!c.layer_local_rope.empty()) g_.rope_tables.push_back(rope_table(c, c.local_rope));  // table 1
 }
 
 graph::Graph GraphBuilder::finish(int logits) {

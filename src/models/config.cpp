@@ -358,7 +358,8 @@ bool same(double a, double b) { return a == b; }
 }  // namespace
 
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
-                      int64_t max_position_embeddings) {
+                      int64_t max_position_embeddings, bool longrope_aliases,
+                      std::optional<int64_t> default_original) {
   RopeConfig rope;
   // Bounds that make the float32 table meaningful: theta a positive float32, factors positive, partial in (0,
   // 1].
@@ -392,12 +393,24 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
       disagree(r, std::string(s.name) + ".rope_type", "'" + *type + "'", std::string(s.name) + ".type",
                "'" + *legacy_type + "'");
     out.type = type ? *type : legacy_type ? *legacy_type : "default";
-    if (out.type != "default" && out.type != "linear" && out.type != "llama3" && out.type != "yarn")
+    // Phi3Config reads 'su' and 'yarn' as longrope (its convert_rope_params_to_dict). It standardises first,
+    // which leaves an 'su' dict as it is, so longrope's validation then needs the dict's own original length.
+    if (longrope_aliases && (out.type == "su" || out.type == "yarn")) {
+      if (out.type == "su" && !d.has("original_max_position_embeddings"))
+        d.fail_field(
+            "original_max_position_embeddings",
+            "is missing (rope_type 'su' needs it in the dict itself; Transformers 5 fails without it)");
+      out.type = "longrope";
+    }
+    if (out.type != "default" && out.type != "linear" && out.type != "dynamic" && out.type != "llama3" &&
+        out.type != "yarn" && out.type != "longrope")
       r.fail_field(s.name, "has rope_type " + ConfigReader::show(nlohmann::json(out.type)) +
-                               ", which is not supported (supported: default, linear, llama3, yarn)");
+                               ", which is not supported (supported: default, linear, dynamic, llama3, yarn, "
+                               "longrope)");
     if (auto th = d.optional_number("rope_theta", 0.0, kMaxTheta, true)) out.theta = *th;
     if (auto p = d.optional_number("partial_rotary_factor", 0.0, 1.0, true)) out.partial_rotary_factor = *p;
-    if (out.type == "linear" || out.type == "llama3" || out.type == "yarn") {
+    out.max_position_embeddings = max_position_embeddings;
+    if (out.type == "linear" || out.type == "dynamic" || out.type == "llama3" || out.type == "yarn") {
       // Transformers' rope validation raises KeyError when these are missing.
       if (!d.has("factor")) d.fail_field("factor", "is missing (required by rope_type '" + out.type + "')");
       out.factor = d.number_or("factor", 1.0, 0.0, 1e30, true);
@@ -427,6 +440,25 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
       out.original_max_position_embeddings =
           d.int_or("original_max_position_embeddings", 0, 1, kMaxPositions);
     }
+    if (out.type == "longrope") {
+      for (const char* k : {"short_factor", "long_factor"}) {
+        const nlohmann::json* f = d.find(k);
+        if (!f) d.fail_field(k, "is missing (required by rope_type 'longrope')");
+        if (!f->is_array() || f->empty())
+          d.fail_field(k, "must be a non-empty list of numbers, got " + ConfigReader::show(*f));
+        std::vector<double>& dst = std::string(k) == "short_factor" ? out.short_factor : out.long_factor;
+        for (const nlohmann::json& x : *f) {
+          if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() <= 0)
+            d.fail_field(k, "must hold positive numbers, got " + ConfigReader::show(x));
+          dst.push_back(x.get<double>());
+        }
+      }
+      out.factor_set = d.has("factor") && !d.json().at("factor").is_null();
+      if (out.factor_set) out.factor = d.number_or("factor", 1.0, 0.0, 1e30, true);
+      out.attention_factor = d.optional_number("attention_factor", 0.0, 1e30);
+      out.original_max_position_embeddings =
+          d.int_or("original_max_position_embeddings", 0, 1, kMaxPositions);
+    }
     return out;
   };
 
@@ -448,6 +480,12 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
         check("partial_rotary_factor", same(rope.partial_rotary_factor, other.partial_rotary_factor),
               fmt_number(rope.partial_rotary_factor), fmt_number(other.partial_rotary_factor));
       check("factor", same(rope.factor, other.factor), fmt_number(rope.factor), fmt_number(other.factor));
+      for (const bool long_set : {false, true}) {
+        const auto& a = long_set ? rope.long_factor : rope.short_factor;
+        const auto& b = long_set ? other.long_factor : other.short_factor;
+        check(long_set ? "long_factor" : "short_factor", a == b, std::to_string(a.size()) + " values",
+              std::to_string(b.size()) + " values" + (a.size() == b.size() ? ", some different" : ""));
+      }
       check("low_freq_factor", same(rope.low_freq_factor, other.low_freq_factor),
             fmt_number(rope.low_freq_factor), fmt_number(other.low_freq_factor));
       check("high_freq_factor", same(rope.high_freq_factor, other.high_freq_factor),
@@ -476,15 +514,19 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
                fmt_number(rope.partial_rotary_factor));
     if (!partial_in_dict)
       rope.partial_rotary_factor = top_partial.value_or(default_partial_rotary.value_or(1.0));
-    if (rope.type == "llama3" || rope.type == "yarn") {
+    if (rope.type == "llama3" || rope.type == "yarn" || rope.type == "longrope") {
       // standardize_rope_params: a top-level original_max_position_embeddings overrides the dict's (Phi-3's
-      // convention); else the dict's; else max_position_embeddings.
-      if (top_original && rope.original_max_position_embeddings > 0 &&
-          *top_original != rope.original_max_position_embeddings)
-        disagree(r, "original_max_position_embeddings", std::to_string(*top_original),
-                 dn + ".original_max_position_embeddings",
+      // convention; Phi3Config always has one, 4096 by default); else the dict's; else
+      // max_position_embeddings.
+      const auto top = top_original ? top_original : default_original;
+      if (top && rope.original_max_position_embeddings > 0 && *top != rope.original_max_position_embeddings)
+        disagree(r,
+                 top_original ? "original_max_position_embeddings"
+                              : "original_max_position_embeddings (absent: "
+                                "the config class's default)",
+                 std::to_string(*top), dn + ".original_max_position_embeddings",
                  std::to_string(rope.original_max_position_embeddings));
-      if (top_original) rope.original_max_position_embeddings = *top_original;
+      if (top) rope.original_max_position_embeddings = *top;
       if (rope.original_max_position_embeddings == 0)
         rope.original_max_position_embeddings = max_position_embeddings;
     }
@@ -618,7 +660,9 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", d.tie_word_embeddings);
   c.attention_bias = r.bool_or("attention_bias", d.attention_bias);
   c.hidden_act = parse_activation(r, d.activation_key, d.activation);
-  if (!d.own_rope) c.rope = parse_rope(r, d.partial_rotary_factor, c.max_position_embeddings);
+  if (!d.own_rope)
+    c.rope = parse_rope(r, d.partial_rotary_factor, c.max_position_embeddings, d.longrope_aliases,
+                        d.original_max_position_embeddings);
   if (c.rot_dim() % 2 != 0 || c.rot_dim() <= 0)
     r.fail_field("partial_rotary_factor", "(" + fmt_number(c.rope.partial_rotary_factor) +
                                               ") times head_dim (" + std::to_string(c.head_dim) +
@@ -700,11 +744,84 @@ void validate(const DecoderConfig& c, const std::string& origin) {
       c.rms_norm_eps < 0)
     fail(origin, ": rope_theta (", c.rope.theta, ") must be positive and rms_norm_eps (", c.rms_norm_eps,
          ") non-negative");
+  if (c.rope.type == "longrope") {
+    const auto half = static_cast<size_t>(c.rot_dim() / 2);
+    for (const bool long_set : {false, true}) {
+      const size_t n = (long_set ? c.rope.long_factor : c.rope.short_factor).size();
+      if (n != half)
+        fail(origin, ": rope_parameters field '", long_set ? "long_factor" : "short_factor", "' has ", n,
+             " values; rope_type 'longrope' needs one per rotary pair (", half, " = rotary dimension ",
+             c.rot_dim(), " / 2)");
+    }
+    if (c.rope.original_max_position_embeddings < 2)
+      fail(origin, ": rope_parameters field 'original_max_position_embeddings' (",
+           c.rope.original_max_position_embeddings, ") must be at least 2 for rope_type 'longrope'");
+  }
+}
+
+int64_t rope_context_limit(const RopeConfig& rope, int64_t max_position_embeddings) {
+  int64_t limit = max_position_embeddings;
+  if (rope.type == "yarn" && rope.original_max_position_embeddings > 0) {
+    const double served =
+        std::floor(static_cast<double>(rope.original_max_position_embeddings) * rope.factor);
+    limit = std::max(limit, static_cast<int64_t>(std::min(served, static_cast<double>(kMaxPositions))));
+  } else if (rope.type == "dynamic") {
+    limit = std::max(limit, kMaxPositions);
+  }
+  return limit;
+}
+
+int64_t DecoderConfig::rope_split_limit() const {
+  int64_t limit = std::numeric_limits<int64_t>::max();
+  auto add = [&](const RopeConfig& r) {
+    if (r.type == "longrope") limit = std::min(limit, r.original_max_position_embeddings);
+    if (r.type == "dynamic") limit = std::min(limit, r.max_position_embeddings);
+  };
+  add(rope);
+  if (!layer_local_rope.empty()) add(local_rope);
+  return limit;
+}
+
+std::string DecoderConfig::rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const {
+  if (rope.type != "longrope") return "";
+  const int64_t orig = rope.original_max_position_embeddings;
+  // The last token fed back sits at prompt_len + new_tokens - 2.
+  if (prompt_len > orig || prompt_len + new_tokens - 2 < orig) return "";
+  return "a prompt of " + std::to_string(prompt_len) + " tokens and " + std::to_string(new_tokens) +
+         " new tokens would decode past the longrope switch at original_max_position_embeddings (" +
+         std::to_string(orig) +
+         "), where Transformers recomputes the whole sequence with the long factors; that recompute is not "
+         "supported: keep the prompt and max_new_tokens within " +
+         std::to_string(orig + 1) + " positions, or use a prompt longer than " + std::to_string(orig) +
+         " tokens";
+}
+
+int64_t DecoderConfig::context_limit() const { return rope_context_limit(rope, max_position_embeddings); }
+
+std::string DecoderConfig::context_limit_str() const {
+  const int64_t limit = context_limit();
+  const std::string max_pos = "max_position_embeddings (" + std::to_string(max_position_embeddings) + ")";
+  if (limit == max_position_embeddings) return max_pos;
+  if (rope.type == "dynamic")
+    return "the " + std::to_string(limit) + " positions this runtime allows with rope_type 'dynamic' (" +
+           max_pos + " is where its scaling starts)";
+  return "the " + std::to_string(limit) + " positions rope_type '" + rope.type +
+         "' serves (original_max_position_embeddings " +
+         std::to_string(rope.original_max_position_embeddings) + " x factor " + fmt_number(rope.factor) +
+         "; " + max_pos + ")";
 }
 
 std::vector<float> rope_inv_freq(const DecoderConfig& c) { return rope_inv_freq(c, c.rope); }
 
 double rope_attention_factor(const RopeConfig& rope) {
+  if (rope.type == "longrope") {
+    // Transformers' _compute_longrope_parameters (Python floats).
+    if (rope.attention_factor) return *rope.attention_factor;
+    const auto orig = static_cast<double>(rope.original_max_position_embeddings);
+    const double factor =
+        rope.factor_set ? rope.factor : static_cast<double>(rope.max_position_embeddings) / orig;
+    return factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(orig));
+  }
   if (rope.type != "yarn") return 1.0;
   if (rope.attention_factor) return *rope.attention_factor;
   auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
@@ -714,10 +831,20 @@ double rope_attention_factor(const RopeConfig& rope) {
   return mscale(rope.factor, 1.0);
 }
 
-std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope) {
+std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope, bool long_factors) {
   const int64_t dim = c.rot_dim();
   const float base = static_cast<float>(rope.theta);
   std::vector<float> inv(static_cast<size_t>(dim / 2));
+  if (rope.type == "longrope") {
+    // 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)), float32 (validate checked the lengths).
+    const std::vector<double>& ext = long_factors ? rope.long_factor : rope.short_factor;
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+      inv[static_cast<size_t>(i)] =
+          1.0f / (static_cast<float>(ext[static_cast<size_t>(i)]) * std::pow(base, e));
+    }
+    return inv;
+  }
   for (int64_t i = 0; i < dim / 2; ++i) {
     // float32 as in Transformers: 1 / base ** (arange(0, dim, 2) / dim)
     float e = static_cast<float>(2 * i) / static_cast<float>(dim);

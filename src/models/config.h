@@ -17,7 +17,7 @@ namespace tessera::models {
 // Rotary embedding, as Transformers 5 standardises it into `rope_parameters` (from either config layout).
 struct RopeConfig {
   double theta = 10000.0;
-  std::string type = "default";  // "default", "linear", "llama3", "yarn"
+  std::string type = "default";  // "default", "linear", "dynamic", "llama3", "yarn", "longrope"
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 0;
@@ -28,6 +28,14 @@ struct RopeConfig {
   double beta_fast = 32.0, beta_slow = 1.0;
   bool truncate = true;
   std::optional<double> attention_factor, mscale, mscale_all_dim;
+  // longrope: each rotary pair's frequency divided by short_factor[i] while the sequence reaches at most
+  // original_max_position_embeddings positions, by long_factor[i] beyond; the factor on cos and sin is
+  // attention_factor, else sqrt(1 + ln f / ln original) with f = `factor` when set (factor_set), else
+  // max_position_embeddings / original_max_position_embeddings.
+  std::vector<double> short_factor, long_factor;
+  bool factor_set = false;
+  // The config's max_position_embeddings: dynamic's switch length, longrope's default factor.
+  int64_t max_position_embeddings = 0;
 };
 
 // What a module is in its block. Every linear layer the graph builder adds carries one
@@ -123,6 +131,21 @@ struct DecoderConfig {
   std::optional<int32_t> bos_token_id, pad_token_id;
   std::vector<int32_t> eos_token_ids;
   TpLayout tp;  // this rank's share (set after parsing, before building graphs)
+
+  // The positions a sequence may reach: max_position_embeddings, or what the rope scaling serves beyond it
+  // (rope_context_limit); and the same for an error message, naming both numbers when they differ.
+  int64_t context_limit() const;
+  std::string context_limit_str() const;
+  // The longest prompt whose keys do not depend on the prompt's whole length: a rope whose frequencies follow
+  // the sequence's length (longrope: past original_max_position_embeddings; dynamic: past
+  // max_position_embeddings) rotates a longer prompt's every key by that length, so such a prompt is computed
+  // whole (no chunks, no cached or reused prefix). INT64_MAX for the other ropes.
+  int64_t rope_split_limit() const;
+  // Why a sequence of `prompt_len` tokens and `new_tokens` more cannot run ("" when it can): with longrope, a
+  // prompt within original_max_position_embeddings whose decoding would feed a token past it. Transformers'
+  // Phi3ForCausalLM drops its cache at that step and recomputes the whole sequence with the long factors;
+  // this runtime does not, so it refuses rather than give other tokens.
+  std::string rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const;
 
   bool layer_is_sliding(int64_t layer) const {
     return sliding_window > 0 && layer < static_cast<int64_t>(layer_sliding.size()) &&
@@ -246,6 +269,9 @@ struct ConfigDefaults {
   const char* activation = "silu";
   // The architecture reads its rope itself in its finish hook (Gemma 3: one rope per layer type).
   bool own_rope = false;
+  bool longrope_aliases = false;  // rope_type 'su' and 'yarn' mean longrope (Phi3Config)
+  std::optional<int64_t>
+      original_max_position_embeddings;  // the class's top-level default (Phi3Config: 4096)
 };
 
 // Sizes (with sane upper bounds), eps, tie, dtype, special ids, hidden_act and rope (both layouts) into `c`.
@@ -254,8 +280,11 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
 // `rope_scaling` / `partial_rotary_factor`; both present and disagreeing is an error naming both keys.
 // `partial_rotary_factor` nullopt: the architecture rotates whole heads (any factor but 1 is refused, except
 // with default rope where Transformers ignores it).
+// `longrope_aliases`: rope_type 'su' and 'yarn' mean longrope (Phi3Config). `default_original`: the config
+// class's top-level original_max_position_embeddings when config.json has none (Phi3Config: 4096).
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
-                      int64_t max_position_embeddings);
+                      int64_t max_position_embeddings, bool longrope_aliases = false,
+                      std::optional<int64_t> default_original = std::nullopt);
 // `hidden_act`: silu/swish, gelu, gelu_pytorch_tanh, gelu_new, relu; anything else refused by name.
 Activation parse_activation(const ConfigReader& r, const char* key, const char* absent = "silu");
 // Sliding-window layers exactly as Transformers' Qwen2Config and Qwen3Config decide them (the same code):
@@ -290,7 +319,12 @@ std::vector<float> rope_inv_freq(const DecoderConfig& c);
 // The factor on cos and sin of `rope` (Transformers' attention_scaling: yarn's, else 1).
 double rope_attention_factor(const RopeConfig& rope);
 // The same for `rope` over the config's rotary dims (Gemma 3's local rope).
-std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope);
+// `long_factors`: longrope's frequencies beyond its original length.
+std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope, bool long_factors = false);
+// The positions a sequence may reach with `rope` (vLLM's derivation, as the issue of long context asks):
+// yarn serves original_max_position_embeddings x factor, dynamic any length (kMaxPositions), the others
+// max_position_embeddings; never less than max_position_embeddings.
+int64_t rope_context_limit(const RopeConfig& rope, int64_t max_position_embeddings);
 // layer_types as a per-layer sliding mask: one entry per layer, each full_attention (or the legacy
 // "attention") or sliding_attention; anything else refused naming the entry, `arch` and what it supports.
 std::vector<uint8_t> sliding_from_layer_types(const ConfigReader& r, const std::vector<std::string>& types,

@@ -3,7 +3,7 @@
 // first), both split into their blocks when loaded (graph::WeightView, also per rank under tensor
 // parallelism); rotary embedding on the first head_dim * partial_rotary_factor dims of each head (rotate-half
 // pairs within them); sliding-window attention in every layer when sliding_window is set (Phi-3-mini-4k:
-// 2047). The longrope / su scaling of the 128k variants is refused by name.
+// 2047); the longrope scaling of the 128k variants ('su' and 'yarn' read as longrope, as Phi3Config does).
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
@@ -39,8 +39,8 @@ int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
 }
 
 // Phi3Config.convert_rope_params_to_dict / validate_rope: rope_scaling (else rope_parameters) must be of type
-// default or longrope ("su" and "yarn" are read as longrope). longrope is refused by name; any other type
-// Transformers itself refuses.
+// default or longrope ('su' and 'yarn' are read as longrope, by parse_rope); any other type Transformers
+// itself refuses.
 void check_rope_type(const ConfigReader& r) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     const auto d = r.optional_object(key);
@@ -48,16 +48,10 @@ void check_rope_type(const ConfigReader& r) {
     std::string type = "default";
     for (const char* k : {"rope_type", "type"})
       if (auto t = d->optional_string(k)) type = *t;
-    if (type == "default") return;
-    const std::string shown = ConfigReader::show(nlohmann::json(type));
-    if (type == "longrope" || type == "su" || type == "yarn")
-      r.fail_field(key, "has rope_type " + shown +
-                            ", which is not supported (Phi-3's longrope scaling of the 128k variants, as "
-                            "Transformers reads 'su' and 'yarn' for Phi-3, is not implemented; supported: "
-                            "default)");
-    r.fail_field(key, "has rope_type " + shown +
+    if (type == "default" || type == "longrope" || type == "su" || type == "yarn") return;
+    r.fail_field(key, "has rope_type " + ConfigReader::show(nlohmann::json(type)) +
                           ", which Phi3ForCausalLM does not support (Phi3Config accepts only default and "
-                          "longrope; supported here: default)");
+                          "longrope, reading 'su' and 'yarn' as longrope)");
   }
 }
 
@@ -76,6 +70,8 @@ ConfigDefaults defaults() {
   d.bos_token_id = 1;
   d.pad_token_id = 32000;
   d.eos_token_ids = {32000};
+  d.longrope_aliases = true;
+  d.original_max_position_embeddings = 4096;
   return d;
 }
 

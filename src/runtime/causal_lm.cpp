@@ -64,8 +64,7 @@ std::vector<float> CausalLM::forward(const std::vector<int32_t>& ids) {
   if (ids.empty()) fail("forward: empty input");
   m.check_ids(ids);
   const int n = static_cast<int>(ids.size());
-  if (n > m.config.max_position_embeddings)
-    fail("forward: ", n, " tokens exceed max_position_embeddings ", m.config.max_position_embeddings);
+  if (n > m.config.context_limit()) fail("forward: ", n, " tokens exceed ", m.config.context_limit_str());
   ShapeKey key{.phase = Phase::Prefill,
                .batch = 1,
                .seq = n,
@@ -125,8 +124,7 @@ std::vector<float> CausalLM::forward(const std::vector<std::vector<int32_t>>& in
     end.push_back(static_cast<int32_t>(q));
   }
   const int batch = static_cast<int>(input_ids.size()), n = static_cast<int>(len);
-  if (n > m.config.max_position_embeddings)
-    fail("forward: ", n, " tokens exceed max_position_embeddings ", m.config.max_position_embeddings);
+  if (n > m.config.context_limit()) fail("forward: ", n, " tokens exceed ", m.config.context_limit_str());
   ShapeKey key{.phase = Phase::Prefill,
                .batch = batch,
                .seq = n,

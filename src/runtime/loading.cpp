@@ -235,6 +235,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->info.kv_bytes_per_token = static_cast<size_t>(2 * impl->config.num_layers *
                                                       impl->config.local_kv_heads() * impl->config.head_dim) *
                                   dtype_size(impl->backend->cache_dtype());
+  impl->info.context_limit = impl->config.context_limit();
   return CausalLM(std::move(impl));
 }
 

@@ -114,6 +114,9 @@ struct Run {
   const StepInputs& in;
   CpuCache& cache;
   float* arena;
+  // Per rope table that varies with the sequence's length (longrope, dynamic): each step row's frequencies
+  // [batch, rot_dim / 2], computed once per step (empty until the first Rope node needs them).
+  mutable std::vector<std::vector<float>> rope_rows = {};
 };
 
 // Where a node's output lives at run time.
@@ -445,6 +448,23 @@ class CpuExecutable : public Executable {
     arena_floats_ = std::max<size_t>(arena, 16);
   }
 
+  // The frequencies of each step row of `table` (a varying one), by the length its sequence reaches: its
+  // last position + 1 (a prompt is padded on the left, and its padding sits at position 1).
+  const std::vector<float>& row_frequencies(const Run& r, int table, const int32_t* positions) const {
+    if (r.rope_rows.size() <= static_cast<size_t>(table)) r.rope_rows.resize(static_cast<size_t>(table) + 1);
+    std::vector<float>& out = r.rope_rows[static_cast<size_t>(table)];
+    if (!out.empty()) return out;
+    const graph::RopeTable& t = g_.rope_tables[static_cast<size_t>(table)];
+    const int64_t batch = g_.key.batch, seq = g_.key.seq, half = static_cast<int64_t>(t.inv_freq.size());
+    out.resize(static_cast<size_t>(batch * half));
+    for (int64_t b = 0; b < batch; ++b) {
+      int32_t last = 0;
+      for (int64_t s = 0; s < seq; ++s) last = std::max(last, positions[b * seq + s]);
+      t.for_length(int64_t{last} + 1, out.data() + b * half);
+    }
+    return out;
+  }
+
   float* f32(const Run& r, int id) const {
     const Slot& s = slots_[static_cast<size_t>(id)];
     TS_ASSERT(s.kind == Slot::Arena, g_.at(id).name);
@@ -550,8 +570,15 @@ class CpuExecutable : public Executable {
         float* y = f32(r, id);
         const float* x = f32(r, in[0]);
         if (y != x) std::memcpy(y, x, static_cast<size_t>(rows * cols) * sizeof(float));
-        cpu::rope(y, rows, n.heads, n.head_dim, n.rot_dim, ints(r, in[1]),
-                  g_.rope_tables[static_cast<size_t>(n.rope_table)].data(), n.scale != 0.f ? n.scale : 1.0f);
+        const graph::RopeTable& table = g_.rope_tables[static_cast<size_t>(n.rope_table)];
+        const int32_t* pos = ints(r, in[1]);
+        const float scale = n.scale != 0.f ? n.scale : 1.0f;
+        if (!table.varies()) {
+          cpu::rope(y, rows, n.heads, n.head_dim, n.rot_dim, pos, table.inv_freq.data(), scale);
+          return;
+        }
+        cpu::rope(y, rows, n.heads, n.head_dim, n.rot_dim, pos, row_frequencies(r, n.rope_table, pos).data(),
+                  scale, g_.key.seq);
         return;
       }
       case Op::CacheUpdate: {

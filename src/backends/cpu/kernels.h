@@ -117,9 +117,10 @@ void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, fl
 // ---- positions ----
 // HF "rotate_half" RoPE in place on x [tokens, heads, head_dim]: the first rot_dim dims of each head are
 // rotated (pairs (i, i + rot_dim/2)), angle = positions[t] * inv_freq[i] (inv_freq f32 [rot_dim/2]) computed
-// in float32, then cos/sin in float32 as HF does.
+// in float32, then cos/sin in float32 as HF does. `row_tokens` > 0: inv_freq is [tokens / row_tokens,
+// rot_dim/2], one table per step row of row_tokens tokens (longrope / dynamic rope).
 void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim,
-          const int32_t* positions, const float* inv_freq, float scale = 1.0f);
+          const int32_t* positions, const float* inv_freq, float scale = 1.0f, int64_t row_tokens = 0);
 
 // ---- attention ----
 // Causal attention of one sequence over its static KV cache.

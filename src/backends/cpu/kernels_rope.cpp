@@ -36,7 +36,7 @@ void rope_head(float* xh, const float* cs, int64_t half) {
 }  // namespace
 
 void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim,
-          const int32_t* positions, const float* inv_freq, float scale) {
+          const int32_t* positions, const float* inv_freq, float scale, int64_t row_tokens) {
   TS_ASSERT(rot_dim >= 0 && rot_dim <= head_dim && rot_dim % 2 == 0, "rope rot_dim=", rot_dim,
             " head_dim=", head_dim);
   const int64_t half = rot_dim / 2;
@@ -45,7 +45,8 @@ void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot
   ThreadPool::instance().parallel_for(tokens, grain, [&](int64_t t0, int64_t t1) {
     float* cs = scratch(2, 2 * half);  // [2, half]
     for (int64_t t = t0; t < t1; ++t) {
-      rope_angles(positions[t], inv_freq, half, scale, cs);
+      rope_angles(positions[t], row_tokens > 0 ? inv_freq + t / row_tokens * half : inv_freq, half, scale,
+                  cs);
       for (int64_t h = 0; h < heads; ++h) rope_head(x + (t * heads + h) * head_dim, cs, half);
     }
   });

@@ -564,18 +564,52 @@ class Lowering {
     const auto key = std::make_pair(positions, table_index);
     auto it = rope_cs_.find(key);
     if (it != rope_cs_.end()) return it->second;
-    const auto& table = g_.rope_tables.at(static_cast<size_t>(table_index));
-    TS_ASSERT(static_cast<int64_t>(table.size()) >= half, "rope table of ", table.size(), " for half ", half);
-    Val inv = b_.vector_f32(std::vector<float>(table.begin(), table.begin() + half));  // [half]
-    Val pos = b_.convert(val(positions), "f32");                                       // [R]
+    const graph::RopeTable& table = g_.rope_tables.at(static_cast<size_t>(table_index));
+    TS_ASSERT(static_cast<int64_t>(table.inv_freq.size()) == half, "rope table of ", table.inv_freq.size(),
+              " for half ", half);
+    Val pos = b_.convert(val(positions), "f32");  // [R]
     const Shape rh{pos.shape[0], half};
-    Val angle = b_.mul(b_.broadcast(pos, {0}, rh), b_.broadcast(inv, {1}, rh));  // [R, half]
+    Val angle = b_.mul(b_.broadcast(pos, {0}, rh),
+                       table.varies() ? row_frequencies(table, positions, half)
+                                      : b_.broadcast(b_.vector_f32(table.inv_freq), {1}, rh));  // [R, half]
     Val c = b_.unary("cosine", angle), s = b_.unary("sine", angle);
     if (scale != 1.0f) {  // yarn's attention factor, on cos and sin as Transformers applies it
       c = b_.mul(c, b_.splat_f32(scale, rh));
       s = b_.mul(s, b_.splat_f32(scale, rh));
     }
     return rope_cs_[key] = {c, s};
+  }
+
+  // [R, half]: the frequencies of each token's step row for a varying table (graph::RopeTable), chosen by
+  // the length the row's sequence reaches (its last position + 1), as the cpu backend does.
+  Val row_frequencies(const graph::RopeTable& t, int positions, int64_t half) {
+    const int64_t B = batch(), S = seq();
+    const Shape bh{B, half};
+    Val last = b_.reduce(b_.reshape(val(positions), {B, S}), {1}, "maximum", -1.0f);  // [B] i32
+    Val len = b_.add(last, b_.splat_i32(1, {B}));
+    Val longer = b_.compare(len, b_.splat_i32(static_cast<int32_t>(t.switch_len), {B}), "GT", "SIGNED");
+    Val base_freq = b_.broadcast(b_.vector_f32(t.inv_freq), {1}, bh);
+    Val beyond;
+    if (!t.dynamic) {
+      beyond = b_.broadcast(b_.vector_f32(t.long_inv_freq), {1}, bh);
+    } else {
+      // theta * (factor * len / switch_len - (factor - 1)) ^ (dim / (dim - 2)), then 1 / base ^ (2i / dim)
+      // (float32, as RopeTable::for_length; the power's last bits may differ from the host's).
+      const Shape b1{B};
+      Val ratio = b_.mul(b_.splat_f32(static_cast<float>(t.factor), b1), b_.convert(len, "f32"));
+      ratio = b_.div(ratio, b_.splat_f32(static_cast<float>(t.switch_len), b1));
+      ratio = b_.sub(ratio, b_.splat_f32(static_cast<float>(t.factor - 1.0), b1));
+      const auto d = static_cast<double>(t.dim);
+      Val stretch = b_.binary("power", ratio, b_.splat_f32(static_cast<float>(d / (d - 2.0)), b1));
+      Val base = b_.mul(b_.splat_f32(static_cast<float>(t.theta), b1), stretch);
+      std::vector<float> exps(static_cast<size_t>(half));
+      for (int64_t i = 0; i < half; ++i)
+        exps[static_cast<size_t>(i)] = static_cast<float>(2 * i) / static_cast<float>(t.dim);
+      Val p = b_.binary("power", b_.broadcast(base, {0}, bh), b_.broadcast(b_.vector_f32(exps), {1}, bh));
+      beyond = b_.div(b_.splat_f32(1.0f, bh), p);
+    }
+    Val rows = b_.select(b_.broadcast(longer, {0}, bh), beyond, base_freq);  // [B, half]
+    return b_.reshape(b_.broadcast(rows, {0, 2}, {B, S, half}), {B * S, half});
   }
 
   // The scalar i32 at index i of a 1-D i32 value.

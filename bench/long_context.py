@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Attention at length, side by side: Tessera (`tessera bench --json`) and native llama.cpp (`llama-bench`, built
+by bench/build_llamacpp.sh, flash attention on) on the same GGUF, at several context lengths, alternated per
+length. For each: prefill tok/s of a prompt of that length, decode tok/s with that prompt in the cache (the end of
+the context), peak RSS; ratios are Tessera / llama.cpp. The CPU model and ISA head the table.
+
+Usage: bench/long_context.py MODEL.gguf --bin build/llama.cpp-native/bin [--contexts 4096,16384,32768]
+       [--new-tokens 32] [--threads N] [--tessera build/tessera] [--llama-args '-fa 1'] [--out FILE]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_json(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"long_context: {' '.join(cmd)} failed ({p.returncode}): {tail}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--bin", required=True, help="directory holding llama-bench")
+    ap.add_argument("--contexts", default="4096,16384,32768")
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--tessera", default=os.path.join(HERE, "..", "build", "tessera"))
+    ap.add_argument("--llama-args", default="-fa 1")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    rows = []
+    for n in (int(x) for x in a.contexts.split(",")):
+        t = run_json([a.tessera, "bench", a.model, "--json", "--repeats", "1", "--threads", str(a.threads),
+                      "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens)])
+        l = run_json([sys.executable, os.path.join(HERE, "bench_llamacpp_native.py"), a.model, "--bin", a.bin,
+                      "--threads", str(a.threads), "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens),
+                      "--repeats", "1", "--llama-args", a.llama_args])
+        rows.append((n, t, l))
+        print(f"context {n}: tessera prefill {t['prefill_tokens_per_s']:.1f} decode {t['decode_tokens_per_s']:.2f} "
+              f"rss {t['peak_rss_mb']:.0f} MB | llama.cpp prefill {l['prefill_tokens_per_s']:.1f} decode "
+              f"{l['decode_tokens_per_s']:.2f} rss {l['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
+    lines = [f"Long context, {os.path.basename(a.model)}, {a.threads} threads, {a.new_tokens} new tokens; "
+             f"llama.cpp `llama-bench {a.llama_args}` ({rows[0][2].get('version', '?')}); machine: "
+             f"{bench_common.machine()}", "",
+             "| context | prefill tok/s Tessera / llama.cpp | ratio | decode tok/s at the end | ratio | "
+             "peak RSS MB | ratio |", "|---|---|---|---|---|---|---|"]
+    for n, t, l in rows:
+        lines.append(f"| {n} | {t['prefill_tokens_per_s']:.1f} / {l['prefill_tokens_per_s']:.1f} | "
+                     f"{t['prefill_tokens_per_s'] / l['prefill_tokens_per_s']:.2f}x | "
+                     f"{t['decode_tokens_per_s']:.2f} / {l['decode_tokens_per_s']:.2f} | "
+                     f"{t['decode_tokens_per_s'] / l['decode_tokens_per_s']:.2f}x | "
+                     f"{t['peak_rss_mb']:.0f} / {l['peak_rss_mb']:.0f} | "
+                     f"{t['peak_rss_mb'] / l['peak_rss_mb']:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
