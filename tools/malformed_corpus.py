@@ -495,9 +495,19 @@ def add_config_cases():
 
     # rope_scaling (hub layout) and rope_parameters (transformers 5 layout)
     RS = "rope_scaling"
-    config_case("qwen3", "rope_scaling.dynamic", set_key(RS, {"rope_type": "dynamic", "factor": 4.0}),
-                [CJ, (RS, "dynamic")])
-    config_case("llama", "rope_scaling.dynamic", set_key(RS, {"rope_type": "dynamic", "factor": 2.0}), [CJ, (RS, "dynamic")])
+    config_case("qwen3", "rope_scaling.dynamic_factor_missing", set_key(RS, {"rope_type": "dynamic"}),
+                [CJ, ("factor", "dynamic")])
+    config_case("llama", "rope_scaling.dynamic_factor_zero", set_key(RS, {"rope_type": "dynamic", "factor": 0.0}),
+                [CJ, "factor"])
+    config_case("qwen3", "rope_scaling.longrope_long_factor_missing",
+                set_key(RS, {"rope_type": "longrope", "short_factor": [1.0] * 8,
+                             "original_max_position_embeddings": 64}), [CJ, ("long_factor", "longrope")])
+    config_case("llama", "rope_scaling.longrope_factors_wrong_length",
+                set_key(RS, {"rope_type": "longrope", "short_factor": [1.0, 2.0], "long_factor": [1.0, 2.0],
+                             "original_max_position_embeddings": 64}), [CJ, ("short_factor", "rotary pair")])
+    config_case("qwen3", "rope_scaling.longrope_factor_negative",
+                set_key(RS, {"rope_type": "longrope", "short_factor": [-1.0] * 8, "long_factor": [1.0] * 8,
+                             "original_max_position_embeddings": 64}), [CJ, ("short_factor", "positive")])
     config_case("qwen3", "rope_scaling.string", set_key(RS, "linear"), [CJ, RS])
     config_case("qwen3", "rope_scaling.linear_factor_zero", set_key(RS, {"rope_type": "linear", "factor": 0.0}), [CJ, (RS, "factor")])
     config_case("glm4", "rope_scaling.linear_factor_negative", set_key(RS, {"rope_type": "linear", "factor": -2.0}), [CJ, (RS, "factor")])
@@ -534,8 +544,9 @@ def add_config_cases():
     config_case("qwen3", "rope_parameters.theta_inf", rp(rope_theta=Raw("1e999")), [CJ, ("rope_theta", "1e999")])
     config_case("qwen3", "rope_parameters.not_object", set_key(RP, 5), [CJ, RP])
     config_case("glm4", "rope_parameters.unknown_type", rp(rope_type="su"), [CJ, ("rope_type", "su")])
-    config_case("qwen3", "rope_parameters.dynamic", rp(rope_type="dynamic", factor=4.0),
-                [CJ, ("rope_type", "dynamic")])
+    config_case("qwen3", "rope_parameters.longrope_short_factor_string",
+                rp(rope_type="longrope", short_factor="1.0", long_factor=[1.0] * 8, original_max_position_embeddings=64),
+                [CJ, "short_factor"])
     config_case("qwen3", "rope_parameters.linear_factor_zero", rp(rope_type="linear", factor=0.0), [CJ, "factor"])
     config_case("llama", "rope_parameters.llama3_low_ge_high", rp(low_freq_factor=4.0, high_freq_factor=1.0),
                 [CJ, ("low_freq_factor", "high_freq_factor")])

@@ -567,11 +567,12 @@ class Lowering {
     const graph::RopeTable& table = g_.rope_tables.at(static_cast<size_t>(table_index));
     TS_ASSERT(static_cast<int64_t>(table.inv_freq.size()) == half, "rope table of ", table.inv_freq.size(),
               " for half ", half);
-    Val pos = b_.convert(val(positions), "f32");  // [R]
+    const std::optional<Val> fixed =
+        table.varies() ? std::nullopt : std::optional<Val>(b_.vector_f32(table.inv_freq));  // [half]
+    Val pos = b_.convert(val(positions), "f32");                                         // [R]
     const Shape rh{pos.shape[0], half};
-    Val angle = b_.mul(b_.broadcast(pos, {0}, rh),
-                       table.varies() ? row_frequencies(table, positions, half)
-                                      : b_.broadcast(b_.vector_f32(table.inv_freq), {1}, rh));  // [R, half]
+    Val inv = fixed ? b_.broadcast(*fixed, {1}, rh) : row_frequencies(table, positions, half);
+    Val angle = b_.mul(b_.broadcast(pos, {0}, rh), inv);  // [R, half]
     Val c = b_.unary("cosine", angle), s = b_.unary("sine", angle);
     if (scale != 1.0f) {  // yarn's attention factor, on cos and sin as Transformers applies it
       c = b_.mul(c, b_.splat_f32(scale, rh));
