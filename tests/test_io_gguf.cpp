@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "io/gguf.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
+#include "models/architecture.h"
+#include "models/config.h"
 #include "tessera/model.h"
 #include "test_io_util.h"
 
@@ -416,9 +419,11 @@ TEST(IoGgufGemma, NormWeightsLoadAsHuggingFaceStoresThem) {
 }
 
 // A minimal GGUF of `arch` (hidden 32, 2 heads, one block): its required metadata, the u32 keys given,
-// token_embd, blk.0.attn_norm and the extra F32 tensors (GGUF dims order: columns first), zero data.
+// token_embd, blk.0.attn_norm and the extra F32 tensors (GGUF dims order: columns first), zero data but what
+// `data` gives (by tensor name).
 Bytes arch_gguf(const std::string& arch, const std::vector<std::pair<std::string, uint32_t>>& keys,
-                const std::vector<std::pair<std::string, std::vector<uint64_t>>>& extra = {}) {
+                const std::vector<std::pair<std::string, std::vector<uint64_t>>>& extra = {},
+                const std::map<std::string, std::vector<float>>& data = {}) {
   std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors = {{"token_embd.weight", {32, 48}},
                                                                         {"blk.0.attn_norm.weight", {32}}};
   tensors.insert(tensors.end(), extra.begin(), extra.end());
@@ -439,8 +444,51 @@ Bytes arch_gguf(const std::string& arch, const std::vector<std::pair<std::string
     for (uint64_t d : dims) n *= d;
     offset += (n + 31) / 32 * 32;
   }
-  b.align().zeros(offset);
+  b.align();
+  for (const auto& [name, dims] : tensors) {
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    const auto it = data.find(name);
+    if (it != data.end() && it->second.size() == n) {
+      b.raw(it->second.data(), n * 4);
+    } else {
+      b.zeros(n * 4);
+    }
+    b.zeros((n * 4 + 31) / 32 * 32 - n * 4);
+  }
   return b.bytes();
+}
+
+// Phi-3's 128k variants as llama.cpp's converter writes them: the longrope factors as F32 tensors and the
+// original context in metadata become config.json's rope_scaling and original_max_position_embeddings, and
+// are not weights; zero factors are refused by the config reader, naming the field.
+TEST(IoGgufLlamaCppArch, Phi3LongropeFactorsBecomeRopeScaling) {
+  TempDir d;
+  const std::vector<float> short_f = {1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4.5f}, long_f = {2, 3, 4, 5, 6, 7, 8, 9};
+  const std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors = {
+      {"rope_factors_short.weight", {8}}, {"rope_factors_long.weight", {8}}};
+  write_file(d / "p.gguf",
+             arch_gguf("phi3", {{"rope.scaling.original_context_length", 16}}, tensors,
+                       {{"rope_factors_short.weight", short_f}, {"rope_factors_long.weight", long_f}}));
+  auto src = open_gguf(d / "p.gguf");
+  auto cfg = nlohmann::json::parse(src->config_json());
+  EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "longrope");
+  EXPECT_EQ(cfg["rope_scaling"]["short_factor"].get<std::vector<float>>(), short_f);
+  EXPECT_EQ(cfg["rope_scaling"]["long_factor"].get<std::vector<float>>(), long_f);
+  EXPECT_EQ(cfg["original_max_position_embeddings"], 16);
+  EXPECT_FALSE(cfg["rope_scaling"].contains("attention_factor"));
+  for (const auto& t : src->tensors()) EXPECT_EQ(t.name.find("rope_factors"), std::string::npos) << t.name;
+  EXPECT_TRUE(src->unmapped_tensors().empty());
+  cfg["pad_token_id"] = 0;  // the minimal file has no tokenizer (Phi3Config's default pad id 32000)
+  const models::DecoderConfig c =
+      models::find_architecture("Phi3ForCausalLM", "p.gguf").parse_config(cfg, "p.gguf");
+  EXPECT_EQ(c.rope.type, "longrope");
+  EXPECT_EQ(c.longrope_switch(), 16);
+  write_file(d / "z.gguf", arch_gguf("phi3", {{"rope.scaling.original_context_length", 16}}, tensors));
+  auto zero = nlohmann::json::parse(open_gguf(d / "z.gguf")->config_json());
+  zero["pad_token_id"] = 0;
+  expect_error([&] { models::find_architecture("Phi3ForCausalLM", "z.gguf").parse_config(zero, "z.gguf"); },
+               {"z.gguf", "short_factor", "positive"});
 }
 
 // GLM-4 without attention.key_length or rope.dimension_count: llama.cpp's head size (hidden / heads) and a
@@ -477,9 +525,10 @@ TEST(IoGgufLlamaCppArch, BadInputsNameTheFileAndKey) {
   write_file(d / "p.gguf", arch_gguf("phi3", {}, {{"blk.0.attn_q.weight", {32, 32}}}));
   expect_error([&] { open_gguf(d / "p.gguf"); },
                {"p.gguf", "tensor 'blk.0.attn_q.weight'", "phi3 GGUF with separate q/k/v", "attn_qkv"});
-  write_file(d / "pl.gguf", arch_gguf("phi3", {}, {{"rope_factors_long.weight", {4}}}));
+  write_file(d / "pl.gguf", arch_gguf("phi3", {{"rope.scaling.original_context_length", 16}},
+                                      {{"rope_factors_long.weight", {8}}}));
   expect_error([&] { open_gguf(d / "pl.gguf"); },
-               {"pl.gguf", "tensor 'rope_factors_long.weight'", "longrope scaling", "not supported"});
+               {"pl.gguf", "tensor 'rope_factors_short.weight' is missing", "longrope"});
   // Phi-3: a rotary part that is no even size within the head (16).
   write_file(d / "pr.gguf", arch_gguf("phi3", {{"rope.dimension_count", 5}}));
   expect_error([&] { open_gguf(d / "pr.gguf"); }, {"pr.gguf", "phi3.rope.dimension_count is 5"});

@@ -169,13 +169,20 @@ TEST(RopeScalingCpu, LongPromptsRunWholeThroughChunksAndPrefixCache) {
   }
 }
 
-// longrope: decoding that would cross the switch from a shorter prompt (where Transformers' Phi3ForCausalLM
-// recomputes the whole sequence) is refused up front, by generate() and by SlotBatch, naming the switch.
-TEST(RopeScalingCpu, LongropeDecodingAcrossTheSwitchIsRefused) {
+// longrope: decoding across the switch from a shorter prompt. generate() recomputes the whole sequence at
+// that step, as Transformers' Phi3ForCausalLM does (the golden's 40-token case crosses at its 25th token,
+// checked by GreedyTokensIdenticalFor32Steps); where that is not done (a batch, SlotBatch: the server and
+// speculative generate) the request is refused up front, naming the switch.
+TEST(RopeScalingCpu, LongropeDecodingAcrossTheSwitch) {
+  auto j = variant_golden("phi3_longrope");
   LoadOptions opt;
   opt.dtype = DType::F32;
   CausalLM m = AutoModelForCausalLM::from_pretrained(golden::variant_path("phi3_longrope"), opt);
-  const std::vector<int32_t> prompt(40, 7);
+  const auto& c = j["greedy"][0];
+  const std::vector<int32_t> prompt = to32(c["input_ids"]);
+  ASSERT_EQ(prompt.size(), 40u);
+  // With the recompute every token matches; the step where it happens is the 25th.
+  EXPECT_EQ(m.generate({prompt}, {}, greedy(32)).sequences[0], to32(c["output_ids"]));
   auto expect_refused = [](const std::function<void()>& f, const char* what) {
     try {
       f();
@@ -186,11 +193,12 @@ TEST(RopeScalingCpu, LongropeDecodingAcrossTheSwitchIsRefused) {
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
   };
-  expect_refused([&] { m.generate({prompt}, {}, greedy(26)); }, "generate");
+  expect_refused([&] { m.generate({prompt, prompt}, {}, greedy(26)); }, "a batch");
   SlotBatch b(m, 1, 128, {.host_sampling = true});
   expect_refused([&] { b.prefill(0, prompt, greedy(26)); }, "SlotBatch");
-  EXPECT_NO_THROW(m.generate({prompt}, {}, greedy(25)));                       // up to the switch
-  EXPECT_NO_THROW(m.generate({std::vector<int32_t>(70, 7)}, {}, greedy(26)));  // a prompt past it
+  EXPECT_NO_THROW(b.prefill(0, prompt, greedy(25)));  // up to the switch
+  b.release(0);
+  EXPECT_NO_THROW(b.prefill(0, std::vector<int32_t>(70, 7), greedy(26)));  // a prompt past it
 }
 
 // The positions a sequence may reach follow the rope scaling: yarn serves original x factor (Qwen3's card:

@@ -30,12 +30,12 @@ Each checkpoint is written exactly as save_pretrained writes it (transformers 5 
 
 Rope scalings whose frequencies go beyond an original length of 64 (vocab 128), goldens at every position of
 a 40-token and a 300-token prompt, and greedy decoding of both for 32 steps (the 40-token one crossing 64 as it
-decodes, but for longrope), each case on a freshly loaded model (dynamic rope keeps state across calls):
+decodes), each case on a freshly loaded model (dynamic rope keeps state across calls):
   llama_dynamic     LlamaForCausalLM, rope_type "dynamic" (NTK), factor 4, max_position_embeddings 64
   phi3_longrope     Phi3ForCausalLM, rope_type "longrope", short/long factors per rotary pair,
                     original_max_position_embeddings 64, max_position_embeddings 512 (attention factor from their
-                    ratio); its 40-token prompt decodes 25 tokens, up to the switch (Transformers recomputes the
-                    whole sequence when decoding crosses it, which Tessera refuses)
+                    ratio); decoding the 40-token prompt crosses the switch, where Phi3ForCausalLM recomputes the
+                    whole sequence with the long factors
   qwen3_yarn_long   Qwen3ForCausalLM, rope_type "yarn", factor 4, original_max_position_embeddings 64
 The greedy goldens are Transformers' cached generate(): keys keep the rotation they were computed with when a
 later step switches frequencies, so they are not the no-cache argmax loop's tokens for these ropes.
@@ -203,10 +203,9 @@ def rope_golden(name, cls, kwargs, seed, alternatives, d):
         p = mg.rand_ids(gen, n, ROPE_VOCAB)
         m = mg.load(d, torch.float32)
         # Phi3ForCausalLM drops its cache and recomputes the whole sequence when decoding crosses longrope's
-        # switch (prepare_inputs_for_generation), which Tessera refuses: the short prompt stops at the switch.
-        new = 25 if n <= 64 and cfg.rope_parameters.get("rope_type") == "longrope" else 32
-        seqs, margin, res = mg.generate(m, torch.tensor([p]), torch.ones(1, n, dtype=torch.long), new)
-        golden["greedy"].append({"input_ids": p, "max_new_tokens": new, "eos_token_id": None,
+        # switch (prepare_inputs_for_generation): the 40-token prompt's 25th new token comes from that forward.
+        seqs, margin, res = mg.generate(m, torch.tensor([p]), torch.ones(1, n, dtype=torch.long), 32)
+        golden["greedy"].append({"input_ids": p, "max_new_tokens": 32, "eos_token_id": None,
                                  "output_ids": seqs[0], "min_top2_margin": margin})
         golden["generate_notes"]["cache_class"] = type(getattr(res, "cache", None)).__name__
     golden["distinct_from"] = distinct_from(d, cls, kwargs, alternatives, fwd_inputs[1:], reference[1:])

@@ -191,6 +191,9 @@ class _Config:
         self.hidden_size = info["hidden_size"]
         self.vocab_size = info["vocab_size"]
         self.max_position_embeddings = info["max_position_embeddings"]
+        # Tessera's own: the positions a sequence may reach (more than max_position_embeddings where a yarn or
+        # dynamic rope scaling serves more).
+        self.context_limit = info["context_limit"]
 
 
 class AutoModelForCausalLM:

@@ -59,8 +59,6 @@ Prompts check_prompts(const runtime::ModelCore& m, const std::vector<std::vector
   // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding
   // included).
   p.max_new = cfg.new_token_budget(p.seq, m.config.context_limit());
-  if (const std::string why = m.config.rope_crossing_error(max_real, p.max_new); !why.empty())
-    fail("generate: ", why);
   if (max_real + p.max_new > m.config.context_limit())
     fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", p.max_new, ") exceeds ",
          m.config.context_limit_str());
@@ -77,6 +75,14 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   const int seq = p.seq;
   const int64_t vocab = m.config.vocab_size;
   const int max_new = p.max_new;
+  // longrope: one sequence decoding across the switch is recomputed whole at that step, as Transformers'
+  // Phi3ForCausalLM does (prepare_inputs_for_generation drops its cache); a batch is refused.
+  const int64_t switch_at = m.config.longrope_switch();
+  if (batch > 1 && switch_at > 0)
+    for (int b = 0; b < batch; ++b)
+      if (const std::string why = m.config.rope_crossing_error(seq - pads[static_cast<size_t>(b)], max_new);
+          !why.empty())
+        fail("generate: row ", b, " of a batch of ", batch, ": ", why);
 
   auto lock = m.step_lock();
   const bool dynamic = cfg.cache_implementation == "dynamic";
@@ -258,6 +264,30 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
     std::vector<ConstraintMatcher*> masks;  // computed while the step runs (host sampling: after it)
     for (RowState& r : rows)
       if (!on_device && r.running() && r.constraint) masks.push_back(r.constraint.get());
+    if (batch == 1 && switch_at > 0 && seq - pads[0] <= switch_at && in.positions[0] == switch_at) {
+      // The first token past longrope's switch: the whole sequence again, one forward over slots 0..slot
+      // (every key rotated with the long factors), its last logits giving the next token.
+      in.ids.clear();
+      in.positions.clear();
+      in.slots.clear();
+      for (int s = 0; s <= slot; ++s) {
+        in.ids.push_back(s < extra ? filler : out.sequences[0][static_cast<size_t>(s - extra)]);
+        const int pos = s - kv_begin[0];
+        in.positions.push_back(pos < 0 ? 1 : pos);
+        in.slots.push_back(s);
+      }
+      if (on_device) in.seen_from = kv_begin;
+      const ShapeKey whole{.phase = Phase::Prefill,
+                           .batch = 1,
+                           .seq = slot + 1,
+                           .cache_len = cache_len,
+                           .dtype = m.info.dtype,
+                           .sampling = sampling};
+      overlap_masks(masks, [&] { run_step(whole, step + 1); });
+      in.seen_from.clear();
+      ++decode_runs;
+      continue;
+    }
     overlap_masks(masks, [&] { run_step(key, step + 1); });
     ++decode_runs;
   }

@@ -272,7 +272,10 @@ class GgufSource : public WeightSource {
 
   void map_tensors() {
     for (const GgufTensorInfo& t : g_->tensors()) {
-      if (arch_->layout == Layout::kPhi3) check_phi3_tensor(t.name);
+      if (arch_->layout == Layout::kPhi3) {
+        check_phi3_tensor(t.name);
+        if (t.name.rfind("rope_factors_", 0) == 0) continue;  // the config's longrope (add_phi3_longrope)
+      }
       if (arch_->layout == Layout::kGlm4) check_glm4_tensor(t.name);
       if (moe_ && collect_expert_tensor(t)) continue;
       const std::string hf = hf_name_for(t.name, arch_->layout);
@@ -622,16 +625,50 @@ class GgufSource : public WeightSource {
 
   // Phi-3 as llama.cpp's converter writes it from HF's fused qkv_proj / gate_up_proj. llama.cpp also reads
   // separate q/k/v projections for phi3, which no converted checkpoint has and Phi3ForCausalLM has no names
-  // for; the longrope factors of the 128k variants are Phi3's longrope scaling, not implemented.
+  // for. The longrope factors of the 128k variants (rope_factors_short / rope_factors_long) become the
+  // config's rope_scaling (add_phi3_longrope), not weights.
   void check_phi3_tensor(const std::string& name) const {
     for (const char* part : {".attn_q.", ".attn_k.", ".attn_v.", ".ffn_gate."})
       if (name.find(part) != std::string::npos)
         fail(origin_, ": tensor '", printable(name),
              "': a phi3 GGUF with separate q/k/v or gate projections is not supported (Phi3ForCausalLM "
              "reads the fused blk.N.attn_qkv and blk.N.ffn_up, as llama.cpp's converter writes them)");
-    if (name.rfind("rope_factors_", 0) == 0)
+    if (name.rfind("rope_factors_", 0) == 0 && name != "rope_factors_short.weight" &&
+        name != "rope_factors_long.weight")
       fail(origin_, ": tensor '", printable(name),
-           "': Phi-3's longrope scaling (the 128k variants) is not supported (supported: the default rope)");
+           "' is not one of Phi-3's longrope factors (rope_factors_short.weight, rope_factors_long.weight)");
+  }
+
+  // Phi-3's longrope (the 128k variants), as llama.cpp's converter writes it: the short and long factors as
+  // F32 tensors, the original context in rope.scaling.original_context_length, the factor on cos and sin in
+  // rope.scaling.attn_factor (what Transformers computes from the two lengths; passed on when it differs).
+  void add_phi3_longrope(ojson& c) const {
+    const bool has_short = g_->find_tensor("rope_factors_short.weight") != nullptr,
+               has_long = g_->find_tensor("rope_factors_long.weight") != nullptr;
+    if (!has_short && !has_long) return;
+    if (!has_short || !has_long)
+      fail(origin_, ": tensor '", has_short ? "rope_factors_long.weight" : "rope_factors_short.weight",
+           "' is missing (Phi-3's longrope needs both the short and the long factors)");
+    auto factors = [&](const char* name) {
+      const Tensor t = g_->load_tensor(name, DType::F32);
+      const float* p = t.ptr<float>();
+      ojson out = ojson::array();
+      for (int64_t i = 0; i < t.numel(); ++i) out.push_back(static_cast<double>(p[i]));
+      return out;
+    };
+    ojson r = {{"rope_type", "longrope"},
+               {"short_factor", factors("rope_factors_short.weight")},
+               {"long_factor", factors("rope_factors_long.weight")}};
+    const int64_t orig = require_int(key("rope.scaling.original_context_length"));
+    const int64_t ctx = require_int(key("context_length"));
+    if (auto a = finite_float(key("rope.scaling.attn_factor"))) {
+      const double ratio = static_cast<double>(ctx) / static_cast<double>(orig);
+      const double own =
+          ratio <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(ratio) / std::log(static_cast<double>(orig)));
+      if (std::abs(*a - own) > 1e-6 * own) r["attention_factor"] = *a;
+    }
+    c["rope_scaling"] = r;
+    c["original_max_position_embeddings"] = orig;
   }
 
   // GLM-4 as llama.cpp's converter writes Glm4ForCausalLM: separate q/k/v and the fused ffn_up. llama.cpp
@@ -673,6 +710,7 @@ class GgufSource : public WeightSource {
     c["rms_norm_eps"] = require_float(key("attention.layer_norm_rms_epsilon"));
     c["rope_theta"] = finite_float(key("rope.freq_base")).value_or(10000.0);
     add_rope_scaling(c);
+    if (arch_->layout == Layout::kPhi3) add_phi3_longrope(c);
     c["max_position_embeddings"] = require_int(key("context_length"));
     const auto n_tokens =
         g_->has("tokenizer.ggml.tokens") ? g_->array_size("tokenizer.ggml.tokens") : std::nullopt;

@@ -782,6 +782,10 @@ int64_t DecoderConfig::rope_split_limit() const {
   return limit;
 }
 
+int64_t DecoderConfig::longrope_switch() const {
+  return rope.type == "longrope" ? rope.original_max_position_embeddings : 0;
+}
+
 std::string DecoderConfig::rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const {
   if (rope.type != "longrope") return "";
   const int64_t orig = rope.original_max_position_embeddings;
@@ -790,8 +794,10 @@ std::string DecoderConfig::rope_crossing_error(int64_t prompt_len, int64_t new_t
   return "a prompt of " + std::to_string(prompt_len) + " tokens and " + std::to_string(new_tokens) +
          " new tokens would decode past the longrope switch at original_max_position_embeddings (" +
          std::to_string(orig) +
-         "), where Transformers recomputes the whole sequence with the long factors; that recompute is not "
-         "supported: keep the prompt and max_new_tokens within " +
+         "), where Transformers recomputes the whole sequence with the long factors; generate() does that "
+         "for "
+         "one sequence without speculation, not for a batch, speculative decoding or the server: keep the "
+         "prompt and max_new_tokens within " +
          std::to_string(orig + 1) + " positions, or use a prompt longer than " + std::to_string(orig) +
          " tokens";
 }

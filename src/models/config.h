@@ -141,10 +141,12 @@ struct DecoderConfig {
   // max_position_embeddings) rotates a longer prompt's every key by that length, so such a prompt is computed
   // whole (no chunks, no cached or reused prefix). INT64_MAX for the other ropes.
   int64_t rope_split_limit() const;
-  // Why a sequence of `prompt_len` tokens and `new_tokens` more cannot run ("" when it can): with longrope, a
-  // prompt within original_max_position_embeddings whose decoding would feed a token past it. Transformers'
-  // Phi3ForCausalLM drops its cache at that step and recomputes the whole sequence with the long factors;
-  // this runtime does not, so it refuses rather than give other tokens.
+  // longrope's original_max_position_embeddings (0: another rope): decoding that feeds the token at this
+  // position from a shorter prompt crosses the switch, where Transformers' Phi3ForCausalLM drops its cache
+  // and recomputes the whole sequence with the long factors (generate() does the same for one sequence).
+  int64_t longrope_switch() const;
+  // Why a sequence of `prompt_len` tokens and `new_tokens` more cannot run where that recompute is not done
+  // (a batch, speculative decoding, the server's SlotBatch): "" when it does not cross the switch.
   std::string rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const;
 
   bool layer_is_sliding(int64_t layer) const {

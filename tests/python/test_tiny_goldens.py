@@ -1,6 +1,7 @@
 """The tiny checkpoints against Transformers' goldens (tests/fixtures/models/*/golden.json), through the Python API:
 model(input_ids).logits, greedy generate, left-padded batches, eos stopping and repetition penalty."""
 
+import json
 import os
 
 import numpy as np
@@ -106,3 +107,24 @@ def test_xla_cpu_device_map():
     out = m.generate(input_ids=[case["input_ids"]], do_sample=False, max_new_tokens=case["max_new_tokens"],
                      eos_token_id=[])
     assert out[0].tolist() == case["output_ids"]
+
+
+def test_rope_scalings_past_the_original_length():
+    """The dynamic / longrope / yarn variants (tests/fixtures/variants) through the Python API: logits at every
+    position of a 300-token prompt and greedy tokens as Transformers computes them, and the context limit."""
+    variants = os.path.join(os.path.dirname(MODELS), "variants")
+    for name in ("llama_dynamic", "phi3_longrope", "qwen3_yarn_long"):
+        d = os.path.join(variants, name)
+        with open(os.path.join(d, "golden.json")) as f:
+            g = json.load(f)
+        m = tessera.AutoModelForCausalLM.from_pretrained(d, dtype="float32")
+        case = g["forward"][1]
+        logits = m(np.array([case["input_ids"]])).logits
+        np.testing.assert_allclose(logits[0], np.array(case["logits"], dtype=np.float32), atol=1e-4, rtol=0)
+        for case in g["greedy"]:
+            out = m.generate(input_ids=np.array([case["input_ids"]]), do_sample=False,
+                             max_new_tokens=case["max_new_tokens"], eos_token_id=[])
+            assert out[0].tolist() == case["output_ids"], name
+        assert m.config.context_limit >= m.config.max_position_embeddings
+    dynamic = tessera.AutoModelForCausalLM.from_pretrained(os.path.join(variants, "llama_dynamic"))
+    assert dynamic.config.context_limit > 1 << 20
