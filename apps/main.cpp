@@ -537,7 +537,8 @@ int run_generate(GenerateFlags& f) {
   GenerationConfig g = merged_config(model, f);
   g.constraint = constraint_from_flags(f, tok ? &*tok : nullptr, model, g);
   const int prompt_tokens = static_cast<int>(ids.size());
-  if (f.warmup) model.warmup(1, g.new_token_budget(prompt_tokens, model.info().context_limit), g.do_sample);
+  if (f.warmup)
+    model.warmup(1, g.new_token_budget(prompt_tokens, model.info().max_position_embeddings), g.do_sample);
 
   std::optional<StreamDecoder> stream;
   const bool streaming = tok && !f.json && !f.no_stream;
@@ -588,7 +589,7 @@ int run_generate(GenerateFlags& f) {
     j["rss_mb"] = proc_status_mb("VmRSS:");
     j["peak_rss_mb"] = proc_status_mb("VmHWM:");
     j["generation_config"] =
-        generation_config_json(g, out.prompt_tokens, model.info().context_limit, draft.has_value());
+        generation_config_json(g, out.prompt_tokens, model.info().max_position_embeddings, draft.has_value());
     j["finish_reason"] = finish_reason_name(out.finish_reasons.at(0));
     if (g.constraint)
       j["constraint"] = {{"kind", constraint_kind_name(g.constraint->kind())},

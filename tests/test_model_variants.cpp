@@ -199,6 +199,28 @@ TEST(RopeScalingCpu, LongropeDecodingAcrossTheSwitch) {
   EXPECT_NO_THROW(b.prefill(0, prompt, greedy(25)));  // up to the switch
   b.release(0);
   EXPECT_NO_THROW(b.prefill(0, std::vector<int32_t>(70, 7), greedy(26)));  // a prompt past it
+  // A left-padded single row: Transformers decides on the padded length there, so it is refused too.
+  std::vector<int32_t> padded(prompt);
+  padded.insert(padded.begin(), 3, 0);
+  std::vector<int32_t> mask(padded.size(), 1);
+  std::fill(mask.begin(), mask.begin() + 3, 0);
+  expect_refused([&] { m.generate({padded}, {mask}, greedy(26)); }, "a padded row");
+  // What the server checks at submit (a 400): the same rule from ModelInfo.
+  EXPECT_EQ(m.info().longrope_switch, 64);
+  EXPECT_FALSE(models::longrope_crossing_error(64, 40, 26).empty());
+  EXPECT_TRUE(models::longrope_crossing_error(64, 40, 25).empty());
+  EXPECT_TRUE(models::longrope_crossing_error(64, 65, 100).empty());
+  // Only Phi3ForCausalLM recomputes in Transformers: a Llama-family longrope switches per forward instead.
+  auto config = golden::load_json(golden::variant_path("phi3_longrope") + "/config.json");
+  config["architectures"] = {"LlamaForCausalLM"};
+  config["model_type"] = "llama";
+  config["rope_parameters"]["factor"] = 8.0;
+  const models::DecoderConfig llama =
+      models::find_architecture("LlamaForCausalLM", "config.json").parse_config(config, "config.json");
+  EXPECT_EQ(llama.rope.type, "longrope");
+  EXPECT_EQ(llama.longrope_switch(), 0);
+  EXPECT_TRUE(llama.rope_crossing_error(40, 100).empty());
+  EXPECT_EQ(llama.rope_split_limit(), 64);
 }
 
 // The positions a sequence may reach follow the rope scaling: yarn serves original x factor (Qwen3's card:

@@ -58,7 +58,7 @@ Prompts check_prompts(const runtime::ModelCore& m, const std::vector<std::vector
   for (int32_t pad : p.pads) max_real = std::max(max_real, p.seq - pad);
   // Transformers' max_length rules: max_new_tokens, else max_length (which counts the prompt, padding
   // included).
-  p.max_new = cfg.new_token_budget(p.seq, m.config.context_limit());
+  p.max_new = cfg.new_token_budget(p.seq, m.config.max_position_embeddings);  // Transformers' cap
   if (max_real + p.max_new > m.config.context_limit())
     fail("generate: prompt (", max_real, " tokens) + max_new_tokens (", p.max_new, ") exceeds ",
          m.config.context_limit_str());
@@ -75,14 +75,16 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   const int seq = p.seq;
   const int64_t vocab = m.config.vocab_size;
   const int max_new = p.max_new;
-  // longrope: one sequence decoding across the switch is recomputed whole at that step, as Transformers'
-  // Phi3ForCausalLM does (prepare_inputs_for_generation drops its cache); a batch is refused.
+  // Phi-3 longrope: one unpadded sequence decoding across the switch is recomputed whole at that step, as
+  // Transformers' Phi3ForCausalLM does (prepare_inputs_for_generation drops its cache). A batch, or a row
+  // with left padding (Transformers then decides on the padded length), is refused.
   const int64_t switch_at = m.config.longrope_switch();
-  if (batch > 1 && switch_at > 0)
+  if (switch_at > 0 && (batch > 1 || pads[0] > 0))
     for (int b = 0; b < batch; ++b)
       if (const std::string why = m.config.rope_crossing_error(seq - pads[static_cast<size_t>(b)], max_new);
           !why.empty())
-        fail("generate: row ", b, " of a batch of ", batch, ": ", why);
+        fail("generate: row ", b, " (a batch of ", batch, ", ", pads[static_cast<size_t>(b)],
+             " tokens of left padding): ", why);
 
   auto lock = m.step_lock();
   const bool dynamic = cfg.cache_implementation == "dynamic";
@@ -264,7 +266,7 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
     std::vector<ConstraintMatcher*> masks;  // computed while the step runs (host sampling: after it)
     for (RowState& r : rows)
       if (!on_device && r.running() && r.constraint) masks.push_back(r.constraint.get());
-    if (batch == 1 && switch_at > 0 && seq - pads[0] <= switch_at && in.positions[0] == switch_at) {
+    if (batch == 1 && pads[0] == 0 && switch_at > 0 && seq <= switch_at && in.positions[0] == switch_at) {
       // The first token past longrope's switch: the whole sequence again, one forward over slots 0..slot
       // (every key rotated with the long factors), its last logits giving the next token.
       in.ids.clear();

@@ -400,7 +400,7 @@ struct SlotBatch::Impl {
     // budget gets a plain prefill, which names what is wrong with it).
     int budget = 0;
     try {
-      budget = cfg.new_token_budget(static_cast<int>(len), m->config.context_limit());
+      budget = cfg.new_token_budget(static_cast<int>(len), m->config.max_position_embeddings);
     } catch (const Error&) {
       return r;
     }
@@ -610,7 +610,7 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   if (len > max_pos)
     fail("SlotBatch::", what, ": slot ", slot, ": prompt of ", len, " tokens exceeds ",
          m->config.context_limit_str());
-  const int budget = cfg.new_token_budget(len, max_pos);
+  const int budget = cfg.new_token_budget(len, m->config.max_position_embeddings);  // Transformers' cap
   if (const std::string why = m->config.rope_crossing_error(len, budget); !why.empty())
     fail("SlotBatch::", what, ": slot ", slot, ": ", why);
   if (len + budget > max_pos)

@@ -640,8 +640,9 @@ class GgufSource : public WeightSource {
   }
 
   // Phi-3's longrope (the 128k variants), as llama.cpp's converter writes it: the short and long factors as
-  // F32 tensors, the original context in rope.scaling.original_context_length, the factor on cos and sin in
-  // rope.scaling.attn_factor (what Transformers computes from the two lengths; passed on when it differs).
+  // F32 tensors, the original context in rope.scaling.original_context_length. Its rope.scaling.attn_factor
+  // is not read: the converter derives it from the two lengths by the HF config's rope type (a 'yarn'-typed
+  // one gets yarn's formula), where Transformers reads every Phi-3 type as longrope and derives its own.
   void add_phi3_longrope(ojson& c) const {
     const bool has_short = g_->find_tensor("rope_factors_short.weight") != nullptr,
                has_long = g_->find_tensor("rope_factors_long.weight") != nullptr;
@@ -660,13 +661,6 @@ class GgufSource : public WeightSource {
                {"short_factor", factors("rope_factors_short.weight")},
                {"long_factor", factors("rope_factors_long.weight")}};
     const int64_t orig = require_int(key("rope.scaling.original_context_length"));
-    const int64_t ctx = require_int(key("context_length"));
-    if (auto a = finite_float(key("rope.scaling.attn_factor"))) {
-      const double ratio = static_cast<double>(ctx) / static_cast<double>(orig);
-      const double own =
-          ratio <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(ratio) / std::log(static_cast<double>(orig)));
-      if (std::abs(*a - own) > 1e-6 * own) r["attention_factor"] = *a;
-    }
     c["rope_scaling"] = r;
     c["original_max_position_embeddings"] = orig;
   }

@@ -783,23 +783,28 @@ int64_t DecoderConfig::rope_split_limit() const {
 }
 
 int64_t DecoderConfig::longrope_switch() const {
-  return rope.type == "longrope" ? rope.original_max_position_embeddings : 0;
+  // Transformers: only Phi3ForCausalLM's prepare_inputs_for_generation drops the cache at the switch.
+  return rope.type == "longrope" && architecture == "Phi3ForCausalLM" ? rope.original_max_position_embeddings
+                                                                      : 0;
+}
+
+std::string longrope_crossing_error(int64_t switch_at, int64_t prompt_len, int64_t new_tokens) {
+  // The last token fed back sits at prompt_len + new_tokens - 2.
+  if (switch_at <= 0 || prompt_len > switch_at || prompt_len + new_tokens - 2 < switch_at) return "";
+  return "a prompt of " + std::to_string(prompt_len) + " tokens and " + std::to_string(new_tokens) +
+         " new tokens would decode past the longrope switch at original_max_position_embeddings (" +
+         std::to_string(switch_at) +
+         "), where Transformers recomputes the whole sequence with the long factors; generate() does that "
+         "for "
+         "one unpadded sequence without speculation, not for a batch, speculative decoding or the server: "
+         "keep "
+         "the prompt and max_new_tokens within " +
+         std::to_string(switch_at + 1) + " positions, or use a prompt longer than " +
+         std::to_string(switch_at) + " tokens";
 }
 
 std::string DecoderConfig::rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const {
-  if (rope.type != "longrope") return "";
-  const int64_t orig = rope.original_max_position_embeddings;
-  // The last token fed back sits at prompt_len + new_tokens - 2.
-  if (prompt_len > orig || prompt_len + new_tokens - 2 < orig) return "";
-  return "a prompt of " + std::to_string(prompt_len) + " tokens and " + std::to_string(new_tokens) +
-         " new tokens would decode past the longrope switch at original_max_position_embeddings (" +
-         std::to_string(orig) +
-         "), where Transformers recomputes the whole sequence with the long factors; generate() does that "
-         "for "
-         "one sequence without speculation, not for a batch, speculative decoding or the server: keep the "
-         "prompt and max_new_tokens within " +
-         std::to_string(orig + 1) + " positions, or use a prompt longer than " + std::to_string(orig) +
-         " tokens";
+  return longrope_crossing_error(longrope_switch(), prompt_len, new_tokens);
 }
 
 int64_t DecoderConfig::context_limit() const { return rope_context_limit(rope, max_position_embeddings); }

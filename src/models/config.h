@@ -141,9 +141,10 @@ struct DecoderConfig {
   // max_position_embeddings) rotates a longer prompt's every key by that length, so such a prompt is computed
   // whole (no chunks, no cached or reused prefix). INT64_MAX for the other ropes.
   int64_t rope_split_limit() const;
-  // longrope's original_max_position_embeddings (0: another rope): decoding that feeds the token at this
-  // position from a shorter prompt crosses the switch, where Transformers' Phi3ForCausalLM drops its cache
-  // and recomputes the whole sequence with the long factors (generate() does the same for one sequence).
+  // Phi3ForCausalLM's longrope switch, original_max_position_embeddings (0: another rope or architecture):
+  // decoding that feeds the token at this position from a shorter prompt crosses it, where Transformers'
+  // Phi3ForCausalLM drops its cache and recomputes the whole sequence with the long factors (generate() does
+  // the same for one unpadded sequence). Other architectures with longrope switch per forward, as dynamic.
   int64_t longrope_switch() const;
   // Why a sequence of `prompt_len` tokens and `new_tokens` more cannot run where that recompute is not done
   // (a batch, speculative decoding, the server's SlotBatch): "" when it does not cross the switch.
@@ -284,6 +285,9 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
 // with default rope where Transformers ignores it).
 // `longrope_aliases`: rope_type 'su' and 'yarn' mean longrope (Phi3Config). `default_original`: the config
 // class's top-level original_max_position_embeddings when config.json has none (Phi3Config: 4096).
+// DecoderConfig::rope_crossing_error for a model whose longrope_switch() is `switch_at` (the server has only
+// ModelInfo::longrope_switch).
+std::string longrope_crossing_error(int64_t switch_at, int64_t prompt_len, int64_t new_tokens);
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
                       int64_t max_position_embeddings, bool longrope_aliases = false,
                       std::optional<int64_t> default_original = std::nullopt);

@@ -187,8 +187,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   cache_opt.max_recompiles = opt.max_recompiles;  // < 0: no limit
   cache_opt.verbose = opt.verbose_compiles;
   impl->cache = std::make_unique<runtime::CompileCache>(*impl->backend, cache_opt);
-  impl->buckets = parse_buckets(opt.buckets, impl->caps.prefers_buckets,
-                                static_cast<int>(impl->config.max_position_embeddings));
+  impl->buckets =
+      parse_buckets(opt.buckets, impl->caps.prefers_buckets, static_cast<int>(impl->config.context_limit()));
   // The step samples by default where the backend can and logits would otherwise cross to the host every
   // step.
   impl->device_sampling = impl->caps.in_step_sampling && impl->caps.prefers_buckets;
@@ -236,6 +236,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                                                       impl->config.local_kv_heads() * impl->config.head_dim) *
                                   dtype_size(impl->backend->cache_dtype());
   impl->info.context_limit = impl->config.context_limit();
+  impl->info.longrope_switch = impl->config.longrope_switch();
   return CausalLM(std::move(impl));
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "models/config.h"
 #include "tessera/error.h"
 
 namespace tessera::serve {
@@ -270,7 +271,10 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
   // The parser is made again at admission (on the scheduler thread): here only to refuse a format the
   // tokenizer cannot do (harmony without its markers) before the request waits.
   (void)make_reasoning_parser(request.reasoning, tok_, request.reasoning_open, request.config.eos_token_id);
-  const int budget = request.config.new_token_budget(len, model_.info().context_limit);
+  const int budget = request.config.new_token_budget(len, model_.info().max_position_embeddings);
+  if (const std::string why = models::longrope_crossing_error(model_.info().longrope_switch, len, budget);
+      !why.empty())
+    fail(why);
   if (budget > max_new_tokens_that_fit(len)) {
     const int padded = padded_prompt(len);
     fail("the prompt (", len, " tokens", padded != len ? detail::concat(", ", padded, " as prefilled") : "",
