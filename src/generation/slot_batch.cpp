@@ -203,12 +203,13 @@ struct SlotBatch::Impl {
   struct Hit {
     int row = -1, tokens = 0;
   };
+  // A prompt of `len` tokens past a length-dependent rope's switch (DecoderConfig::rope_split_limit):
+  // computed whole, never in chunks, from a cached or reused prefix, or cached for others.
+  bool runs_whole(int64_t len) const { return len > m->config.rope_split_limit(); }
   // Per cache row: the tokens of the whole chunks `prompt` shares with it (never its last token).
   std::vector<int> row_hits(const std::vector<int32_t>& prompt) const {
     std::vector<int> hits(static_cast<size_t>(n), 0);
-    // A prompt past a length-dependent rope's switch is computed whole (DecoderConfig::rope_split_limit).
-    if (!caching || prompt.empty() || static_cast<int64_t>(prompt.size()) > m->config.rope_split_limit())
-      return hits;
+    if (!caching || prompt.empty() || runs_whole(static_cast<int64_t>(prompt.size()))) return hits;
     const size_t block = static_cast<size_t>(options.prefix_block);
     const size_t cap = (prompt.size() - 1) / block * block;
     for (int r = 0; r < n; ++r) {
@@ -382,9 +383,8 @@ struct SlotBatch::Impl {
     const Slot& s = slots[static_cast<size_t>(slot)];
     const Kept& k = kept[static_cast<size_t>(slot)];
     if (s.busy || k.tokens.empty()) return r;
-    // A length-dependent rope: neither the kept sequence nor the prompt may reach past its switch.
-    if (static_cast<int64_t>(prompt.size()) > m->config.rope_split_limit() ||
-        static_cast<int64_t>(k.tokens.size()) > m->config.rope_split_limit())
+    // Neither the kept sequence nor the prompt may reach past a length-dependent rope's switch.
+    if (runs_whole(static_cast<int64_t>(prompt.size())) || runs_whole(static_cast<int64_t>(k.tokens.size())))
       return r;
     // In-step sampling starts its repetition mask at each prefill program: only the run's tokens would count.
     if (on_device && cfg.repetition_penalty != 1.0f) return r;
@@ -616,11 +616,9 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   if (len + budget > max_pos)
     fail("SlotBatch::", what, ": slot ", slot, ": prompt (", len, " tokens) + max_new_tokens (", budget,
          ") exceeds ", m->config.context_limit_str());
+  if (chunk > 0 && runs_whole(len)) chunk = len;  // one chunk: the whole prompt
   // The prompt is padded on the left to its bucket (one prefill) or to whole chunks; reusing, it sits where
   // the slot's kept sequence sits (that padding before it).
-  // A prompt past a length-dependent rope's switch runs whole, as one chunk
-  // (DecoderConfig::rope_split_limit).
-  if (chunk > 0 && len > m->config.rope_split_limit()) chunk = len;
   const int64_t padded = reuse > 0   ? kept[static_cast<size_t>(slot)].kv_begin + static_cast<int64_t>(len)
                          : chunk > 0 ? (static_cast<int64_t>(len) + chunk - 1) / chunk * chunk
                                      : m->bucket_for(len, true);
@@ -736,7 +734,7 @@ void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int re
   } else if (s.chunk > 0) {  // a resumed prefill_chunked prompt: its chunks again
     room(0, -1);
     for (int from = 0; from < s.prefill_len; from += s.chunk) run_prompt(s, slot, from, s.chunk);
-  } else if (caching && s.kv_begin == 0 && s.prompt_tokens <= m->config.rope_split_limit()) {
+  } else if (caching && s.kv_begin == 0 && !runs_whole(s.prompt_tokens)) {
     // Canonical chunks from the cached ones on (kv_begin is 0: exact lengths).
     const std::vector<int32_t>& prompt = s.padded;  // kv_begin 0: the prompt itself
     const Hit hit = find_cached(prompt, slot);
@@ -759,8 +757,7 @@ void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int re
     room(0, -1);
     run_prompt(s, slot, 0, s.prefill_len);  // the whole prompt at its bucket
   }
-  if (!caching || reuse_tokens > 0 || s.kv_begin != 0 || s.chunk > 0 ||
-      s.prompt_tokens > m->config.rope_split_limit())
+  if (!caching || reuse_tokens > 0 || s.kv_begin != 0 || s.chunk > 0 || runs_whole(s.prompt_tokens))
     row.tokens.clear();
 }
 
