@@ -58,10 +58,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--new-tokens", flags->o.new_tokens,
                   "Greedy tokens to generate, eos disabled (default 128)")
       ->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("--dtype", flags->dtype,
-                  "Weight dtype: bfloat16, float32 or float16 (default: the checkpoint's), or q8_0 / q4_0 / q4_k "
-                  "(quantised at load)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0", "q4_k"}));
+  cmd->add_option(
+         "--dtype", flags->dtype,
+         "Weight dtype: bfloat16, float32 or float16 (default: the checkpoint's), or q8_0 / q4_0 / q4_k "
+         "(quantised at load)")
+      ->check(CLI::IsMember(
+          {"float32", "bfloat16", "float16", "f32", "bf16", "f16", "fp32", "fp16", "q8_0", "q4_0", "q4_k"}));
   cmd->add_option("--threads", flags->o.threads,
                   "Worker threads (default: all cores, or $TESSERA_NUM_THREADS)")
       ->check(CLI::Range(1, 1024));
@@ -72,6 +74,10 @@ void add_bench_command(CLI::App& app) {
       "--exact-bf16-matmul", flags->o.exact_bf16_matmul,
       "keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 dot products "
       "(bfloat16 weights) or to int8 (a GGUF's block-quantised matrices), and the KV cache float32");
+  cmd->add_option("--kv-cache-dtype", flags->o.kv_cache_dtype,
+                  "KV cache dtype, as for generate: auto, bfloat16, float32, q8_0 or fp8")
+      ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "float32", "f32", "fp32", "q8_0", "fp8", "fp8_e4m3",
+                             "float8_e4m3fn"}));
   cmd->add_option(
          "--kernels", flags->o.kernels,
          "A kernel package folder, as for forward/generate (repeatable, the first that accepts an op "

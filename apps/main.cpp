@@ -49,6 +49,7 @@ struct ModelFlags {
   std::string tp_plan;                // FILE.json or "auto"
   std::vector<std::string> tp_rules;  // PATTERN=STYLE
   bool exact_bf16_matmul = false;
+  std::string kv_cache_dtype = "auto";
   double collective_timeout_s = -1;  // -1: $TESSERA_COLLECTIVE_TIMEOUT, else 60 s (cli_env.cpp)
   std::vector<std::string> kernels;  // --kernels DIR (repeatable)
 };
@@ -84,6 +85,13 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
       "products (bfloat16 weights) or to int8 for integer dot products (a GGUF's block-quantised matrices), "
       "and "
       "the KV cache float32 instead of bfloat16: what float32 weights give, slower");
+  cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                  "KV cache dtype: auto (bfloat16 for a bfloat16 model on cpu, else float32), bfloat16, "
+                  "float32, q8_0 (34 bytes per 32 values; head_dim a multiple of 32) or fp8 (float8 e4m3fn); "
+                  "q8_0 and fp8 halve a bfloat16 cache's memory and the bytes long-context decode reads. "
+                  "bfloat16, q8_0 and fp8: cpu device only")
+      ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "float32", "f32", "fp32", "q8_0", "fp8", "fp8_e4m3",
+                             "float8_e4m3fn"}));
   cmd->add_option(
          "--threads", f.threads,
          "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
@@ -153,6 +161,7 @@ CausalLM load_model(const ModelFlags& f, const std::function<void(LoadOptions&)>
   opt.device_map = f.device;
   opt.distributed = distributed_config(f);
   opt.exact_bf16_matmul = f.exact_bf16_matmul;
+  opt.kv_cache_dtype = f.kv_cache_dtype;
   opt.collective_timeout_s = f.collective_timeout_s;
   opt.kernels = f.kernels;
   cli::apply_environment(opt);  // what the flags left unset, from TESSERA_* and the launcher's variables
@@ -585,7 +594,8 @@ int run_generate(GenerateFlags& f) {
     j["tp_size"] = model.info().tp_size;
     j["weight_bytes"] = model.info().weight_bytes;              // this rank's share
     j["kv_bytes_per_token"] = model.info().kv_bytes_per_token;  // one cache position, this rank's heads
-    j["context_limit"] = model.info().context_limit;            // positions a sequence may reach
+    j["kv_cache_dtype"] = dtype_name(model.info().kv_cache_dtype);
+    j["context_limit"] = model.info().context_limit;  // positions a sequence may reach
     j["rss_mb"] = proc_status_mb("VmRSS:");
     j["peak_rss_mb"] = proc_status_mb("VmHWM:");
     j["generation_config"] =

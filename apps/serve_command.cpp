@@ -60,6 +60,7 @@ struct Server {
   std::unique_ptr<ServedLoad> loaded;
   std::unique_ptr<serve::Engine> engine;
   serve::ServedModel served;
+  std::atomic<size_t> kv_bytes_per_token{0};  // the loaded model's (ModelInfo), 0 while loading
   std::atomic<uint64_t> next_id{1};
   int64_t started = 0;
   const http::Server* http = nullptr;
@@ -154,6 +155,10 @@ std::string metrics_text(Server& s) {
     gauge("kv_cache_usage_perc", "Fraction of KV cache slots in use (1 = all).",
           st.slots ? static_cast<double>(st.running) / st.slots : 0.0);
   }
+  gauge("kv_cache_bytes_per_token",
+        "Bytes one cache position takes: every layer's keys and values in the KV cache's dtype "
+        "(--kv-cache-dtype).",
+        static_cast<double>(s.kv_bytes_per_token.load()));
   counter("num_preemptions_total", "Requests preempted (KV blocks taken back; resumed by recompute).",
           static_cast<double>(st.kv.preemptions));
   counter("prompt_tokens_total", "Prompt tokens prefilled.", static_cast<double>(st.prompt_tokens));
@@ -843,6 +848,7 @@ int run_serve(const ServeSettings& settings, const std::function<std::unique_ptr
       s.served.tokenizer = &l->tokenizer;
       s.served.defaults = l->model.generation_config();
       s.served.vocab_size = l->model.info().vocab_size;
+      s.kv_bytes_per_token = l->model.info().kv_bytes_per_token;
       s.served.reasoning =
           settings.reasoning_parser == "auto"
               ? serve::choose_reasoning_format(l->model.info().architecture, l->tokenizer.chat_template())

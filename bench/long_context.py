@@ -4,8 +4,12 @@ by bench/build_llamacpp.sh, flash attention on) on the same GGUF, at several con
 length. For each: prefill tok/s of a prompt of that length, decode tok/s with that prompt in the cache (the end of
 the context), peak RSS; ratios are Tessera / llama.cpp. The CPU model and ISA head the table.
 
+A quantised KV cache on both sides: --kv-cache-dtype q8_0 --llama-args '-fa 1 -ctk q8_0 -ctv q8_0'. The table
+gives Tessera's KV bytes per position (every layer's keys and values) for the dtype it ran.
+
 Usage: bench/long_context.py MODEL.gguf --bin build/llama.cpp-native/bin [--contexts 4096,16384,32768]
-       [--new-tokens 32] [--threads N] [--tessera build/tessera] [--llama-args '-fa 1'] [--out FILE]
+       [--new-tokens 32] [--threads N] [--tessera build/tessera] [--kv-cache-dtype auto] [--llama-args '-fa 1']
+       [--out FILE]
 """
 import argparse
 import json
@@ -36,12 +40,14 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--tessera", default=os.path.join(HERE, "..", "build", "tessera"))
     ap.add_argument("--llama-args", default="-fa 1")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="Tessera's --kv-cache-dtype")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     rows = []
     for n in (int(x) for x in a.contexts.split(",")):
         t = run_json([a.tessera, "bench", a.model, "--json", "--repeats", "1", "--threads", str(a.threads),
-                      "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens)])
+                      "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens),
+                      "--kv-cache-dtype", a.kv_cache_dtype])
         l = run_json([sys.executable, os.path.join(HERE, "bench_llamacpp_native.py"), a.model, "--bin", a.bin,
                       "--threads", str(a.threads), "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens),
                       "--repeats", "1", "--llama-args", a.llama_args])
@@ -49,8 +55,10 @@ def main():
         print(f"context {n}: tessera prefill {t['prefill_tokens_per_s']:.1f} decode {t['decode_tokens_per_s']:.2f} "
               f"rss {t['peak_rss_mb']:.0f} MB | llama.cpp prefill {l['prefill_tokens_per_s']:.1f} decode "
               f"{l['decode_tokens_per_s']:.2f} rss {l['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
+    kv = rows[0][1]
     lines = [f"Long context, {os.path.basename(a.model)}, {a.threads} threads, {a.new_tokens} new tokens; "
-             f"llama.cpp `llama-bench {a.llama_args}` ({rows[0][2].get('version', '?')}); machine: "
+             f"Tessera KV cache {kv.get('kv_cache_dtype', '?')} ({kv.get('kv_bytes_per_token', 0)} bytes per "
+             f"position); llama.cpp `llama-bench {a.llama_args}` ({rows[0][2].get('version', '?')}); machine: "
              f"{bench_common.machine()}", "",
              "| context | prefill tok/s Tessera / llama.cpp | ratio | decode tok/s at the end | ratio | "
              "peak RSS MB | ratio |", "|---|---|---|---|---|---|---|"]

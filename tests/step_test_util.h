@@ -48,7 +48,7 @@ inline Checkpoint load_checkpoint(const std::string& dir, const std::string& nam
 // The native cpu backend, with a bfloat16 or float32 KV cache.
 inline std::unique_ptr<backends::Backend> cpu_backend(bool bf16_kv_cache) {
   backends::CpuBackendOptions o;
-  o.bf16_kv_cache = bf16_kv_cache;
+  o.kv_dtype = bf16_kv_cache ? DType::BF16 : DType::F32;
   return backends::make_cpu_backend(nullptr, o);
 }
 

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -481,6 +482,59 @@ TEST_P(CpuKernels, AttentionSinks) {
   check_attention({1, 4, 2, 64, 800, {700}, 5, 0, 0, true});  // decode split into key chunks
   check_attention({1, 9, 3, 64, 1100, {1030}, 17, 513, 0, true}, DType::BF16);
   check_attention({2, 2, 1, 16, 8, {1, 5}, 3, 0, 0, true});  // a padding row stays zero
+}
+
+// A q8_0 or fp8 KV cache (--kv-cache-dtype): the output is, bit for bit, the f32 path's over the cache's
+// dequantised values, so that path's invariances (a row alone or in a batch, a prompt whole or in chunks)
+// hold for it; and the dequantised values are within the format's rounding of the written ones.
+void check_quantised_cache(const AttnCase& c, DType kv_dtype) {
+  SCOPED_TRACE(std::string(dtype_name(kv_dtype)) + " T=" + std::to_string(c.T) +
+               " hd=" + std::to_string(c.hd));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  const int64_t rows = c.nkv * c.cache_len;
+  std::vector<float> q = random_vec(c.T * c.nh * c.hd, 51, -2.0f, 2.0f);
+  std::vector<float> k = random_vec(rows * c.hd, 52, -3.0f, 3.0f), v = random_vec(rows * c.hd, 53);
+  const size_t row_bytes = kv_row_bytes(kv_dtype, c.hd);
+  ASSERT_EQ(row_bytes,
+            kv_dtype == DType::Q8_0 ? static_cast<size_t>((c.hd + 31) / 32 * 34) : static_cast<size_t>(c.hd));
+  std::vector<uint8_t> kq(static_cast<size_t>(rows) * row_bytes), vq(kq.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    store_kv_row(kv_dtype, k.data() + r * c.hd, c.hd, kq.data() + r * row_bytes);
+    store_kv_row(kv_dtype, v.data() + r * c.hd, c.hd, vq.data() + r * row_bytes);
+  }
+  std::vector<float> kf(k.size()), vf(v.size());
+  load_kv_rows(kv_dtype, kq.data(), c.hd, rows, kf.data());
+  load_kv_rows(kv_dtype, vq.data(), c.hd, rows, vf.data());
+  for (size_t i = 0; i < k.size(); ++i) {
+    if (kv_dtype == DType::Q8_0) {
+      // Half a step of d = max|x| / 127 over the block (the values are in [-3, 3)), plus d's f16 rounding.
+      ASSERT_LE(std::abs(kf[i] - k[i]), 0.6f * 3.0f / 127.0f) << i;
+    } else {  // e4m3: 3 mantissa bits, half a step is 2^-4 of the value (normal range), 2^-10 below 2^-6
+      ASSERT_LE(std::abs(kf[i] - k[i]), std::max(std::abs(k[i]) / 16.0f, 1.0f / 1024.0f)) << i;
+    }
+  }
+  std::vector<float> got(static_cast<size_t>(c.T * c.nh * c.hd), NAN), want(got.size(), NAN);
+  const std::vector<float> sink_logits = random_vec(c.nh, 54, -6.0f, 6.0f);
+  const float* sinks = c.sinks ? sink_logits.data() : nullptr;
+  attention(q.data(), c.T, c.nh, c.hd, kq.data(), vq.data(), kv_dtype, c.nkv, c.cache_len, c.q_slot.data(),
+            c.kv_begin, scale, got.data(), c.window, c.softcap, sinks);
+  attention(q.data(), c.T, c.nh, c.hd, kf.data(), vf.data(), DType::F32, c.nkv, c.cache_len, c.q_slot.data(),
+            c.kv_begin, scale, want.data(), c.window, c.softcap, sinks);
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST_P(CpuKernels, AttentionQuantisedCacheIsTheF32PathOverItsValues) {
+  std::vector<int32_t> slots(300);
+  for (int32_t i = 0; i < 300; ++i) slots[static_cast<size_t>(i)] = i + 3;
+  for (DType dt : {DType::Q8_0, DType::F8_E4M3}) {
+    check_quantised_cache({1, 4, 2, 64, 40, {33}, 0}, dt);        // decode, one tile
+    check_quantised_cache({1, 4, 2, 128, 1100, {1030}, 17}, dt);  // decode split into chunks
+    check_quantised_cache({1, 16, 8, 128, 700, {650}, 0}, dt);    // one task a kv head, 6 tiles
+    check_quantised_cache({300, 4, 2, 64, 320, slots, 3}, dt);    // prefill blocks over 3 tiles
+    check_quantised_cache({300, 6, 2, 48, 320, slots, 0, 100, 2.0f, true}, dt);  // window, softcap, sinks
+    check_quantised_cache({21, 6, 2, 16, 40, std::vector<int32_t>(slots.begin(), slots.begin() + 21), 2},
+                          dt);  // head_dim 16: one q8_0 block padded with zeros
+  }
 }
 
 // ------------------------------------------------------------------ elementwise

@@ -156,7 +156,13 @@ TEST(KvPool, CpuCacheMemoryFollowsTheSlotsWritten) {
   const backends::CachePaging p = backend->cache_paging(64);
   EXPECT_EQ(p.block_tokens, 16);  // 64 float32 values: 256 bytes a slot, 16 to a 4 KiB page
   EXPECT_EQ(p.block_bytes, 4096);
-  EXPECT_EQ(backends::make_cpu_backend(nullptr, {.bf16_kv_cache = true})->cache_paging(64).block_tokens, 32);
+  EXPECT_EQ(backends::make_cpu_backend(nullptr, {.kv_dtype = DType::BF16})->cache_paging(64).block_tokens,
+            32);
+  // q8_0: 64 values are 2 blocks of 34 bytes (68 a slot, which whole pages never hold): the 16-slot default
+  EXPECT_EQ(backends::make_cpu_backend(nullptr, {.kv_dtype = DType::Q8_0})->cache_paging(64).block_bytes,
+            16 * 68);
+  EXPECT_EQ(backends::make_cpu_backend(nullptr, {.kv_dtype = DType::F8_E4M3})->cache_paging(64).block_tokens,
+            64);
   EXPECT_EQ(backend->cache_paging(80).block_tokens, 64);  // 320 bytes a slot: 64 of them fill 5 pages
 
   const int64_t r0 = rss();

@@ -84,6 +84,14 @@ struct LoadOptions {
   // float32 kernels: what the float32 checkpoint gives, bit for bit). Also keeps the KV cache float32. No
   // effect on devices.
   bool exact_bf16_matmul = false;
+  // The KV cache's dtype: "auto" (bfloat16 for a bfloat16 model on the native cpu backend unless
+  // exact_bf16_matmul, else float32), "bfloat16", "float32", "q8_0" (blocks of 32 values of a head's row: an
+  // f16 scale and 32 int8, 34 bytes; head_dim must be a multiple of 32) or "fp8" (float8 e4m3fn, scale 1,
+  // saturating at +-448). The quantised ones halve (q8_0: 0.53x) the bytes of a bfloat16 cache, keys and
+  // values rounded once when written; attention dequantises them inside its kernel. Native cpu backend
+  // only; PJRT devices keep float32 caches (anything but auto / float32 is an Error there). (The tessera
+  // command: --kv-cache-dtype.)
+  std::string kv_cache_dtype = "auto";
   // Tensor parallelism over MPI: seconds a rank waits in one collective for the others before it stops the
   // job with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The
   // tessera command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)
@@ -127,8 +135,9 @@ struct ModelInfo {
   std::map<std::string, int> quantized_matrices;
   std::vector<KernelInUse> kernels;  // packages of LoadOptions::kernels in use (skipped ones are not listed)
   // Bytes one cache position takes: every layer's keys and values of this rank's kv heads, in the KV cache's
-  // dtype (bfloat16 for a bfloat16 model on the cpu device, else float32).
+  // dtype (LoadOptions::kv_cache_dtype; auto: bfloat16 for a bfloat16 model on the cpu device, else float32).
   size_t kv_bytes_per_token = 0;
+  DType kv_cache_dtype = DType::F32;
   // The positions a sequence may reach: max_position_embeddings, or more where the rope scaling serves more
   // (yarn: original_max_position_embeddings x factor; dynamic: any length).
   int64_t context_limit = 0;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,9 @@ enum class DType : uint8_t {
   Q4_1_R8,
   MXFP4,
   MXFP4_R8,
-  I8  // the integers of block-quantised weights on a PJRT device (pjrt_backend.cpp), never a model dtype
+  I8,      // the integers of block-quantised weights on a PJRT device (pjrt_backend.cpp), never a model dtype
+  F8_E4M3  // float8 e4m3fn (finite only, max 448): an --kv-cache-dtype fp8 cache's values, never a model
+           // dtype
 };
 
 // Bytes per element of a plain dtype; an internal error for a block-quantised one (use dtype_bytes).
@@ -68,6 +71,9 @@ DType block_dtype_of_ggml(const std::string& ggml_type);
 DType parse_dtype(const std::string& s);
 // A dtype to load weights as: parse_dtype's names, or "q8_0" / "q4_0" (matrices quantised at load).
 DType parse_load_dtype(const std::string& s);
+// A KV cache dtype (LoadOptions::kv_cache_dtype): "auto" -> nullopt (the backend's default); "float32" /
+// "f32" / "fp32", "bfloat16" / "bf16", "q8_0", "fp8" / "fp8_e4m3" / "float8_e4m3fn"; throws Error otherwise.
+std::optional<DType> parse_kv_cache_dtype(const std::string& s);
 // Quantises rows [rows, K] (K a multiple of 32) of f32 x into blocks of q (Q8_0 or Q4_0), as GGML's reference
 // quantisers define them: Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 d = m / -8 for the value m of largest
 // magnitude, q = min(15, trunc(x / d + 8.5)); d stored as f16.
@@ -115,6 +121,11 @@ inline uint16_t f32_to_bf16(float f) {
 }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+// float8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities, 0x7f/0xff are NaN):
+// round to nearest even, saturating at +-448 (as CUDA's satfinite conversion, which vLLM's fp8 cache uses);
+// every value is exact in float32 (and in bfloat16).
+uint8_t f32_to_f8e4m3(float f);
+float f8e4m3_to_f32(uint8_t b);
 
 // Converts `n` elements between float dtypes (F32/F16/BF16).
 void convert(const void* src, DType src_dt, void* dst, DType dst_dt, int64_t n);

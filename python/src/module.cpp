@@ -218,11 +218,12 @@ nb::object forward_batch(tessera::CausalLM& lm, const IdArray& ids, std::optiona
 // collective_timeout_s); empty for one process.
 tessera::CausalLM load_model(const std::string& path, std::optional<std::string> dtype,
                              const std::string& device_map, const std::string& buckets,
-                             const nb::dict& distributed) {
+                             const nb::dict& distributed, const std::string& kv_cache_dtype) {
   tessera::LoadOptions o;
   if (dtype) o.dtype = tessera::parse_load_dtype(*dtype);
   o.device_map = device_map;
   o.buckets = buckets;
+  o.kv_cache_dtype = kv_cache_dtype;
   tessera::DistributedConfig& d = o.distributed;
   for (auto [key, value] : distributed) {
     const std::string k = nb::cast<std::string>(key);
@@ -338,7 +339,7 @@ NB_MODULE(_tessera, m) {
 
   nb::class_<tessera::CausalLM>(m, "CausalLM")
       .def_static("from_pretrained", &load_model, "path"_a, "dtype"_a = nb::none(), "device_map"_a = "cpu",
-                  "buckets"_a = "auto", "distributed"_a = nb::dict())
+                  "buckets"_a = "auto", "distributed"_a = nb::dict(), "kv_cache_dtype"_a = "auto")
       .def("generate", &generate, "input_ids"_a, "attention_mask"_a = nb::none(), "overrides"_a = nb::dict(),
            "on_token"_a = nb::none(), "assistant"_a = nb::none())
       .def("forward", &forward, "ids"_a)
@@ -366,6 +367,7 @@ NB_MODULE(_tessera, m) {
         d["tp_rank"] = i.tp_rank;
         d["tp_size"] = i.tp_size;
         d["kv_bytes_per_token"] = i.kv_bytes_per_token;
+        d["kv_cache_dtype"] = std::string(tessera::dtype_name(i.kv_cache_dtype));
         d["context_limit"] = i.context_limit;
         return d;
       });

@@ -69,6 +69,7 @@ class TesseraModelForCausalLM:
         self.config = _Config(info)
         self.device = info["device"]
         self.dtype = info["dtype"]
+        self.kv_cache_dtype = info["kv_cache_dtype"]  # float32, bfloat16, q8_0 or float8_e4m3fn
         self.tp_size = info["tp_size"]
         self.tp_rank = info["tp_rank"]
         self.generation_config = GenerationConfig(**{k: v for k, v in native.generation_config().items()
@@ -76,7 +77,7 @@ class TesseraModelForCausalLM:
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, dtype=None, device_map=None, torch_dtype=None,
-                        distributed_config=None, tp_plan=None, **kwargs):
+                        distributed_config=None, tp_plan=None, kv_cache_dtype="auto", **kwargs):
         for k in kwargs:
             if k not in ("trust_remote_code", "revision", "local_files_only", "attn_implementation"):
                 raise value_error(f"AutoModelForCausalLM.from_pretrained: unknown argument {k!r}")
@@ -85,7 +86,8 @@ class TesseraModelForCausalLM:
         device = _device_name(device_map)
         dist = distributed.resolve(distributed_config, tp_plan, device)
         try:
-            native = _tessera.CausalLM.from_pretrained(path, name, device, distributed=dist)
+            native = _tessera.CausalLM.from_pretrained(path, name, device, distributed=dist,
+                                                       kv_cache_dtype=str(kv_cache_dtype))
         except TesseraError as e:
             reraise_load_error(e, path)
         return cls(native, path)

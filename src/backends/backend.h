@@ -138,6 +138,8 @@ class Backend {
   }
   // The dtype caches hold keys and values in.
   virtual DType cache_dtype() const { return DType::F32; }
+  // Bytes a cache holds for one position of one kv head of head_dim values.
+  virtual size_t cache_row_bytes(int64_t head_dim) const { return dtype_bytes(cache_dtype(), head_dim); }
   // Paged cache memory for caches of heads of `head_dim` values (above); {} where caches are allocated whole.
   virtual CachePaging cache_paging(int64_t head_dim) const {
     (void)head_dim;
@@ -182,7 +184,9 @@ class Communicator;
 // `comm`: the tensor-parallel group for graphs with tp_size > 1 (nullptr: single rank).
 struct CpuBackendOptions {
   bool exact_bf16_matmul = false;  // LoadOptions::exact_bf16_matmul
-  bool bf16_kv_cache = false;      // KV caches in bfloat16 (rounded on write) instead of float32
+  // The KV caches' dtype: F32, BF16 (rounded on write), Q8_0 (head_dim % 32 == 0) or F8_E4M3 (quantised on
+  // write; attention dequantises per tile, cpu::attention).
+  DType kv_dtype = DType::F32;
 };
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr,
                                           const CpuBackendOptions& options = {});

@@ -95,6 +95,7 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
   LoadOptions lo;
   lo.dtype = o.dtype;
   lo.exact_bf16_matmul = o.exact_bf16_matmul;
+  lo.kv_cache_dtype = o.kv_cache_dtype;
   lo.kernels = o.kernels;
   const auto t_load = clock::now();
   CausalLM model = AutoModelForCausalLM::from_pretrained(path, lo);
@@ -169,6 +170,8 @@ BenchReport run_bench(const BenchOptions& o) {
     r.runs.push_back(run_once(r.model_path, o, &info));
     r.architecture = info.architecture;
     r.dtype = dtype_name(info.dtype);
+    r.kv_bytes_per_token = info.kv_bytes_per_token;
+    r.kv_cache_dtype = dtype_name(info.kv_cache_dtype);
     r.weight_bytes = info.weight_bytes;
     r.quantized = !info.quantized_matrices.empty();
     r.kernels = info.kernels;
@@ -208,12 +211,10 @@ double decode_weight_bytes_per_token(const BenchReport& r) {
 }
 
 double decode_kv_bytes_per_token(const BenchReport& r) {
-  // The cache (K and V) up to the current position, the average context over the decode steps; bfloat16
-  // for bf16 models (the native backend's cache), float32 with --exact-bf16-matmul or an f32 model.
-  const ModelCounts& c = r.counts;
+  // The cache (K and V) up to the current position, the average context over the decode steps, in the
+  // cache's dtype (ModelInfo::kv_bytes_per_token).
   const double avg_ctx = r.options.prompt_tokens + 0.5 * r.options.new_tokens;
-  const double elem = r.dtype == "bfloat16" && !r.options.exact_bf16_matmul ? 2.0 : 4.0;
-  return elem * 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) * avg_ctx;
+  return static_cast<double>(r.kv_bytes_per_token) * avg_ctx;
 }
 
 double prefill_flops(const BenchReport& r) {
@@ -233,6 +234,8 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["model"] = r.model_path;
   j["architecture"] = r.architecture;
   j["dtype"] = r.dtype;
+  j["kv_cache_dtype"] = r.kv_cache_dtype;
+  j["kv_bytes_per_token"] = r.kv_bytes_per_token;
   j["quantized"] = r.quantized;  // block-quantised matrices kept as stored (decode bytes count their blocks)
   j["threads"] = r.threads;
   j["isa"] = r.isa;

@@ -13,22 +13,24 @@
 namespace tessera::bench {
 
 struct BenchOptions {
-  std::string model;             // directory, .gguf or repo id (the tessera command fills in its default)
-  std::optional<DType> dtype;    // unset: the checkpoint's
-  int prompt_tokens = 512;       // prefill length (token ids, no tokenizer involved)
-  int new_tokens = 128;          // greedy decode steps, eos disabled
-  int repeats = 3;               // each repeat loads the model afresh and generates once
-  int threads = 0;               // 0: leave the pool as configured
+  std::string model;           // directory, .gguf or repo id (the tessera command fills in its default)
+  std::optional<DType> dtype;  // unset: the checkpoint's
+  int prompt_tokens = 512;     // prefill length (token ids, no tokenizer involved)
+  int new_tokens = 128;        // greedy decode steps, eos disabled
+  int repeats = 3;             // each repeat loads the model afresh and generates once
+  int threads = 0;             // 0: leave the pool as configured
   size_t bandwidth_bytes = size_t{512} << 20;  // read-bandwidth buffer
   double peak_seconds = 0.6;                   // per FLOP probe
   bool probe_machine = true;
-  bool exact_bf16_matmul = false;  // LoadOptions::exact_bf16_matmul
-  std::vector<std::string> kernels;  // LoadOptions::kernels (--kernels DIR, repeatable)
+  bool exact_bf16_matmul = false;       // LoadOptions::exact_bf16_matmul
+  std::string kv_cache_dtype = "auto";  // LoadOptions::kv_cache_dtype
+  std::vector<std::string> kernels;     // LoadOptions::kernels (--kernels DIR, repeatable)
 };
 
 // One repeat.
 struct RunTimes {
-  double load_s = 0, ttft_s = 0, prefill_s = 0, prefill_tokens_per_s = 0, decode_s = 0, decode_tokens_per_s = 0;
+  double load_s = 0, ttft_s = 0, prefill_s = 0, prefill_tokens_per_s = 0, decode_s = 0,
+         decode_tokens_per_s = 0;
 };
 
 // Sizes that turn throughput into bandwidth and FLOP fractions.
@@ -50,8 +52,10 @@ struct BenchReport {
   std::string int8_dot;  // cpu::int8_dot_in_use()
   bool amx = false;      // cpu::amx_in_use(): the bf16 prefill gemm on AMX tiles
   int threads = 0;
-  size_t weight_bytes = 0;  // ModelInfo::weight_bytes (everything the backend holds)
-  bool quantized = false;   // some matrices kept block-quantised (ModelInfo::quantized_matrices)
+  size_t weight_bytes = 0;        // ModelInfo::weight_bytes (everything the backend holds)
+  size_t kv_bytes_per_token = 0;  // ModelInfo::kv_bytes_per_token
+  std::string kv_cache_dtype;     // ModelInfo::kv_cache_dtype's name
+  bool quantized = false;         // some matrices kept block-quantised (ModelInfo::quantized_matrices)
   ModelCounts counts;
   std::vector<RunTimes> runs;
   RunTimes median;

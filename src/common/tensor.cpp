@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "common/ggml_blocks.h"
@@ -28,6 +29,7 @@ size_t dtype_size(DType dt) {
     case DType::I64:
       return 8;
     case DType::I8:
+    case DType::F8_E4M3:
       return 1;
     default:
       break;
@@ -100,6 +102,8 @@ const char* dtype_name(DType dt) {
       return "int64";
     case DType::I8:
       return "int8";
+    case DType::F8_E4M3:
+      return "float8_e4m3fn";
     case DType::Q8_0:
       return "q8_0";
     case DType::Q4_0:
@@ -157,6 +161,15 @@ DType parse_load_dtype(const std::string& s) {
       s == "f16" || s == "fp16" || s == "half")
     return parse_dtype(s);
   fail("unsupported dtype '", s, "' (expected float32, bfloat16, float16, q8_0, q4_0 or q4_k)");
+}
+
+std::optional<DType> parse_kv_cache_dtype(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  if (s == "float32" || s == "f32" || s == "fp32") return DType::F32;
+  if (s == "bfloat16" || s == "bf16") return DType::BF16;
+  if (s == "q8_0") return DType::Q8_0;
+  if (s == "fp8" || s == "fp8_e4m3" || s == "float8_e4m3fn") return DType::F8_E4M3;
+  fail("unsupported KV cache dtype '", s, "' (expected auto, bfloat16, float32, q8_0 or fp8)");
 }
 
 namespace {
@@ -344,6 +357,37 @@ Tensor Tensor::view(DType dt, Shape shape, void* data, std::shared_ptr<void> own
   t.data = data;
   t.owner = std::move(owner);
   return t;
+}
+
+uint8_t f32_to_f8e4m3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return 0x7f;  // NaN
+  uint32_t bits;
+  if (u < 0x3c800000u) {  // below 2^-6, the smallest normal: subnormal steps of 2^-9 (8 of them reach 2^-6)
+    float a;
+    std::memcpy(&a, &u, 4);
+    bits = static_cast<uint32_t>(std::nearbyint(a * 512.0f));  // round half to even (the default mode)
+  } else {
+    // Keep 3 of float32's 23 mantissa bits, rounding half to even (a carry moves into the exponent), then
+    // rebias the exponent from 127 to 7.
+    bits = ((u + 0x7ffffu + ((u >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
+  }
+  return static_cast<uint8_t>(sign | std::min<uint32_t>(bits, 0x7e));  // 0x7e = 448: saturate
+}
+
+float f8e4m3_to_f32(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xfu, m = b & 7u;
+  float v;
+  if (e == 15 && m == 7)
+    v = std::numeric_limits<float>::quiet_NaN();
+  else if (e == 0)
+    v = std::ldexp(static_cast<float>(m), -9);
+  else
+    v = std::ldexp(static_cast<float>(8 + m), static_cast<int>(e) - 10);
+  return (b & 0x80u) ? -v : v;
 }
 
 float f16_to_f32(uint16_t h) {

@@ -140,17 +140,23 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
       for (const auto& n : notes) log_note(n);
     }
   }
-  // bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes each
-  // decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
+  // auto: bf16 models keep a bf16 KV cache on the native backend (as Transformers' bf16 does; half the bytes
+  // each decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
   backends::CpuBackendOptions cpu_options;
   cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
-  cpu_options.bf16_kv_cache = dtype == DType::BF16 && !opt.exact_bf16_matmul;
+  const std::optional<DType> kv_dtype = parse_kv_cache_dtype(opt.kv_cache_dtype);
+  cpu_options.kv_dtype =
+      kv_dtype.value_or(dtype == DType::BF16 && !opt.exact_bf16_matmul ? DType::BF16 : DType::F32);
   impl->backend = backends::make_backend({.device = opt.device_map,
                                           .comm = comm,
                                           .replicas = replicas,
                                           .cpu = cpu_options,
                                           .pjrt = pjrt_settings(opt.plugins)});
   impl->caps = impl->backend->capabilities();
+  if (kv_dtype && *kv_dtype != impl->backend->cache_dtype())
+    fail("kv_cache_dtype '", opt.kv_cache_dtype, "': the '", impl->backend->name(), "' backend keeps ",
+         dtype_name(impl->backend->cache_dtype()),
+         " KV caches (bfloat16, q8_0 and fp8 caches run on the native cpu backend, --device cpu)");
   impl->comm = comm;
   // Quantised at load (--dtype q8_0 / q4_0 / q4_k): the native cpu backend computes from the blocks, PJRT
   // devices take their integers and scales and dequantise in the program; a backend with neither refuses.
@@ -232,9 +238,10 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                          {}};
   for (const auto& [name, q] : impl->config.quantized_weights) ++impl->info.quantized_matrices[dtype_name(q)];
   impl->info.kernels = std::move(kernels_used);
-  impl->info.kv_bytes_per_token = static_cast<size_t>(2 * impl->config.num_layers *
-                                                      impl->config.local_kv_heads() * impl->config.head_dim) *
-                                  dtype_size(impl->backend->cache_dtype());
+  impl->info.kv_cache_dtype = impl->backend->cache_dtype();
+  impl->info.kv_bytes_per_token =
+      static_cast<size_t>(2 * impl->config.num_layers * impl->config.local_kv_heads()) *
+      impl->backend->cache_row_bytes(impl->config.head_dim);
   impl->info.context_limit = impl->config.context_limit();
   impl->info.longrope_switch = impl->config.longrope_switch();
   return CausalLM(std::move(impl));

@@ -128,3 +128,21 @@ def test_rope_scalings_past_the_original_length():
         assert m.config.context_limit >= m.config.max_position_embeddings
     dynamic = tessera.AutoModelForCausalLM.from_pretrained(os.path.join(variants, "llama_dynamic"))
     assert dynamic.config.context_limit > 1 << 20
+
+
+def test_kv_cache_dtype():
+    """from_pretrained(kv_cache_dtype=...) (vLLM's name): q8_0 and fp8 caches report themselves and give logits
+    near the float32 cache's; an unknown name is an error naming it."""
+    d = os.path.join(MODELS, "qwen3_tied")
+    ids = np.array([[5, 9, 17, 33, 2, 71, 40, 8, 100, 3, 11, 64]])
+    ref = tessera.AutoModelForCausalLM.from_pretrained(d, dtype="float32")
+    assert ref.kv_cache_dtype == "float32"
+    want = ref(ids).logits[0]
+    for kv, name, bound in (("q8_0", "q8_0", 0.02), ("fp8", "float8_e4m3fn", 0.08)):
+        m = tessera.AutoModelForCausalLM.from_pretrained(d, dtype="float32", kv_cache_dtype=kv)
+        assert m.kv_cache_dtype == name
+        got = m(ids).logits[0]
+        gap = np.abs(got - want).max() / np.abs(want).max()
+        assert 0 < gap <= bound, (kv, gap)
+    with pytest.raises(Exception, match="'int4'"):
+        tessera.AutoModelForCausalLM.from_pretrained(d, kv_cache_dtype="int4")

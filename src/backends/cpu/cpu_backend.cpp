@@ -76,7 +76,8 @@ class ArenaPool {
 // cache.
 class CpuCache : public DeviceCache {
  public:
-  // k[l], v[l]: [batch, kv_heads, cache_len, head_dim], float32 or bfloat16 (CpuBackendOptions)
+  // k[l], v[l]: [batch, kv_heads, cache_len, cpu::kv_row_values(head_dim)] in CpuBackendOptions::kv_dtype
+  // (a head's row of a Q8_0 cache is whole blocks of 32)
   std::vector<Tensor> k, v;
   std::vector<float> seen;  // sampler state [batch, vocab] (1 = id seen in the row); empty until first used
   // Scratch of the steps run with this cache, grown to the largest plan run with it and then reused (a warm
@@ -91,7 +92,7 @@ class CpuCache : public DeviceCache {
   uint8_t* head_slots(const Tensor& t, int64_t row, int64_t h) const {
     return t.ptr<uint8_t>() + static_cast<size_t>((row * t.shape[1] + h) * cache_len) * slot_bytes(t);
   }
-  static size_t slot_bytes(const Tensor& t) { return static_cast<size_t>(t.shape[3]) * dtype_size(t.dtype); }
+  static size_t slot_bytes(const Tensor& t) { return dtype_bytes(t.dtype, t.shape[3]); }
   // f(t, h) for every layer's keys and values t and every kv head h.
   template <typename F>
   void each_head(F f) {
@@ -266,9 +267,11 @@ class CpuExecutable : public Executable {
       const Node& n = g_.at(id);
       const Tensor& t =
           n.which == 0 ? cache.k[static_cast<size_t>(n.layer)] : cache.v[static_cast<size_t>(n.layer)];
-      if (t.shape != n.shape)
+      Shape want = n.shape;  // a q8_0 cache holds whole blocks of 32 per head
+      if (want.size() == 4) want[3] = cpu::kv_row_values(t.dtype, want[3]);
+      if (t.shape != want)
         fail("cpu step ", k.str(), ": ", n.name, " is ", shape_str(t.shape), " in the cache, the step needs ",
-             shape_str(n.shape));
+             shape_str(want));
     }
     check_step_inputs(in, checks_);
   }
@@ -582,26 +585,22 @@ class CpuExecutable : public Executable {
         return;
       }
       case Op::CacheUpdate: {
-        // new rows [batch * seq, kv_heads * head_dim] -> cache[rows[b], h, slots[b, s], :] (rounded when
-        // bf16)
+        // new rows [batch * seq, kv_heads * head_dim] -> cache[rows[b], h, slots[b, s], :] (rounded or
+        // quantised to the cache's dtype)
         Tensor& c = cache(r, in[0]);
         const float* x = f32(r, in[1]);
         const int32_t* slots = ints(r, in[2]);
         const int32_t* map = cache_rows(r, n, 3);
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = c.shape[2], hd = n.head_dim;
+        const size_t slot = CpuCache::slot_bytes(c);
         for (int64_t b = 0; b < batch; ++b) {
           const int64_t cb = map ? map[b] : b;
           const int32_t* sl = row_slots(r, slots, b);
           for (int64_t s = 0; s < seq; ++s)
-            for (int64_t h = 0; h < n.kv_heads; ++h) {
-              const int64_t dst = ((cb * n.kv_heads + h) * len + sl[s]) * hd;
-              const float* src = x + (b * seq + s) * n.kv_heads * hd + h * hd;
-              if (c.dtype == DType::BF16) {
-                for (int64_t d = 0; d < hd; ++d) c.ptr<uint16_t>()[dst + d] = f32_to_bf16(src[d]);
-              } else {
-                std::memcpy(c.ptr<float>() + dst, src, static_cast<size_t>(hd) * sizeof(float));
-              }
-            }
+            for (int64_t h = 0; h < n.kv_heads; ++h)
+              cpu::store_kv_row(
+                  c.dtype, x + (b * seq + s) * n.kv_heads * hd + h * hd, hd,
+                  c.ptr<uint8_t>() + static_cast<size_t>((cb * n.kv_heads + h) * len + sl[s]) * slot);
         }
         return;
       }
@@ -609,7 +608,7 @@ class CpuExecutable : public Executable {
         Tensor& kc = cache(r, in[1]);
         Tensor& vc = cache(r, in[2]);
         const int64_t batch = g_.key.batch, seq = g_.key.seq, len = kc.shape[2];
-        const size_t per_row = static_cast<size_t>(n.kv_heads * len * n.head_dim) * dtype_size(kc.dtype);
+        const size_t per_row = static_cast<size_t>(n.kv_heads * len) * CpuCache::slot_bytes(kc);
         const int32_t* kv_begin = ints(r, in[4]);
         const int32_t* slots = ints(r, in[3]);
         const int32_t* map = cache_rows(r, n, 5);
@@ -974,7 +973,11 @@ class CpuBackend : public Backend {
   CpuBackend(std::shared_ptr<Communicator> comm, const CpuBackendOptions& o)
       : comm_(std::move(comm)),
         bf16_dot_(o.exact_bf16_matmul ? cpu::Bf16Dot::Exact : cpu::Bf16Dot::RoundX),
-        kv_dtype_(o.bf16_kv_cache ? DType::BF16 : DType::F32) {}
+        kv_dtype_(o.kv_dtype) {
+    if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::BF16 && kv_dtype_ != DType::Q8_0 &&
+        kv_dtype_ != DType::F8_E4M3)
+      fail("cpu backend: KV cache dtype ", dtype_name(kv_dtype_), " (float32, bfloat16, q8_0 or fp8)");
+  }
   std::string name() const override { return "cpu"; }
   Capabilities capabilities() const override {
     Capabilities c;
@@ -1005,8 +1008,9 @@ class CpuBackend : public Backend {
     c->batch = batch;
     c->cache_len = cache_len;
     for (int64_t l = 0; l < layers; ++l) {
-      c->k.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
-      c->v.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, head_dim}));
+      const int64_t width = cpu::kv_row_values(kv_dtype_, head_dim);  // q8_0: whole blocks
+      c->k.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, width}));
+      c->v.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, width}));
     }
     return c;
   }
@@ -1026,12 +1030,12 @@ class CpuBackend : public Backend {
            " slots (layers, rows and heads must match; the target needs at least as many slots)");
     auto copy = [&](const Tensor& a, Tensor& b) {
       TS_ASSERT(a.dtype == b.dtype);
-      const int64_t rows = a.shape[0] * a.shape[1], hd = a.shape[3];
-      const size_t es = dtype_size(a.dtype);
+      const int64_t rows = a.shape[0] * a.shape[1];
+      const size_t slot = CpuCache::slot_bytes(a);
       for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(b.ptr<uint8_t>() + static_cast<size_t>(r * to.cache_len * hd) * es,
-                    a.ptr<uint8_t>() + static_cast<size_t>(r * from.cache_len * hd) * es,
-                    static_cast<size_t>(from.cache_len * hd) * es);
+        std::memcpy(b.ptr<uint8_t>() + static_cast<size_t>(r * to.cache_len) * slot,
+                    a.ptr<uint8_t>() + static_cast<size_t>(r * from.cache_len) * slot,
+                    static_cast<size_t>(from.cache_len) * slot);
     };
     for (size_t l = 0; l < from.k.size(); ++l) {
       copy(from.k[l], to.k[l]);
@@ -1042,8 +1046,9 @@ class CpuBackend : public Backend {
   // Blocks of the fewest slots (a multiple of 16) whose keys of one head fill whole pages (256 slots at most;
   // past that, 16 and the pages a block straddles are shared with its neighbours).
   DType cache_dtype() const override { return kv_dtype_; }
+  size_t cache_row_bytes(int64_t head_dim) const override { return cpu::kv_row_bytes(kv_dtype_, head_dim); }
   CachePaging cache_paging(int64_t head_dim) const override {
-    const int64_t slot = head_dim * static_cast<int64_t>(dtype_size(kv_dtype_));
+    const auto slot = static_cast<int64_t>(cpu::kv_row_bytes(kv_dtype_, head_dim));
     int tokens = 16;
     while (tokens < 256 && (tokens * slot) % static_cast<int64_t>(kPage) != 0) tokens += 16;
     if ((tokens * slot) % static_cast<int64_t>(kPage) != 0) tokens = 16;

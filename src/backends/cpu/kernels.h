@@ -124,10 +124,12 @@ void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot
 
 // ---- attention ----
 // Causal attention of one sequence over its static KV cache.
-// q [T, nh, hd]; k, v caches [nkv, cache_len, hd] in kv_dtype, F32 or BF16 (widened exactly; scores and sums
-// in f32) (GQA: query head h uses kv head h / (nh / nkv));
-// query t attends keys j with kv_begin <= j <= q_slot[t]; softmax(q·k * scale) in f32; out [T, nh * hd].
-// window > 0 (sliding-window attention): also j > q_slot[t] - window, i.e. the last `window` slots up to
+// q [T, nh, hd]; k, v caches [nkv, cache_len, kv_row_values(hd)] in kv_dtype: F32 or BF16 (widened exactly),
+// or Q8_0 / F8_E4M3 (--kv-cache-dtype q8_0 / fp8: tiles of keys and values dequantised to f32 inside the
+// kernel, each value exact, then the f32 path; so a quantised cache gives, bit for bit, what an f32 cache
+// holding the dequantised values gives); scores and sums in f32 (GQA: query head h uses kv head h / (nh /
+// nkv)); query t attends keys j with kv_begin <= j <= q_slot[t]; softmax(q·k * scale) in f32; out [T, nh *
+// hd]. window > 0 (sliding-window attention): also j > q_slot[t] - window, i.e. the last `window` slots up to
 // q_slot[t] (slots and positions differ by kv_begin alone, so this is Transformers' kv_pos > pos - window).
 // A query with no key in range (q_slot[t] < kv_begin, e.g. a padding row) gets zeros. Slots past q_slot[t],
 // and slots before the first window start of a block of queries, are never read.
@@ -137,6 +139,17 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
                DType kv_dtype, int64_t nkv, int64_t cache_len, const int32_t* q_slot, int32_t kv_begin,
                float scale, float* out, int64_t window = 0, float softcap = 0.0f,
                const float* sinks = nullptr);
+
+// The values a cache row of hd values holds in a KV cache dtype (F32, BF16, Q8_0, F8_E4M3): hd, or for Q8_0
+// hd rounded up to whole blocks of 32 (the last one padded with zeros), and their bytes.
+int64_t kv_row_values(DType kv_dtype, int64_t hd);
+size_t kv_row_bytes(DType kv_dtype, int64_t hd);
+// x [hd] f32 -> one cache row in kv_dtype: BF16 round-to-nearest-even, Q8_0 as llama.cpp's reference
+// quantiser (per 32 values d = max|x| / 127 stored as f16, q = round(x / d); a last partial block padded with
+// zeros), F8_E4M3 f32_to_f8e4m3 (scale 1).
+void store_kv_row(DType kv_dtype, const float* x, int64_t hd, void* dst);
+// rows cache rows of hd values in kv_dtype -> f32 y [rows, hd] (exact: each is what the row stands for).
+void load_kv_rows(DType kv_dtype, const void* src, int64_t hd, int64_t rows, float* y);
 
 // ---- elementwise ----
 // y = silu(gate) * up, elementwise over n; silu(x) = x / (1 + exp(-x)) in f32 as PyTorch. y may alias inputs.

@@ -16,7 +16,12 @@
 // the window's keys, as it splits the whole prefix.
 // Sinks (gpt-oss): a learned logit per head joins each row's softmax denominator (its max included), so
 // P = exp(s - m) / (sum exp(s - m) + exp(sink - m)), m = max(s, sink); the sink has no value row.
+// A quantised cache (Q8_0 or F8_E4M3) is read in tiles of kTileKeys keys (or values) dequantised to f32 in
+// this thread's scratch: the scores of a tile are the f32 matmul's, and P V continues one f32 sum across
+// tiles (weighted_rows_multi_acc), so every result is the f32 path's over the dequantised values, and the
+// invariances of that path (a row alone or in a batch, a prompt whole or in chunks) hold for it too.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -31,12 +36,25 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kBlockRows = 96;  // query rows (tokens x group) per task: three 32-row gemm panels
+constexpr int64_t kTileKeys = 128;  // keys of a quantised cache dequantised at a time (64 KiB at hd 128)
+
+bool quantised_kv(DType dt) { return dt == DType::Q8_0 || dt == DType::F8_E4M3; }
+
+// Decoded float8 e4m3fn bytes.
+const float* f8_table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = f8e4m3_to_f32(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table.data();
+}
 
 struct AttnArgs {
   const float* q;                    // [T, nh, hd]
   const void* k;                     // [nkv, cache_len, hd] in kv_dtype
   const void* v;                     // [nkv, cache_len, hd] in kv_dtype
-  DType kv_dtype;                    // F32 or BF16
+  DType kv_dtype;                    // F32, BF16, Q8_0 or F8_E4M3
   int64_t nh, hd, cache_len, group;  // group = nh / nkv query heads per kv head
   const int32_t* q_slot;
   int32_t kv_begin;
@@ -45,6 +63,7 @@ struct AttnArgs {
   int64_t window;      // > 0: sliding window (keys j > q_slot - window)
   float softcap;       // > 0: scores s -> tanh(s / softcap) * softcap
   const float* sinks;  // [nh] or nullptr
+  size_t row_bytes;    // of one cache row (kv_row_bytes)
 
   // Scales n scores (and soft-caps them).
   void scale_scores(const VecOps& ops, float* s, int64_t n) const {
@@ -60,26 +79,50 @@ struct AttnArgs {
 };
 
 // Row j of kv head g in a cache (k or v) of a.kv_dtype.
-const void* kv_row(const AttnArgs& a, const void* cache, int64_t g, int64_t j) {
-  return static_cast<const uint8_t*>(cache) +
-         static_cast<size_t>((g * a.cache_len + j) * a.hd) * dtype_size(a.kv_dtype);
+const uint8_t* kv_row(const AttnArgs& a, const void* cache, int64_t g, int64_t j) {
+  return static_cast<const uint8_t*>(cache) + static_cast<size_t>(g * a.cache_len + j) * a.row_bytes;
 }
 
-// dst += p * V row j (f32 or bf16 rows of hd values from vg).
-void axpy_v(const AttnArgs& a, const VecOps& ops, const void* vg, int64_t j, float p, float* dst) {
-  if (a.kv_dtype == DType::BF16)
-    ops.axpy_bf16(p, static_cast<const uint16_t*>(vg) + j * a.hd, dst, a.hd);
-  else
-    ops.axpy(p, static_cast<const float*>(vg) + j * a.hd, dst, a.hd);
+// s[r * n + j] = Q row r . K row j for r < R, j < n (keys from kg on): the matmul with K as the weights, or
+// for a quantised cache the same over f32 tiles of K.
+void key_scores(const AttnArgs& a, const float* qb, int64_t R, const uint8_t* kg, int64_t n, float* s) {
+  if (!quantised_kv(a.kv_dtype)) return matmul(qb, R, a.hd, kg, a.kv_dtype, n, nullptr, s);  // inline
+  float* kt = scratch(5, kTileKeys * a.hd);
+  float* st = scratch(6, R * kTileKeys);
+  for (int64_t j0 = 0; j0 < n; j0 += kTileKeys) {
+    const int64_t nt = std::min(kTileKeys, n - j0);
+    load_kv_rows(a.kv_dtype, kg + static_cast<size_t>(j0) * a.row_bytes, a.hd, nt, kt);
+    matmul(qb, R, a.hd, kt, DType::F32, nt, nullptr, st);
+    for (int64_t r = 0; r < R; ++r)
+      std::memcpy(s + r * n + j0, st + r * nt, static_cast<size_t>(nt) * sizeof(float));
+  }
+}
+
+// dst += p * V row j (rows of hd values in a.kv_dtype from vg).
+void axpy_v(const AttnArgs& a, const VecOps& ops, const uint8_t* vg, int64_t j, float p, float* dst) {
+  const uint8_t* row = vg + static_cast<size_t>(j) * a.row_bytes;
+  if (a.kv_dtype == DType::BF16) return ops.axpy_bf16(p, reinterpret_cast<const uint16_t*>(row), dst, a.hd);
+  if (a.kv_dtype == DType::F32) return ops.axpy(p, reinterpret_cast<const float*>(row), dst, a.hd);
+  float* vf = scratch(5, a.hd);
+  load_kv_rows(a.kv_dtype, row, a.hd, 1, vf);
+  ops.axpy(p, vf, dst, a.hd);
 }
 
 // dst[r, :] (row stride ldo) = sum_{j < keys} p[r * ldp + j] * V row j, for r < rows.
-void weighted_v(const AttnArgs& a, const VecOps& ops, const void* vg, const float* p, int64_t ldp,
+void weighted_v(const AttnArgs& a, const VecOps& ops, const uint8_t* vg, const float* p, int64_t ldp,
                 int64_t rows, int64_t keys, float* dst, int64_t ldo) {
   if (a.kv_dtype == DType::BF16)
-    ops.weighted_rows_multi_bf16(p, ldp, rows, keys, static_cast<const uint16_t*>(vg), a.hd, dst, ldo);
-  else
-    ops.weighted_rows_multi(p, ldp, rows, keys, static_cast<const float*>(vg), a.hd, dst, ldo);
+    return ops.weighted_rows_multi_bf16(p, ldp, rows, keys, reinterpret_cast<const uint16_t*>(vg), a.hd, dst,
+                                        ldo);
+  if (a.kv_dtype == DType::F32 || keys == 0)  // no keys: zeros (rows are not read)
+    return ops.weighted_rows_multi(p, ldp, rows, keys, reinterpret_cast<const float*>(vg), a.hd, dst, ldo);
+  float* vt = scratch(5, kTileKeys * a.hd);
+  for (int64_t j0 = 0; j0 < keys; j0 += kTileKeys) {
+    const int64_t nt = std::min(kTileKeys, keys - j0);
+    load_kv_rows(a.kv_dtype, vg + static_cast<size_t>(j0) * a.row_bytes, a.hd, nt, vt);
+    (j0 == 0 ? ops.weighted_rows_multi : ops.weighted_rows_multi_acc)(p + j0, ldp, rows, nt, vt, a.hd, dst,
+                                                                      ldo);
+  }
 }
 
 // Tokens t0 .. t1-1, kv head g: writes out[t, (g * group + i) * hd ...] for i < group.
@@ -104,8 +147,8 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
     return;
   }
   const int64_t n = last - first + 1;
-  const void* kg = kv_row(a, a.k, g, first);  // [n, hd]
-  const void* vg = kv_row(a, a.v, g, first);  // [n, hd]
+  const uint8_t* kg = kv_row(a, a.k, g, first);  // [n, hd]
+  const uint8_t* vg = kv_row(a, a.v, g, first);  // [n, hd]
   // Q rows of the block, [R, hd] (token-major, then the group's heads): contiguous per token already.
   const float* qb = a.q + (t0 * a.nh + h0) * hd;
   if (t1 - t0 > 1) {
@@ -115,8 +158,8 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
                   static_cast<size_t>(G * hd) * sizeof(float));
     qb = qc;
   }
-  float* s = scratch(3, R * n);                      // [R, n] scores, then probabilities
-  matmul(qb, R, hd, kg, a.kv_dtype, n, nullptr, s);  // runs inline: we are inside a pool job
+  float* s = scratch(3, R * n);  // [R, n] scores, then probabilities
+  key_scores(a, qb, R, kg, n, s);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t nr = keys(r);
     if (nr == 0) continue;
@@ -166,10 +209,9 @@ void attend_block(const AttnArgs& a, const VecOps& ops, int64_t t0, int64_t t1, 
 // sum l of exp(score - m), and the unnormalised sum o of exp(score - m) V. part: [group][2 + hd] (m, l, o).
 void attend_chunk(const AttnArgs& a, const VecOps& ops, int64_t g, int64_t j0, int64_t j1, float* part) {
   const int64_t G = a.group, hd = a.hd, n = j1 - j0;
-  const void* vg = kv_row(a, a.v, g, j0);
+  const uint8_t* vg = kv_row(a, a.v, g, j0);
   float* s = scratch(3, G * n);
-  matmul(a.q + g * G * hd, G, hd, kv_row(a, a.k, g, j0), a.kv_dtype, n, nullptr,
-         s);  // inline: inside a pool job
+  key_scores(a, a.q + g * G * hd, G, kv_row(a, a.k, g, j0), n, s);
   for (int64_t r = 0; r < G; ++r) {
     float* sr = s + r * n;
     a.scale_scores(ops, sr, n);
@@ -232,15 +274,15 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
                float scale, float* out, int64_t window, float softcap, const float* sinks) {
   TS_ASSERT(nkv > 0 && nh % nkv == 0, "attention nh=", nh, " nkv=", nkv);
   TS_ASSERT(window >= 0, "attention window=", window);
-  TS_ASSERT(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention KV cache dtype ",
-            dtype_name(kv_dtype));
+  TS_ASSERT(kv_dtype == DType::F32 || kv_dtype == DType::BF16 || quantised_kv(kv_dtype),
+            "attention KV cache dtype ", dtype_name(kv_dtype));
   TS_ASSERT(kv_begin >= 0, "attention kv_begin=", kv_begin);
   for (int64_t t = 0; t < T; ++t) {
     TS_ASSERT(q_slot[t] < cache_len, "attention q_slot[", t, "]=", q_slot[t], " cache_len=", cache_len);
   }
   TS_ASSERT(softcap >= 0.0f, "attention softcap=", softcap);
   const AttnArgs a{q,      k,        v,     kv_dtype, nh,     hd,      cache_len, nh / nkv,
-                   q_slot, kv_begin, scale, out,      window, softcap, sinks};
+                   q_slot, kv_begin, scale, out,      window, softcap, sinks,     kv_row_bytes(kv_dtype, hd)};
   const VecOps& ops = vec_ops();
   if (T == 1 && q_slot[0] >= kv_begin) {
     // Enough chunks for every thread to take a few (so a preempted thread holds up little), none shorter
@@ -261,6 +303,68 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
       attend_block(a, ops, b * tb, std::min(T, (b + 1) * tb), i % nkv);
     }
   });
+}
+
+int64_t kv_row_values(DType kv_dtype, int64_t hd) {
+  return kv_dtype == DType::Q8_0 ? (hd + 31) / 32 * 32 : hd;
+}
+
+size_t kv_row_bytes(DType kv_dtype, int64_t hd) { return dtype_bytes(kv_dtype, kv_row_values(kv_dtype, hd)); }
+
+void store_kv_row(DType kv_dtype, const float* x, int64_t hd, void* dst) {
+  switch (kv_dtype) {
+    case DType::F32:
+      std::memcpy(dst, x, static_cast<size_t>(hd) * sizeof(float));
+      return;
+    case DType::BF16:
+      for (int64_t d = 0; d < hd; ++d) static_cast<uint16_t*>(dst)[d] = f32_to_bf16(x[d]);
+      return;
+    case DType::F8_E4M3:
+      for (int64_t d = 0; d < hd; ++d) static_cast<uint8_t*>(dst)[d] = f32_to_f8e4m3(x[d]);
+      return;
+    case DType::Q8_0: {
+      if (hd % 32 == 0) return quantize_rows(x, 1, hd, DType::Q8_0, dst);
+      // The last block padded with zeros.
+      thread_local std::vector<float> padded;
+      padded.assign(static_cast<size_t>(kv_row_values(kv_dtype, hd)), 0.0f);
+      std::copy(x, x + hd, padded.begin());
+      return quantize_rows(padded.data(), 1, static_cast<int64_t>(padded.size()), DType::Q8_0, dst);
+    }
+    default:
+      TS_ASSERT(false, "KV cache dtype ", dtype_name(kv_dtype));
+  }
+}
+
+void load_kv_rows(DType kv_dtype, const void* src, int64_t hd, int64_t rows, float* y) {
+  switch (kv_dtype) {
+    case DType::Q8_0: {
+      if (hd % 32 == 0) return dequantize_rows(DType::Q8_0, src, hd, rows, y);
+      const int64_t width = kv_row_values(kv_dtype, hd);
+      const size_t row_bytes = kv_row_bytes(kv_dtype, hd);
+      thread_local std::vector<float> padded;
+      padded.resize(static_cast<size_t>(width));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_rows(DType::Q8_0, static_cast<const uint8_t*>(src) + static_cast<size_t>(r) * row_bytes,
+                        width, 1, padded.data());
+        std::copy(padded.begin(), padded.begin() + hd, y + r * hd);
+      }
+      return;
+    }
+    case DType::F8_E4M3: {
+      const float* table = f8_table();
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < rows * hd; ++i) y[i] = table[b[i]];
+      return;
+    }
+    case DType::BF16:
+      for (int64_t i = 0; i < rows * hd; ++i) y[i] = bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      return;
+    case DType::F32:
+      std::memcpy(y, src, static_cast<size_t>(rows * hd) * sizeof(float));
+      return;
+    default:
+      TS_ASSERT(false, "KV cache dtype ", dtype_name(kv_dtype));
+  }
 }
 
 }  // namespace tessera::cpu

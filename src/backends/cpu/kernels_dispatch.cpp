@@ -265,8 +265,8 @@ float* scratch(int slot, int64_t n) {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
     int64_t capacity = 0;
   };
-  thread_local Buffer buffers[5];
-  TS_ASSERT(slot >= 0 && slot < 5, "scratch slot ", slot);
+  thread_local Buffer buffers[7];
+  TS_ASSERT(slot >= 0 && slot < 7, "scratch slot ", slot);
   Buffer& b = buffers[slot];
   if (n > b.capacity) {
     int64_t cap = std::max<int64_t>(n, 2 * b.capacity);

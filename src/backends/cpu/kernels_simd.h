@@ -286,12 +286,16 @@ struct VecOps {
   void (*axpy_bf16)(float a, const uint16_t* x, float* y, int64_t n);
   void (*weighted_rows_multi_bf16)(const float* p, int64_t ldp, int64_t R, int64_t n, const uint16_t* rows,
                                    int64_t dim, float* out, int64_t ldo);
+  // weighted_rows_multi adding to out: consecutive ranges of j give, bit for bit, one call over all of them.
+  void (*weighted_rows_multi_acc)(const float* p, int64_t ldp, int64_t R, int64_t n, const float* rows,
+                                  int64_t dim, float* out, int64_t ldo);
 };
 const VecOps& vec_ops();  // of active_isa()
 
 // Per-thread scratch of at least n floats, 64-byte aligned; grows (allocates) only when a larger size is
 // first asked for on this thread, so kernels do not allocate in the steady state. `slot` separates
-// buffers that are live at the same time (0..4; 4: the gemm's packed x block).
+// buffers that are live at the same time (0..6; 4: the gemm's packed x block; 5, 6: attention's tiles of a
+// quantised KV cache).
 float* scratch(int slot, int64_t n);
 
 // The decode kernels' scheduler: fn(o, n0, n1) over blocks of chunk_rows rows of each product of outs[0 ..
