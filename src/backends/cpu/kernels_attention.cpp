@@ -21,7 +21,6 @@
 // tiles (weighted_rows_multi_acc), so every result is the f32 path's over the dequantised values, and the
 // invariances of that path (a row alone or in a batch, a prompt whole or in chunks) hold for it too.
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -40,16 +39,6 @@ constexpr int64_t kTileKeys = 128;  // keys of a quantised cache dequantised at 
 
 bool quantised_kv(DType dt) { return dt == DType::Q8_0 || dt == DType::F8_E4M3; }
 
-// Decoded float8 e4m3fn bytes.
-const float* f8_table() {
-  static const auto table = [] {
-    std::array<float, 256> t{};
-    for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = f8e4m3_to_f32(static_cast<uint8_t>(b));
-    return t;
-  }();
-  return table.data();
-}
-
 struct AttnArgs {
   const float* q;                    // [T, nh, hd]
   const void* k;                     // [nkv, cache_len, hd] in kv_dtype
@@ -64,6 +53,7 @@ struct AttnArgs {
   float softcap;       // > 0: scores s -> tanh(s / softcap) * softcap
   const float* sinks;  // [nh] or nullptr
   size_t row_bytes;    // of one cache row (kv_row_bytes)
+  int64_t head_rows;   // rows from one kv head's first to the next's: cache_len (0: k, v hold one head)
 
   // Scales n scores (and soft-caps them).
   void scale_scores(const VecOps& ops, float* s, int64_t n) const {
@@ -80,7 +70,7 @@ struct AttnArgs {
 
 // Row j of kv head g in a cache (k or v) of a.kv_dtype.
 const uint8_t* kv_row(const AttnArgs& a, const void* cache, int64_t g, int64_t j) {
-  return static_cast<const uint8_t*>(cache) + static_cast<size_t>(g * a.cache_len + j) * a.row_bytes;
+  return static_cast<const uint8_t*>(cache) + static_cast<size_t>(g * a.head_rows + j) * a.row_bytes;
 }
 
 // s[r * n + j] = Q row r . K row j for r < R, j < n (keys from kg on): the matmul with K as the weights, or
@@ -264,6 +254,45 @@ void attend_decode_split(const AttnArgs& a, const VecOps& ops, int64_t nkv, int6
   }
 }
 
+// A prompt over a quantised cache, one kv head at a time: the head's keys and values that any row sees are
+// dequantised once into f32 buffers (the caller's scratch, shared with the pool's threads), and every block
+// of tokens reads them there, instead of dequantising its own tiles (which would repeat the work once per
+// block). The values are the tiles' values, so the results are the same bit for bit.
+void attend_heads_dequantised(const AttnArgs& a, const VecOps& ops, int64_t T, int64_t nkv, int64_t tb) {
+  int64_t first = INT64_MAX, last = -1;
+  for (int64_t t = 0; t < T; ++t) {
+    if (a.q_slot[t] < a.kv_begin) continue;  // padding: sees nothing
+    first = std::min(first, a.lo(t));
+    last = std::max<int64_t>(last, a.q_slot[t]);
+  }
+  const int64_t hd = a.hd, rows = std::max<int64_t>(last + 1, 1);
+  float* kf = scratch(5, 2 * rows * hd);  // [rows, hd] keys, then values; rows before `first` never read
+  float* vf = kf + rows * hd;
+  AttnArgs h = a;
+  h.k = kf;
+  h.v = vf;
+  h.kv_dtype = DType::F32;
+  h.row_bytes = static_cast<size_t>(hd) * sizeof(float);
+  h.head_rows = 0;  // every kv head reads the one buffer
+  const int64_t blocks = (T + tb - 1) / tb;
+  for (int64_t g = 0; g < nkv; ++g) {
+    if (last >= 0) {
+      ThreadPool::instance().parallel_for(last + 1 - first, 256, [&](int64_t r0, int64_t r1) {
+        load_kv_rows(a.kv_dtype, kv_row(a, a.k, g, first + r0), hd, r1 - r0, kf + (first + r0) * hd);
+        load_kv_rows(a.kv_dtype, kv_row(a, a.v, g, first + r0), hd, r1 - r0, vf + (first + r0) * hd);
+      });
+    }
+    std::atomic<int64_t> next{0};
+    ThreadPool::instance().run([&](int, int) {
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < blocks;
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t b = blocks - 1 - i;  // the last (longest: causal) blocks first
+        attend_block(h, ops, b * tb, std::min(T, (b + 1) * tb), g);
+      }
+    });
+  }
+}
+
 // Keys per decode chunk: below this a kv head is not split.
 constexpr int64_t kDecodeChunkKeys = 128;
 
@@ -281,8 +310,10 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
     TS_ASSERT(q_slot[t] < cache_len, "attention q_slot[", t, "]=", q_slot[t], " cache_len=", cache_len);
   }
   TS_ASSERT(softcap >= 0.0f, "attention softcap=", softcap);
-  const AttnArgs a{q,      k,        v,     kv_dtype, nh,     hd,      cache_len, nh / nkv,
-                   q_slot, kv_begin, scale, out,      window, softcap, sinks,     kv_row_bytes(kv_dtype, hd)};
+  const AttnArgs a{
+      q,        k,        v,     kv_dtype, nh,     hd,      cache_len, nh / nkv,
+      q_slot,   kv_begin, scale, out,      window, softcap, sinks,     kv_row_bytes(kv_dtype, hd),
+      cache_len};
   const VecOps& ops = vec_ops();
   if (T == 1 && q_slot[0] >= kv_begin) {
     // Enough chunks for every thread to take a few (so a preempted thread holds up little), none shorter
@@ -294,6 +325,8 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
   int64_t tb = std::max<int64_t>(1, kBlockRows / a.group);  // tokens per block
   if (window > 0) tb = std::min(tb, window);                // a block's keys span < 2 windows
   const int64_t blocks = (T + tb - 1) / tb, tasks = blocks * nkv;
+  if (quantised_kv(kv_dtype) && blocks >= 2 * ThreadPool::instance().num_threads())
+    return attend_heads_dequantised(a, ops, T, nkv, tb);
   // Tasks claimed from a counter, the last (longest: causal) blocks first.
   std::atomic<int64_t> next{0};
   ThreadPool::instance().run([&](int, int) {
@@ -350,12 +383,8 @@ void load_kv_rows(DType kv_dtype, const void* src, int64_t hd, int64_t rows, flo
       }
       return;
     }
-    case DType::F8_E4M3: {
-      const float* table = f8_table();
-      const auto* b = static_cast<const uint8_t*>(src);
-      for (int64_t i = 0; i < rows * hd; ++i) y[i] = table[b[i]];
-      return;
-    }
+    case DType::F8_E4M3:
+      return vec_ops().widen_f8e4m3(static_cast<const uint8_t*>(src), y, rows * hd);
     case DType::BF16:
       for (int64_t i = 0; i < rows * hd; ++i) y[i] = bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
       return;
