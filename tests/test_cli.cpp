@@ -56,6 +56,25 @@ TEST(Cli, GenerateJsonMatchesGoldenAndCountsCompiles) {
       2 * c["num_hidden_layers"].get<int64_t>() * c["num_key_value_heads"].get<int64_t>() * head_dim * 4);
 }
 
+// --kv-cache-dtype: the dtype and its bytes per position in --json (fp8: one byte a value); a name it does
+// not know is refused naming the flag.
+TEST(Cli, GenerateKvCacheDtypeIsReportedAndCheckedByName) {
+  auto j = golden::load_model_golden("llama_gqa")["greedy"][0];
+  Result r = run("generate " + golden::model_path("llama_gqa") +
+                 " --dtype float32 --json --max-new-tokens 8 --kv-cache-dtype fp8 --input-ids " +
+                 ids_arg(j["input_ids"]));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["kv_cache_dtype"], "float8_e4m3fn");
+  const nlohmann::json c = golden::load_json(golden::model_path("llama_gqa/config.json"));
+  const int64_t head_dim = c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>();
+  EXPECT_EQ(out["kv_bytes_per_token"].get<int64_t>(),
+            2 * c["num_hidden_layers"].get<int64_t>() * c["num_key_value_heads"].get<int64_t>() * head_dim);
+  Result bad = run("generate " + golden::model_path("llama_gqa") + " --kv-cache-dtype int4 --input-ids 1,2");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--kv-cache-dtype"), std::string::npos) << bad.err;
+}
+
 // --prompt-lookup-num-tokens: Transformers' greedy tokens with fewer decode steps, the counts in --json; a
 // bad value names the flag.
 TEST(Cli, GeneratePromptLookupGivesTheGoldenTokens) {

@@ -240,6 +240,28 @@ TEST(Cli, ServeSpeculatesAndCachesPrefixesWithTheTextsOfGenerate) {
   EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
 }
 
+// --kv-cache-dtype q8_0 through the server: the answers are `tessera generate --kv-cache-dtype q8_0`'s, and
+// /metrics gives the bytes a position takes (SmolLM2: 30 layers x 3 kv heads x keys and values x two Q8_0
+// blocks of 34 bytes for 64 values).
+TEST(Cli, ServeWithAQ8KvCacheGivesTheTextsOfGenerate) {
+  START_OR_FAIL(s, {"--max-num-seqs", "2", "--max-model-len", "256", "--kv-cache-dtype", "q8_0"});
+  auto c = client(s.port);
+  for (const std::string ask : {"Name three colours.", "What is 2 + 2?"}) {
+    const json want = generate_alone(ask, 24, "--kv-cache-dtype q8_0");
+    json body = {
+        {"messages", {{{"role", "user"}, {"content", ask}}}}, {"max_tokens", 24}, {"temperature", 0}};
+    auto r = c->Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], want["text"]) << ask;
+    EXPECT_EQ(want["kv_cache_dtype"], "q8_0");
+  }
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(metric(m->body, "kv_cache_bytes_per_token"), 30 * 3 * 2 * 68) << m->body;
+  EXPECT_EQ(s.proc->terminate(), 0) << s.proc->err();
+}
+
 // A draft model (here the default model drafting for itself: its greedy drafts are nearly all confirmed):
 // the answers are `tessera generate`'s, the drafts are counted in the speculation metrics.
 TEST(Cli, ServeWithADraftModelGivesTheTextsOfGenerate) {
