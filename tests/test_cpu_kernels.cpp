@@ -532,8 +532,31 @@ TEST_P(CpuKernels, AttentionQuantisedCacheIsTheF32PathOverItsValues) {
     check_quantised_cache({1, 16, 8, 128, 700, {650}, 0}, dt);    // one task a kv head, 6 tiles
     check_quantised_cache({300, 4, 2, 64, 320, slots, 3}, dt);    // prefill blocks over 3 tiles
     check_quantised_cache({300, 6, 2, 48, 320, slots, 0, 100, 2.0f, true}, dt);  // window, softcap, sinks
+    std::vector<int32_t> late(200);  // a prompt chunk after 250 cached slots, windowed: keys from slot 201 on
+    for (int32_t i = 0; i < 200; ++i) late[static_cast<size_t>(i)] = 250 + i;
+    check_quantised_cache({200, 4, 2, 64, 460, late, 0, 50}, dt);
     check_quantised_cache({21, 6, 2, 16, 40, std::vector<int32_t>(slots.begin(), slots.begin() + 21), 2},
                           dt);  // head_dim 16: one q8_0 block padded with zeros
+  }
+}
+
+// A non-finite key or value written to a quantised cache reads back as NaN (as from an f32 cache), never as
+// a finite number or an error.
+TEST(CpuKernelsKvCache, NonFiniteValuesReadBackAsNaN) {
+  for (DType dt : {DType::Q8_0, DType::F8_E4M3}) {
+    for (float bad : {NAN, INFINITY}) {
+      std::vector<float> x(48, 0.5f), y(48);
+      x[40] = bad;
+      std::vector<uint8_t> row(kv_row_bytes(dt, 48));
+      store_kv_row(dt, x.data(), 48, row.data());
+      load_kv_rows(dt, row.data(), 48, 1, y.data());
+      if (dt == DType::F8_E4M3 && std::isinf(bad)) {  // saturates, as CUDA's satfinite conversion
+        EXPECT_EQ(y[40], 448.0f);
+        EXPECT_EQ(y[0], 0.5f);
+      } else {
+        EXPECT_TRUE(std::isnan(y[40])) << dtype_name(dt) << " " << bad;
+      }
+    }
   }
 }
 

@@ -86,7 +86,7 @@ struct LoadOptions {
   bool exact_bf16_matmul = false;
   // The KV cache's dtype: "auto" (bfloat16 for a bfloat16 model on the native cpu backend unless
   // exact_bf16_matmul, else float32), "bfloat16", "float32", "q8_0" (blocks of 32 values of a head's row: an
-  // f16 scale and 32 int8, 34 bytes; head_dim must be a multiple of 32) or "fp8" (float8 e4m3fn, scale 1,
+  // f16 scale and 32 int8, 34 bytes; a last partial block padded with zeros) or "fp8" (float8 e4m3fn, scale 1,
   // saturating at +-448). The quantised ones halve (q8_0: 0.53x) the bytes of a bfloat16 cache, keys and
   // values rounded once when written; attention dequantises them inside its kernel. Native cpu backend
   // only; PJRT devices keep float32 caches (anything but auto / float32 is an Error there). (The tessera

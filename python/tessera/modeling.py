@@ -87,7 +87,7 @@ class TesseraModelForCausalLM:
         dist = distributed.resolve(distributed_config, tp_plan, device)
         try:
             native = _tessera.CausalLM.from_pretrained(path, name, device, distributed=dist,
-                                                       kv_cache_dtype=str(kv_cache_dtype))
+                                                       kv_cache_dtype=str(kv_cache_dtype or "auto"))
         except TesseraError as e:
             reraise_load_error(e, path)
         return cls(native, path)

@@ -184,8 +184,8 @@ class Communicator;
 // `comm`: the tensor-parallel group for graphs with tp_size > 1 (nullptr: single rank).
 struct CpuBackendOptions {
   bool exact_bf16_matmul = false;  // LoadOptions::exact_bf16_matmul
-  // The KV caches' dtype: F32, BF16 (rounded on write), Q8_0 (head_dim % 32 == 0) or F8_E4M3 (quantised on
-  // write; attention dequantises per tile, cpu::attention).
+  // The KV caches' dtype: F32, BF16 (rounded on write), Q8_0 (whole blocks of 32 per head, the last padded)
+  // or F8_E4M3 (quantised on write; attention dequantises per tile, cpu::attention).
   DType kv_dtype = DType::F32;
 };
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<Communicator> comm = nullptr,

@@ -169,7 +169,7 @@ std::optional<DType> parse_kv_cache_dtype(const std::string& s) {
   if (s == "bfloat16" || s == "bf16") return DType::BF16;
   if (s == "q8_0") return DType::Q8_0;
   if (s == "fp8" || s == "fp8_e4m3" || s == "float8_e4m3fn") return DType::F8_E4M3;
-  fail("unsupported KV cache dtype '", s, "' (expected auto, bfloat16, float32, q8_0 or fp8)");
+  fail("kv_cache_dtype '", s, "': not a KV cache dtype (expected auto, bfloat16, float32, q8_0 or fp8)");
 }
 
 namespace {

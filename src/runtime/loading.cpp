@@ -85,6 +85,7 @@ std::optional<pjrt::PjrtSettings> pjrt_settings(const std::optional<PluginSettin
 }  // namespace
 
 CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const LoadOptions& opt) {
+  const std::optional<DType> kv_dtype = parse_kv_cache_dtype(opt.kv_cache_dtype);  // before any work
   auto src = io::open_checkpoint(path);
   const std::string origin = src->origin();
   auto impl = std::make_unique<CausalLM::Impl>();
@@ -144,7 +145,6 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   // each decode step reads), except with exact_bf16_matmul, whose activations all stay float32.
   backends::CpuBackendOptions cpu_options;
   cpu_options.exact_bf16_matmul = opt.exact_bf16_matmul;
-  const std::optional<DType> kv_dtype = parse_kv_cache_dtype(opt.kv_cache_dtype);
   cpu_options.kv_dtype =
       kv_dtype.value_or(dtype == DType::BF16 && !opt.exact_bf16_matmul ? DType::BF16 : DType::F32);
   impl->backend = backends::make_backend({.device = opt.device_map,

@@ -54,6 +54,7 @@ struct AttnArgs {
   const float* sinks;  // [nh] or nullptr
   size_t row_bytes;    // of one cache row (kv_row_bytes)
   int64_t head_rows;   // rows from one kv head's first to the next's: cache_len (0: k, v hold one head)
+  int64_t row0;        // the slot k and v start at (0: the cache; > 0: a buffer of the slots from row0 on)
 
   // Scales n scores (and soft-caps them).
   void scale_scores(const VecOps& ops, float* s, int64_t n) const {
@@ -70,7 +71,7 @@ struct AttnArgs {
 
 // Row j of kv head g in a cache (k or v) of a.kv_dtype.
 const uint8_t* kv_row(const AttnArgs& a, const void* cache, int64_t g, int64_t j) {
-  return static_cast<const uint8_t*>(cache) + static_cast<size_t>(g * a.head_rows + j) * a.row_bytes;
+  return static_cast<const uint8_t*>(cache) + static_cast<size_t>(g * a.head_rows + j - a.row0) * a.row_bytes;
 }
 
 // s[r * n + j] = Q row r . K row j for r < R, j < n (keys from kg on): the matmul with K as the weights, or
@@ -265,8 +266,9 @@ void attend_heads_dequantised(const AttnArgs& a, const VecOps& ops, int64_t T, i
     first = std::min(first, a.lo(t));
     last = std::max<int64_t>(last, a.q_slot[t]);
   }
-  const int64_t hd = a.hd, rows = std::max<int64_t>(last + 1, 1);
-  float* kf = scratch(5, 2 * rows * hd);  // [rows, hd] keys, then values; rows before `first` never read
+  if (last < 0) first = last = 0;  // every row is padding: nothing is read
+  const int64_t hd = a.hd, rows = last + 1 - first;
+  float* kf = scratch(5, 2 * rows * hd);  // [rows, hd] keys of slots first .. last, then values
   float* vf = kf + rows * hd;
   AttnArgs h = a;
   h.k = kf;
@@ -274,14 +276,13 @@ void attend_heads_dequantised(const AttnArgs& a, const VecOps& ops, int64_t T, i
   h.kv_dtype = DType::F32;
   h.row_bytes = static_cast<size_t>(hd) * sizeof(float);
   h.head_rows = 0;  // every kv head reads the one buffer
+  h.row0 = first;
   const int64_t blocks = (T + tb - 1) / tb;
   for (int64_t g = 0; g < nkv; ++g) {
-    if (last >= 0) {
-      ThreadPool::instance().parallel_for(last + 1 - first, 256, [&](int64_t r0, int64_t r1) {
-        load_kv_rows(a.kv_dtype, kv_row(a, a.k, g, first + r0), hd, r1 - r0, kf + (first + r0) * hd);
-        load_kv_rows(a.kv_dtype, kv_row(a, a.v, g, first + r0), hd, r1 - r0, vf + (first + r0) * hd);
-      });
-    }
+    ThreadPool::instance().parallel_for(rows, 256, [&](int64_t r0, int64_t r1) {
+      load_kv_rows(a.kv_dtype, kv_row(a, a.k, g, first + r0), hd, r1 - r0, kf + r0 * hd);
+      load_kv_rows(a.kv_dtype, kv_row(a, a.v, g, first + r0), hd, r1 - r0, vf + r0 * hd);
+    });
     std::atomic<int64_t> next{0};
     ThreadPool::instance().run([&](int, int) {
       for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < blocks;
@@ -311,9 +312,9 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
   }
   TS_ASSERT(softcap >= 0.0f, "attention softcap=", softcap);
   const AttnArgs a{
-      q,        k,        v,     kv_dtype, nh,     hd,      cache_len, nh / nkv,
-      q_slot,   kv_begin, scale, out,      window, softcap, sinks,     kv_row_bytes(kv_dtype, hd),
-      cache_len};
+      q,         k,        v,     kv_dtype, nh,     hd,      cache_len, nh / nkv,
+      q_slot,    kv_begin, scale, out,      window, softcap, sinks,     kv_row_bytes(kv_dtype, hd),
+      cache_len, 0};
   const VecOps& ops = vec_ops();
   if (T == 1 && q_slot[0] >= kv_begin) {
     // Enough chunks for every thread to take a few (so a preempted thread holds up little), none shorter
@@ -356,6 +357,17 @@ void store_kv_row(DType kv_dtype, const float* x, int64_t hd, void* dst) {
       for (int64_t d = 0; d < hd; ++d) static_cast<uint8_t*>(dst)[d] = f32_to_f8e4m3(x[d]);
       return;
     case DType::Q8_0: {
+      if (!std::all_of(x, x + hd, [](float e) { return std::isfinite(e); })) {
+        // No scale fits: every block's scale NaN (its quants 0), so the row reads back as NaN and propagates
+        // as it would from an f32 cache (quantize_rows refuses non-finite values).
+        auto* block = static_cast<uint8_t*>(dst);
+        const uint16_t nan = 0x7e00;
+        for (int64_t b = 0; b < kv_row_values(kv_dtype, hd) / 32; ++b, block += 34) {
+          std::memcpy(block, &nan, 2);
+          std::memset(block + 2, 0, 32);
+        }
+        return;
+      }
       if (hd % 32 == 0) return quantize_rows(x, 1, hd, DType::Q8_0, dst);
       // The last block padded with zeros.
       thread_local std::vector<float> padded;

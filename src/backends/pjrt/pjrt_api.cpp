@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -114,10 +115,10 @@ PJRT_Error* Plugin::bounded(const char* what, std::function<PJRT_Error*()> call,
   std::unique_lock<std::mutex> lock(pending->mu);
   if (pending->cv.wait_for(lock, std::chrono::duration<double>(limit), [&] { return pending->done; }))
     return pending->err;
-  const std::string msg =
-      "PJRT plugin " + path_ + ": " + what + " did not return within " + seconds_text(limit) +
-      " s (the plugin start-up timeout, start_timeout_s); the plugin is stuck and "
-      "cannot be used in this process";
+  const std::string msg = "PJRT plugin " + path_ + ": " + what + " did not return within " +
+                          seconds_text(limit) +
+                          " s (the plugin start-up timeout, start_timeout_s); the plugin is stuck and "
+                          "cannot be used in this process";
   {
     std::lock_guard<std::mutex> g(stuck_mutex());
     if (stuck_plugins().empty()) ::on_exit(exit_now, nullptr);
@@ -143,7 +144,15 @@ Plugin& Plugin::load(const std::string& path, const PjrtSettings& settings) {
   return *loaded->emplace(path, std::move(p)).first->second;
 }
 
+namespace {
+// Set once the process is exiting (an atexit handler registered when the first plugin loads, so it runs
+// before the destructors of statics that came earlier, such as a cache of loaded models).
+std::atomic<bool> g_exiting{false};
+}  // namespace
+
 Plugin::Plugin(std::string path, const PjrtSettings& settings) : path_(std::move(path)) {
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit([] { g_exiting.store(true); }); });
   // XLA plugins log INFO lines (e.g. "cpu_device_count set via create_options") to stderr; keep the CLI's
   // stderr for our own messages unless the caller asked for plugin logs or the level is set already (XLA
   // reads TF_CPP_MIN_LOG_LEVEL; it is set, never read, here).
@@ -167,13 +176,14 @@ Plugin::Plugin(std::string path, const PjrtSettings& settings) : path_(std::move
   // Minor skew is accepted both ways: an older plugin lacks newer functions (fn() checks each one against
   // struct_size) and reads only the args fields it knows; a newer plugin accepts our smaller struct_size.
   if (minor_ != PJRT_API_MINOR && settings.plugin_log)
-    log_note("PJRT plugin ", path_, " is API ", api_version(), ", header is ", PJRT_API_MAJOR, ".", PJRT_API_MINOR,
-             " (minor skew accepted)");
+    log_note("PJRT plugin ", path_, " is API ", api_version(), ", header is ", PJRT_API_MAJOR, ".",
+             PJRT_API_MINOR, " (minor skew accepted)");
 
   if (PJRT_HAS(*this, Plugin_Initialize)) {
     auto init = std::make_shared<PJRT_Plugin_Initialize_Args>(make_args<PJRT_Plugin_Initialize_Args>());
     auto* fn = api_->PJRT_Plugin_Initialize;
-    check(bounded("PJRT_Plugin_Initialize", [init, fn] { return fn(init.get()); }, settings.start_timeout_s),
+    check(bounded(
+              "PJRT_Plugin_Initialize", [init, fn] { return fn(init.get()); }, settings.start_timeout_s),
           "PJRT_Plugin_Initialize");
   }
   if (PJRT_HAS(*this, Plugin_Attributes)) {
@@ -280,20 +290,32 @@ void Plugin::check(PJRT_Error* err, const char* what) const {
 }
 
 // Destroyers run from destructors: an error is logged as a warning, never thrown.
-#define TESSERA_PJRT_DESTROYER(func, Type, name, field)         \
-  void func(const Plugin& p, Type* h) {                         \
-    try {                                                       \
-      auto a = make_args<PJRT_##name##_Args>();                 \
-      a.field = h;                                              \
-      PJRT_CALL(p, name, a);                                    \
-    } catch (const Error& e) {                                  \
-      log_warning(e.what());                                    \
-    }                                                           \
+#define TESSERA_PJRT_DESTROYER(func, Type, name, field) \
+  void func(const Plugin& p, Type* h) {                 \
+    try {                                               \
+      auto a = make_args<PJRT_##name##_Args>();         \
+      a.field = h;                                      \
+      PJRT_CALL(p, name, a);                            \
+    } catch (const Error& e) {                          \
+      log_warning(e.what());                            \
+    }                                                   \
   }
 TESSERA_PJRT_DESTROYER(destroy_client, PJRT_Client, Client_Destroy, client)
 TESSERA_PJRT_DESTROYER(destroy_buffer, PJRT_Buffer, Buffer_Destroy, buffer)
 TESSERA_PJRT_DESTROYER(destroy_event, PJRT_Event, Event_Destroy, event)
-TESSERA_PJRT_DESTROYER(destroy_loaded_executable, PJRT_LoadedExecutable, LoadedExecutable_Destroy, executable)
+// Executables still alive when the process exits are left to the OS: the XLA CPU plugin's executable teardown
+// (LLVM's JIT unregistering its code from the GDB JIT interface) was seen to stall for over ten minutes at
+// exit under load (a CI run: two test processes that had passed never ended), and nothing needs it then.
+void destroy_loaded_executable(const Plugin& p, PJRT_LoadedExecutable* h) {
+  if (g_exiting.load()) return;
+  try {
+    auto a = make_args<PJRT_LoadedExecutable_Destroy_Args>();
+    a.executable = h;
+    PJRT_CALL(p, LoadedExecutable_Destroy, a);
+  } catch (const Error& e) {
+    log_warning(e.what());
+  }
+}
 TESSERA_PJRT_DESTROYER(destroy_executable, PJRT_Executable, Executable_Destroy, executable)
 #undef TESSERA_PJRT_DESTROYER
 
@@ -321,7 +343,8 @@ Client::Client(const Plugin& p, int device_count, double start_timeout_s) : p_(&
     c->a.num_options = 1;
   }
   auto* create = p.fn<PJRT_Client_Create>(offsetof(PJRT_Api, PJRT_Client_Create), "PJRT_Client_Create");
-  p.check(p.bounded("PJRT_Client_Create", [c, create] { return create(&c->a); }, start_timeout_s),
+  p.check(p.bounded(
+              "PJRT_Client_Create", [c, create] { return create(&c->a); }, start_timeout_s),
           "PJRT_Client_Create");
   client_ = ClientHandle(&p, c->a.client);
   auto d = make_args<PJRT_Client_AddressableDevices_Args>();
