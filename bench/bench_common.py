@@ -88,3 +88,12 @@ def run_json(cmd, who):
         tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
         raise SystemExit(f"{who}: {' '.join(cmd)} failed ({p.returncode}): {tail}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def emit(lines, out=""):
+    """Prints a report's lines (a Markdown table and its heading) and writes them to `out` too where given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)

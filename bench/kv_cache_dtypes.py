@@ -68,11 +68,7 @@ def main():
         speeds = sorted(s for _, s, _ in info[kv])
         eq = "reference" if kv == "float32" else f"{sum(r[1 + i] for r in rows)}/{sum(t for _, _, t in info['float32'])}"
         lines.append(f"| {kv} | {info[kv][0][0]} | {speeds[len(speeds) // 2]:.1f} | {eq} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    bench_common.emit(lines, a.out)
 
 
 if __name__ == "__main__":

@@ -60,11 +60,7 @@ def main():
                      f"{t['decode_tokens_per_s'] / l['decode_tokens_per_s']:.2f}x | "
                      f"{t['peak_rss_mb']:.0f} / {l['peak_rss_mb']:.0f} | "
                      f"{t['peak_rss_mb'] / l['peak_rss_mb']:.2f}x |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    bench_common.emit(lines, a.out)
 
 
 if __name__ == "__main__":
