@@ -213,18 +213,8 @@ TEST(SmolLM2, KvCacheQ8AndFp8StayNearTheExactCache) {
       std::sort(gaps.begin(), gaps.end());
       const double median = gaps[gaps.size() / 2];
       EXPECT_LE(median, bound) << kv << " " << p["kind"];
-      GenerationConfig cfg;
-      cfg.max_new_tokens = 64;
-      const auto want = exact.generate({ids}, {}, cfg).sequences[0],
-                 out = m.generate({ids}, {}, cfg).sequences[0];
-      size_t same = 0;
-      while (ids.size() + same < std::min(want.size(), out.size()) &&
-             want[ids.size() + same] == out[ids.size() + same])
-        ++same;
-      std::printf(
-          "[ kv %-8s] %-6s per-position max |diff| median %.3f, largest %.3f; greedy equal for %zu of %zu\n",
-          kv.c_str(), p["kind"].get<std::string>().c_str(), median, gaps.back(), same,
-          want.size() - ids.size());
+      std::printf("[ kv %-8s] %-6s per-position max |diff| median %.3f, largest %.3f\n", kv.c_str(),
+                  p["kind"].get<std::string>().c_str(), median, gaps.back());
     }
   }
 }
