@@ -3,8 +3,9 @@
 #  1. release build with warnings as errors, all CTest tests (unit, golden, CLI end-to-end);
 #  2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #  3. the concurrency tests under ThreadSanitizer;
-#  4. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 15: a smoke run that keeps the targets
-#     building and catches shallow faults, halved from 30 s to keep CI under an hour; longer runs by hand).
+#  4. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 10: a smoke run that keeps the targets
+#     building and catches shallow faults, cut from 30 s and then 15 s to keep CI under an hour; longer runs by
+#     hand).
 # QUICK=1 runs step 1 only (and the Python package's tests, which follow it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,14 +51,16 @@ ninja -C build-asan -j"$JOBS" tessera_tests
 # from its rows alone by 3e-4 in the -O1 GCC sanitizer builds on AVX512-BF16 machines (it passes in the release
 # build and in a clang build; cause not found yet: ARCHITECTURE.md, *Tests*). The TSan stage skips it too.
 # Leaks inside the (uninstrumented) xla-cpu plugin are its own: scripts/lsan.supp.
-# Three load tests run in stage 1 only: the 64-request pool (182 s alone under ASan, a third of this stage's
-# test time), preemption on every golden model (54 s) and the quantised-cache logits on every golden model; the
-# same code paths run here through their smaller siblings (KvPool.*, ServeEngine.*, KvCacheDtype.*).
+# The heaviest load tests run in stage 1 only (their smaller siblings run here, through the same code paths):
+# the 64-request pool (182 s alone under ASan, a quarter of this stage's test time), preemption on every golden
+# model (54 s), staggered requests (38 s), logprobs and prompt lookup through the engine (31 s, 26 s), the mixed
+# disk-cache workload (20 s), the self-drafting model on every golden model (11 s) and the quantised-cache logits
+# on every golden model.
 LSAN_SUPP="$PWD/scripts/lsan.supp"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$LSAN_SUPP" \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j"$JOBS" --timeout 900 \
-    -E 'Cli\.|SmolLM2|Pjrt|XlaCpu|xla_cpu|Bench|BatchWithPerRowSlotsEqualsEachSequenceAlone/llama_gqa_bf16kv|APoolOfBlocksServesSixtyFourQueuedRequestsEachAsAlone|PreemptedSequencesResumeWithTheSameTokensAndLogitsOnEveryGoldenModel|KvCacheDtype.LogitsStayNearTheExactCacheOnEveryGoldenModel')
+    -E 'Cli\.|SmolLM2|Pjrt|XlaCpu|xla_cpu|Bench|BatchWithPerRowSlotsEqualsEachSequenceAlone/llama_gqa_bf16kv|APoolOfBlocksServesSixtyFourQueuedRequestsEachAsAlone|PreemptedSequencesResumeWithTheSameTokensAndLogitsOnEveryGoldenModel|KvCacheDtype.LogitsStayNearTheExactCacheOnEveryGoldenModel|ServeEngine.StaggeredRequestsEachEqualGenerateAlone|ServeEngine.LogprobsAlwaysCarryTheSampledToken|ServeEngine.PromptLookupGivesTheSameTextAndLogprobsWithFewerSteps|DiskCache.MixedWorkloadColdThenWarm|DraftModel.TheModelAsItsOwnDraftGivesPlainTokensAndLogitsOnEveryGoldenModel')
 
 stage "concurrency tests under ThreadSanitizer"
 cmake -S . -B build-tsan -G Ninja "${SAN_FLAGS[@]}" -DTESSERA_WERROR=ON -DTESSERA_TSAN=ON >/dev/null
@@ -69,7 +72,7 @@ TESSERA_SOURCE_DIR="$PWD" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   build-tsan/tessera_tests \
   --gtest_filter='*Concurren*:*CpuRows*:CpuThreadPool.*-*XlaCpu*:*Pjrt*:*BatchWithPerRowSlotsEqualsEachSequenceAlone/llama_gqa_bf16kv*'
 
-stage "fuzzers (${FUZZ_SECONDS:-15}s each)"
+stage "fuzzers (${FUZZ_SECONDS:-10}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja "${SAN_FLAGS[@]}" -DTESSERA_FUZZ=ON \
   -DTESSERA_TESTS=OFF >/dev/null
 ninja -C build-fuzz -j"$JOBS" fuzzers
@@ -80,7 +83,7 @@ for f in build-fuzz/fuzz_*; do
   echo "-- $(basename "$f")"
   seeds="fuzz/seeds/$(basename "$f")"  # committed seed inputs, read as a second corpus where there are some
   [[ -d "$seeds" ]] || seeds=""
-  "$f" -max_total_time="${FUZZ_SECONDS:-15}" -rss_limit_mb=2048 -max_len=65536 "$corpus" $seeds >/dev/null 2>build-fuzz/$(basename "$f").log \
+  "$f" -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=2048 -max_len=65536 "$corpus" $seeds >/dev/null 2>build-fuzz/$(basename "$f").log \
     || { tail -40 build-fuzz/$(basename "$f").log; exit 1; }
 done
 echo "fuzz: all targets ran clean"
