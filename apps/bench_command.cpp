@@ -10,6 +10,7 @@
 
 #include "bench/bench_model.h"
 #include "cli_env.h"
+#include "compile_flags.h"
 #include "default_model.h"
 #include "tessera/error.h"
 
@@ -74,10 +75,8 @@ void add_bench_command(CLI::App& app) {
       "--exact-bf16-matmul", flags->o.exact_bf16_matmul,
       "keep matmul inputs float32 instead of rounding them to bfloat16 for AVX512-BF16 dot products "
       "(bfloat16 weights) or to int8 (a GGUF's block-quantised matrices), and the KV cache float32");
-  cmd->add_option("--kv-cache-dtype", flags->o.kv_cache_dtype,
-                  "KV cache dtype, as for generate: auto, bfloat16, float32, q8_0 or fp8")
-      ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "float32", "f32", "fp32", "q8_0", "fp8", "fp8_e4m3",
-                             "float8_e4m3fn"}));
+  tessera::cli::add_kv_cache_dtype_flag(
+      cmd, flags->o.kv_cache_dtype, "KV cache dtype, as for generate: auto, bfloat16, float32, q8_0 or fp8");
   cmd->add_option(
          "--kernels", flags->o.kernels,
          "A kernel package folder, as for forward/generate (repeatable, the first that accepts an op "

@@ -1,5 +1,8 @@
 #include "compile_flags.h"
 
+#include "tessera/error.h"
+#include "tessera/tensor.h"
+
 namespace tessera::cli {
 
 void add_compile_flags(CLI::App* cmd, CompileFlags& f) {
@@ -21,6 +24,20 @@ void apply_compile_flags(const CompileFlags& f, LoadOptions& opt) {
   opt.buckets = f.buckets;
   opt.compile_cache_dir = f.compile_cache_dir;
   opt.max_recompiles = f.max_recompiles;
+}
+
+void add_kv_cache_dtype_flag(CLI::App* cmd, std::string& value, const std::string& help) {
+  cmd->add_option("--kv-cache-dtype", value, help)
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            try {
+              parse_kv_cache_dtype(v);
+              return std::string();
+            } catch (const Error&) {
+              return "'" + v + "' is not one of auto, bfloat16, float32, q8_0, fp8";
+            }
+          },
+          "DTYPE"));
 }
 
 }  // namespace tessera::cli

@@ -17,4 +17,7 @@ void add_compile_flags(CLI::App* cmd, CompileFlags& f);
 // Sets LoadOptions::buckets, compile_cache_dir and max_recompiles.
 void apply_compile_flags(const CompileFlags& f, LoadOptions& opt);
 
+// --kv-cache-dtype (generate, serve, forward, bench): the names parse_kv_cache_dtype accepts, checked by it.
+void add_kv_cache_dtype_flag(CLI::App* cmd, std::string& value, const std::string& help);
+
 }  // namespace tessera::cli

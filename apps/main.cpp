@@ -85,13 +85,13 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
       "products (bfloat16 weights) or to int8 for integer dot products (a GGUF's block-quantised matrices), "
       "and "
       "the KV cache float32 instead of bfloat16: what float32 weights give, slower");
-  cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
-                  "KV cache dtype: auto (bfloat16 for a bfloat16 model on cpu, else float32), bfloat16, "
-                  "float32, q8_0 (34 bytes per 32 values of a head) or fp8 (float8 e4m3fn); "
-                  "q8_0 and fp8 halve a bfloat16 cache's memory and the bytes long-context decode reads. "
-                  "bfloat16, q8_0 and fp8: cpu device only")
-      ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "float32", "f32", "fp32", "q8_0", "fp8", "fp8_e4m3",
-                             "float8_e4m3fn"}));
+  cli::add_kv_cache_dtype_flag(
+      cmd, f.kv_cache_dtype,
+      "KV cache dtype: auto (bfloat16 for a bfloat16 model on cpu, else float32), bfloat16, float32, q8_0 "
+      "(34 "
+      "bytes per 32 values of a head) or fp8 (float8 e4m3fn); q8_0 and fp8 halve a bfloat16 cache's memory "
+      "and "
+      "the bytes long-context decode reads. bfloat16, q8_0 and fp8: cpu device only");
   cmd->add_option(
          "--threads", f.threads,
          "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "

@@ -289,7 +289,7 @@ struct VecOps {
   // weighted_rows_multi adding to out: consecutive ranges of j give, bit for bit, one call over all of them.
   void (*weighted_rows_multi_acc)(const float* p, int64_t ldp, int64_t R, int64_t n, const float* rows,
                                   int64_t dim, float* out, int64_t ldo);
-  // y[i] = the float8 e4m3fn value of byte x[i] (exact; NaN bytes excepted), for i < n.
+  // y[i] = the float8 e4m3fn value of byte x[i] (exact; NaN bytes give NaN), for i < n.
   void (*widen_f8e4m3)(const uint8_t* x, float* y, int64_t n);
 };
 const VecOps& vec_ops();  // of active_isa()
