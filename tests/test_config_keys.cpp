@@ -33,7 +33,8 @@ const std::map<std::string, std::string> kFixtureOf = {
     {"MistralForCausalLM", "mistral"},    {"Phi3ForCausalLM", "phi3"},
     {"Gemma2ForCausalLM", "gemma2"},      {"Gemma3ForCausalLM", "gemma3"},
     {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
-    {"GptOssForCausalLM", "gpt_oss"},
+    {"GptOssForCausalLM", "gpt_oss"},     {"SmolLM3ForCausalLM", "smollm3"},
+    {"Olmo2ForCausalLM", "olmo2"},        {"Olmo3ForCausalLM", "olmo3"},
 };
 
 json fixture_config(const std::string& fixture) {
@@ -204,6 +205,15 @@ TEST(ConfigResolution, MatchesTransformers) {
         EXPECT_TRUE(got.layer_is_sliding(static_cast<int64_t>(l))) << "layer " << l;
         EXPECT_EQ(got.sliding_window, windows[l].get<int64_t>());
       }
+    }
+    // SmolLM3's NoPE layers.
+    if (hf.contains("layer_no_rope") && !hf["layer_no_rope"].is_null()) {
+      const auto& nope = hf["layer_no_rope"];
+      ASSERT_EQ(nope.size(), static_cast<size_t>(got.num_layers));
+      for (size_t l = 0; l < nope.size(); ++l)
+        EXPECT_EQ(got.layer_uses_rope(static_cast<int64_t>(l)), nope[l].get<int>() == 0) << "layer " << l;
+    } else {
+      EXPECT_TRUE(got.layer_no_rope.empty());
     }
     // The rotary table, float32, as Transformers' rotary embedding module built it (Gemma 3: the full
     // attention layers' one, and the sliding layers' local one).

@@ -28,8 +28,8 @@ using namespace tessera::model_test;
 namespace {
 
 // One fixture per family (tools/make_model_goldens.py).
-const char* kFamilies[] = {"qwen2",     "mistral",         "phi3",    "gemma2", "gemma3",
-                           "qwen3_moe", "qwen3_moe_fused", "mixtral", "gpt_oss"};
+const char* kFamilies[] = {"qwen2",           "mistral", "phi3",    "gemma2",  "gemma3", "qwen3_moe",
+                           "qwen3_moe_fused", "mixtral", "gpt_oss", "smollm3", "olmo2",  "olmo3"};
 
 constexpr double kTol = 1e-4;
 
@@ -167,6 +167,42 @@ TEST(Cli, TpFamiliesGemma2TwoRanks) {
 // Gemma 3: q/k norms on each rank's heads, two ropes, the soft-capped logits past the window.
 TEST(Cli, TpFamiliesGemma3TwoRanks) {
   expect_tp_same_as_one_process({golden::variant_path("gemma3_sliding"), 2, "", kLongPrompt});
+}
+
+// SmolLM3: a NoPE layer that slides, past its window. OLMo 3: attention whole on every rank (its q/k norms
+// span all heads), the MLP split, two ropes, past the window.
+TEST(Cli, TpFamiliesSmolLM3AndOlmo3TwoRanks) {
+  expect_tp_same_as_one_process({golden::model_path("smollm3"), 2, "", kLongPrompt});
+  expect_tp_same_as_one_process({golden::model_path("olmo3"), 2, "", kLongPrompt});
+}
+
+// OLMo's plan gathers q/k/v (colwise_gather_output) into o_proj (rowwise_split_input): attention runs whole
+// on each rank; a plan that splits it by heads is refused, since q_norm / k_norm span every head.
+TEST(FamiliesTp, OlmoAttentionRunsWholeOnEachRankAndAHeadSplitIsRefused) {
+  for (const std::string name : {"olmo2", "olmo3"}) {
+    SCOPED_TRACE(name);
+    const nlohmann::json j = golden::load_json(golden::model_path(name + "/config.json"));
+    const auto& arch = models::find_architecture(j["architectures"][0].get<std::string>(), name);
+    const models::DecoderConfig c = arch.parse_config(j, name);
+    auto resolve = [&](std::vector<TpPlanRule> rules) {
+      return distributed::resolve_tp_plan(arch, c, {.tp_size = 2, .tp_plan = std::move(rules)}, 0, name,
+                                          nullptr);
+    };
+    const models::TpLayout t = resolve({});
+    EXPECT_FALSE(t.attn_split);
+    EXPECT_TRUE(t.mlp_split_at(0) && t.mlp_split_at(1));
+    EXPECT_TRUE(t.lm_head_split);
+    std::vector<TpPlanRule> heads;
+    for (const char* p : {"q_proj", "k_proj", "v_proj"})
+      heads.push_back({std::string("layers.*.self_attn.") + p, "colwise", "test"});
+    heads.push_back({"layers.*.self_attn.o_proj", "rowwise", "test"});
+    tessera::testing::expect_error([&] { resolve(heads); }, "q_norm / k_norm normalise the whole q and k");
+    const std::vector<TpPlanRule> replicated = {{"layers.*.self_attn.q_proj", "replicated", "test"},
+                                                {"layers.*.self_attn.k_proj", "replicated", "test"},
+                                                {"layers.*.self_attn.v_proj", "replicated", "test"},
+                                                {"layers.*.self_attn.o_proj", "replicated", "test"}};
+    EXPECT_FALSE(resolve(replicated).attn_split);
+  }
 }
 
 TEST(Cli, TpFamiliesXlaCpuTwoRanksGreedyEqualsOneDevice) {

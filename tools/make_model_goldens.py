@@ -38,6 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
 from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 from transformers import GptOssConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402
+from transformers import Olmo2Config, Olmo3Config, SmolLM3Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -413,6 +414,58 @@ def spec_list():
     # for it); the clamp itself is exercised by gpt_oss above.
     gpt_oss_mxfp4 = GptOssConfig.from_dict(gpt_oss.to_dict())
     gpt_oss_mxfp4.swiglu_limit = 7.0
+    # SmolLM3 (SmolLM3ForCausalLM): Llama's layer with NoPE layers; 3 layers, no_rope_layer_interval 3 so
+    # layer 2 applies no rope, and (use_sliding_window, sliding_window 8) that NoPE layer slides past the
+    # 19-token prompts; q/k/v/o and MLP biases, tied; its default_theta 2e6 (no rope_theta given).
+    smollm3 = SmolLM3Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        mlp_bias=True,
+        no_rope_layer_interval=3,
+        use_sliding_window=True,
+        sliding_window=8,
+        **dict(common, num_hidden_layers=3),
+    )
+    # OLMo 2 (Olmo2ForCausalLM): the post-norm layer, q_norm / k_norm over the whole projections (k: 2 KV heads
+    # of 16), no biases, untied, theta 500000.
+    olmo2 = Olmo2Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        **common,
+    )
+    # OLMo 3 (Olmo3ForCausalLM): OLMo 2's layer with sliding layers 0 and 2 (window 8) and a full layer 1, each
+    # layer type its own rope: YaRN x4 over an original 16 positions on the full layer (OLMo 3's long-context
+    # setting), theta 10000 on the sliding ones; q/k/v/o biases.
+    olmo3 = Olmo3Config(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                               "rope_theta": 500000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        **dict(common, num_hidden_layers=3),
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -433,6 +486,9 @@ def spec_list():
         ("mixtral", mixtral, torch.float32, 1, 1017),
         ("gpt_oss", gpt_oss, torch.bfloat16, 1, 1018),
         ("gpt_oss_mxfp4", gpt_oss_mxfp4, torch.bfloat16, 1, 1019),
+        ("smollm3", smollm3, torch.float32, 1, 1020),
+        ("olmo2", olmo2, torch.bfloat16, 1, 1021),
+        ("olmo3", olmo3, torch.float32, 1, 1022),
     ]
 
 
@@ -841,7 +897,8 @@ def _tiny(arch, **kw):
     None removes the key (so Transformers' class default applies)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Glm4ForCausalLM": "glm4",
                   "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3",
-                  "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text"}[arch]
+                  "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+                  "SmolLM3ForCausalLM": "smollm3", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3"}[arch]
     cfg = {
         "architectures": [arch],
         "model_type": model_type,
@@ -1249,6 +1306,54 @@ def resolution_cases():
         ("gemma3_hidden_act_disagrees", gemma3(hidden_act="silu"),
          ("ambiguous", ["hidden_act", "hidden_activation", "silu"])),
     ]
+    S3, O2, O3 = "SmolLM3ForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"
+    yarn8 = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32, "attention_factor": 1.2,
+             "beta_fast": 32.0, "beta_slow": 1.0}
+    cases += [
+        # SmolLM3Config's defaults: every 4th layer NoPE, default_theta 2e6, 4 KV heads, tied, eps 1e-6.
+        ("smollm3_class_defaults",
+         _tiny(S3, num_hidden_layers=4, rope_parameters=None, num_key_value_heads=None, head_dim=None,
+               rms_norm_eps=None, tie_word_embeddings=None, max_position_embeddings=None), None),
+        # Without layer_types, the NoPE layers slide when use_sliding_window and sliding_window are set.
+        ("smollm3_nope_layers_slide",
+         _tiny(S3, no_rope_layers=[1, 0, 1], use_sliding_window=True, sliding_window=4, attention_bias=True,
+               mlp_bias=True), None),
+        # layer_types given: the mask Transformers builds slides where it says, use_sliding_window or not.
+        ("smollm3_layer_types_decide",
+         _tiny(S3, no_rope_layers=[1, 1, 0], layer_types=["sliding_attention", "full_attention", "full_attention"],
+               sliding_window=4, rope_parameters=None, rope_theta=50000.0), None),
+        ("smollm3_short_no_rope_layers", _tiny(S3, no_rope_layers=[1, 0]),
+         ("transformers_fails", ["no_rope_layers", "3"])),
+        ("smollm3_sliding_without_window",
+         _tiny(S3, layer_types=["sliding_attention", "full_attention", "full_attention"], sliding_window=None),
+         ("transformers_fails", ["layer_types", "sliding_window"])),
+        # Olmo2Config's defaults: eps 1e-5, KV heads = heads, untied, theta 10000.
+        ("olmo2_class_defaults",
+         _tiny(O2, rope_parameters=None, num_key_value_heads=None, head_dim=None, rms_norm_eps=None,
+               tie_word_embeddings=None, max_position_embeddings=None, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None), None),
+        # The hub's OLMo 2 layout (transformers 4.x): top-level rope_theta, attention biases.
+        ("olmo2_v4_layout", _tiny(O2, rope_parameters=None, rope_theta=500000.0, rope_scaling=None,
+                                  attention_bias=True), None),
+        # Olmo3Config's defaults: every 4th layer full, the others slide (window 4096), theta 500000 on both.
+        ("olmo3_class_defaults",
+         _tiny(O3, num_hidden_layers=4, rope_parameters=None, sliding_window=None, num_key_value_heads=None,
+               rms_norm_eps=None, max_position_embeddings=None, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None), None),
+        # The hub's OLMo 3 layout: top-level rope_theta and a yarn rope_scaling go to the full layers; the
+        # sliding layers keep 500000 (Transformers pops rope_theta while filling the full entry).
+        ("olmo3_v4_layout_yarn_on_full_layers",
+         _tiny(O3, rope_parameters=None, rope_theta=20000.0, rope_scaling=yarn8, sliding_window=4,
+               layer_types=["sliding_attention", "sliding_attention", "full_attention"]), None),
+        ("olmo3_nested",
+         _tiny(O3, sliding_window=4, layer_types=["full_attention", "sliding_attention", "full_attention"],
+               rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0},
+                                "sliding_attention": None}), None),
+        ("olmo3_flat_rope_parameters", _tiny(O3, sliding_window=4),
+         ("ambiguous", ["rope_parameters", "beside", "OLMo 3"])),
+        ("olmo3_null_window", _tiny(O3, rope_parameters=None, sliding_window=None) | {"sliding_window": None},
+         ("transformers_fails", ["sliding_window", "null"])),
+    ]
     return cases
 
 
@@ -1269,6 +1374,11 @@ def layer_window(config, layer):
         # every layer. (A mistral config.json with layer_types is loaded as "ministral", whose layers keep
         # their own.)
         return config.sliding_window
+    if config.model_type == "smollm3":
+        # SmolLM3Attention keeps a window only with use_sliding_window, but the model builds the sliding mask
+        # for every layer layer_types marks (the eager and sdpa paths follow the mask).
+        i = layer.self_attn.layer_idx
+        return config.sliding_window if config.layer_types[i] == "sliding_attention" else None
     return getattr(layer.self_attn, "sliding_window", None)
 
 
@@ -1297,7 +1407,8 @@ def hf_resolve(cfg_dict, tmp):
     first = mlp.gate_up_proj if hasattr(mlp, "gate_up_proj") else mlp.gate_proj
     act = mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn
     eos = config.eos_token_id
-    norm = inner.layers[0].input_layernorm
+    layer0 = inner.layers[0]  # OLMo's post-norm layer has no input_layernorm
+    norm = layer0.input_layernorm if hasattr(layer0, "input_layernorm") else layer0.post_attention_layernorm
     rotary = inner.rotary_emb
     return {
         "head_dim": attn.head_dim,
@@ -1315,6 +1426,9 @@ def hf_resolve(cfg_dict, tmp):
         "eos_token_id": list(eos) if isinstance(eos, (list, tuple)) else eos,
         "pad_token_id": config.pad_token_id,
         "layer_sliding_window": [layer_window(config, layer) for layer in inner.layers],
+        # SmolLM3's NoPE layers (1: the layer rotates nothing); None for the other architectures.
+        "layer_no_rope": ([0 if layer.self_attn.use_rope else 1 for layer in inner.layers]
+                          if hasattr(inner.layers[0].self_attn, "use_rope") else None),
         "rope_parameters": dict(config.rope_parameters),
         # Gemma 3 keeps one table per layer type: the full_attention layers' here, the sliding ones' beside it.
         "inv_freq": (rotary.inv_freq.float().tolist() if hasattr(rotary, "inv_freq")

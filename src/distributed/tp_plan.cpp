@@ -235,10 +235,16 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     } else {
       const Part q = part(l, Role::kAttnQ, "q_proj", a), k = part(l, Role::kAttnK, "k_proj", a),
                  v = part(l, Role::kAttnV, "v_proj", a);
+      const auto gathered = [](TpStyle s) { return s == TpStyle::ColwiseGatherOutput; };
       if (q.style == TpStyle::Colwise && k.style == TpStyle::Colwise && v.style == TpStyle::Colwise &&
           row(o.style))
         split = true;
       else if (replicated(q.style) && replicated(k.style) && replicated(v.style) && replicated(o.style))
+        split = false;
+      else if (gathered(q.style) && gathered(k.style) && gathered(v.style) &&
+               (o.style == TpStyle::RowwiseSplitInput || replicated(o.style)))
+        // q/k/v gathered whole on every rank (OLMo's plan): attention runs whole on each, as replicated,
+        // o_proj included (the same numbers as its split input summed by an all-reduce, without the gather).
         split = false;
       else
         fail(model, ": ", q.block, " has ", q.name, "=", style_name(q.style), ", ", k.name, "=",
@@ -248,6 +254,11 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
              "must be "
              "replicated");
     }
+    if (split && arch.unsplit_attention)
+      fail(model, ": attention cannot be split by heads (", "layers." + std::to_string(l) + ".self_attn",
+           "): ", arch.name, " ", arch.unsplit_attention,
+           "; replicate q/k/v/o_proj (or gather them: colwise_gather_output, "
+           "rowwise_split_input, its default plan)");
     if (attn && *attn != split)
       fail(model, ": attention is split in some layers and replicated in others (layer ", l,
            "); the KV cache needs one layout, so use the same rules for every layer (layers.*.self_attn...)");

@@ -49,6 +49,9 @@ struct Architecture {
   // we do with it (besides common_config_keys()). Kept in the architecture's file; tests/test_config_keys.cpp
   // checks each refused key is refused and that configs saved by Transformers use only known keys.
   std::vector<ConfigKey> config_keys;
+  // Why attention cannot be split by heads under tensor parallelism (nullptr: it can). OLMo's q/k norms
+  // span every head.
+  const char* unsplit_attention = nullptr;
 };
 
 // The weights a graph reads (each stored tensor once, in graph order; linear in the number of nodes).

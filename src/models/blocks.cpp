@@ -326,9 +326,19 @@ int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, in
     q = b.norm(q, m + "q_norm", c.head_dim, n.node + "q_norm");
     k = b.norm(k, m + "k_norm", c.head_dim, n.node + "k_norm");
   }
-  const int table = c.layer_uses_local_rope(l) ? 1 : 0;  // Gemma 3's sliding layers: the local rope
-  q = b.rope(q, in.positions, c.local_heads(), n.node + "q_rope", table);
-  k = b.rope(k, in.positions, c.local_kv_heads(), n.node + "k_rope", table);
+  if (a.qk_norm_whole) {
+    if (c.tp.attn_split && b.key().tp_size > 1)  // resolve_tp_plan refuses such a plan first
+      throw Error(c.architecture +
+                  ": q_norm / k_norm normalise the whole projection, so attention cannot be "
+                  "split by heads");
+    q = b.norm(q, m + "q_norm", q_dim, n.node + "q_norm");
+    k = b.norm(k, m + "k_norm", kv_dim, n.node + "k_norm");
+  }
+  if (c.layer_uses_rope(l)) {                              // SmolLM3's NoPE layers rotate nothing
+    const int table = c.layer_uses_local_rope(l) ? 1 : 0;  // Gemma 3's sliding layers: the local rope
+    q = b.rope(q, in.positions, c.local_heads(), n.node + "q_rope", table);
+    k = b.rope(k, in.positions, c.local_kv_heads(), n.node + "k_rope", table);
+  }
   int kc = b.cache_update(b.cache_state(l, 0), k, in.slots, n.node + "k_cache_update");
   int vc = b.cache_update(b.cache_state(l, 1), v, in.slots, n.node + "v_cache_update");
   const int64_t window = c.layer_is_sliding(l) ? c.sliding_window : 0;
@@ -367,6 +377,18 @@ int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& mlp) 
                                                         : "geglu";
   int act = b.gated_act(gate, up, f, n.node + unit);
   return b.linear(act, {m + "down_proj", Role::kMlpDown, l, H, I, mlp.bias}, n.node + "down");
+}
+
+int post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
+                    const GatedMlp& m) {
+  const DecoderConfig& c = b.config();
+  const LayerNames n = layer_names(layer);
+  int h = b.norm(self_attention(b, in, n, x, a), n.module + "post_attention_layernorm", c.hidden_size,
+                 n.node + "attn_post_norm");
+  x = b.add(x, h, n.node + "attn_residual");
+  h = b.norm(gated_mlp(b, n, x, m), n.module + "post_feedforward_layernorm", c.hidden_size,
+             n.node + "mlp_post_norm");
+  return b.add(x, h, n.node + "mlp_residual");
 }
 
 int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
@@ -562,6 +584,7 @@ Architecture causal_lm_architecture(CausalLmSpec spec) {
       .ignorable_suffixes = {"rotary_emb.inv_freq"},
       .tp_plan = std::move(spec.tp_plan),
       .config_keys = std::move(keys),
+      .unsplit_attention = spec.unsplit_attention,
   };
 }
 

@@ -114,9 +114,11 @@ enum class RopePairs : uint8_t {
 };
 
 struct SelfAttention {
-  bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj
-  bool o_bias = false;    // a bias on o_proj
-  bool qk_norm = false;   // q_norm / k_norm: RMSNorm over each head of q and k before RoPE
+  bool qkv_bias = false;       // biases on q_proj, k_proj, v_proj
+  bool o_bias = false;         // a bias on o_proj
+  bool qk_norm = false;        // q_norm / k_norm: RMSNorm over each head of q and k before RoPE
+  bool qk_norm_whole = false;  // q_norm / k_norm: RMSNorm over the whole q and k projections before RoPE
+                               // (OLMo 2 / 3); attention is then never split by heads
   RopePairs rope = RopePairs::kHalves;
   bool sinks = false;      // self_attn.sinks [heads]: a learned logit per head in the softmax denominator
   bool fused_qkv = false;  // one self_attn.qkv_proj [(heads + 2 * kv_heads) * head_dim, hidden] (q rows, then
@@ -157,6 +159,11 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m);
 // sparse_moe with `moe` in the layers config().layer_is_sparse marks) -> residual. x [rows, hidden].
 int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
                    const GatedMlp& m, const SparseMoe& moe = {});
+
+// The OLMo 2 / OLMo 3 post-norm decoder layer: self_attention -> post_attention_layernorm -> residual ->
+// gated_mlp -> post_feedforward_layernorm -> residual (no norm before either block).
+int post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a,
+                    const GatedMlp& m);
 
 // The Gemma 2 / Gemma 3 decoder layer: input_layernorm -> self_attention -> post_attention_layernorm ->
 // residual -> pre_feedforward_layernorm -> gated_mlp -> post_feedforward_layernorm -> residual.
@@ -217,6 +224,7 @@ struct CausalLmSpec {
   std::function<void(const ConfigReader&, DecoderConfig&)> finish = {};  // after parse_decoder_config
   std::vector<ConfigKey> config_keys = {};  // its own keys, besides decoder_config_keys()
   TpPlan tp_plan = {};                      // Transformers' base_model_tp_plan for it, plus lm_head
+  const char* unsplit_attention = nullptr;  // Architecture::unsplit_attention
 };
 Architecture causal_lm_architecture(CausalLmSpec spec);
 

@@ -359,7 +359,7 @@ bool same(double a, double b) { return a == b; }
 
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
                       int64_t max_position_embeddings, bool longrope_aliases,
-                      std::optional<int64_t> default_original) {
+                      std::optional<int64_t> default_original, double default_theta) {
   RopeConfig rope;
   // Bounds that make the float32 table meaningful: theta a positive float32, factors positive, partial in (0,
   // 1].
@@ -386,6 +386,7 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
   const RopeSource* src = scaling.set() ? &scaling : params.set() ? &params : nullptr;
   auto read_source = [&](const RopeSource& s) {
     RopeConfig out;
+    out.theta = default_theta;
     const ConfigReader& d = *s.r;
     const auto type = d.optional_string("rope_type");
     const auto legacy_type = d.optional_string("type");
@@ -531,7 +532,7 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
         rope.original_max_position_embeddings = max_position_embeddings;
     }
   } else {
-    rope.theta = top_theta.value_or(10000.0);
+    rope.theta = top_theta.value_or(default_theta);
     rope.partial_rotary_factor = top_partial.value_or(default_partial_rotary.value_or(1.0));
   }
 
@@ -662,7 +663,7 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
   c.hidden_act = parse_activation(r, d.activation_key, d.activation);
   if (!d.own_rope)
     c.rope = parse_rope(r, d.partial_rotary_factor, c.max_position_embeddings, d.longrope_aliases,
-                        d.original_max_position_embeddings);
+                        d.original_max_position_embeddings, d.rope_theta);
   if (c.rot_dim() % 2 != 0 || c.rot_dim() <= 0)
     r.fail_field("partial_rotary_factor", "(" + fmt_number(c.rope.partial_rotary_factor) +
                                               ") times head_dim (" + std::to_string(c.head_dim) +

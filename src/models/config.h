@@ -158,6 +158,12 @@ struct DecoderConfig {
     return layer >= 0 && layer < static_cast<int64_t>(layer_sparse.size()) &&
            layer_sparse[static_cast<size_t>(layer)] != 0;
   }
+  // SmolLM3's NoPE layers (no_rope_layers): 1 = this layer applies no rotary embedding to q and k. Empty:
+  // every layer rotates.
+  std::vector<uint8_t> layer_no_rope;
+  bool layer_uses_rope(int64_t layer) const {
+    return layer >= static_cast<int64_t>(layer_no_rope.size()) || !layer_no_rope[static_cast<size_t>(layer)];
+  }
   bool layer_uses_local_rope(int64_t layer) const {
     return layer < static_cast<int64_t>(layer_local_rope.size()) &&
            layer_local_rope[static_cast<size_t>(layer)];
@@ -275,6 +281,7 @@ struct ConfigDefaults {
   bool longrope_aliases = false;  // rope_type 'su' and 'yarn' mean longrope (Phi3Config)
   std::optional<int64_t>
       original_max_position_embeddings;  // the class's top-level default (Phi3Config: 4096)
+  double rope_theta = 10000.0;  // the config class's default_theta: rope_theta when config.json has none
 };
 
 // Sizes (with sane upper bounds), eps, tie, dtype, special ids, hidden_act and rope (both layouts) into `c`.
@@ -290,7 +297,7 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
 std::string longrope_crossing_error(int64_t switch_at, int64_t prompt_len, int64_t new_tokens);
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
                       int64_t max_position_embeddings, bool longrope_aliases = false,
-                      std::optional<int64_t> default_original = std::nullopt);
+                      std::optional<int64_t> default_original = std::nullopt, double default_theta = 10000.0);
 // `hidden_act`: silu/swish, gelu, gelu_pytorch_tanh, gelu_new, relu; anything else refused by name.
 Activation parse_activation(const ConfigReader& r, const char* key, const char* absent = "silu");
 // Sliding-window layers exactly as Transformers' Qwen2Config and Qwen3Config decide them (the same code):

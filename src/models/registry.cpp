@@ -42,13 +42,22 @@ Architecture architecture();
 namespace gpt_oss {
 Architecture architecture();
 }
+namespace smollm3 {
+Architecture architecture();
+}
+namespace olmo {
+Architecture olmo2_architecture();
+Architecture olmo3_architecture();
+}  // namespace olmo
 
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
-      qwen3::architecture(),   llama::architecture(), glm4::architecture(),   qwen2::architecture(),
-      mistral::architecture(), phi3::architecture(),  gemma2::architecture(), gemma3::architecture(),
-      qwen3_moe::architecture(), mixtral::architecture(), gpt_oss::architecture(),
+      qwen3::architecture(),      llama::architecture(),      glm4::architecture(),
+      qwen2::architecture(),      mistral::architecture(),    phi3::architecture(),
+      gemma2::architecture(),     gemma3::architecture(),     qwen3_moe::architecture(),
+      mixtral::architecture(),    gpt_oss::architecture(),    smollm3::architecture(),
+      olmo::olmo2_architecture(), olmo::olmo3_architecture(),
   };
   return t;
 }
