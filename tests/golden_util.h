@@ -57,6 +57,28 @@ inline std::vector<std::string> model_names() {
 }
 
 // Parses a JSON file; a missing or malformed file throws tessera::Error naming it.
+inline nlohmann::json load_json(const std::string& path);
+
+// Whether fixture `name` has linear-attention layers (Qwen3.5): a recurrent state per sequence besides keys
+// and values, which a cached prefix or a rejected draft cannot rewind.
+inline bool has_recurrent_state(const std::string& name) {
+  const nlohmann::json cfg = load_json(model_path(name + "/config.json"));
+  const auto it = cfg.find("layer_types");
+  if (it == cfg.end() || !it->is_array()) return false;
+  for (const auto& t : *it)
+    if (t == "linear_attention") return true;
+  return false;
+}
+// Every golden model whose sequences are keys and values by position only (prefix caching and speculative
+// decoding apply to these).
+inline std::vector<std::string> positional_model_names() {
+  std::vector<std::string> out;
+  for (const std::string& n : model_names())
+    if (!has_recurrent_state(n)) out.push_back(n);
+  return out;
+}
+
+// Parses a JSON file; a missing or malformed file throws tessera::Error naming it.
 inline nlohmann::json load_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail(path, ": cannot open golden file (run tools/make_model_goldens.py)");

@@ -35,6 +35,7 @@ const std::map<std::string, std::string> kFixtureOf = {
     {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
     {"GptOssForCausalLM", "gpt_oss"},     {"SmolLM3ForCausalLM", "smollm3"},
     {"Olmo2ForCausalLM", "olmo2"},        {"Olmo3ForCausalLM", "olmo3"},
+    {"Qwen3_5ForCausalLM", "qwen3_5"},
 };
 
 json fixture_config(const std::string& fixture) {

@@ -594,6 +594,7 @@ TEST_P(CpuKernels, GatedActivations) {
        },
        [](double x) { return 2e-7 * (std::abs(x) + 0.1 * std::abs(x * x * x)); }},
       {GateAct::Relu, [](double x) { return x > 0 ? x : 0.0; }, none},
+      {GateAct::Sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, none},
   };
   for (const Case& c : cases) {
     for (int64_t n : {1, 7, 16, 33, 577, 70001}) {

@@ -211,6 +211,8 @@ const char* act_name(GateAct a) {
       return "gelu_tanh";
     case GateAct::Relu:
       return "relu";
+    case GateAct::Sigmoid:
+      return "sigmoid";
   }
   return "?";
 }
@@ -225,6 +227,8 @@ double act_ref(GateAct a, double x) {
       return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case GateAct::Relu:
       return x > 0 ? x : 0.0;
+    case GateAct::Sigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
   }
   return NAN;
 }

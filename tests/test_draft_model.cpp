@@ -100,7 +100,7 @@ void expect_same(const Outcome& got, const Outcome& want) {
 // confirmed (the draft's prompt runs as one program, the target's in chunks: a last-bit difference may flip a
 // near tie); for a sampled or penalised request (the drafts are greedy and unpenalised) fewer.
 TEST(DraftModel, TheModelAsItsOwnDraftGivesPlainTokensAndLogitsOnEveryGoldenModel) {
-  for (const std::string& name : golden::model_names()) {
+  for (const std::string& name : golden::positional_model_names()) {
     SCOPED_TRACE(name);
     CausalLM m = load(name);
     const std::vector<Request> reqs = requests(m.info().vocab_size);
@@ -128,7 +128,7 @@ TEST(DraftModel, ADifferentDraftModelChangesNoToken) {
 // greedy and seeded sampled, with the model as its own assistant and with another.
 TEST(DraftModel, GenerateWithAnAssistantEqualsGoldensAndPlainGenerate) {
   CausalLM other = load("llama_gqa");
-  for (const std::string& name : golden::model_names()) {
+  for (const std::string& name : golden::positional_model_names()) {
     SCOPED_TRACE(name);
     CausalLM m = load(name);
     const bool use_other =

@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, Qwen3Config  # noqa: E402
 from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 from transformers import GptOssConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402
-from transformers import Olmo2Config, Olmo3Config, SmolLM3Config  # noqa: E402
+from transformers import Olmo2Config, Olmo3Config, Qwen3_5TextConfig, SmolLM3Config  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -466,6 +466,28 @@ def spec_list():
         },
         **dict(common, num_hidden_layers=3),
     )
+    # Qwen3.5 (Qwen3_5ForCausalLM, text): 3 layers, full_attention_interval 3 (two Gated DeltaNet layers, then
+    # gated full attention); 2 key heads serving 4 value heads of 16 (grouped), convolution width 4; the full
+    # layer's rope on a quarter of each head (4 of 16 dims); every norm (1 + w) but the delta net's output norm.
+    qwen3_5 = Qwen3_5TextConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        full_attention_interval=3,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+        **dict(common, num_hidden_layers=3),
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -489,6 +511,7 @@ def spec_list():
         ("smollm3", smollm3, torch.float32, 1, 1020),
         ("olmo2", olmo2, torch.bfloat16, 1, 1021),
         ("olmo3", olmo3, torch.float32, 1, 1022),
+        ("qwen3_5", qwen3_5, torch.float32, 1, 1023),
     ]
 
 
@@ -500,6 +523,9 @@ V4_LAYOUT = {"llama3_v4", "glm4_v4"}
 FUSED_EXPERTS = {"qwen3_moe_fused"}
 # gpt-oss fixtures whose experts are rewritten as MXFP4 blocks after save_pretrained (mxfp4_experts).
 MXFP4_EXPERTS = {"gpt_oss_mxfp4"}
+# Longer forward prompts: a linear-attention model's prompt past one chunk of Transformers' chunked delta
+# rule (64 tokens).
+EXTRA_FORWARD = {"qwen3_5": (150,)}
 FP4_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
@@ -823,7 +849,7 @@ def repetition_cases(model, prompts, max_new, penalty):
 def tiny_golden(name, config, saved_dtype, seed, d):
     vocab = config.vocab_size
     gen = torch.Generator().manual_seed(seed + 7)
-    fwd_inputs = [rand_ids(gen, n, vocab) for n in (1, 7, 19)]
+    fwd_inputs = [rand_ids(gen, n, vocab) for n in (1, 7, 19) + EXTRA_FORWARD.get(name, ())]
     greedy_prompts = [rand_ids(gen, n, vocab) for n in (5, 11)]
     batch_prompts = [rand_ids(gen, n, vocab) for n in (3, 8, 13)]
 

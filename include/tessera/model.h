@@ -86,8 +86,8 @@ struct LoadOptions {
   bool exact_bf16_matmul = false;
   // The KV cache's dtype: "auto" (bfloat16 for a bfloat16 model on the native cpu backend unless
   // exact_bf16_matmul, else float32), "bfloat16", "float32", "q8_0" (blocks of 32 values of a head's row: an
-  // f16 scale and 32 int8, 34 bytes; a last partial block padded with zeros) or "fp8" (float8 e4m3fn, scale 1,
-  // saturating at +-448). The quantised ones halve (q8_0: 0.53x) the bytes of a bfloat16 cache, keys and
+  // f16 scale and 32 int8, 34 bytes; a last partial block padded with zeros) or "fp8" (float8 e4m3fn, scale
+  // 1, saturating at +-448). The quantised ones halve (q8_0: 0.53x) the bytes of a bfloat16 cache, keys and
   // values rounded once when written; attention dequantises them inside its kernel. Native cpu backend
   // only; PJRT devices keep float32 caches (anything but auto / float32 is an Error there). (The tessera
   // command: --kv-cache-dtype.)
@@ -144,6 +144,10 @@ struct ModelInfo {
   // Phi-3 with longrope: original_max_position_embeddings, where decoding from a shorter prompt would need
   // the whole sequence recomputed (the server refuses such a request; 0: no such switch).
   int64_t longrope_switch = 0;
+  // Some layers keep a recurrent state per sequence (Qwen3.5's linear attention) besides keys and values:
+  // prompts are not cut at cached prefixes and drafts are not verified (no prefix caching or reuse, no
+  // speculative decoding), since that state cannot be rewound to a position.
+  bool recurrent_state = false;
 };
 
 class SlotBatch;

@@ -195,6 +195,14 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     if (!models::is_linear(s.module->role) && !replicated(s.style))
       fail(model, ": module '", m, "' is ", style_name(s.style),
            ", but only linear layers (*_proj, lm_head) can be split; ", "use replicated");
+  // Linear-attention projections run whole on every rank: replicated, or gathered (Transformers' plan for
+  // them, colwise_gather_output: the same numbers).
+  for (const auto& [m, s] : styles)
+    if (s.module->role == Role::kLinearMixer && !replicated(s.style) &&
+        s.style != TpStyle::ColwiseGatherOutput)
+      fail(model, ": module '", m, "' is ", style_name(s.style),
+           ", but linear-attention projections run whole on every rank; use replicated or "
+           "colwise_gather_output");
   // The linear layers by (layer, role); a role a layer lacks counts as replicated.
   std::map<std::pair<int64_t, Role>, Styled> by_role;
   for (const auto& [m, s] : styles)

@@ -517,13 +517,19 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.sampling = b.on_device ? graph::Sampling::Sample : graph::Sampling::Off;
   // Under MPI tensor parallelism every rank's batch makes the same lookups (the same operations in the same
   // order: lead_followers replays them) and copies its own shard of the rows.
+  // A recurrent state (linear attention) cannot be rewound to a position: no cached prefixes, no reuse, no
+  // drafts to verify.
+  const bool recurrent = b.m->config.has_recurrent_state();
+  if (options.prefix_reuse && recurrent)
+    fail("SlotBatch: prefix_reuse: ", b.m->config.architecture,
+         " keeps a recurrent state per sequence (linear attention), which a reused prefix cannot restore");
   b.caching = options.prefix_cache && !options.prefix_reuse && !b.on_device && !b.m->caps.prefers_buckets &&
-              b.m->caps.copies_cache_rows;
+              b.m->caps.copies_cache_rows && !recurrent;
   if (options.prefix_cache && options.prefix_block < 1)
     fail("SlotBatch: prefix_block must be >= 1, got ", options.prefix_block);
   b.chunks.resize(static_cast<size_t>(slots));
   b.can_speculate = b.running_rows_only && !b.on_device && b.m->caps.shared_cache_rows &&
-                    !(b.m->comm && b.m->comm->size() > 1);
+                    !(b.m->comm && b.m->comm->size() > 1) && !recurrent;
   b.slots.resize(static_cast<size_t>(slots));
   b.kept.resize(static_cast<size_t>(slots));
   b.cache = b.m->make_cache(slots, cache_len);
@@ -531,7 +537,7 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.paging = b.page.block_tokens > 0 && b.running_rows_only && !b.on_device && !options.prefix_reuse;
   b.held.assign(static_cast<size_t>(slots), 0);
   if (b.paging) {
-    b.block_bytes = b.page.block_bytes * 2 * b.m->config.num_layers * b.m->config.local_kv_heads();
+    b.block_bytes = b.page.block_bytes * 2 * b.m->config.attention_layers() * b.m->config.local_kv_heads();
     b.pool = static_cast<int64_t>(slots) * b.blocks(cache_len);
   }
   if (options.kv_cache_bytes < 0)
@@ -559,6 +565,9 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
     if (d->config.vocab_size != b.m->config.vocab_size)
       fail("SlotBatch: the draft model's vocabulary has ", d->config.vocab_size, " ids, the model's ",
            b.m->config.vocab_size, " (a draft model must share the tokenizer)");
+    if (recurrent || d->config.has_recurrent_state())
+      fail("SlotBatch: a draft model: ", (recurrent ? b.m : d)->config.architecture,
+           " keeps a recurrent state per sequence (linear attention), which rejected drafts cannot rewind");
     if (!b.can_speculate)
       fail(
           "SlotBatch: a draft model needs a batch that verifies drafts: the cpu device, decode steps of the "

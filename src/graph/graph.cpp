@@ -12,10 +12,11 @@ namespace tessera::graph {
 namespace {
 const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "decode"; }
 
-constexpr const char* kOpNames[] = {"input",      "weight",     "cache_state",   "embedding", "rms_norm",
-                                    "matmul",     "rope",       "cache_update",  "attention", "gated_act",
-                                    "add",        "last_row",   "sampler_state", "mark_seen", "sample",
-                                    "all_reduce", "all_gather", "soft_cap",      "moe_route", "moe_experts"};
+constexpr const char* kOpNames[] = {
+    "input",         "weight",       "cache_state",    "embedding",  "rms_norm",   "matmul",
+    "rope",          "cache_update", "attention",      "gated_act",  "add",        "last_row",
+    "sampler_state", "mark_seen",    "sample",         "all_reduce", "all_gather", "soft_cap",
+    "moe_route",     "moe_experts",  "gated_delta_net"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
 }  // namespace
@@ -34,6 +35,8 @@ const char* activation_name(Activation a) {
       return "relu";
     case Activation::ClampedSwiglu:
       return "clamped_swiglu";
+    case Activation::Sigmoid:
+      return "sigmoid";
   }
   return "?";
 }
@@ -120,6 +123,8 @@ std::string weight_key(const Node& n) {
   if (v.rank0_only) os << "[rank 0 only]";
   if (v.stacked) os << "[per expert]";
   if (v.rope_head > 0) os << "[rotary pairs " << v.rope_head << "/" << v.rope_rot << "]";
+  if (v.group > 0)
+    os << "[rows " << v.take_begin << ":" << v.take_begin + v.take << " of every " << v.group << "]";
   if (v.offset != 0.f) os << "[+" << v.offset << "]";
   return os.str();
 }

@@ -88,6 +88,18 @@ enum class Op : uint8_t {
                // down_bias? [E, H]) -> [rows, H]: for each row the sum, over its experts e (route != 0) in
                // ascending e, of route[row, e] * down_e(act(gate_e x) * up_e x); gate_up[e] holds expert e's
                // gate rows [0, I), then its up rows [I, 2I)
+  // Linear attention with a recurrent state (Qwen3.5 / Qwen3-Next's Gated DeltaNet), one whole token mixer:
+  // (qkv [rows, 2*Hk*dk + Hv*dv], z [rows, Hv*dv], b [rows, Hv], a [rows, Hv], conv [C, 1, K] (C = qkv's
+  // width), a_log [Hv], dt_bias [Hv], norm [dv], slots [rows], kv_begin [batch], rows? [batch]) ->
+  // [rows, Hv*dv]. Per token of each step row, in order: qkv through a causal depthwise convolution of width
+  // K over the row's previous inputs, then silu; q and k (per head of dk) l2-normalised, q times dk^-1/2; the
+  // state S [Hv, dk, dv] of the cache row decays by exp(g), g = -exp(a_log) * softplus(a + dt_bias), takes
+  // the delta rule S += k (x) (v - S^T k) * sigmoid(b) (k head h / (Hv / Hk) for value head h), and
+  // o = S^T q; o RMS-normalised per head (eps), times norm, times silu(z). The convolution's last K - 1
+  // inputs and S live in the cache row (DeviceCache), not in CacheState nodes. A token at slot kv_begin[b]
+  // (a sequence's first) starts from zero state; tokens at slots below it (left padding) leave the state
+  // alone and give 0. Node: layer, heads = Hv, kv_heads = Hk, head_dim = dk, dim = dv, window = K, eps.
+  GatedDeltaNet,
   kCount
 };
 const char* op_name(Op op);
@@ -100,7 +112,8 @@ const char* op_name(Op op);
 //   ClampedSwiglu (gpt-oss's experts, Op::MoeExperts only; Node::alpha / Node::limit): with g = min(gate,
 //   limit),
 //             u = clamp(up, -limit, limit): (u + 1) * g * sigmoid(alpha * g)
-enum class Activation : uint8_t { Silu, Gelu, GeluTanh, Relu, ClampedSwiglu };
+//   Sigmoid:  1 / (1 + exp(-x))  (Qwen3.5's gated attention output: attn * sigmoid(gate))
+enum class Activation : uint8_t { Silu, Gelu, GeluTanh, Relu, ClampedSwiglu, Sigmoid };
 const char* activation_name(Activation a);  // "silu", "gelu", "gelu_tanh", "relu"
 
 // How Op::MoeRoute turns router logits into expert weights (softmax in f32 over the dims named).
@@ -162,8 +175,13 @@ struct WeightView {
   // Added to every element when loaded (float32 vectors only): Gemma's RMSNorm scales by (1 + weight), which
   // in float32 is exactly the stored weight plus 1 computed once at load.
   float offset = 0.f;
+  // > 0: of every `group` rows (after the block above), only rows [take_begin, take_begin + take) are read
+  // (Qwen3.5's q_proj holds each head's query rows, then its gate rows). Not with a split.
+  int64_t group = 0, take_begin = 0, take = 0;
 
-  bool whole() const { return rows < 0 && split_dim < 0 && !rank0_only && rope_head == 0 && offset == 0.f; }
+  bool whole() const {
+    return rows < 0 && split_dim < 0 && !rank0_only && rope_head == 0 && offset == 0.f && group == 0;
+  }
   bool operator==(const WeightView&) const = default;
 };
 

@@ -94,6 +94,10 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
   Shape local = stored;
   const size_t out_dim = stored.size() == 3 || view.stacked ? 1 : 0;
   if (view.rows >= 0) local[out_dim] = view.rows;
+  if (view.group > 0) {
+    TS_ASSERT(view.split_dim < 0 && local[out_dim] % view.group == 0, name, " grouped view");
+    local[out_dim] = local[out_dim] / view.group * view.take;
+  }
   if (view.split_dim >= 0) {
     const size_t d = out_dim + static_cast<size_t>(view.split_dim);
     TS_ASSERT(local[d] % (view.shards * view.packed) == 0, name, " ", shape_str(local), " over ", view.shards,
@@ -155,7 +159,10 @@ int GraphBuilder::linear(int x, const Linear& l, const std::string& name) {
   graph::WeightView wv, bv;
   wv.rope_head = bv.rope_head = l.rope_head;
   wv.rope_rot = bv.rope_rot = l.rope_rot;
-  if (l.part_begin != 0 || l.out != stored_out) {
+  wv.group = bv.group = l.group;
+  wv.take_begin = bv.take_begin = l.take_begin;
+  wv.take = bv.take = l.take;
+  if ((l.part_begin != 0 || l.out != stored_out) && l.group == 0) {
     wv.row_begin = bv.row_begin = l.part_begin;
     wv.rows = bv.rows = l.out;
   }
@@ -228,6 +235,24 @@ int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_b
   n.softcap = static_cast<float>(c_.attn_logit_softcapping);
   TS_ASSERT(window >= 0, name, " window ", window);
   n.window = window;
+  return g_.add(std::move(n));
+}
+
+int GraphBuilder::gated_delta_net(int qkv, int z, int b, int a, int conv, int a_log, int dt_bias, int norm,
+                                  int slots, int kv_begin, int layer, const std::string& name) {
+  const int64_t hv = c_.linear_num_value_heads, dv = c_.linear_value_head_dim;
+  Node n{.op = Op::GatedDeltaNet,
+         .name = name,
+         .inputs = {qkv, z, b, a, conv, a_log, dt_bias, norm, slots, kv_begin},
+         .shape = {rows_, hv * dv}};
+  if (cache_rows_ >= 0) n.inputs.push_back(cache_rows_);
+  n.layer = layer;
+  n.heads = hv;
+  n.kv_heads = c_.linear_num_key_heads;
+  n.head_dim = c_.linear_key_head_dim;
+  n.dim = dv;
+  n.window = c_.linear_conv_kernel_dim;
+  n.eps = static_cast<float>(c_.rms_norm_eps);
   return g_.add(std::move(n));
 }
 

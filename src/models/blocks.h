@@ -50,6 +50,8 @@ class GraphBuilder {
     int64_t part_begin = 0,
             stored_out = 0;               // a block of rows of a fused tensor with stored_out rows (0: out)
     int64_t rope_head = 0, rope_rot = 0;  // rows holding interleaved rotary pairs (graph::WeightView)
+    int64_t group = 0, take_begin = 0,
+            take = 0;  // of every `group` rows only [take_begin, +take) (WeightView)
   };
   // x @ W^T + b on this rank's share: the split is the layout's for the role (config().tp.split), applied
   // only when the key's tp_size > 1. The one place splits happen.
@@ -64,6 +66,10 @@ class GraphBuilder {
   int attention(int q, int k_cache, int v_cache, int slots, int kv_begin, int64_t window,
                 const std::string& name, int sinks = -1);
   int gated_act(int gate, int up, graph::Activation act, const std::string& name);  // act(gate) * up
+  // Op::GatedDeltaNet of `layer` (sizes from the config's linear_* fields): qkv, z, b, a are the input
+  // projections' outputs; conv [C, 1, K], a_log, dt_bias [Hv] and norm [dv] weight nodes.
+  int gated_delta_net(int qkv, int z, int b, int a, int conv, int a_log, int dt_bias, int norm, int slots,
+                      int kv_begin, int layer, const std::string& name);
   int add(int a, int b, const std::string& name);
   int last_row(int x, const std::string& name);
   int soft_cap(int x, double cap, const std::string& name);  // tanh(x / cap) * cap

@@ -934,6 +934,7 @@ TpSplit TpLayout::split(Role role, int64_t layer) const {
       return lm_head_split ? TpSplit::kColGather : TpSplit::kNone;
     case Role::kOther:
     case Role::kEmbed:
+    case Role::kLinearMixer:
       break;
   }
   return TpSplit::kNone;

@@ -57,6 +57,7 @@ enum class Role : uint8_t {
   kAttnQkv,        // a fused q/k/v projection (q rows, then k, then v): split by heads like q/k/v
   kExpertsGateUp,  // stacked experts' gate/up [E, 2I, H]: each expert's gate and up halves split alike
   kExpertsDown,    // stacked experts' down [E, H, I]: each expert's columns split
+  kLinearMixer,    // a linear-attention projection (Gated DeltaNet's in_proj_* / out_proj): replicated
 };
 bool is_linear(Role r);  // every role but kOther and kEmbed
 
@@ -157,6 +158,28 @@ struct DecoderConfig {
   bool layer_is_sparse(int64_t layer) const {
     return layer >= 0 && layer < static_cast<int64_t>(layer_sparse.size()) &&
            layer_sparse[static_cast<size_t>(layer)] != 0;
+  }
+  // Qwen3.5 / Qwen3-Next: the layers marked in layer_linear mix tokens by Gated DeltaNet linear attention
+  // (a recurrent state per sequence, graph::Op::GatedDeltaNet) instead of self-attention.
+  std::vector<uint8_t> layer_linear;
+  int64_t linear_num_key_heads = 0, linear_num_value_heads = 0, linear_key_head_dim = 0,
+          linear_value_head_dim = 0, linear_conv_kernel_dim = 0;
+  bool layer_is_linear(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_linear.size()) &&
+           layer_linear[static_cast<size_t>(layer)] != 0;
+  }
+  // Some layer keeps a recurrent state: a sequence's cache is not only keys and values by position, so it
+  // cannot be cut at a position (prefix reuse, speculative rollback).
+  bool has_recurrent_state() const {
+    for (uint8_t x : layer_linear)
+      if (x) return true;
+    return false;
+  }
+  // The layers that keep keys and values (all but the linear-attention ones).
+  int64_t attention_layers() const {
+    int64_t n = num_layers;
+    for (uint8_t x : layer_linear) n -= x ? 1 : 0;
+    return n;
   }
   // SmolLM3's NoPE layers (no_rope_layers): 1 = this layer applies no rotary embedding to q and k. Empty:
   // every layer rotates.

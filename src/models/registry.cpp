@@ -45,6 +45,9 @@ Architecture architecture();
 namespace smollm3 {
 Architecture architecture();
 }
+namespace qwen3_5 {
+Architecture architecture();
+}
 namespace olmo {
 Architecture olmo2_architecture();
 Architecture olmo3_architecture();
@@ -57,7 +60,7 @@ const std::vector<Architecture>& table() {
       qwen2::architecture(),      mistral::architecture(),    phi3::architecture(),
       gemma2::architecture(),     gemma3::architecture(),     qwen3_moe::architecture(),
       mixtral::architecture(),    gpt_oss::architecture(),    smollm3::architecture(),
-      olmo::olmo2_architecture(), olmo::olmo3_architecture(),
+      olmo::olmo2_architecture(), olmo::olmo3_architecture(), qwen3_5::architecture(),
   };
   return t;
 }

@@ -158,6 +158,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
          dtype_name(impl->backend->cache_dtype()),
          " KV caches (bfloat16, q8_0 and fp8 caches run on the native cpu backend, --device cpu)");
   impl->comm = comm;
+  if (impl->config.has_recurrent_state() && impl->backend->name() != "cpu")
+    fail(src->origin(), ": ", impl->config.architecture,
+         "'s linear-attention layers (a recurrent state per "
+         "sequence) run on the cpu device only so far; the '",
+         impl->backend->name(), "' backend has no lowering of them (use --device cpu)");
   // Quantised at load (--dtype q8_0 / q4_0 / q4_k): the native cpu backend computes from the blocks, PJRT
   // devices take their integers and scales and dequantise in the program; a backend with neither refuses.
   if (is_quantized(dtype) && !impl->caps.block_quantized_weights)
@@ -239,8 +244,9 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   for (const auto& [name, q] : impl->config.quantized_weights) ++impl->info.quantized_matrices[dtype_name(q)];
   impl->info.kernels = std::move(kernels_used);
   impl->info.kv_cache_dtype = impl->backend->cache_dtype();
+  impl->info.recurrent_state = impl->config.has_recurrent_state();
   impl->info.kv_bytes_per_token =
-      static_cast<size_t>(2 * impl->config.num_layers * impl->config.local_kv_heads()) *
+      static_cast<size_t>(2 * impl->config.attention_layers() * impl->config.local_kv_heads()) *
       impl->backend->cache_row_bytes(impl->config.head_dim);
   impl->info.context_limit = impl->config.context_limit();
   impl->info.longrope_switch = impl->config.longrope_switch();

@@ -117,7 +117,8 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
     for (int64_t i = 0; i < local[0]; ++i) out.ptr<float>()[i] = full.ptr<float>()[i] + v.offset;
     return out;
   }
-  if (v.whole() || (v.rank0_only && v.rows < 0 && v.split_dim < 0 && v.rope_head == 0)) return full;
+  if (v.whole() || (v.rank0_only && v.rows < 0 && v.split_dim < 0 && v.rope_head == 0 && v.group == 0))
+    return full;
   if (full.shape.size() == 3 || v.stacked) {
     // Stacked experts: the view of each expert's [out, in] matrix (or [N] vector), in order.
     TS_ASSERT(local.size() == full.shape.size() && local.size() >= 2 && local[0] == full.shape[0], "view of ",
@@ -155,7 +156,11 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
             shape_str(full.shape), " at ", col0, " of ", cols);
   const size_t stored_row_bytes = dtype_bytes(full.dtype, stored_cols);
   auto* base = static_cast<uint8_t*>(full.data);
-  if (zero_copy && cols == stored_cols && v.rope_head == 0 && v.packed == 1)
+  TS_ASSERT(v.group == 0 || (v.split_dim < 0 && v.packed == 1 && v.rope_head == 0 && v.take > 0 &&
+                             v.take_begin + v.take <= v.group && rows % v.take == 0 &&
+                             row0 + rows / v.take * v.group <= full.shape[0]),
+            "grouped view of ", shape_str(full.shape), " as ", shape_str(local));
+  if (zero_copy && cols == stored_cols && v.rope_head == 0 && v.packed == 1 && v.group == 0)
     return Tensor::view(full.dtype, local, base + static_cast<size_t>(row0) * stored_row_bytes, full.owner);
   Tensor out = Tensor::empty(full.dtype, local);
   auto* dst = static_cast<uint8_t*>(out.data);
@@ -164,6 +169,7 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
     // Interleaved rotary rows (2i, 2i+1) of each head's first rope_rot rows go to i and i + rope_rot / 2.
     int64_t src_r = r;
     if (v.packed > 1) src_r = (r / part_rows) * part_stride + r % part_rows;
+    if (v.group > 0) src_r = (r / v.take) * v.group + v.take_begin + r % v.take;
     if (v.rope_head > 0) {
       const int64_t head = r / v.rope_head, j = r % v.rope_head, half = v.rope_rot / 2;
       if (j < v.rope_rot) src_r = head * v.rope_head + (j < half ? 2 * j : 2 * (j - half) + 1);

@@ -80,6 +80,9 @@ class CpuCache : public DeviceCache {
   // (a head's row of a Q8_0 cache is whole blocks of 32)
   std::vector<Tensor> k, v;
   std::vector<float> seen;  // sampler state [batch, vocab] (1 = id seen in the row); empty until first used
+  // Recurrent state of each linear-attention layer (Op::GatedDeltaNet) [batch rows,
+  // DeltaNet::state_floats()], by layer; created zeroed on the layer's first step.
+  std::vector<std::vector<float>> lin_state;
   // Scratch of the steps run with this cache, grown to the largest plan run with it and then reused (a warm
   // step allocates nothing): the activation arena, the AllGather staging buffer, one row of logits for
   // Sample.
@@ -155,6 +158,8 @@ cpu::GateAct gate_act(graph::Activation a) {
       return cpu::GateAct::GeluTanh;
     case graph::Activation::Relu:
       return cpu::GateAct::Relu;
+    case graph::Activation::Sigmoid:
+      return cpu::GateAct::Sigmoid;
     case graph::Activation::ClampedSwiglu:  // MoeExperts reads it itself (MoeWeights::clamped_swiglu)
       return cpu::GateAct::Silu;
   }
@@ -687,10 +692,44 @@ class CpuExecutable : public Executable {
                          g_.key.phase == graph::Phase::Decode, bf16_dot_, f32(r, id));
         return;
       }
+      case Op::GatedDeltaNet:
+        gated_delta_net(r, n, id);
+        return;
       case Op::kCount:
         break;
     }
     TS_ASSERT(false, "unhandled op ", graph::op_name(n.op));
+  }
+
+  // Op::GatedDeltaNet over the cache's recurrent state of the node's layer (created zeroed on first use).
+  void gated_delta_net(const Run& r, const Node& n, int id) const {
+    const auto& in = n.inputs;
+    cpu::DeltaNet w;
+    w.hk = n.kv_heads;
+    w.hv = n.heads;
+    w.dk = n.head_dim;
+    w.dv = n.dim;
+    w.kernel = n.window;
+    w.eps = n.eps;
+    w.conv = static_cast<const float*>(weight(in[4]));
+    w.a_log = static_cast<const float*>(weight(in[5]));
+    w.dt_bias = static_cast<const float*>(weight(in[6]));
+    w.norm = static_cast<const float*>(weight(in[7]));
+    const int64_t batch = g_.key.batch, seq = g_.key.seq, per_row = w.state_floats();
+    std::vector<std::vector<float>>& states = r.cache.lin_state;
+    if (states.size() <= static_cast<size_t>(n.layer)) states.resize(static_cast<size_t>(n.layer) + 1);
+    std::vector<float>& st = states[static_cast<size_t>(n.layer)];
+    if (st.empty()) st.assign(static_cast<size_t>(r.cache.batch * per_row), 0.f);
+    const int32_t* slots = ints(r, in[8]);
+    const int32_t* map = cache_rows(r, n, 10);
+    std::vector<int64_t> rows(static_cast<size_t>(batch));
+    std::vector<const int32_t*> row_slot(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      rows[static_cast<size_t>(b)] = map ? map[b] : b;
+      row_slot[static_cast<size_t>(b)] = row_slots(r, slots, b);
+    }
+    cpu::gated_delta_net(w, f32(r, in[0]), f32(r, in[1]), f32(r, in[2]), f32(r, in[3]), batch, seq,
+                         rows.data(), row_slot.data(), ints(r, in[9]), st.data(), f32(r, id));
   }
 
   // Kernels loaded at run time: the one each node takes (the first package accepting it, its best kernel for
@@ -1042,6 +1081,7 @@ class CpuBackend : public Backend {
       copy(from.v[l], to.v[l]);
     }
     to.seen = from.seen;
+    to.lin_state = from.lin_state;
   }
   // Blocks of the fewest slots (a multiple of 16) whose keys of one head fill whole pages (256 slots at most;
   // past that, 16 and the pages a block straddles are shared with its neighbours).
@@ -1071,6 +1111,10 @@ class CpuBackend : public Backend {
     auto* cp = dynamic_cast<CpuCache*>(&base);
     if (!cp) fail("cpu copy_cache_row_prefix: a cache that the cpu backend did not make");
     CpuCache& c = *cp;
+    if (!c.lin_state.empty())
+      fail(
+          "cpu copy_cache_row_prefix: the model keeps a recurrent state per row (linear attention), which a "
+          "copied prefix of keys and values does not carry");
     if (from_row < 0 || from_row >= c.batch || to_row < 0 || to_row >= c.batch || count < 0 ||
         count > c.cache_len)
       fail("cpu copy_cache_row_prefix: rows ", from_row, " -> ", to_row, ", ", count,

@@ -159,7 +159,8 @@ void swiglu(const float* gate, const float* up, int64_t n, float* y);
 //   Gelu      x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (exact erf GELU; erfc to ~1e-7 relative)
 //   GeluTanh  0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as x / (1 + exp(-2u))
 //   Relu      max(x, 0) (NaN stays NaN)
-enum class GateAct : uint8_t { Silu, Gelu, GeluTanh, Relu };
+//   Sigmoid   1 / (1 + exp(-x)) (a gated attention output)
+enum class GateAct : uint8_t { Silu, Gelu, GeluTanh, Relu, Sigmoid };
 // y = act(gate) * up, elementwise over n, in f32; y may alias inputs.
 void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float* y);
 // y = a + b over n; y may alias a or b.
@@ -168,6 +169,27 @@ void add(const float* a, const float* b, int64_t n, float* y);
 void softcap(const float* x, int64_t n, float cap, float* y);
 // In-place softmax over each row of x [rows, n] (f32, max-subtracted).
 void softmax(float* x, int64_t rows, int64_t n);
+
+// ---- linear attention with a recurrent state (kernels_linear_attention.cpp) ----
+// Gated DeltaNet (graph::Op::GatedDeltaNet): sizes, weights, and the step's rows.
+struct DeltaNet {
+  int64_t hk = 0, hv = 0, dk = 0, dv = 0, kernel = 0;  // key heads, value heads, their dims, conv width
+  float eps = 0.f;                                     // the output RMSNorm's
+  const float* conv = nullptr;                         // [C, K] (C = 2 * hk * dk + hv * dv)
+  const float* a_log = nullptr;                        // [hv]
+  const float* dt_bias = nullptr;                      // [hv]
+  const float* norm = nullptr;                         // [dv]
+  int64_t channels() const { return 2 * hk * dk + hv * dv; }
+  // Floats of one cache row's state: the convolution's last K - 1 inputs [C, K - 1], then S [hv, dk, dv].
+  int64_t state_floats() const { return channels() * (kernel - 1) + hv * dk * dv; }
+};
+// y [batch * seq, hv * dv] from qkv [batch * seq, C], z [.., hv * dv], b and a [.., hv]: step row r's tokens
+// in order against the state of cache row `cache_row[r]` (state + cache_row[r] * state_floats()), updated in
+// place; a token whose slot is kv_begin[r] starts from zero state, one below it (left padding) gives 0 and
+// changes nothing. Step rows sharing a cache row run in step-row order. Parallel over channels, then heads.
+void gated_delta_net(const DeltaNet& w, const float* qkv, const float* z, const float* b, const float* a,
+                     int64_t batch, int64_t seq, const int64_t* cache_row, const int32_t* const* slots,
+                     const int32_t* kv_begin, float* state, float* y);
 
 // ---- mixture of experts (kernels_moe.cpp) ----
 // How router logits become expert weights: SoftmaxTopK: softmax (f32) over all experts, the top_k kept;

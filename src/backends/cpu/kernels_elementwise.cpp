@@ -43,6 +43,11 @@ void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float
     case GateAct::Relu:
       fn = ops.relu_mul;
       break;
+    case GateAct::Sigmoid:
+      for_chunks(n, [&](int64_t i, int64_t len) {
+        for (int64_t j = i; j < i + len; ++j) y[j] = up[j] * (1.0f / (1.0f + std::exp(-gate[j])));
+      });
+      return;
   }
   for_chunks(n, [&](int64_t i, int64_t len) { fn(gate + i, up + i, len, y + i); });
 }

@@ -413,6 +413,8 @@ class Lowering {
       case Op::MoeExperts:
         vals_[static_cast<size_t>(id)] = moe_experts(n);
         break;
+      case Op::GatedDeltaNet:  // from_pretrained refuses such models on PJRT devices first
+        fail("stablehlo emitter: ", n.name, ": linear attention (gated_delta_net) is not lowered yet");
       case Op::kCount:
         fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
@@ -569,7 +571,7 @@ class Lowering {
               " for half ", half);
     const std::optional<Val> fixed =
         table.varies() ? std::nullopt : std::optional<Val>(b_.vector_f32(table.inv_freq));  // [half]
-    Val pos = b_.convert(val(positions), "f32");                                         // [R]
+    Val pos = b_.convert(val(positions), "f32");                                            // [R]
     const Shape rh{pos.shape[0], half};
     Val inv = fixed ? b_.broadcast(*fixed, {1}, rh) : row_frequencies(table, positions, half);
     Val angle = b_.mul(b_.broadcast(pos, {0}, rh), inv);  // [R, half]
@@ -758,6 +760,11 @@ class Lowering {
       case graph::Activation::Relu:
         b_.comment(what + ": relu(gate) * up");
         return b_.max(g, splat(0.0f));
+      case graph::Activation::Sigmoid: {
+        b_.comment(what + ": sigmoid(gate) * up");
+        Val e = b_.unary("exponential", b_.unary("negate", g));
+        return b_.div(splat(1.0f), b_.add(splat(1.0f), e));
+      }
       case graph::Activation::ClampedSwiglu:
         break;  // gated(): it needs up too
     }

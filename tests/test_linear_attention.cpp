@@ -1,0 +1,192 @@
+// Qwen3.5's hybrid layers (Gated DeltaNet linear attention with a recurrent state per sequence, beside gated
+// full attention): the recurrent state follows a sequence through batches, slot reuse, chunked prompts and
+// preemption; what cannot rewind it (prefix caching and reuse, speculative drafts) is off or refused by name;
+// PJRT devices refuse the model at load. Transformers' goldens for it are checked in
+// tests/test_model_families.cpp (fixture qwen3_5).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "error_util.h"
+#include "golden_util.h"
+#include "pjrt_test_util.h"
+#include "tessera/batch.h"
+#include "tessera/model.h"
+
+using namespace tessera;
+namespace golden = tessera::golden;
+
+namespace {
+
+GenerationConfig greedy(int n, int lookup = 0) {
+  GenerationConfig g;
+  g.max_new_tokens = n;
+  g.prompt_lookup_num_tokens = lookup;
+  return g;
+}
+
+std::vector<int32_t> ids(int n, int seed, int64_t vocab = 1024) {
+  std::vector<int32_t> out;
+  uint32_t x = 2654435761u * static_cast<uint32_t>(seed + 1);
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out.push_back(3 + static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab - 3)));
+  }
+  return out;
+}
+
+struct Trace {
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> tokens;
+};
+
+SlotBatchOptions options() {
+  return {.keep_logits = true, .decode_rows = SlotBatchOptions::DecodeRows::Running};
+}
+
+// Keeps the logits of slot `slot`'s newest token when it got one.
+void take(const SlotBatch& batch, int slot, Trace& out) {
+  if (batch.tokens(slot).size() > out.logits.size()) out.logits.push_back(batch.last_logits(slot));
+}
+
+// Slot `slot` of `batch` from `prompt` to the end of n tokens: every token's logits.
+Trace run(SlotBatch& batch, int slot, const std::vector<int32_t>& prompt, int n) {
+  Trace out;
+  batch.prefill(slot, prompt, greedy(n));
+  take(batch, slot, out);
+  while (batch.running(slot)) {
+    batch.step();
+    take(batch, slot, out);
+  }
+  out.tokens = batch.tokens(slot);
+  return out;
+}
+
+void expect_error_naming(const std::function<void()>& f, std::initializer_list<const char*> needles) {
+  for (const char* n : needles) tessera::testing::expect_error(f, n);
+}
+
+void expect_bit_equal(const Trace& a, const Trace& b, const char* what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+  for (size_t i = 0; i < a.logits.size(); ++i)
+    EXPECT_TRUE(a.logits[i] == b.logits[i]) << what << ", token " << i;
+}
+
+}  // namespace
+
+TEST(LinearAttention, TheFixtureHasRecurrentState) {
+  CausalLM m = golden::load_f32("qwen3_5");
+  EXPECT_TRUE(m.info().recurrent_state);
+  EXPECT_FALSE(golden::load_f32("qwen3_tied").info().recurrent_state);
+  // Keys and values only for the one full-attention layer of three: 2 kv heads x 16 x float32, K and V.
+  EXPECT_EQ(m.info().kv_bytes_per_token, 2u * 1 * 2 * 16 * 4);
+}
+
+// A slot reused after a longer sequence, and two sequences side by side: each equals the sequence alone in a
+// fresh batch, to the last bit (the state is reset at a sequence's first token, and rows never mix).
+TEST(LinearAttention, SlotReuseAndCompanyChangeNoBit) {
+  CausalLM m = golden::load_f32("qwen3_5");
+  const std::vector<int32_t> long_prompt = ids(120, 1), a = ids(9, 2), b = ids(30, 3);
+  SlotBatch alone_a(m, 1, 200, options()), alone_b(m, 1, 200, options());
+  const Trace want_a = run(alone_a, 0, a, 12), want_b = run(alone_b, 0, b, 12);
+
+  SlotBatch batch(m, 2, 200, options());
+  run(batch, 0, long_prompt, 20);  // slot 0's state now holds a long sequence
+  batch.release(0);
+  expect_bit_equal(run(batch, 0, a, 12), want_a, "slot reused after a longer sequence");
+
+  // Both slots running at once, prefilled at different steps.
+  batch.release(0);
+  Trace got_a, got_b;
+  batch.prefill(0, a, greedy(12));
+  take(batch, 0, got_a);
+  batch.step();
+  take(batch, 0, got_a);
+  batch.prefill(1, b, greedy(12));
+  take(batch, 1, got_b);
+  while (batch.running(0) || batch.running(1)) {
+    batch.step();
+    take(batch, 0, got_a);
+    take(batch, 1, got_b);
+  }
+  got_a.tokens = batch.tokens(0);
+  got_b.tokens = batch.tokens(1);
+  expect_bit_equal(got_a, want_a, "slot 0 beside slot 1");
+  expect_bit_equal(got_b, want_b, "slot 1 beside slot 0");
+}
+
+// A prompt run in chunks carries the state from chunk to chunk: the same greedy tokens as the whole prompt,
+// and Transformers' logits for the fixture's 150-token prompt (past one chunk of its chunked delta rule).
+TEST(LinearAttention, ChunkedPromptsCarryTheState) {
+  CausalLM m = golden::load_f32("qwen3_5");
+  const nlohmann::json j = golden::load_model_golden("qwen3_5");
+  const auto& c = j["forward"].back();
+  const std::vector<int64_t> prompt64 = golden::ids(c["input_ids"]);
+  const std::vector<int32_t> prompt(prompt64.begin(), prompt64.end());
+  ASSERT_GT(prompt.size(), 64u);
+  const auto expect = golden::matrix(c["logits"]);  // [150, vocab]
+  SlotBatch chunked(m, 1, 200, options());
+  chunked.prefill_chunked(0, prompt, greedy(8), 32);  // padded on the left to 5 chunks of 32
+  while (chunked.tokens(0).empty()) chunked.step();
+  const std::vector<float> last = chunked.last_logits(0);
+  ASSERT_EQ(last.size(), expect.cols);
+  const std::span<const float> want = expect.row(expect.rows - 1);
+  double worst = 0;
+  for (size_t i = 0; i < expect.cols; ++i) worst = std::max(worst, std::abs(double(last[i]) - want[i]));
+  EXPECT_LE(worst, 1e-4);
+  while (chunked.running(0)) chunked.step();
+  SlotBatch whole(m, 1, 200, options());
+  whole.prefill(0, prompt, greedy(8));
+  while (whole.running(0)) whole.step();
+  EXPECT_EQ(chunked.tokens(0), whole.tokens(0));
+}
+
+// What cannot rewind a recurrent state is off (prefix caching: no hits; prompt lookup: no drafts, the same
+// tokens) or refused by name (prefix reuse, a draft model).
+TEST(LinearAttention, PrefixCachingAndSpeculationStandAside) {
+  CausalLM m = golden::load_f32("qwen3_5");
+  SlotBatchOptions cached = options();
+  cached.prefix_block = 16;
+  SlotBatch batch(m, 2, 200, cached);
+  EXPECT_FALSE(batch.prefix_caching());
+  EXPECT_FALSE(batch.speculates());
+  const std::vector<int32_t> p = ids(70, 4);
+  const Trace first = run(batch, 0, p, 6);
+  const Trace second = run(batch, 1, p, 6);
+  EXPECT_EQ(batch.reused_tokens(), 0);
+  expect_bit_equal(second, first, "the same prompt again");
+
+  const nlohmann::json j = golden::load_model_golden("qwen3_5");
+  const auto& g = j["greedy"][0];
+  const std::vector<int64_t> in64 = golden::ids(g["input_ids"]);
+  const std::vector<int32_t> in(in64.begin(), in64.end());
+  const int n = g["max_new_tokens"].get<int>();
+  const GenerateOutput spec = m.generate({in}, {}, greedy(n, 4));
+  const std::vector<int64_t> want64 = golden::ids(g["output_ids"]);
+  EXPECT_EQ(spec.sequences[0], std::vector<int32_t>(want64.begin(), want64.end()));
+  EXPECT_EQ(spec.draft_tokens, 0);
+
+  SlotBatchOptions reuse = options();
+  reuse.prefix_reuse = true;
+  expect_error_naming([&] { SlotBatch(m, 1, 64, reuse); },
+                      {"prefix_reuse", "Qwen3_5ForCausalLM", "recurrent state"});
+  SlotBatchOptions draft = options();
+  draft.draft_model = &m;
+  expect_error_naming([&] { SlotBatch(m, 1, 64, draft); },
+                      {"draft model", "Qwen3_5ForCausalLM", "recurrent state"});
+}
+
+TEST(LinearAttention, PjrtDevicesRefuseTheModelByName) {
+  REQUIRE_XLA_CPU();
+  LoadOptions o;
+  o.device_map = "xla-cpu";
+  o.dtype = DType::F32;
+  expect_error_naming([&] { AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_5"), o); },
+                      {"Qwen3_5ForCausalLM", "linear-attention", "cpu device only"});
+}
