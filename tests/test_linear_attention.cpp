@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <span>
 #include <string>
@@ -17,6 +19,7 @@
 #include "pjrt_test_util.h"
 #include "tessera/batch.h"
 #include "tessera/model.h"
+#include "test_env_util.h"
 
 using namespace tessera;
 namespace golden = tessera::golden;
@@ -189,4 +192,36 @@ TEST(LinearAttention, PjrtDevicesRefuseTheModelByName) {
   o.dtype = DType::F32;
   expect_error_naming([&] { AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_5"), o); },
                       {"Qwen3_5ForCausalLM", "linear-attention", "cpu device only"});
+}
+
+// The hub's Qwen3.5 files are Qwen3_5ForConditionalGeneration: the language model is read from them (its
+// text_config, model.language_model.*), the vision tower and the mtp.* layers left out; the text logits are
+// Transformers' for that wrapper, and bit-equal to the same weights saved as Qwen3_5ForCausalLM.
+TEST(LinearAttention, TheHubsMultimodalLayoutLoadsAsItsLanguageModel) {
+  const nlohmann::json j = golden::load_json(golden::model_path("qwen3_5_hub/hub_golden.json"));
+  const std::vector<int64_t> ids64 = golden::ids(j["input_ids"]);
+  const std::vector<int32_t> ids(ids64.begin(), ids64.end());
+  CausalLM hub = golden::load_f32("qwen3_5_hub");
+  EXPECT_EQ(hub.info().architecture, "Qwen3_5ForCausalLM");
+  const std::vector<float> got = hub.forward(ids);
+  const auto want = golden::matrix(j["logits"]);
+  EXPECT_LE(golden::max_abs_diff(got, want.data).max_abs, 1e-4);
+  EXPECT_TRUE(got == golden::load_f32("qwen3_5").forward(ids));
+
+  // A wrapper without its text_config, or whose tie_word_embeddings disagrees with its text_config's.
+  tessera::testing::TempDir dir("tessera_qwen35_hub");
+  std::filesystem::copy_file(golden::model_path("qwen3_5_hub/model.safetensors"),
+                             dir.path() + "/model.safetensors");
+  nlohmann::json cfg = golden::load_json(golden::model_path("qwen3_5_hub/config.json"));
+  auto write = [&](const nlohmann::json& c) { std::ofstream(dir.path() + "/config.json") << c.dump(); };
+  nlohmann::json tie = cfg;
+  tie["tie_word_embeddings"] = true;
+  write(tie);
+  expect_error_naming([&] { AutoModelForCausalLM::from_pretrained(dir.path(), {}); },
+                      {"tie_word_embeddings", "text_config.tie_word_embeddings", "ambiguous"});
+  nlohmann::json bare = cfg;
+  bare.erase("text_config");
+  write(bare);
+  expect_error_naming([&] { AutoModelForCausalLM::from_pretrained(dir.path(), {}); },
+                      {"Qwen3_5ForConditionalGeneration", "text_config"});
 }

@@ -1641,6 +1641,47 @@ def smollm2_golden(out_dir):
     write_json(os.path.join(out_dir, "smollm2_golden.json"), golden)
 
 
+def qwen3_5_hub_layout(out_dir):
+    """qwen3_5_hub/: the qwen3_5 fixture's weights in the layout the hub's Qwen3.5 files have:
+    Qwen3_5ForConditionalGeneration as save_pretrained writes it (text_config, model.language_model.*, a tiny
+    vision tower under model.visual.*), plus an mtp.* tensor as the hub's files carry; hub_golden.json holds
+    that model's text-only logits (not golden.json: it is not one of the tiny family checkpoints)."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration, Qwen3_5VisionConfig
+
+    src = os.path.join(out_dir, "qwen3_5")
+    d = os.path.join(out_dir, "qwen3_5_hub")
+    text = AutoConfig.from_pretrained(src)
+    vision = Qwen3_5VisionConfig(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                                 patch_size=4, temporal_patch_size=1, spatial_merge_size=1,
+                                 num_position_embeddings=16)
+    text_dict = {k: v for k, v in text.to_dict().items() if k not in ("_name_or_path", "architectures")}
+    cfg = Qwen3_5Config(text_config=text_dict, vision_config=vision.to_dict(), tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = Qwen3_5ForConditionalGeneration(cfg).eval()
+    causal = load(src, torch.float32)
+    model.model.language_model.load_state_dict(causal.model.state_dict())
+    model.lm_head.load_state_dict(causal.lm_head.state_dict())
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    model.save_pretrained(d)
+    GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False).save_pretrained(d)
+    f = os.path.join(d, "model.safetensors")
+    tensors = safetensors.torch.load_file(f)
+    if not any(k.startswith("model.language_model.") for k in tensors) or not any(
+            k.startswith("model.visual.") for k in tensors):
+        raise RuntimeError(f"qwen3_5_hub: unexpected layout {sorted(tensors)[:5]}")
+    tensors["mtp.fc.weight"] = 0.1 * torch.randn(64, 128, generator=torch.Generator().manual_seed(5))
+    safetensors.torch.save_file(tensors, f, metadata={"format": "pt"})
+    ids = rand_ids(torch.Generator().manual_seed(11), 9, text.vocab_size)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+        want = causal(torch.tensor([ids])).logits[0]
+    if float((logits - want).abs().max()) > 1e-5:
+        raise RuntimeError("qwen3_5_hub: the wrapper's text logits differ from Qwen3_5ForCausalLM's")
+    write_json(os.path.join(d, "hub_golden.json"),
+               {"versions": versions(), "input_ids": ids, "logits": f32_rows(logits)})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "models"))
@@ -1656,6 +1697,9 @@ def main():
         d = save_checkpoint(name, config, dtype, shards, seed, args.out)
         tiny_golden(name, config, dtype, seed, d)
         print(f"{name}: done", flush=True)
+    if not args.only or "qwen3_5_hub" in args.only:
+        qwen3_5_hub_layout(args.out)
+        print("qwen3_5_hub: done")
     if not args.only or "config_resolution" in args.only:
         config_resolution(args.out)
         print("config_resolution: done", flush=True)

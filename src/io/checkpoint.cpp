@@ -42,7 +42,7 @@ std::unique_ptr<WeightSource> open_directory(const std::string& dir) {
       fail(dir, ": holds several GGUF files (", list, "); pass one of them as the model");
     }
   }
-  return with_fused_experts(open_safetensors_dir(dir));
+  return with_fused_experts(with_text_model(open_safetensors_dir(dir)));
 }
 
 }  // namespace

@@ -63,6 +63,10 @@ std::unique_ptr<WeightSource> open_gguf(std::shared_ptr<GgufFile> file);
 // (Qwen-MoE's mlp.experts.<e>.{gate,up,down}_proj, Mixtral's block_sparse_moe.experts.<e>.{w1,w3,w2} and
 // block_sparse_moe.gate): the stacked tensors are assembled at load. `src` itself when it stores none.
 std::unique_ptr<WeightSource> with_fused_experts(std::unique_ptr<WeightSource> src);
+// `src` seen as the language model of a multimodal checkpoint (Qwen3_5ForConditionalGeneration: its
+// text_config as config.json, model.language_model.* as model.*, the vision tower and the multi-token-
+// prediction layers left out); `src` itself for any other checkpoint.
+std::unique_ptr<WeightSource> with_text_model(std::unique_ptr<WeightSource> src);
 // Dispatches on the argument: a .gguf file, or a directory (after HF-cache resolution, see hf_cache.h).
 std::unique_ptr<WeightSource> open_checkpoint(const std::string& path);
 
