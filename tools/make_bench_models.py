@@ -153,9 +153,10 @@ def qwen3_5_to_gguf(src_dir, path):
         n = self.hparams["vocab_size"]
         self.gguf_writer.add_tokenizer_model("gpt2")
         self.gguf_writer.add_tokenizer_pre("default")
-        self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
+        # llama.cpp's BPE loader wants at least one merge: "a" + "b" -> "ab".
+        self.gguf_writer.add_token_list(["a", "b", "ab"] + [f"<t{i}>" for i in range(3, n)])
         self.gguf_writer.add_token_types([1] * n)
-        self.gguf_writer.add_token_merges([])
+        self.gguf_writer.add_token_merges(["a b"])
         self.gguf_writer.add_bos_token_id(1)
         self.gguf_writer.add_eos_token_id(2)
 
