@@ -150,20 +150,42 @@ TEST(LinearAttention, ChunkedPromptsCarryTheState) {
   EXPECT_EQ(chunked.tokens(0), whole.tokens(0));
 }
 
-// What cannot rewind a recurrent state is off (prefix caching: no hits; prompt lookup: no drafts, the same
-// tokens) or refused by name (prefix reuse, a draft model).
-TEST(LinearAttention, PrefixCachingAndSpeculationStandAside) {
+// Prefix caching for a recurrent state: the state after a row's last whole chunk is kept (a snapshot), so a
+// prompt sharing every cached chunk of a row (the next turn of a chat: the previous prompt, the answer, more)
+// starts there, with the logits of a miss to the last bit; a prompt sharing only some of them computes all.
+// What would need the state at an earlier position is refused (prefix reuse, a draft model) or stands aside
+// (prompt lookup decodes without drafts, the same tokens).
+TEST(LinearAttention, PrefixCachingHitsWholePromptsAndSpeculationStandsAside) {
   CausalLM m = golden::load_f32("qwen3_5");
   SlotBatchOptions cached = options();
   cached.prefix_block = 16;
-  SlotBatch batch(m, 2, 200, cached);
-  EXPECT_FALSE(batch.prefix_caching());
+  SlotBatch batch(m, 2, 240, cached);
+  EXPECT_TRUE(batch.prefix_caching());
   EXPECT_FALSE(batch.speculates());
-  const std::vector<int32_t> p = ids(70, 4);
-  const Trace first = run(batch, 0, p, 6);
-  const Trace second = run(batch, 1, p, 6);
-  EXPECT_EQ(batch.reused_tokens(), 0);
-  expect_bit_equal(second, first, "the same prompt again");
+  const std::vector<int32_t> turn1 = ids(70, 4);  // 4 whole chunks (64 tokens) cached with their state
+  const Trace first = run(batch, 0, turn1, 6);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), first.tokens.begin(), first.tokens.end());
+  const std::vector<int32_t> more = ids(30, 5);
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  EXPECT_EQ(batch.cached_prefix(turn2), 64);
+  const int64_t before = batch.reused_tokens();
+  const Trace hit = run(batch, 1, turn2, 8);  // row 0's chunks and state copied into row 1
+  EXPECT_EQ(batch.reused_tokens() - before, 64);
+  SlotBatch fresh(m, 1, 240, cached);
+  const Trace miss = run(fresh, 0, turn2, 8);
+  EXPECT_EQ(fresh.reused_tokens(), 0);
+  expect_bit_equal(hit, miss, "a hit from another row");
+  // The same prompt again in its own row (released): its snapshot is restored in place.
+  batch.release(1);
+  EXPECT_EQ(batch.choose_slot(turn2), 1);
+  expect_bit_equal(run(batch, 1, turn2, 8), miss, "a hit from the row's own snapshot");
+  // Sharing 3 of row 0's 4 cached chunks is no hit: the state after 3 chunks was not kept.
+  std::vector<int32_t> partial(turn1.begin(), turn1.begin() + 48);
+  partial.insert(partial.end(), more.begin(), more.end());
+  batch.release(0);
+  batch.release(1);
+  EXPECT_EQ(batch.cached_prefix(partial), 0);
 
   const nlohmann::json j = golden::load_model_golden("qwen3_5");
   const auto& g = j["greedy"][0];

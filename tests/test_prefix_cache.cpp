@@ -61,7 +61,7 @@ std::vector<std::vector<float>> run(SlotBatch& batch, int slot, const std::vecto
 // A hit from another slot's running prompt (copied) and from the slot's own row (in place) against the same
 // prompts computed with nothing cached: the same logits to the last bit, for every token.
 TEST(PrefixCache, AHitGivesTheLogitsOfAMissToTheLastBitOnEveryGoldenModel) {
-  for (const std::string& name : golden::positional_model_names()) {
+  for (const std::string& name : golden::model_names()) {
     SCOPED_TRACE(name);
     CausalLM m = load(name);
     const int64_t vocab = m.info().vocab_size;

@@ -144,9 +144,9 @@ struct ModelInfo {
   // Phi-3 with longrope: original_max_position_embeddings, where decoding from a shorter prompt would need
   // the whole sequence recomputed (the server refuses such a request; 0: no such switch).
   int64_t longrope_switch = 0;
-  // Some layers keep a recurrent state per sequence (Qwen3.5's linear attention) besides keys and values:
-  // prompts are not cut at cached prefixes and drafts are not verified (no prefix caching or reuse, no
-  // speculative decoding), since that state cannot be rewound to a position.
+  // Some layers keep a recurrent state per sequence (Qwen3.5's linear attention) besides keys and values,
+  // which cannot be rewound to an arbitrary position: prefix caching hits only a row's whole cached prompt
+  // (its state after it is kept), and there is no prefix reuse or speculative decoding.
   bool recurrent_state = false;
 };
 

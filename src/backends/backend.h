@@ -91,6 +91,7 @@ struct Capabilities {
   // PJRT, whose dot gives a row other last bits beside other rows.
   bool shared_cache_rows = false;
   bool copies_cache_rows = false;  // copy_cache_row_prefix
+  bool state_snapshots = false;    // snapshot_state / restore_state (recurrent state of linear attention)
 };
 
 // Paged cache memory (Backend::cache_paging): the memory behind a cache row's slots is taken as the slots are
@@ -135,6 +136,19 @@ class Backend {
   virtual void copy_cache_row_prefix(DeviceCache& cache, int from_row, int to_row, int count) {
     (void)cache, (void)from_row, (void)to_row, (void)count;
     fail("backend ", name(), ": copying cache rows is not supported");
+  }
+  // Linear-attention layers' recurrent state (graph::Op::GatedDeltaNet), kept per cache row beside the keys
+  // and values: snapshot_state saves row `row`'s state (every such layer) as that row's snapshot;
+  // restore_state makes row `to_row`'s state row `from_row`'s snapshot (prefix caching for hybrid models: the
+  // state after a prompt's whole chunks). No-ops for a model without such layers. Backends with
+  // Capabilities::state_snapshots.
+  virtual void snapshot_state(DeviceCache& cache, int row) {
+    (void)cache, (void)row;
+    fail("backend ", name(), ": recurrent-state snapshots are not supported");
+  }
+  virtual void restore_state(DeviceCache& cache, int from_row, int to_row) {
+    (void)cache, (void)from_row, (void)to_row;
+    fail("backend ", name(), ": recurrent-state snapshots are not supported");
   }
   // The dtype caches hold keys and values in.
   virtual DType cache_dtype() const { return DType::F32; }

@@ -194,6 +194,9 @@ struct SlotBatch::Impl {
   // prefix_cache (where it applies: caching): per cache row, the prompt tokens whose keys and values the row
   // holds as the canonical chunks computed them (whole chunks from position 0), and when they were last used.
   bool caching = false;
+  // The model keeps a recurrent state (linear attention): a row's cached chunks are usable only all together,
+  // from the state snapshot taken after its last whole chunk (Backend::snapshot_state).
+  bool recurrent = false;
   struct RowChunks {
     std::vector<int32_t> tokens;
     uint64_t used = 0;
@@ -217,7 +220,8 @@ struct SlotBatch::Impl {
       const size_t limit = std::min(cap, t.size());
       size_t common = 0;
       while (common < limit && t[common] == prompt[common]) ++common;
-      hits[static_cast<size_t>(r)] = static_cast<int>(common / block * block);
+      const size_t hit = common / block * block;
+      hits[static_cast<size_t>(r)] = recurrent && hit != t.size() ? 0 : static_cast<int>(hit);
     }
     return hits;
   }
@@ -523,8 +527,9 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   if (options.prefix_reuse && recurrent)
     fail("SlotBatch: prefix_reuse: ", b.m->config.architecture,
          " keeps a recurrent state per sequence (linear attention), which a reused prefix cannot restore");
+  b.recurrent = recurrent;
   b.caching = options.prefix_cache && !options.prefix_reuse && !b.on_device && !b.m->caps.prefers_buckets &&
-              b.m->caps.copies_cache_rows && !recurrent;
+              b.m->caps.copies_cache_rows && (!recurrent || b.m->caps.state_snapshots);
   if (options.prefix_cache && options.prefix_block < 1)
     fail("SlotBatch: prefix_block must be >= 1, got ", options.prefix_block);
   b.chunks.resize(static_cast<size_t>(slots));
@@ -749,17 +754,24 @@ void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int re
     const Hit hit = find_cached(prompt, slot);
     if (hit.row != slot) row.tokens.clear();  // the row is about to be overwritten
     room(hit.row == slot ? hit.tokens : 0, hit.row);
+    const size_t whole =
+        prompt.size() / static_cast<size_t>(options.prefix_block) * static_cast<size_t>(options.prefix_block);
     if (hit.tokens > 0) {
       m->backend->copy_cache_row_prefix(*cache, hit.row, slot, hit.tokens);
+      // A recurrent state: the one after the hit's chunks, as their row's snapshot holds it.
+      if (recurrent) m->backend->restore_state(*cache, hit.row, slot);
       grow(slot, hit.tokens);
       chunks[static_cast<size_t>(hit.row)].used = ++clock;
       reused += hit.tokens;
     }
     row.tokens.resize(static_cast<size_t>(hit.row == slot ? hit.tokens : 0));
-    for (int from = hit.tokens; from < s.prompt_tokens; from += options.prefix_block)
+    if (recurrent && hit.tokens > 0 && static_cast<size_t>(hit.tokens) == whole)
+      m->backend->snapshot_state(*cache, slot);
+    for (int from = hit.tokens; from < s.prompt_tokens; from += options.prefix_block) {
       run_prompt(s, slot, from, std::min(options.prefix_block, s.prompt_tokens - from));
-    const size_t whole =
-        prompt.size() / static_cast<size_t>(options.prefix_block) * static_cast<size_t>(options.prefix_block);
+      if (recurrent && static_cast<size_t>(from + options.prefix_block) == whole)
+        m->backend->snapshot_state(*cache, slot);
+    }
     row.tokens.assign(prompt.begin(), prompt.begin() + static_cast<long>(whole));
     row.used = ++clock;
   } else {

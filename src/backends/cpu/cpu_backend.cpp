@@ -83,6 +83,7 @@ class CpuCache : public DeviceCache {
   // Recurrent state of each linear-attention layer (Op::GatedDeltaNet) [batch rows,
   // DeltaNet::state_floats()], by layer; created zeroed on the layer's first step.
   std::vector<std::vector<float>> lin_state;
+  std::vector<std::vector<float>> lin_snapshot;  // Backend::snapshot_state: per layer, one state per row
   // Scratch of the steps run with this cache, grown to the largest plan run with it and then reused (a warm
   // step allocates nothing): the activation arena, the AllGather staging buffer, one row of logits for
   // Sample.
@@ -1024,6 +1025,7 @@ class CpuBackend : public Backend {
     c.block_quantized_weights = true;
     c.shared_cache_rows = true;
     c.copies_cache_rows = true;
+    c.state_snapshots = true;
     return c;
   }
   bool supports_op(graph::Op op) const override { return op != Op::kCount; }
@@ -1082,6 +1084,14 @@ class CpuBackend : public Backend {
     }
     to.seen = from.seen;
     to.lin_state = from.lin_state;
+    to.lin_snapshot = from.lin_snapshot;
+  }
+  static CpuCache& recurrent_rows(DeviceCache& base, int a, int b, const char* what) {
+    auto* cp = dynamic_cast<CpuCache*>(&base);
+    if (!cp) fail("cpu ", what, ": a cache that the cpu backend did not make");
+    if (a < 0 || a >= cp->batch || b < 0 || b >= cp->batch)
+      fail("cpu ", what, ": rows ", a, ", ", b, " in a cache of ", cp->batch, " rows");
+    return *cp;
   }
   // Blocks of the fewest slots (a multiple of 16) whose keys of one head fill whole pages (256 slots at most;
   // past that, 16 and the pages a block straddles are shared with its neighbours).
@@ -1107,14 +1117,35 @@ class CpuBackend : public Backend {
       give_back(slots + static_cast<size_t>(from) * slot, slots + static_cast<size_t>(c.cache_len) * slot);
     });
   }
+  void snapshot_state(DeviceCache& base, int row) override {
+    CpuCache& c = recurrent_rows(base, row, row, "snapshot_state");
+    c.lin_snapshot.resize(c.lin_state.size());
+    for (size_t l = 0; l < c.lin_state.size(); ++l) {
+      const std::vector<float>& live = c.lin_state[l];
+      if (live.empty()) continue;
+      std::vector<float>& snap = c.lin_snapshot[l];
+      if (snap.empty()) snap.assign(live.size(), 0.f);
+      const size_t per_row = live.size() / static_cast<size_t>(c.batch);
+      std::copy_n(live.begin() + static_cast<long>(per_row * static_cast<size_t>(row)), per_row,
+                  snap.begin() + static_cast<long>(per_row * static_cast<size_t>(row)));
+    }
+  }
+  void restore_state(DeviceCache& base, int from_row, int to_row) override {
+    CpuCache& c = recurrent_rows(base, from_row, to_row, "restore_state");
+    for (size_t l = 0; l < c.lin_state.size(); ++l) {
+      std::vector<float>& live = c.lin_state[l];
+      if (live.empty()) continue;
+      if (l >= c.lin_snapshot.size() || c.lin_snapshot[l].empty())
+        fail("cpu restore_state: row ", from_row, " has no snapshot");
+      const size_t per_row = live.size() / static_cast<size_t>(c.batch);
+      std::copy_n(c.lin_snapshot[l].begin() + static_cast<long>(per_row * static_cast<size_t>(from_row)),
+                  per_row, live.begin() + static_cast<long>(per_row * static_cast<size_t>(to_row)));
+    }
+  }
   void copy_cache_row_prefix(DeviceCache& base, int from_row, int to_row, int count) override {
     auto* cp = dynamic_cast<CpuCache*>(&base);
     if (!cp) fail("cpu copy_cache_row_prefix: a cache that the cpu backend did not make");
     CpuCache& c = *cp;
-    if (!c.lin_state.empty())
-      fail(
-          "cpu copy_cache_row_prefix: the model keeps a recurrent state per row (linear attention), which a "
-          "copied prefix of keys and values does not carry");
     if (from_row < 0 || from_row >= c.batch || to_row < 0 || to_row >= c.batch || count < 0 ||
         count > c.cache_len)
       fail("cpu copy_cache_row_prefix: rows ", from_row, " -> ", to_row, ", ", count,
