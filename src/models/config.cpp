@@ -596,6 +596,25 @@ void parse_qwen_sliding(const ConfigReader& r, DecoderConfig& c) {
   set_sliding_layers(c, window_value, std::move(sliding));
 }
 
+void rope_parameters_by_layer_type(const ConfigReader& r, const char* arch, nlohmann::json& full,
+                                   nlohmann::json& sliding) {
+  const auto p = r.optional_object("rope_parameters");
+  if (!p) return;
+  for (const auto& [k, v] : p->json().items()) {
+    if (k != "full_attention" && k != "sliding_attention")
+      r.fail_field("rope_parameters",
+                   "has '" + k + "' (" + ConfigReader::show(v) + ") beside its per-layer-type entries; " +
+                       arch +
+                       " reads only rope_parameters.full_attention and "
+                       "rope_parameters.sliding_attention, so the checkpoint is ambiguous");
+    if (v.is_null()) continue;
+    if (!v.is_object())
+      r.fail_field("rope_parameters",
+                   "has '" + k + "' = " + ConfigReader::show(v) + ", which must be an object");
+    (k == "full_attention" ? full : sliding) = v;
+  }
+}
+
 void parse_sliding_every_layer(const ConfigReader& r, DecoderConfig& c, int64_t absent) {
   const int64_t window =
       r.json().contains("sliding_window") ? r.int_or("sliding_window", 0, 1, kInt32Max) : absent;

@@ -321,6 +321,11 @@ std::string longrope_crossing_error(int64_t switch_at, int64_t prompt_len, int64
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
                       int64_t max_position_embeddings, bool longrope_aliases = false,
                       std::optional<int64_t> default_original = std::nullopt, double default_theta = 10000.0);
+// rope_parameters nested by layer type (Gemma 3, OLMo 3): its full_attention and sliding_attention entries
+// into `full` and `sliding` (left as they are when absent or null); any other key is refused as ambiguous
+// (`arch` reads only those two), an entry that is not an object as malformed.
+void rope_parameters_by_layer_type(const ConfigReader& r, const char* arch, nlohmann::json& full,
+                                   nlohmann::json& sliding);
 // `hidden_act`: silu/swish, gelu, gelu_pytorch_tanh, gelu_new, relu; anything else refused by name.
 Activation parse_activation(const ConfigReader& r, const char* key, const char* absent = "silu");
 // Sliding-window layers exactly as Transformers' Qwen2Config and Qwen3Config decide them (the same code):

@@ -58,21 +58,7 @@ void parse_rope_by_layer_type(const ConfigReader& r, DecoderConfig& c, const std
   using nlohmann::json;
   const json& j = r.json();
   json full = json::object(), local = json::object();
-  if (const auto p = r.optional_object("rope_parameters")) {
-    for (const auto& [k, v] : p->json().items()) {
-      if (k != "full_attention" && k != "sliding_attention")
-        r.fail_field(
-            "rope_parameters",
-            "has '" + k + "' (" + ConfigReader::show(v) +
-                ") beside its per-layer-type entries; Gemma 3 reads only rope_parameters.full_attention "
-                "and rope_parameters.sliding_attention, so the checkpoint is ambiguous");
-      if (v.is_null()) continue;
-      if (!v.is_object())
-        r.fail_field("rope_parameters",
-                     "has '" + k + "' = " + ConfigReader::show(v) + ", which must be an object");
-      (k == "full_attention" ? full : local) = v;
-    }
-  }
+  rope_parameters_by_layer_type(r, "Gemma 3", full, local);
   const auto local_theta = r.optional_number("rope_local_base_freq", 0.0, FLT_MAX, true);
   auto theta_in = [](const json& d) {
     return d.is_object() && d.contains("rope_theta") && !d["rope_theta"].is_null();

@@ -59,21 +59,7 @@ int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
 void parse_rope_by_layer_type(const ConfigReader& r, DecoderConfig& c, const std::vector<uint8_t>& sliding) {
   using nlohmann::json;
   json full = json::object(), local = json::object();
-  if (const auto p = r.optional_object("rope_parameters")) {
-    for (const auto& [k, v] : p->json().items()) {
-      if (k != "full_attention" && k != "sliding_attention")
-        r.fail_field(
-            "rope_parameters",
-            "has '" + k + "' (" + ConfigReader::show(v) +
-                ") beside its per-layer-type entries; OLMo 3 reads only rope_parameters.full_attention "
-                "and rope_parameters.sliding_attention, so the checkpoint is ambiguous");
-      if (v.is_null()) continue;
-      if (!v.is_object())
-        r.fail_field("rope_parameters",
-                     "has '" + k + "' = " + ConfigReader::show(v) + ", which must be an object");
-      (k == "full_attention" ? full : local) = v;
-    }
-  }
+  rope_parameters_by_layer_type(r, "OLMo 3", full, local);
   if (const auto s = r.optional_object("rope_scaling"))
     for (const auto& [k, v] : s->json().items()) full[k] = v;
   auto theta_in = [](const json& d) { return d.contains("rope_theta") && !d["rope_theta"].is_null(); };
