@@ -173,7 +173,7 @@ TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   expect_error([&] { open_gguf(d / "m.gguf"); },
                {"m.gguf",
                 "architecture 'falcon' is not supported (supported: llama (with experts: Mixtral), "
-                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss)"});
+                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3)"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {
@@ -393,7 +393,7 @@ TEST_P(IoGgufLlamaCppArch, ConfigTensorsLogitsAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, IoGgufLlamaCppArch,
-                         ::testing::Values("gemma2", "gemma3", "phi3", "mistral", "glm4"));
+                         ::testing::Values("gemma2", "gemma3", "phi3", "mistral", "glm4", "smollm3"));
 
 // llama.cpp's converter stores Gemma's RMSNorm weights as 1 + weight; the source gives back HF's weight, so
 // the Gemma models' (1 + weight) is not applied twice.

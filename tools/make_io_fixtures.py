@@ -25,6 +25,9 @@ those libraries, never from Tessera.
                                as for Qwen, plus greedy ids; where Transformers' GGUF loader does not read a
                                key llama.cpp honours, the value is passed to from_pretrained and listed under
                                "overrides"
+  tiny_smollm3.gguf, tiny_smollm3_expected.json
+                               llama.cpp's smollm3 (llama's permuted q/k, no NoPE key: every fourth layer skips
+                               the rope), from a 4-layer SmolLM3ForCausalLM whose goldens hold the GGUF's tensors
   tiny_glm4.gguf, tiny_glm4_expected.json
                                llama.cpp's glm4 (GLM-4-0414: q/k/v biases, fused ffn_up, post_attention_norm and
                                post_ffw_norm, partial interleaved rotary), converted from a tiny random
@@ -499,6 +502,74 @@ def make_tiny_glm4():
           "size", os.path.getsize(path))
 
 
+def make_tiny_smollm3():
+    """A smollm3 GGUF as llama.cpp's converter writes one (SmolLM3Model is its LlamaModel: q/k rows permuted,
+    gguf-py's MODEL_ARCH.SMOLLM3 names, no NoPE or sliding metadata: llama.cpp's smollm3 skips the rope in every
+    fourth layer, which is SmolLM3Config's default no_rope_layer_interval). The golden is the SmolLM3ForCausalLM
+    it was converted from (4 layers: layer 3 NoPE), holding the GGUF's tensors dequantised by gguf-py."""
+    import torch
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+    hidden, heads, kv, ffn, layers, vocab = 32, 4, 2, 64, 4, 48
+    torch.manual_seed(5055)
+    config = SmolLM3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=kv, rms_norm_eps=1e-6,
+                           max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 2e6},
+                           tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    assert config.no_rope_layers == [1, 1, 1, 0], config.no_rope_layers
+    model = SmolLM3ForCausalLM(config).eval()
+    grng = np.random.default_rng(5055)
+    path = os.path.join(OUT, "tiny_smollm3.gguf")
+    w = gguf_writer(path, "smollm3", "tiny smollm3", hidden, layers, ffn, heads, kv)
+    w.add_rope_freq_base(2e6)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list([f"tok{i}" for i in range(vocab)])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(0)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.SMOLLM3, layers)
+    state = {}
+    for i, (hf, t) in enumerate(sorted(model.state_dict().items())):
+        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        assert name is not None, hf
+        norm = hf.endswith("norm.weight")
+        data = (grng.standard_normal(tuple(t.shape)) * (0.1 if norm else 0.3) + (1.0 if norm else 0.0))
+        data = data.astype(np.float32)
+        qtype = [Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q4_0][i % 5] if data.ndim == 2 else Q.F32
+        stored = permute_llama(data, heads if "q_proj" in hf else kv) if ("q_proj" in hf or "k_proj" in hf) else data
+        raw = stored if qtype == Q.F32 else gguf.quants.quantize(stored, qtype)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+        back = gguf.quants.dequantize(raw, qtype).reshape(data.shape)
+        if "q_proj" in hf or "k_proj" in hf:  # the converter's permutation undone, as a reader must
+            n = heads if "q_proj" in hf else kv
+            back = back.reshape(n, back.shape[0] // n // 2, 2, *back.shape[1:]).swapaxes(1, 2).reshape(back.shape)
+        state[hf] = torch.from_numpy(np.ascontiguousarray(back))
+    write_gguf(w)
+    model.load_state_dict(state)
+    ids = [3, 17, 5, 40, 11, 29, 7, 2, 33, 21, 8]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].numpy().astype(np.float64)
+        greedy = list(ids)
+        for _ in range(16):
+            greedy.append(int(model(torch.tensor([greedy])).logits[0, -1].argmax()))
+    cfg = {k: v for k, v in config.to_dict().items()
+           if k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "vocab_size",
+                    "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id")}
+    cfg["rms_norm_eps"] = float(np.float32(config.rms_norm_eps))
+    cfg["rope_theta"] = config.rope_parameters["rope_theta"]
+    out = {"config": cfg, "tensors": sorted(state), "input_ids": ids,
+           "logits": [[float(x) for x in row] for row in logits], "greedy_ids": greedy[len(ids):],
+           "model_class": type(model).__name__, "overrides": {},
+           "load": "SmolLM3ForCausalLM(config) with the GGUF's tensors dequantised by gguf-py and the q/k row "
+                   "permutation undone, dtype float32, eager attention"}
+    with open(os.path.join(OUT, "tiny_smollm3_expected.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    print("smollm3 logits range", float(logits.min()), float(logits.max()), "greedy", greedy[len(ids):],
+          "size", os.path.getsize(path))
+
+
 MAKERS = {
     "quants": make_quants,
     "tiny_llama": make_tiny_llama,
@@ -510,6 +581,7 @@ MAKERS = {
     "tiny_phi3": lambda: make_tiny_llamacpp_arch("phi3"),
     "tiny_mistral": lambda: make_tiny_llamacpp_arch("mistral"),
     "tiny_glm4": make_tiny_glm4,
+    "tiny_smollm3": make_tiny_smollm3,
 }
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
-// A GGUF of a supported architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss)
-// seen as a Hugging Face checkpoint: config.json derived from the metadata (under the architecture's key
-// prefix) as llama.cpp reads it, tensor names mapped to HF's, and for llama the q/k projection rows put back
-// in HF order (the HF->GGUF converter interleaves each head's two rotary halves for llama.cpp's rope; see
-// unpermute_rows). The others are stored unpermuted (llama.cpp runs them with the NeoX rope, as Transformers
-// does). Mistral has no architecture of its own: llama.cpp's converter writes it as llama (no sliding
-// window), and so it loads. Gemma's RMSNorm weights are stored as 1 + weight and are given back as HF stores
-// them (GemmaGgufSource). Mixtures of experts: qwen3moe is Qwen3MoeForCausalLM, gpt-oss GptOssForCausalLM
-// (its router and expert biases, attention sinks, MXFP4 experts), and a llama GGUF with experts
-// (llama.cpp's Mixtral) MixtralForCausalLM; their experts are presented in Transformers 5's fused layout (see
-// map_experts).
+// A GGUF of a supported architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss,
+// smollm3) seen as a Hugging Face checkpoint: config.json derived from the metadata (under the architecture's
+// key prefix) as llama.cpp reads it, tensor names mapped to HF's, and for llama the q/k projection rows put
+// back in HF order (the HF->GGUF converter interleaves each head's two rotary halves for llama.cpp's rope;
+// see unpermute_rows). The others are stored unpermuted (llama.cpp runs them with the NeoX rope, as
+// Transformers does). Mistral has no architecture of its own: llama.cpp's converter writes it as llama (no
+// sliding window), and so it loads. Gemma's RMSNorm weights are stored as 1 + weight and are given back as HF
+// stores them (GemmaGgufSource). Mixtures of experts: qwen3moe is Qwen3MoeForCausalLM, gpt-oss
+// GptOssForCausalLM (its router and expert biases, attention sinks, MXFP4 experts), and a llama GGUF with
+// experts (llama.cpp's Mixtral) MixtralForCausalLM; their experts are presented in Transformers 5's fused
+// layout (see map_experts).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -74,9 +74,13 @@ constexpr ArchSpec kArchs[] = {
     // GLM-4's rotary pairs are interleaved in HF's rows as in llama.cpp's normal rope: stored unpermuted.
     {"glm4", "Glm4ForCausalLM", "glm4", false, true, false, Layout::kGlm4, 0, true},
     {"gpt-oss", "GptOssForCausalLM", "gpt_oss", false, true, false, Layout::kGptOss, 0, false, Moe::kGptOss},
+    // SmolLM3: llama's tensors (q/k permuted); llama.cpp skips the rope in every fourth layer and writes no
+    // key for it, which is SmolLM3Config's default no_rope_layer_interval, so the derived config leaves it
+    // out.
+    {"smollm3", "SmolLM3ForCausalLM", "smollm3", true, true, true},
 };
 const char* const kSupportedArchs =
-    "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss";
+    "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
