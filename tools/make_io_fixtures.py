@@ -28,6 +28,9 @@ those libraries, never from Tessera.
   tiny_smollm3.gguf, tiny_smollm3_expected.json
                                llama.cpp's smollm3 (llama's permuted q/k, no NoPE key: every fourth layer skips
                                the rope), from a 4-layer SmolLM3ForCausalLM whose goldens hold the GGUF's tensors
+  tiny_olmo2.gguf, tiny_olmo2_expected.json
+                               llama.cpp's olmo2 (OLMo 2: post-norms, q/k norms over all heads, q/k unpermuted),
+                               from a 2-layer Olmo2ForCausalLM whose goldens hold the GGUF's tensors
   tiny_glm4.gguf, tiny_glm4_expected.json
                                llama.cpp's glm4 (GLM-4-0414: q/k/v biases, fused ffn_up, post_attention_norm and
                                post_ffw_norm, partial interleaved rotary), converted from a tiny random
@@ -502,33 +505,46 @@ def make_tiny_glm4():
           "size", os.path.getsize(path))
 
 
-def make_tiny_smollm3():
-    """A smollm3 GGUF as llama.cpp's converter writes one (SmolLM3Model is its LlamaModel: q/k rows permuted,
-    gguf-py's MODEL_ARCH.SMOLLM3 names, no NoPE or sliding metadata: llama.cpp's smollm3 skips the rope in every
-    fourth layer, which is SmolLM3Config's default no_rope_layer_interval). The golden is the SmolLM3ForCausalLM
-    it was converted from (4 layers: layer 3 NoPE), holding the GGUF's tensors dequantised by gguf-py."""
+def make_tiny_olmo2():
+    """An olmo2 GGUF as llama.cpp's converter writes one (its Olmo2Model is a plain TextModel: q/k rows as HF
+    stores them, gguf-py's MODEL_ARCH.OLMO2 names; q_norm over all heads' dims = hidden, k_norm over the KV
+    heads'). The golden is the Olmo2ForCausalLM it was converted from, holding the GGUF's tensors."""
     import torch
-    from transformers import SmolLM3Config, SmolLM3ForCausalLM
-    hidden, heads, kv, ffn, layers, vocab = 32, 4, 2, 64, 4, 48
-    torch.manual_seed(5055)
-    config = SmolLM3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
-                           num_attention_heads=heads, num_key_value_heads=kv, rms_norm_eps=1e-6,
-                           max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 2e6},
-                           tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    assert config.no_rope_layers == [1, 1, 1, 0], config.no_rope_layers
-    model = SmolLM3ForCausalLM(config).eval()
-    grng = np.random.default_rng(5055)
-    path = os.path.join(OUT, "tiny_smollm3.gguf")
-    w = gguf_writer(path, "smollm3", "tiny smollm3", hidden, layers, ffn, heads, kv)
-    w.add_rope_freq_base(2e6)
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+    hidden, heads, kv, ffn, layers, vocab = 32, 4, 2, 64, 2, 48
+    torch.manual_seed(6066)
+    config = Olmo2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv, rms_norm_eps=1e-6,
+                         max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 5e5},
+                         tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = Olmo2ForCausalLM(config).eval()
+    return convert_tiny(model, config, "olmo2", gguf.MODEL_ARCH.OLMO2, 6066, permute=False,
+                        keys=("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                              "num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "vocab_size",
+                              "tie_word_embeddings", "attention_bias", "pad_token_id", "bos_token_id",
+                              "eos_token_id"))
+
+
+def convert_tiny(model, config, arch, model_arch, seed, permute, keys):
+    """Writes tiny_<arch>.gguf from `model` as llama.cpp's converter lays it out (gguf-py's tensor names for
+    `model_arch`, q/k rows permuted for llama's rope when `permute`, matrices in a mix of types) and
+    tiny_<arch>_expected.json: `model` holding the GGUF's tensors dequantised by gguf-py (permutation undone),
+    its float32 logits for 11 ids and 16 greedy tokens, and the config keys `keys` a reader must derive."""
+    import torch
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    grng = np.random.default_rng(seed)
+    path = os.path.join(OUT, f"tiny_{arch}.gguf")
+    w = gguf_writer(path, arch, f"tiny {arch}", hidden, layers, config.intermediate_size, heads, kv)
+    w.add_rope_freq_base(config.rope_parameters["rope_theta"])
     w.add_rope_dimension_count(hidden // heads)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
+    w.add_tokenizer_pre("default")
     w.add_token_list([f"tok{i}" for i in range(vocab)])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_pad_token_id(0)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.SMOLLM3, layers)
+    names = gguf.get_tensor_name_map(model_arch, layers)
     state = {}
     for i, (hf, t) in enumerate(sorted(model.state_dict().items())):
         name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
@@ -537,12 +553,13 @@ def make_tiny_smollm3():
         data = (grng.standard_normal(tuple(t.shape)) * (0.1 if norm else 0.3) + (1.0 if norm else 0.0))
         data = data.astype(np.float32)
         qtype = [Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q4_0][i % 5] if data.ndim == 2 else Q.F32
-        stored = permute_llama(data, heads if "q_proj" in hf else kv) if ("q_proj" in hf or "k_proj" in hf) else data
+        qk = permute and data.ndim == 2 and ("q_proj" in hf or "k_proj" in hf)
+        n = heads if "q_proj" in hf else kv
+        stored = permute_llama(data, n) if qk else data
         raw = stored if qtype == Q.F32 else gguf.quants.quantize(stored, qtype)
         w.add_tensor(name, raw, raw_dtype=qtype)
         back = gguf.quants.dequantize(raw, qtype).reshape(data.shape)
-        if "q_proj" in hf or "k_proj" in hf:  # the converter's permutation undone, as a reader must
-            n = heads if "q_proj" in hf else kv
+        if qk:  # the converter's permutation undone, as a reader must
             back = back.reshape(n, back.shape[0] // n // 2, 2, *back.shape[1:]).swapaxes(1, 2).reshape(back.shape)
         state[hf] = torch.from_numpy(np.ascontiguousarray(back))
     write_gguf(w)
@@ -553,21 +570,38 @@ def make_tiny_smollm3():
         greedy = list(ids)
         for _ in range(16):
             greedy.append(int(model(torch.tensor([greedy])).logits[0, -1].argmax()))
-    cfg = {k: v for k, v in config.to_dict().items()
-           if k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                    "num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "vocab_size",
-                    "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id")}
+    cfg = {k: v for k, v in config.to_dict().items() if k in keys}
     cfg["rms_norm_eps"] = float(np.float32(config.rms_norm_eps))
     cfg["rope_theta"] = config.rope_parameters["rope_theta"]
     out = {"config": cfg, "tensors": sorted(state), "input_ids": ids,
            "logits": [[float(x) for x in row] for row in logits], "greedy_ids": greedy[len(ids):],
            "model_class": type(model).__name__, "overrides": {},
-           "load": "SmolLM3ForCausalLM(config) with the GGUF's tensors dequantised by gguf-py and the q/k row "
-                   "permutation undone, dtype float32, eager attention"}
-    with open(os.path.join(OUT, "tiny_smollm3_expected.json"), "w") as f:
+           "load": f"{type(model).__name__}(config) with the GGUF's tensors dequantised by gguf-py"
+                   + (" and the q/k row permutation undone" if permute else "") + ", dtype float32, eager attention"}
+    with open(os.path.join(OUT, f"tiny_{arch}_expected.json"), "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
-    print("smollm3 logits range", float(logits.min()), float(logits.max()), "greedy", greedy[len(ids):],
+    print(arch, "logits range", float(logits.min()), float(logits.max()), "greedy", greedy[len(ids):],
           "size", os.path.getsize(path))
+
+
+def make_tiny_smollm3():
+    """A smollm3 GGUF as llama.cpp's converter writes one (SmolLM3Model is its LlamaModel: q/k rows permuted,
+    gguf-py's MODEL_ARCH.SMOLLM3 names, no NoPE or sliding metadata: llama.cpp's smollm3 skips the rope in every
+    fourth layer, which is SmolLM3Config's default no_rope_layer_interval). The golden is the SmolLM3ForCausalLM
+    it was converted from (4 layers: layer 3 NoPE), holding the GGUF's tensors."""
+    import torch
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+    torch.manual_seed(5055)
+    config = SmolLM3Config(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+                           max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 2e6},
+                           tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    assert config.no_rope_layers == [1, 1, 1, 0], config.no_rope_layers
+    return convert_tiny(SmolLM3ForCausalLM(config).eval(), config, "smollm3", gguf.MODEL_ARCH.SMOLLM3, 5055,
+                        permute=True,
+                        keys=("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                              "num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "vocab_size",
+                              "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id"))
 
 
 MAKERS = {
@@ -582,6 +616,7 @@ MAKERS = {
     "tiny_mistral": lambda: make_tiny_llamacpp_arch("mistral"),
     "tiny_glm4": make_tiny_glm4,
     "tiny_smollm3": make_tiny_smollm3,
+    "tiny_olmo2": make_tiny_olmo2,
 }
 
 if __name__ == "__main__":

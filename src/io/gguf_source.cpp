@@ -1,11 +1,11 @@
 // A GGUF of a supported architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss,
-// smollm3) seen as a Hugging Face checkpoint: config.json derived from the metadata (under the architecture's
-// key prefix) as llama.cpp reads it, tensor names mapped to HF's, and for llama the q/k projection rows put
-// back in HF order (the HF->GGUF converter interleaves each head's two rotary halves for llama.cpp's rope;
-// see unpermute_rows). The others are stored unpermuted (llama.cpp runs them with the NeoX rope, as
-// Transformers does). Mistral has no architecture of its own: llama.cpp's converter writes it as llama (no
-// sliding window), and so it loads. Gemma's RMSNorm weights are stored as 1 + weight and are given back as HF
-// stores them (GemmaGgufSource). Mixtures of experts: qwen3moe is Qwen3MoeForCausalLM, gpt-oss
+// smollm3, olmo2) seen as a Hugging Face checkpoint: config.json derived from the metadata (under the
+// architecture's key prefix) as llama.cpp reads it, tensor names mapped to HF's, and for llama the q/k
+// projection rows put back in HF order (the HF->GGUF converter interleaves each head's two rotary halves for
+// llama.cpp's rope; see unpermute_rows). The others are stored unpermuted (llama.cpp runs them with the NeoX
+// rope, as Transformers does). Mistral has no architecture of its own: llama.cpp's converter writes it as
+// llama (no sliding window), and so it loads. Gemma's RMSNorm weights are stored as 1 + weight and are given
+// back as HF stores them (GemmaGgufSource). Mixtures of experts: qwen3moe is Qwen3MoeForCausalLM, gpt-oss
 // GptOssForCausalLM (its router and expert biases, attention sinks, MXFP4 experts), and a llama GGUF with
 // experts (llama.cpp's Mixtral) MixtralForCausalLM; their experts are presented in Transformers 5's fused
 // layout (see map_experts).
@@ -35,6 +35,7 @@ enum class Layout {
   kGlm4,    // GLM-4-0414: attn_norm, post_attention_norm (on attention's output), ffn_norm, post_ffw_norm
             // (on the MLP's output); ffn_up holds gate rows, then up, as HF's gate_up_proj
   kGptOss,  // gpt-oss: attn_norm, post_attention_norm (before the experts), attn_sinks
+  kOlmo2,   // OLMo 2: post_attention_norm and post_ffw_norm on the outputs only; q/k norms over every head
 };
 
 // Mixtures of experts, as llama.cpp reads them (blk.N.ffn_gate_inp and the stacked ffn_{gate,up,down}_exps).
@@ -78,9 +79,11 @@ constexpr ArchSpec kArchs[] = {
     // key for it, which is SmolLM3Config's default no_rope_layer_interval, so the derived config leaves it
     // out.
     {"smollm3", "SmolLM3ForCausalLM", "smollm3", true, true, true},
+    {"olmo2", "Olmo2ForCausalLM", "olmo2", false, true, false, Layout::kOlmo2},
 };
 const char* const kSupportedArchs =
-    "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3";
+    "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, "
+    "olmo2 (OLMo 2)";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
@@ -172,6 +175,9 @@ std::string hf_name_for(const std::string& g, Layout layout) {
                               {"attn_qkv", "self_attn.qkv_proj"},
                               {"ffn_up", "mlp.gate_up_proj"}};
   static const Parts kGptOss = {{"post_attention_norm", "post_attention_layernorm"}};
+  static const Parts kOlmo2 = {{"post_attention_norm", "post_attention_layernorm"},
+                               {"post_ffw_norm", "post_feedforward_layernorm"},
+                               {"ffn_up", "mlp.up_proj"}};
   static const Parts kGlm4 = {{"post_attention_norm", "post_self_attn_layernorm"},
                               {"ffn_norm", "post_attention_layernorm"},
                               {"post_ffw_norm", "post_mlp_layernorm"},
@@ -184,6 +190,7 @@ std::string hf_name_for(const std::string& g, Layout layout) {
                      : layout == Layout::kPhi3   ? kPhi3
                      : layout == Layout::kGlm4   ? kGlm4
                      : layout == Layout::kGptOss ? kGptOss
+                     : layout == Layout::kOlmo2  ? kOlmo2
                                                  : kLlama;
   for (const Parts* parts : {&kShared, &own})
     for (const auto& [from, to] : *parts)
@@ -706,6 +713,10 @@ class GgufSource : public WeightSource {
     else
       c["hidden_act"] = "silu";
     c["rms_norm_eps"] = require_float(key("attention.layer_norm_rms_epsilon"));
+    if (arch_->layout == Layout::kOlmo2 && g_->has(key("attention.sliding_window")))
+      fail(origin_, ": ", key("attention.sliding_window"),
+           " is set: an OLMo 3 GGUF (sliding layers, a rope per layer type), which is not read yet (its "
+           "Transformers checkpoint is: Olmo3ForCausalLM)");
     c["rope_theta"] = finite_float(key("rope.freq_base")).value_or(10000.0);
     add_rope_scaling(c);
     if (arch_->layout == Layout::kPhi3) add_phi3_longrope(c);
