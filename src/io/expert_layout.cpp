@@ -90,12 +90,12 @@ Tensor mxfp4_experts(const Tensor& blocks, const Tensor& scales, bool gate_up, c
   return out;
 }
 
-class ExpertLayoutSource : public WeightSource {
+class ExpertLayoutSource : public DerivedSource {
  public:
   ExpertLayoutSource(std::unique_ptr<WeightSource> inner, std::vector<TensorMeta> metas,
                      std::map<std::string, Stack> stacks, std::map<std::string, std::string> renamed,
                      std::map<std::string, OssTensor> oss = {})
-      : inner_(std::move(inner)),
+      : DerivedSource(std::move(inner)),
         metas_(std::move(metas)),
         stacks_(std::move(stacks)),
         renamed_(std::move(renamed)),
@@ -139,14 +139,8 @@ class ExpertLayoutSource : public WeightSource {
               dst - static_cast<uint8_t*>(out.data), " bytes of ", out.nbytes());
     return out;
   }
-  const std::string& config_json() const override { return inner_->config_json(); }
-  const std::string& generation_config_json() const override { return inner_->generation_config_json(); }
-  const std::string& origin() const override { return inner_->origin(); }
-  const std::vector<std::string>& unmapped_tensors() const override { return inner_->unmapped_tensors(); }
-  std::shared_ptr<const GgufFile> gguf() const override { return inner_->gguf(); }
 
  private:
-  std::unique_ptr<WeightSource> inner_;
   std::vector<TensorMeta> metas_;
   std::map<std::string, Stack> stacks_;
   std::map<std::string, std::string> renamed_;  // fused-layout name -> stored name

@@ -33,10 +33,10 @@ constexpr TextModel kTextModels[] = {
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
-class TextModelSource : public WeightSource {
+class TextModelSource : public DerivedSource {
  public:
   TextModelSource(std::unique_ptr<WeightSource> inner, const TextModel& t, std::string config)
-      : inner_(std::move(inner)), prefix_(t.prefix), config_(std::move(config)) {
+      : DerivedSource(std::move(inner)), prefix_(t.prefix), config_(std::move(config)) {
     for (const TensorMeta& m : inner_->tensors()) {
       if (starts_with(m.name, t.skipped[0]) || starts_with(m.name, t.skipped[1])) continue;
       TensorMeta out = m;
@@ -56,13 +56,8 @@ class TextModelSource : public WeightSource {
     return inner_->load(stored, dtype);
   }
   const std::string& config_json() const override { return config_; }
-  const std::string& generation_config_json() const override { return inner_->generation_config_json(); }
-  const std::string& origin() const override { return inner_->origin(); }
-  const std::vector<std::string>& unmapped_tensors() const override { return inner_->unmapped_tensors(); }
-  std::shared_ptr<const GgufFile> gguf() const override { return inner_->gguf(); }
 
  private:
-  std::unique_ptr<WeightSource> inner_;
   std::string prefix_;
   std::string config_;
   std::vector<TensorMeta> metas_;

@@ -46,6 +46,21 @@ class WeightSource {
   virtual std::shared_ptr<const GgufFile> gguf() const { return nullptr; }
 };
 
+// A view of another source with other tensors (renamed, assembled, left out): everything but the tensors
+// (their list, lookup and loading) is the inner source's.
+class DerivedSource : public WeightSource {
+ public:
+  explicit DerivedSource(std::unique_ptr<WeightSource> inner) : inner_(std::move(inner)) {}
+  const std::string& config_json() const override { return inner_->config_json(); }
+  const std::string& generation_config_json() const override { return inner_->generation_config_json(); }
+  const std::string& origin() const override { return inner_->origin(); }
+  const std::vector<std::string>& unmapped_tensors() const override { return inner_->unmapped_tensors(); }
+  std::shared_ptr<const GgufFile> gguf() const override { return inner_->gguf(); }
+
+ protected:
+  std::unique_ptr<WeightSource> inner_;
+};
+
 // The entry of `sorted` (sorted by name, as WeightSource::tensors()) named `name`, or nullptr.
 const TensorMeta* find_sorted(const std::vector<TensorMeta>& sorted, const std::string& name);
 // Whether a tensor stored as `stored_type` ("F32", "BF16", "F16", "Q4_K", ...) loads as `dt` without any
