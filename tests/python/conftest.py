@@ -18,6 +18,13 @@ MODELS = os.path.join(ROOT, "tests", "fixtures", "models")
 TINY = sorted(d for d in os.listdir(MODELS) if os.path.isfile(os.path.join(MODELS, d, "golden.json")))
 
 
+def recurrent(name):
+    """Whether fixture `name` has linear-attention layers (Qwen3.5): a recurrent state that rejected drafts
+    cannot rewind, so no draft model runs with it."""
+    with open(os.path.join(MODELS, name, "config.json")) as f:
+        return "linear_attention" in (json.load(f).get("layer_types") or [])
+
+
 def golden(name):
     with open(os.path.join(MODELS, name, "golden.json") if name in TINY else os.path.join(MODELS, name)) as f:
         return json.load(f)
