@@ -85,9 +85,12 @@ std::unique_ptr<WeightSource> with_text_model(std::unique_ptr<WeightSource> src)
       fail(origin, ": ", name, " without a text_config object; its language model's settings live there");
     nlohmann::json cfg = *text;
     cfg["architectures"] = nlohmann::json::array({t.text});
+    // Transformers ties the wrapper's lm_head by the wrapper's own tie_word_embeddings (its config class's
+    // default: false), whatever text_config says.
+    const auto tie = j.find("tie_word_embeddings");
+    cfg["tie_word_embeddings"] = tie != j.end() && tie->is_boolean() && tie->get<bool>();
     // The wrapper's settings that the text model reads when its own config leaves them out.
-    for (const char* k :
-         {"tie_word_embeddings", "dtype", "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id"}) {
+    for (const char* k : {"dtype", "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id"}) {
       const auto top = j.find(k);
       if (top == j.end() || top->is_null()) continue;
       const auto own = cfg.find(k);
