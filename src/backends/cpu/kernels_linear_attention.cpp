@@ -26,12 +26,11 @@ void l2_normalise(const float* x, int64_t n, float scale, float* out) {
 
 // One token of the gated delta rule on one head's state S [dk, dv], in place: S *= decay;
 // delta = (v - S^T k) * beta; S += k (x) delta; o = S^T q. The loops run along dv (contiguous, no reduction
-// across j), so each compiled clone vectorises them with its ISA's width; the sums over i stay in i order.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void delta_step(float* S, const float* k,
-                                                                             const float* q, const float* v,
-                                                                             float beta, float decay,
-                                                                             int64_t dk, int64_t dv,
-                                                                             float* delta, float* o) {
+// across j), so each ISA's copy below vectorises them with its width; the sums over i stay in i order, and
+// without FMA contraction (ISO C++ mode) every copy computes the same bits.
+__attribute__((always_inline)) inline void delta_step_body(float* S, const float* k, const float* q,
+                                                           const float* v, float beta, float decay,
+                                                           int64_t dk, int64_t dv, float* delta, float* o) {
   for (int64_t j = 0; j < dv; ++j) delta[j] = 0.f;
   for (int64_t i = 0; i < dk; ++i) {
     float* Si = S + i * dv;
@@ -51,6 +50,37 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void delta_step(flo
       o[j] += Si[j] * qi;
     }
   }
+}
+
+using DeltaStep = void (*)(float*, const float*, const float*, const float*, float, float, int64_t, int64_t,
+                           float*, float*);
+// One copy per instruction set, picked by the ISA the kernels use (cpu::active_isa), not by ifunc resolvers
+// (target_clones), which run before ThreadSanitizer's runtime is up and crash instrumented builds.
+__attribute__((target("avx512f"))) void delta_step_avx512(float* S, const float* k, const float* q,
+                                                          const float* v, float beta, float decay, int64_t dk,
+                                                          int64_t dv, float* delta, float* o) {
+  delta_step_body(S, k, q, v, beta, decay, dk, dv, delta, o);
+}
+__attribute__((target("avx2"))) void delta_step_avx2(float* S, const float* k, const float* q, const float* v,
+                                                     float beta, float decay, int64_t dk, int64_t dv,
+                                                     float* delta, float* o) {
+  delta_step_body(S, k, q, v, beta, decay, dk, dv, delta, o);
+}
+void delta_step_scalar(float* S, const float* k, const float* q, const float* v, float beta, float decay,
+                       int64_t dk, int64_t dv, float* delta, float* o) {
+  delta_step_body(S, k, q, v, beta, decay, dk, dv, delta, o);
+}
+DeltaStep delta_step_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+      return delta_step_avx512;
+    case Isa::Avx2:
+      return delta_step_avx2;
+    case Isa::Scalar:
+      break;
+  }
+  return delta_step_scalar;
 }
 
 }  // namespace
@@ -91,6 +121,7 @@ void gated_delta_net(const DeltaNet& w, const float* qkv, const float* z, const 
   });
 
   // 2. The delta rule per value head, then the gated RMSNorm of its output.
+  const DeltaStep delta_step = delta_step_for(active_isa());
   const int64_t group = w.hv / w.hk;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(w.dk));
   ThreadPool::instance().parallel_for(w.hv, 1, [&](int64_t h0, int64_t h1) {
