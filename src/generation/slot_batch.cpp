@@ -519,15 +519,15 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.running_rows_only = options.decode_rows == Rows::Running ||
                         (options.decode_rows == Rows::Auto && !b.m->caps.prefers_buckets);
   b.sampling = b.on_device ? graph::Sampling::Sample : graph::Sampling::Off;
-  // Under MPI tensor parallelism every rank's batch makes the same lookups (the same operations in the same
-  // order: lead_followers replays them) and copies its own shard of the rows.
-  // A recurrent state (linear attention) cannot be rewound to a position: no cached prefixes, no reuse, no
-  // drafts to verify.
+  // A recurrent state (linear attention) cannot be rewound to an arbitrary position: no prefix reuse, no
+  // drafts to verify; prefix caching only from the snapshots a backend keeps of it (whole cached prompts).
   const bool recurrent = b.m->config.has_recurrent_state();
   if (options.prefix_reuse && recurrent)
     fail("SlotBatch: prefix_reuse: ", b.m->config.architecture,
          " keeps a recurrent state per sequence (linear attention), which a reused prefix cannot restore");
   b.recurrent = recurrent;
+  // Under MPI tensor parallelism every rank's batch makes the same lookups (the same operations in the same
+  // order: lead_followers replays them) and copies its own shard of the rows.
   b.caching = options.prefix_cache && !options.prefix_reuse && !b.on_device && !b.m->caps.prefers_buckets &&
               b.m->caps.copies_cache_rows && (!recurrent || b.m->caps.state_snapshots);
   if (options.prefix_cache && options.prefix_block < 1)

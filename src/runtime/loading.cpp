@@ -158,10 +158,10 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
          dtype_name(impl->backend->cache_dtype()),
          " KV caches (bfloat16, q8_0 and fp8 caches run on the native cpu backend, --device cpu)");
   impl->comm = comm;
-  if (impl->config.has_recurrent_state() && impl->backend->name() != "cpu")
+  if (impl->config.has_recurrent_state() && !impl->backend->supports_op(graph::Op::GatedDeltaNet))
     fail(src->origin(), ": ", impl->config.architecture,
-         "'s linear-attention layers (a recurrent state per "
-         "sequence) run on the cpu device only so far; the '",
+         "'s linear-attention layers (a recurrent state per sequence) run on the cpu device only so far; the "
+         "'",
          impl->backend->name(), "' backend has no lowering of them (use --device cpu)");
   // Quantised at load (--dtype q8_0 / q4_0 / q4_k): the native cpu backend computes from the blocks, PJRT
   // devices take their integers and scales and dequantise in the program; a backend with neither refuses.

@@ -255,7 +255,10 @@ class PjrtBackendImpl : public PjrtBackend {
     c.block_quantized_weights = true;  // uploaded as integers and scales, dequantised in the program
     return c;
   }
-  bool supports_op(graph::Op op) const override { return op != graph::Op::kCount; }
+  // Every op but linear attention's recurrence (graph::Op::GatedDeltaNet), which has no lowering yet.
+  bool supports_op(graph::Op op) const override {
+    return op != graph::Op::kCount && op != graph::Op::GatedDeltaNet;
+  }
   const pjrt::PlatformInfo& platform() const override { return info_; }
   TransferStats transfer_stats() const override { return stats_.load(); }
   void reset_transfer_stats() override { stats_.reset(); }
