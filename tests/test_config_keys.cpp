@@ -28,14 +28,23 @@ namespace {
 
 // A config.json of each architecture as Transformers 5 saved it (a fixture).
 const std::map<std::string, std::string> kFixtureOf = {
-    {"Qwen3ForCausalLM", "qwen3_tied"},   {"LlamaForCausalLM", "llama_gqa"},
-    {"Glm4ForCausalLM", "glm4"},          {"Qwen2ForCausalLM", "qwen2"},
-    {"MistralForCausalLM", "mistral"},    {"Phi3ForCausalLM", "phi3"},
-    {"Gemma2ForCausalLM", "gemma2"},      {"Gemma3ForCausalLM", "gemma3"},
-    {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
-    {"GptOssForCausalLM", "gpt_oss"},     {"SmolLM3ForCausalLM", "smollm3"},
-    {"Olmo2ForCausalLM", "olmo2"},        {"Olmo3ForCausalLM", "olmo3"},
+    {"Qwen3ForCausalLM", "qwen3_tied"},
+    {"LlamaForCausalLM", "llama_gqa"},
+    {"Glm4ForCausalLM", "glm4"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"MistralForCausalLM", "mistral"},
+    {"Phi3ForCausalLM", "phi3"},
+    {"Gemma2ForCausalLM", "gemma2"},
+    {"Gemma3ForCausalLM", "gemma3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"MixtralForCausalLM", "mixtral"},
+    {"GptOssForCausalLM", "gpt_oss"},
+    {"SmolLM3ForCausalLM", "smollm3"},
+    {"Olmo2ForCausalLM", "olmo2"},
+    {"Olmo3ForCausalLM", "olmo3"},
     {"Qwen3_5ForCausalLM", "qwen3_5"},
+    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe"},
+    {"Qwen3NextForCausalLM", "qwen3_next"},
 };
 
 json fixture_config(const std::string& fixture) {

@@ -91,63 +91,72 @@ TEST(LinearAttention, TheFixtureHasRecurrentState) {
   EXPECT_EQ(m.info().kv_bytes_per_token, 2u * 1 * 2 * 16 * 4);
 }
 
+// Every hybrid fixture: Qwen3.5 dense, Qwen3.5-MoE, Qwen3-Next (fused projections).
+constexpr const char* kHybrids[] = {"qwen3_5", "qwen3_5_moe", "qwen3_next"};
+
 // A slot reused after a longer sequence, and two sequences side by side: each equals the sequence alone in a
 // fresh batch, to the last bit (the state is reset at a sequence's first token, and rows never mix).
 TEST(LinearAttention, SlotReuseAndCompanyChangeNoBit) {
-  CausalLM m = golden::load_f32("qwen3_5");
-  const std::vector<int32_t> long_prompt = ids(120, 1), a = ids(9, 2), b = ids(30, 3);
-  SlotBatch alone_a(m, 1, 200, options()), alone_b(m, 1, 200, options());
-  const Trace want_a = run(alone_a, 0, a, 12), want_b = run(alone_b, 0, b, 12);
+  for (const char* name : kHybrids) {
+    SCOPED_TRACE(name);
+    CausalLM m = golden::load_f32(name);
+    const std::vector<int32_t> long_prompt = ids(120, 1), a = ids(9, 2), b = ids(30, 3);
+    SlotBatch alone_a(m, 1, 200, options()), alone_b(m, 1, 200, options());
+    const Trace want_a = run(alone_a, 0, a, 12), want_b = run(alone_b, 0, b, 12);
 
-  SlotBatch batch(m, 2, 200, options());
-  run(batch, 0, long_prompt, 20);  // slot 0's state now holds a long sequence
-  batch.release(0);
-  expect_bit_equal(run(batch, 0, a, 12), want_a, "slot reused after a longer sequence");
+    SlotBatch batch(m, 2, 200, options());
+    run(batch, 0, long_prompt, 20);  // slot 0's state now holds a long sequence
+    batch.release(0);
+    expect_bit_equal(run(batch, 0, a, 12), want_a, "slot reused after a longer sequence");
 
-  // Both slots running at once, prefilled at different steps.
-  batch.release(0);
-  Trace got_a, got_b;
-  batch.prefill(0, a, greedy(12));
-  take(batch, 0, got_a);
-  batch.step();
-  take(batch, 0, got_a);
-  batch.prefill(1, b, greedy(12));
-  take(batch, 1, got_b);
-  while (batch.running(0) || batch.running(1)) {
+    // Both slots running at once, prefilled at different steps.
+    batch.release(0);
+    Trace got_a, got_b;
+    batch.prefill(0, a, greedy(12));
+    take(batch, 0, got_a);
     batch.step();
     take(batch, 0, got_a);
+    batch.prefill(1, b, greedy(12));
     take(batch, 1, got_b);
+    while (batch.running(0) || batch.running(1)) {
+      batch.step();
+      take(batch, 0, got_a);
+      take(batch, 1, got_b);
+    }
+    got_a.tokens = batch.tokens(0);
+    got_b.tokens = batch.tokens(1);
+    expect_bit_equal(got_a, want_a, "slot 0 beside slot 1");
+    expect_bit_equal(got_b, want_b, "slot 1 beside slot 0");
   }
-  got_a.tokens = batch.tokens(0);
-  got_b.tokens = batch.tokens(1);
-  expect_bit_equal(got_a, want_a, "slot 0 beside slot 1");
-  expect_bit_equal(got_b, want_b, "slot 1 beside slot 0");
 }
 
 // A prompt run in chunks carries the state from chunk to chunk: the same greedy tokens as the whole prompt,
 // and Transformers' logits for the fixture's 150-token prompt (past one chunk of its chunked delta rule).
 TEST(LinearAttention, ChunkedPromptsCarryTheState) {
-  CausalLM m = golden::load_f32("qwen3_5");
-  const nlohmann::json j = golden::load_model_golden("qwen3_5");
-  const auto& c = j["forward"].back();
-  const std::vector<int64_t> prompt64 = golden::ids(c["input_ids"]);
-  const std::vector<int32_t> prompt(prompt64.begin(), prompt64.end());
-  ASSERT_GT(prompt.size(), 64u);
-  const auto expect = golden::matrix(c["logits"]);  // [150, vocab]
-  SlotBatch chunked(m, 1, 200, options());
-  chunked.prefill_chunked(0, prompt, greedy(8), 32);  // padded on the left to 5 chunks of 32
-  while (chunked.tokens(0).empty()) chunked.step();
-  const std::vector<float> last = chunked.last_logits(0);
-  ASSERT_EQ(last.size(), expect.cols);
-  const std::span<const float> want = expect.row(expect.rows - 1);
-  double worst = 0;
-  for (size_t i = 0; i < expect.cols; ++i) worst = std::max(worst, std::abs(double(last[i]) - want[i]));
-  EXPECT_LE(worst, 1e-4);
-  while (chunked.running(0)) chunked.step();
-  SlotBatch whole(m, 1, 200, options());
-  whole.prefill(0, prompt, greedy(8));
-  while (whole.running(0)) whole.step();
-  EXPECT_EQ(chunked.tokens(0), whole.tokens(0));
+  for (const char* name : kHybrids) {
+    SCOPED_TRACE(name);
+    CausalLM m = golden::load_f32(name);
+    const nlohmann::json j = golden::load_model_golden(name);
+    const auto& c = j["forward"].back();
+    const std::vector<int64_t> prompt64 = golden::ids(c["input_ids"]);
+    const std::vector<int32_t> prompt(prompt64.begin(), prompt64.end());
+    ASSERT_GT(prompt.size(), 64u);
+    const auto expect = golden::matrix(c["logits"]);  // [150, vocab]
+    SlotBatch chunked(m, 1, 200, options());
+    chunked.prefill_chunked(0, prompt, greedy(8), 32);  // padded on the left to 5 chunks of 32
+    while (chunked.tokens(0).empty()) chunked.step();
+    const std::vector<float> last = chunked.last_logits(0);
+    ASSERT_EQ(last.size(), expect.cols);
+    const std::span<const float> want = expect.row(expect.rows - 1);
+    double worst = 0;
+    for (size_t i = 0; i < expect.cols; ++i) worst = std::max(worst, std::abs(double(last[i]) - want[i]));
+    EXPECT_LE(worst, 1e-4);
+    while (chunked.running(0)) chunked.step();
+    SlotBatch whole(m, 1, 200, options());
+    whole.prefill(0, prompt, greedy(8));
+    while (whole.running(0)) whole.step();
+    EXPECT_EQ(chunked.tokens(0), whole.tokens(0));
+  }
 }
 
 // Prefix caching for a recurrent state: the state after a row's last whole chunk is kept (a snapshot), so a
@@ -250,4 +259,17 @@ TEST(LinearAttention, TheHubsMultimodalLayoutLoadsAsItsLanguageModel) {
   write(bare);
   expect_error_naming([&] { AutoModelForCausalLM::from_pretrained(dir.path(), {}); },
                       {"Qwen3_5ForConditionalGeneration", "text_config"});
+}
+
+// Qwen3.5-MoE's hub files: Qwen3_5MoeForConditionalGeneration with the experts fused (mlp.experts.gate_up_proj
+// [E, 2I, H], down_proj [E, H, I]) where the plain fixture stores one tensor per expert: the same model.
+TEST(LinearAttention, TheMoeHubLayoutWithFusedExpertsLoadsAsItsLanguageModel) {
+  const nlohmann::json j = golden::load_json(golden::model_path("qwen3_5_moe_hub/hub_golden.json"));
+  const std::vector<int64_t> ids64 = golden::ids(j["input_ids"]);
+  const std::vector<int32_t> ids(ids64.begin(), ids64.end());
+  CausalLM hub = golden::load_f32("qwen3_5_moe_hub");
+  EXPECT_EQ(hub.info().architecture, "Qwen3_5MoeForCausalLM");
+  const std::vector<float> got = hub.forward(ids);
+  EXPECT_LE(golden::max_abs_diff(got, golden::matrix(j["logits"]).data).max_abs, 1e-4);
+  EXPECT_TRUE(got == golden::load_f32("qwen3_5_moe").forward(ids));
 }

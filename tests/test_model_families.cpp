@@ -28,9 +28,9 @@ using namespace tessera::model_test;
 namespace {
 
 // One fixture per family (tools/make_model_goldens.py).
-const char* kFamilies[] = {"qwen2",     "mistral",         "phi3",    "gemma2",  "gemma3",
-                           "qwen3_moe", "qwen3_moe_fused", "mixtral", "gpt_oss", "smollm3",
-                           "olmo2",     "olmo3",           "qwen3_5"};
+const char* kFamilies[] = {"qwen2",     "mistral",         "phi3",    "gemma2",      "gemma3",
+                           "qwen3_moe", "qwen3_moe_fused", "mixtral", "gpt_oss",     "smollm3",
+                           "olmo2",     "olmo3",           "qwen3_5", "qwen3_5_moe", "qwen3_next"};
 
 constexpr double kTol = 1e-4;
 
@@ -185,6 +185,14 @@ TEST(Cli, TpFamiliesSmolLM3Olmo3AndQwen3_5TwoRanks) {
   expect_tp_same_as_one_process({golden::model_path("olmo3"), 2, "", kLongPrompt});
   // Qwen3.5: the linear-attention layers and the gated attention whole on every rank, the MLP split.
   expect_tp_same_as_one_process({golden::model_path("qwen3_5"), 2, "", kLongPrompt});
+}
+
+// Qwen3.5-MoE and Qwen3-Next: each rank a slice of every expert and of the shared expert (whose sigmoid gate
+// scales the all-reduced sum), Qwen3-Next's dense layer split as an MLP; the fused in_proj_qkvz / in_proj_ba
+// read whole on every rank.
+TEST(Cli, TpFamiliesQwen3_5MoeAndQwen3NextTwoRanks) {
+  expect_tp_same_as_one_process({golden::model_path("qwen3_5_moe"), 2, "", kLongPrompt});
+  expect_tp_same_as_one_process({golden::model_path("qwen3_next"), 2, "", kLongPrompt});
 }
 
 // OLMo's plan gathers q/k/v (colwise_gather_output) into o_proj (rowwise_split_input): attention runs whole

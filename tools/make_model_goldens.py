@@ -39,6 +39,7 @@ from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, 
 from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 from transformers import GptOssConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402
 from transformers import Olmo2Config, Olmo3Config, Qwen3_5TextConfig, SmolLM3Config  # noqa: E402
+from transformers import Qwen3_5MoeTextConfig, Qwen3NextConfig  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -488,6 +489,59 @@ def spec_list():
                          "mrope_section": [1, 1, 0], "mrope_interleaved": True},
         **dict(common, num_hidden_layers=3),
     )
+    # Qwen3.5-MoE (Qwen3_5MoeForCausalLM, text): qwen3_5's layer pattern with every MLP a sparse block: 6
+    # experts of moe_intermediate 32, top 2 renormalised, a shared expert of 48 behind its sigmoid gate;
+    # key/value heads of the linear attention 2/4 of 16/8 (dk != dv), saved as save_pretrained writes it.
+    qwen3_5_moe = Qwen3_5MoeTextConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        full_attention_interval=3,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        num_experts=6,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=48,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+        **dict(common, num_hidden_layers=3),
+    )
+    # Qwen3-Next (Qwen3NextForCausalLM): the fused in_proj_qkvz / in_proj_ba (3 value heads per key head, so the
+    # per-key-head grouping matters), 4 layers alternating linear / full attention (full_attention_interval
+    # 2), sparse blocks of 5 experts top 2 not renormalised with a shared expert of 40, layer 2 dense
+    # (mlp_only_layers) of intermediate 96; an mtp.* tensor added as the hub's files carry.
+    qwen3_next = Qwen3NextConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        full_attention_interval=2,
+        linear_conv_kernel_dim=3,
+        linear_key_head_dim=16,
+        linear_value_head_dim=12,
+        linear_num_key_heads=2,
+        linear_num_value_heads=6,
+        num_experts=5,
+        num_experts_per_tok=2,
+        norm_topk_prob=False,
+        moe_intermediate_size=24,
+        shared_expert_intermediate_size=40,
+        mlp_only_layers=[2],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        **dict(common, num_hidden_layers=4),
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -512,6 +566,8 @@ def spec_list():
         ("olmo2", olmo2, torch.bfloat16, 1, 1021),
         ("olmo3", olmo3, torch.float32, 1, 1022),
         ("qwen3_5", qwen3_5, torch.float32, 1, 1023),
+        ("qwen3_5_moe", qwen3_5_moe, torch.float32, 1, 1024),
+        ("qwen3_next", qwen3_next, torch.float32, 1, 1025),
     ]
 
 
@@ -525,7 +581,11 @@ FUSED_EXPERTS = {"qwen3_moe_fused"}
 MXFP4_EXPERTS = {"gpt_oss_mxfp4"}
 # Longer forward prompts: a linear-attention model's prompt past one chunk of Transformers' chunked delta
 # rule (64 tokens).
-EXTRA_FORWARD = {"qwen3_5": (150,)}
+EXTRA_FORWARD = {"qwen3_5": (150,), "qwen3_5_moe": (150,), "qwen3_next": (150,)}
+# Fixtures whose (1 + weight) norms get weights around 0 (randomize); the older fixtures keep theirs.
+CENTRED_NORMS = {"qwen3_5_moe", "qwen3_next"}
+# Multi-token-prediction tensors the hub's files carry beside the model (Transformers ignores them at load).
+MTP_TENSORS = {"qwen3_next"}
 FP4_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
@@ -580,13 +640,19 @@ def mxfp4_experts(d):
 
 
 @torch.no_grad()
-def randomize(model, seed):
+def randomize(model, seed, centred_norms=False):
     """Weights with enough spread that logits are far from flat; norm weights random around 1.
     Every parameter falls in one of the four branches, including Glm4's post_self_attn_layernorm /
-    post_mlp_layernorm (".norm.weight" suffix) and its fused mlp.gate_up_proj (the linear branch)."""
+    post_mlp_layernorm (".norm.weight" suffix) and its fused mlp.gate_up_proj (the linear branch).
+    centred_norms: the model's RMSNorms scale by (1 + weight) (but its linear attention's output norm), so
+    their weights are random around 0: the scale stays around 1, as in a trained model (scales around 2 at
+    every norm make the tiny model so sensitive that float32 itself strays from float64 by more than the
+    goldens' tolerance)."""
     gen = torch.Generator().manual_seed(seed)
     for name, p in sorted(model.named_parameters()):
-        if name.endswith("norm.weight"):
+        if name.endswith("norm.weight") and centred_norms and not name.endswith("linear_attn.norm.weight"):
+            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+        elif name.endswith("norm.weight"):
             p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
         elif name.endswith(".bias"):
             p.copy_(0.05 * torch.randn(p.shape, generator=gen))
@@ -629,7 +695,7 @@ def save_checkpoint(name, config, dtype, shards, seed, out_dir):
         shutil.rmtree(d)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    randomize(model, seed)
+    randomize(model, seed, centred_norms=name in CENTRED_NORMS)
     for pname, p in model.named_parameters():  # nothing left at its constant init (norms 1, biases 0)
         if p.numel() > 1 and float(p.float().std()) == 0.0:
             raise RuntimeError(f"{name}: randomize() left {pname} constant")
@@ -648,6 +714,12 @@ def save_checkpoint(name, config, dtype, shards, seed, out_dir):
         v4_layout_config_json(os.path.join(d, "config.json"))
     if name in MXFP4_EXPERTS:
         mxfp4_experts(d)
+    if name in MTP_TENSORS:
+        f = os.path.join(d, "model.safetensors")
+        tensors = safetensors.torch.load_file(f)
+        tensors["mtp.fc.weight"] = torch.randn(config.hidden_size, 2 * config.hidden_size,
+                                               generator=torch.Generator().manual_seed(seed)).to(dtype)
+        safetensors.torch.save_file(tensors, f, metadata={"format": "pt"})
     reloaded = AutoConfig.from_pretrained(d)
     if dict(reloaded.rope_parameters) != dict(config.rope_parameters):
         raise RuntimeError(f"{name}: config.json reloads as {reloaded.rope_parameters}, not {config.rope_parameters}")
@@ -1641,35 +1713,43 @@ def smollm2_golden(out_dir):
     write_json(os.path.join(out_dir, "smollm2_golden.json"), golden)
 
 
-def qwen3_5_hub_layout(out_dir):
-    """qwen3_5_hub/: the qwen3_5 fixture's weights in the layout the hub's Qwen3.5 files have:
-    Qwen3_5ForConditionalGeneration as save_pretrained writes it (text_config, model.language_model.*, a tiny
-    vision tower under model.visual.*), plus an mtp.* tensor as the hub's files carry; hub_golden.json holds
-    that model's text-only logits (not golden.json: it is not one of the tiny family checkpoints)."""
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration, Qwen3_5VisionConfig
+def qwen3_5_hub_layout(out_dir, name="qwen3_5"):
+    """<name>_hub/: the <name> fixture's weights in the layout the hub's Qwen3.5 files have:
+    Qwen3_5ForConditionalGeneration (Qwen3_5MoeForConditionalGeneration for qwen3_5_moe) as save_pretrained
+    writes it (text_config, model.language_model.*, a tiny vision tower under model.visual.*; the MoE's
+    experts in Transformers 5's fused layout, mlp.experts.gate_up_proj / down_proj, where the plain fixture
+    has one tensor per expert), plus an mtp.* tensor as the hub's files carry; hub_golden.json holds that
+    model's text-only logits (not golden.json: it is not one of the tiny family checkpoints)."""
+    import transformers
 
-    src = os.path.join(out_dir, "qwen3_5")
-    d = os.path.join(out_dir, "qwen3_5_hub")
+    moe = name == "qwen3_5_moe"
+    prefix = "Qwen3_5Moe" if moe else "Qwen3_5"
+    config_cls = getattr(transformers, prefix + "Config")
+    wrapper_cls = getattr(transformers, prefix + "ForConditionalGeneration")
+    vision_cls = getattr(transformers, prefix + "VisionConfig")
+    src = os.path.join(out_dir, name)
+    d = os.path.join(out_dir, name + "_hub")
     text = AutoConfig.from_pretrained(src)
-    vision = Qwen3_5VisionConfig(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
-                                 patch_size=4, temporal_patch_size=1, spatial_merge_size=1,
-                                 num_position_embeddings=16)
+    vision = vision_cls(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                        patch_size=4, temporal_patch_size=1, spatial_merge_size=1, num_position_embeddings=16)
     text_dict = {k: v for k, v in text.to_dict().items() if k not in ("_name_or_path", "architectures")}
-    cfg = Qwen3_5Config(text_config=text_dict, vision_config=vision.to_dict(), tie_word_embeddings=False)
+    cfg = config_cls(text_config=text_dict, vision_config=vision.to_dict(), tie_word_embeddings=False)
     torch.manual_seed(0)
-    model = Qwen3_5ForConditionalGeneration(cfg).eval()
+    model = wrapper_cls(cfg).eval()
     causal = load(src, torch.float32)
     model.model.language_model.load_state_dict(causal.model.state_dict())
     model.lm_head.load_state_dict(causal.lm_head.state_dict())
     if os.path.isdir(d):
         shutil.rmtree(d)
-    model.save_pretrained(d)
+    model.save_pretrained(d, save_original_format=not moe)
     GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False).save_pretrained(d)
     f = os.path.join(d, "model.safetensors")
     tensors = safetensors.torch.load_file(f)
     if not any(k.startswith("model.language_model.") for k in tensors) or not any(
             k.startswith("model.visual.") for k in tensors):
-        raise RuntimeError(f"qwen3_5_hub: unexpected layout {sorted(tensors)[:5]}")
+        raise RuntimeError(f"{name}_hub: unexpected layout {sorted(tensors)[:5]}")
+    if moe and not any(k.endswith("mlp.experts.gate_up_proj") for k in tensors):
+        raise RuntimeError(f"{name}_hub: experts not fused: {sorted(tensors)[:8]}")
     tensors["mtp.fc.weight"] = 0.1 * torch.randn(64, 128, generator=torch.Generator().manual_seed(5))
     safetensors.torch.save_file(tensors, f, metadata={"format": "pt"})
     ids = rand_ids(torch.Generator().manual_seed(11), 9, text.vocab_size)
@@ -1677,7 +1757,7 @@ def qwen3_5_hub_layout(out_dir):
         logits = model(torch.tensor([ids])).logits[0]
         want = causal(torch.tensor([ids])).logits[0]
     if float((logits - want).abs().max()) > 1e-5:
-        raise RuntimeError("qwen3_5_hub: the wrapper's text logits differ from Qwen3_5ForCausalLM's")
+        raise RuntimeError(f"{name}_hub: the wrapper's text logits differ from the causal model's")
     write_json(os.path.join(d, "hub_golden.json"),
                {"versions": versions(), "input_ids": ids, "logits": f32_rows(logits)})
 
@@ -1697,9 +1777,10 @@ def main():
         d = save_checkpoint(name, config, dtype, shards, seed, args.out)
         tiny_golden(name, config, dtype, seed, d)
         print(f"{name}: done", flush=True)
-    if not args.only or "qwen3_5_hub" in args.only:
-        qwen3_5_hub_layout(args.out)
-        print("qwen3_5_hub: done")
+    for name in ("qwen3_5", "qwen3_5_moe"):
+        if not args.only or name + "_hub" in args.only:
+            qwen3_5_hub_layout(args.out, name)
+            print(f"{name}_hub: done")
     if not args.only or "config_resolution" in args.only:
         config_resolution(args.out)
         print("config_resolution: done", flush=True)

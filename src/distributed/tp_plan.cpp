@@ -279,7 +279,7 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     const bool sparse = by_role.count({l, Role::kExpertsDown}) > 0;
     const Part down = sparse ? part(l, Role::kExpertsDown, "experts.down_proj", p)
                              : part(l, Role::kMlpDown, "down_proj", p);
-    bool cols = true, reps = replicated(down.style);
+    bool cols = true, reps = replicated(down.style), rows = row(down.style);
     std::string desc;
     for (Role r : {Role::kMlpGate, Role::kMlpUp, Role::kMlpGateUp, Role::kExpertsGateUp}) {
       if (!by_role.count({l, r})) continue;
@@ -288,7 +288,14 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
       reps = reps && replicated(in.style);
       desc += in.name + "=" + style_name(in.style) + ", ";
     }
-    if (cols && row(down.style))
+    // A sparse layer's shared expert (mlp.shared_expert.*, the MLP's roles) splits with its experts.
+    if (sparse && by_role.count({l, Role::kMlpDown})) {
+      const Part shared_down = part(l, Role::kMlpDown, "", p);
+      rows = rows && row(shared_down.style);
+      reps = reps && replicated(shared_down.style);
+      desc += "shared_expert." + shared_down.name + "=" + style_name(shared_down.style) + ", ";
+    }
+    if (cols && rows)
       t.mlp_split[static_cast<size_t>(l)] = 1;
     else if (!reps)
       fail(model, ": ", down.block, " has ", desc, down.name, "=", style_name(down.style),
@@ -333,7 +340,19 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     const bool sparse = c.layer_is_sparse(static_cast<int64_t>(l));
     const int64_t inter = sparse ? c.moe_intermediate_size : c.intermediate_size;
     const char* key = sparse ? "moe_intermediate_size" : "intermediate_size";
-    if (!t.mlp_split[l] || inter % tp == 0) continue;
+    const int64_t shared = sparse ? c.shared_expert_intermediate_size : 0;
+    if (!t.mlp_split[l] || (inter % tp == 0 && shared % tp == 0)) continue;
+    if (inter % tp == 0) {  // the shared expert's size is the one that does not divide
+      if (!d.tp_plan_auto)
+        fail(model, ": shared_expert_intermediate_size ", shared, " does not divide by tp_size ", tp,
+             "; replicate the sparse blocks with --tp-rule layers.*.mlp.experts.gate_up_proj=replicated, "
+             "--tp-rule layers.*.mlp.experts.down_proj=replicated and the same for "
+             "layers.*.mlp.shared_expert.<proj>, or pass --tp-plan auto");
+      t.mlp_split[l] = 0;
+      ++mlp_changed;
+      mlp_why = "shared_expert_intermediate_size " + std::to_string(shared);
+      continue;
+    }
     if (!d.tp_plan_auto)
       fail(model, ": ", key, " ", inter, " does not divide by tp_size ", tp,
            sparse

@@ -123,8 +123,12 @@ std::string weight_key(const Node& n) {
   if (v.rank0_only) os << "[rank 0 only]";
   if (v.stacked) os << "[per expert]";
   if (v.rope_head > 0) os << "[rotary pairs " << v.rope_head << "/" << v.rope_rot << "]";
-  if (v.group > 0)
-    os << "[rows " << v.take_begin << ":" << v.take_begin + v.take << " of every " << v.group << "]";
+  if (v.group > 0) {
+    os << "[rows";
+    for (const WeightView::Take& t : v.takes)
+      if (t.rows > 0) os << " " << t.begin << ":" << t.begin + t.rows;
+    os << " of every " << v.group << "]";
+  }
   if (v.offset != 0.f) os << "[+" << v.offset << "]";
   return os.str();
 }

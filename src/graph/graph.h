@@ -3,6 +3,7 @@
 // into rows), int32 step inputs, weights, and the per-layer KV cache state.
 // Nodes are stored in execution order; an op only reads earlier nodes.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -65,7 +66,8 @@ enum class Op : uint8_t {
                 // q; `window` > 0: only keys j > q - window (sliding-window attention); `softcap` > 0: the
                 // scaled scores s become tanh(s / softcap) * softcap before the mask and softmax (Gemma 2);
                 // Node::sinks: a last input sinks [heads] whose exp joins each head's softmax denominator
-  GatedAct,     // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...)
+  GatedAct,     // (gate, up) -> act(gate) * up, act = Node::act (silu: SwiGLU, gelu: GeGLU, ...); a gate
+                // [rows, 1] applies to each row's every column (a shared expert's sigmoid gate)
   Add,          // (a, b) -> a + b
   LastRow,      // (x [batch*seq, d]) -> [batch, d]: the last position of each batch row
   // In-step sampling (ShapeKey::sampling != Off; appended by graph::append_sampling):
@@ -175,9 +177,32 @@ struct WeightView {
   // Added to every element when loaded (float32 vectors only): Gemma's RMSNorm scales by (1 + weight), which
   // in float32 is exactly the stored weight plus 1 computed once at load.
   float offset = 0.f;
-  // > 0: of every `group` rows (after the block above), only rows [take_begin, take_begin + take) are read
-  // (Qwen3.5's q_proj holds each head's query rows, then its gate rows). Not with a split.
-  int64_t group = 0, take_begin = 0, take = 0;
+  // group > 0: the rows (after the block above) form groups of `group` rows; the view reads, for each part
+  // of `takes` in order (parts with rows 0 unused), rows [begin, begin + rows) of every group: Qwen3.5's
+  // q_proj holds each head's query rows then its gate rows (one part); Qwen3-Next's in_proj_qkvz holds per
+  // key head its q, k, v and z rows (q, k and v read as three parts: all q rows, then all k, then all v).
+  // Not with a split.
+  struct Take {
+    int64_t begin = 0, rows = 0;
+    bool operator==(const Take&) const = default;
+  };
+  static constexpr size_t kMaxTakes = 3;
+  int64_t group = 0;
+  std::array<Take, kMaxTakes> takes{};
+  int64_t taken_per_group() const {  // the rows read of each group
+    int64_t n = 0;
+    for (const Take& t : takes) n += t.rows;
+    return n;
+  }
+  // The row of the viewed tensor that row r of the view reads (group > 0), for `groups` groups.
+  int64_t grouped_row(int64_t r, int64_t groups) const {
+    for (const Take& t : takes) {
+      const int64_t n = groups * t.rows;
+      if (r < n) return (r / t.rows) * group + t.begin + r % t.rows;
+      r -= n;
+    }
+    return -1;
+  }
 
   bool whole() const {
     return rows < 0 && split_dim < 0 && !rank0_only && rope_head == 0 && offset == 0.f && group == 0;

@@ -42,6 +42,9 @@ struct Architecture {
   std::function<std::vector<ModuleSpec>(const DecoderConfig& c)> modules;
   // Tensors a checkpoint may carry that we do not need (e.g. rotary caches), as name suffixes.
   std::vector<std::string> ignorable_suffixes;
+  // Tensors it never reads, as name prefixes (Qwen3-Next's multi-token-prediction layers, mtp.*), as
+  // Transformers ignores them at load.
+  std::vector<std::string> ignorable_prefixes;
   // Default tensor-parallel plan (Transformers' base_model_tp_plan of the architecture, plus lm_head),
   // resolved against the user's rules by distributed::resolve_tp_plan.
   TpPlan tp_plan;

@@ -96,7 +96,7 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
   if (view.rows >= 0) local[out_dim] = view.rows;
   if (view.group > 0) {
     TS_ASSERT(view.split_dim < 0 && local[out_dim] % view.group == 0, name, " grouped view");
-    local[out_dim] = local[out_dim] / view.group * view.take;
+    local[out_dim] = local[out_dim] / view.group * view.taken_per_group();
   }
   if (view.split_dim >= 0) {
     const size_t d = out_dim + static_cast<size_t>(view.split_dim);
@@ -160,8 +160,7 @@ int GraphBuilder::linear(int x, const Linear& l, const std::string& name) {
   wv.rope_head = bv.rope_head = l.rope_head;
   wv.rope_rot = bv.rope_rot = l.rope_rot;
   wv.group = bv.group = l.group;
-  wv.take_begin = bv.take_begin = l.take_begin;
-  wv.take = bv.take = l.take;
+  wv.takes = bv.takes = l.takes;
   if ((l.part_begin != 0 || l.out != stored_out) && l.group == 0) {
     wv.row_begin = bv.row_begin = l.part_begin;
     wv.rows = bv.rows = l.out;
@@ -257,8 +256,11 @@ int GraphBuilder::gated_delta_net(int qkv, int z, int b, int a, int conv, int a_
 }
 
 int GraphBuilder::gated_act(int gate, int up, graph::Activation act, const std::string& name) {
-  TS_ASSERT(g_.at(gate).shape == g_.at(up).shape, name);
-  Node n{.op = Op::GatedAct, .name = name, .inputs = {gate, up}, .shape = g_.at(gate).shape};
+  const Shape &gs = g_.at(gate).shape, &us = g_.at(up).shape;
+  TS_ASSERT(gs == us || (gs.size() == 2 && us.size() == 2 && gs[0] == us[0] && gs[1] == 1 &&
+                         act != graph::Activation::ClampedSwiglu),
+            name);
+  Node n{.op = Op::GatedAct, .name = name, .inputs = {gate, up}, .shape = us};
   n.act = act;
   return g_.add(std::move(n));
 }
@@ -382,8 +384,8 @@ int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, in
 
 int gated_mlp(GraphBuilder& b, const LayerNames& n, int h, const GatedMlp& mlp) {
   const DecoderConfig& c = b.config();
-  const std::string m = n.module + "mlp.";
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const std::string m = n.module + mlp.module;
+  const int64_t H = c.hidden_size, I = mlp.intermediate > 0 ? mlp.intermediate : c.intermediate_size;
   const int l = n.layer;
   // gate, up, act: [rows, local intermediate] (split per layer when the plan says so)
   int gate, up;
@@ -465,9 +467,20 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   const int down_bias = m.bias ? b.weight(down_name + "_bias", {E, H}, down_bias_view, false, true) : -1;
   const graph::Activation act =
       m.clamped_swiglu ? graph::Activation::ClampedSwiglu : graph_activation(c.hidden_act);
-  const int y = b.moe_experts(h, route, gate_up, down, gate_up_bias, down_bias, E, c.num_experts_per_tok, act,
-                              n.node + "experts", m.alpha, m.limit);
-  return split ? b.all_reduce(y, n.node + "experts.all_reduce") : y;
+  int y = b.moe_experts(h, route, gate_up, down, gate_up_bias, down_bias, E, c.num_experts_per_tok, act,
+                        n.node + "experts", m.alpha, m.limit);
+  if (split) y = b.all_reduce(y, n.node + "experts.all_reduce");
+  if (c.shared_expert_intermediate_size <= 0) return y;
+  // The shared expert: a gated MLP under the MLP's roles (split with the experts, its own all-reduce), scaled
+  // per token by its gate's sigmoid (a [1, H] row kept in float32 like the router; replicated).
+  LayerNames sn = n;
+  sn.node += "shared_expert.";
+  const int shared = gated_mlp(
+      b, sn, h, {.module = "mlp.shared_expert.", .intermediate = c.shared_expert_intermediate_size});
+  const int gate = b.matmul(h, b.weight(mlp + "shared_expert_gate.weight", {1, H}, {}, true), -1,
+                            n.node + "shared_expert_gate");
+  const int scaled = b.gated_act(gate, shared, graph::Activation::Sigmoid, n.node + "shared_expert_scaled");
+  return b.add(y, scaled, n.node + "moe_out");
 }
 
 int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a) {
@@ -607,6 +620,7 @@ Architecture causal_lm_architecture(CausalLmSpec spec) {
             return m;
           },
       .ignorable_suffixes = {"rotary_emb.inv_freq"},
+      .ignorable_prefixes = std::move(spec.ignorable_prefixes),
       .tp_plan = std::move(spec.tp_plan),
       .config_keys = std::move(keys),
       .unsplit_attention = spec.unsplit_attention,

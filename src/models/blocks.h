@@ -50,8 +50,8 @@ class GraphBuilder {
     int64_t part_begin = 0,
             stored_out = 0;               // a block of rows of a fused tensor with stored_out rows (0: out)
     int64_t rope_head = 0, rope_rot = 0;  // rows holding interleaved rotary pairs (graph::WeightView)
-    int64_t group = 0, take_begin = 0,
-            take = 0;  // of every `group` rows only [take_begin, +take) (WeightView)
+    int64_t group = 0;  // > 0: of every `group` rows only the parts `takes` (graph::WeightView)
+    std::array<graph::WeightView::Take, graph::WeightView::kMaxTakes> takes{};
   };
   // x @ W^T + b on this rank's share: the split is the layout's for the role (config().tp.split), applied
   // only when the key's tp_size > 1. The one place splits happen.
@@ -138,9 +138,11 @@ struct SelfAttention {
 int self_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, int h, const SelfAttention& a);
 
 struct GatedMlp {
-  bool bias = false;           // biases on every projection
-  bool fused_gate_up = false;  // one mlp.gate_up_proj [2I, H] (gate rows [0, I), up rows [I, 2I)) instead of
-                               // mlp.gate_proj and mlp.up_proj
+  bool bias = false;            // biases on every projection
+  bool fused_gate_up = false;   // one mlp.gate_up_proj [2I, H] (gate rows [0, I), up rows [I, 2I)) instead of
+                                // mlp.gate_proj and mlp.up_proj
+  const char* module = "mlp.";  // the block's module under the layer (a shared expert: "mlp.shared_expert.")
+  int64_t intermediate = 0;     // I; 0: config().intermediate_size
 };
 // `mlp.*` of layer n on the normed input h [rows, hidden]: down(act(gate(h)) * up(h)) with the config's
 // hidden_act, split per layer when the plan says so. Returns down_proj's output [rows, hidden].
@@ -153,6 +155,9 @@ struct SparseMoe {
                       // down_proj_bias [E, H])
   bool clamped_swiglu = false;  // the experts' activation is gpt-oss's clamped SwiGLU (alpha, limit)
   float alpha = 0.f, limit = 0.f;
+  // With config().shared_expert_intermediate_size > 0, the shared expert:
+  // mlp.shared_expert.{gate,up,down}_proj (split as the experts are, under the MLP's roles) times
+  // sigmoid(mlp.shared_expert_gate [1, H] . h), added.
 };
 // `mlp.*` of layer n as a mixture of experts (config().num_experts of them, config().num_experts_per_tok per
 // token): the router mlp.gate.weight [E, H] -> Op::MoeRoute -> Op::MoeExperts over mlp.experts.gate_up_proj
@@ -228,9 +233,10 @@ struct CausalLmSpec {
   std::vector<NullRefused> null_refused = {};
   std::function<void(const ConfigReader&)> check = {};                   // refusals before any field is read
   std::function<void(const ConfigReader&, DecoderConfig&)> finish = {};  // after parse_decoder_config
-  std::vector<ConfigKey> config_keys = {};  // its own keys, besides decoder_config_keys()
-  TpPlan tp_plan = {};                      // Transformers' base_model_tp_plan for it, plus lm_head
-  const char* unsplit_attention = nullptr;  // Architecture::unsplit_attention
+  std::vector<ConfigKey> config_keys = {};           // its own keys, besides decoder_config_keys()
+  TpPlan tp_plan = {};                               // Transformers' base_model_tp_plan for it, plus lm_head
+  const char* unsplit_attention = nullptr;           // Architecture::unsplit_attention
+  std::vector<std::string> ignorable_prefixes = {};  // Architecture::ignorable_prefixes
 };
 Architecture causal_lm_architecture(CausalLmSpec spec);
 

@@ -656,7 +656,9 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
     r.fail_field("model_type", "is " + ConfigReader::show(nlohmann::json(c.model_type)) + ", but " +
                                    c.architecture + " is model_type '" + d.model_type + "'");
   c.hidden_size = r.required_int("hidden_size", 1, kMaxHidden);
-  c.intermediate_size = r.required_int("intermediate_size", 1, kMaxIntermediate);
+  c.intermediate_size = d.intermediate_size
+                            ? r.int_or("intermediate_size", *d.intermediate_size, 1, kMaxIntermediate)
+                            : r.required_int("intermediate_size", 1, kMaxIntermediate);
   c.num_layers = r.required_int("num_hidden_layers", 1, kMaxLayers);
   c.num_heads = r.required_int("num_attention_heads", 1, kMaxHeads);
   // Absent: the config class's default; null: num_attention_heads (Transformers' __post_init__).

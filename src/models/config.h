@@ -124,6 +124,10 @@ struct DecoderConfig {
   std::vector<uint8_t> layer_sparse;          // [num_layers]
   double swiglu_alpha = 0, swiglu_limit = 0;  // gpt-oss's experts (clamped SwiGLU)
   bool moe_norm_topk = false;  // the kept routing weights divided by their sum (Qwen3-MoE's norm_topk_prob)
+  // > 0: each sparse block also has a shared expert (mlp.shared_expert, a gated MLP of this intermediate
+  // size) scaled per token by sigmoid(mlp.shared_expert_gate) and added to the experts' sum (Qwen3.5-MoE,
+  // Qwen3-Next).
+  int64_t shared_expert_intermediate_size = 0;
   std::optional<DType> torch_dtype;
   // Matrices kept block-quantised as the checkpoint stores them (a GGUF's block-quantised tensors on the
   // native cpu backend), by Hugging Face name; every other matrix is in the graph's dtype. Set by the loader,
@@ -305,6 +309,9 @@ struct ConfigDefaults {
   std::optional<int64_t>
       original_max_position_embeddings;  // the class's top-level default (Phi3Config: 4096)
   double rope_theta = 10000.0;  // the config class's default_theta: rope_theta when config.json has none
+  // intermediate_size when config.json has none (nullopt: required). 0: the finish hook sets it (Qwen3.5-MoE,
+  // whose layers are all sparse, has no such field).
+  std::optional<int64_t> intermediate_size;
 };
 
 // Sizes (with sane upper bounds), eps, tie, dtype, special ids, hidden_act and rope (both layouts) into `c`.

@@ -28,6 +28,9 @@ struct MoeDefaults {
 };
 std::vector<ConfigKey> moe_config_keys(bool own_intermediate);
 void parse_moe_experts(const ConfigReader& r, DecoderConfig& c, const MoeDefaults& d);
+// Qwen2/Qwen3-MoE's and Qwen3-Next's sparse layers into c.layer_sparse: layer l is sparse when (l + 1) is a
+// multiple of decoder_sparse_step (absent: 1) and mlp_only_layers (absent or null: none) does not list it.
+void parse_sparse_layers(const ConfigReader& r, DecoderConfig& c);
 
 // self_attn.{q,k}_norm replicated_with_grad_allreduce (Qwen3's and Gemma 3's base_model_tp_plan).
 TpPlan qk_norm_tp_plan();

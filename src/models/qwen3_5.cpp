@@ -1,16 +1,24 @@
-// Qwen3_5ForCausalLM (Qwen3.5 dense, text; model_type qwen3_5_text): a hybrid of Gated DeltaNet linear
-// attention (layer_types "linear_attention": a causal depthwise convolution and a gated delta-rule recurrent
-// state per sequence, graph::Op::GatedDeltaNet) and gated full attention (q_proj holds each head's query rows
-// then its gate rows; the attention output times sigmoid(gate) before o_proj; per-head q/k norms; rotary
-// embedding on the first partial_rotary_factor (default 0.25) of each head, the text positions of its mrope),
-// every RMSNorm but the linear attention's output norm scaling by (1 + weight). Text positions only: the
-// rope's mrope_section / mrope_interleaved change nothing when the three position streams are equal.
-// Tensor parallelism splits the MLP and the LM head; attention and the linear-attention layers run whole on
-// every rank (Transformers' plan gathers the latter; a head split of the interleaved query/gate rows is not
-// written).
+// The Qwen3.5 / Qwen3-Next hybrids (text): Gated DeltaNet linear attention (layer_types "linear_attention":
+// a causal depthwise convolution and a gated delta-rule recurrent state per sequence,
+// graph::Op::GatedDeltaNet) interleaved with gated full attention (q_proj holds each head's query rows then
+// its gate rows; the attention output times sigmoid(gate) before o_proj; per-head q/k norms; rotary embedding
+// on the first partial_rotary_factor (default 0.25) of each head, the text positions of its mrope), every
+// RMSNorm but the linear attention's output norm scaling by (1 + weight). Text positions only: the rope's
+// mrope_section / mrope_interleaved change nothing when the three position streams are equal.
+//   Qwen3_5ForCausalLM (model_type qwen3_5_text): the dense MLP in every layer.
+//   Qwen3_5MoeForCausalLM (qwen3_5_moe_text): every layer a sparse block: softmax top-k renormalised over
+//     num_experts experts plus a shared expert scaled by sigmoid(shared_expert_gate).
+//   Qwen3NextForCausalLM (qwen3_next): the same, its linear attention's projections fused per key head
+//     (in_proj_qkvz: q, k, v, z rows of each key head's group; in_proj_ba: b, a), read through grouped
+//     weight views; sparse layers as Qwen3-MoE picks them (decoder_sparse_step, mlp_only_layers), the others
+//     the dense MLP; the multi-token-prediction layers (mtp.*) never read.
+// Tensor parallelism splits the MLP (experts and shared expert) and the LM head; attention and the
+// linear-attention layers run whole on every rank (Transformers' plan gathers the latter; a head split of
+// the interleaved query/gate rows is not written).
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
+#include "models/families.h"
 #include "tessera/error.h"
 
 namespace tessera::models::qwen3_5 {
@@ -46,10 +54,12 @@ int gated_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, i
   const int l = n.layer;
   const bool bias = c.attention_bias;
   // q_proj [2 * q_dim, H]: head j's query rows [2j hd, 2j hd + hd), then its gate rows.
-  int q = b.linear(h, {m + "q_proj", Role::kAttnQ, l, q_dim, H, bias, 0, 2 * q_dim, 0, 0, 2 * hd, 0, hd},
-                   n.node + "q");
-  int gate = b.linear(h, {m + "q_proj", Role::kAttnQ, l, q_dim, H, bias, 0, 2 * q_dim, 0, 0, 2 * hd, hd, hd},
-                      n.node + "gate");
+  int q =
+      b.linear(h, {m + "q_proj", Role::kAttnQ, l, q_dim, H, bias, 0, 2 * q_dim, 0, 0, 2 * hd, {{{0, hd}}}},
+               n.node + "q");
+  int gate =
+      b.linear(h, {m + "q_proj", Role::kAttnQ, l, q_dim, H, bias, 0, 2 * q_dim, 0, 0, 2 * hd, {{{hd, hd}}}},
+               n.node + "gate");
   int k = b.linear(h, {m + "k_proj", Role::kAttnK, l, kv_dim, H, bias}, n.node + "k");
   int v = b.linear(h, {m + "v_proj", Role::kAttnV, l, kv_dim, H, bias}, n.node + "v");
   q = b.norm(q, m + "q_norm", hd, n.node + "q_norm");
@@ -63,17 +73,35 @@ int gated_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, i
   return b.linear(attn, {m + "o_proj", Role::kAttnO, l, H, q_dim, bias}, n.node + "attn_out");
 }
 
-int linear_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, int h) {
+// The Gated DeltaNet mixer. fused: Qwen3-Next's in_proj_qkvz [Hk * (2 dk + 2 r dv), H] (per key head its
+// q rows, k rows, then the v and z rows of its r = Hv / Hk value heads) and in_proj_ba [Hk * 2r, H] (per key
+// head its r b rows, then its r a rows), read as Qwen3.5's separate projections through grouped views: the
+// same rows in the op's order (all q, all k, all v; value heads key-head-major, as Transformers reshapes).
+int linear_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, int h, bool fused) {
   const DecoderConfig& c = b.config();
   const std::string m = n.module + "linear_attn.";
-  const int64_t H = c.hidden_size, hv = c.linear_num_value_heads, dv = c.linear_value_head_dim;
-  const int64_t key_dim = c.linear_num_key_heads * c.linear_key_head_dim, value_dim = hv * dv;
+  const int64_t H = c.hidden_size, hk = c.linear_num_key_heads, hv = c.linear_num_value_heads;
+  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, r = hv / hk;
+  const int64_t key_dim = hk * dk, value_dim = hv * dv;
   const int64_t C = 2 * key_dim + value_dim, K = c.linear_conv_kernel_dim;
   const int l = n.layer;
-  const int qkv = b.linear(h, {m + "in_proj_qkv", Role::kLinearMixer, l, C, H}, n.node + "in_qkv");
-  const int z = b.linear(h, {m + "in_proj_z", Role::kLinearMixer, l, value_dim, H}, n.node + "in_z");
-  const int beta = b.linear(h, {m + "in_proj_b", Role::kLinearMixer, l, hv, H}, n.node + "in_b");
-  const int a = b.linear(h, {m + "in_proj_a", Role::kLinearMixer, l, hv, H}, n.node + "in_a");
+  int qkv, z, beta, a;
+  if (fused) {
+    const int64_t G = 2 * dk + 2 * r * dv, qkvz = hk * G;
+    const std::string p = m + "in_proj_qkvz", ba = m + "in_proj_ba";
+    const Role mix = Role::kLinearMixer;
+    qkv = b.linear(h, {p, mix, l, C, H, false, 0, qkvz, 0, 0, G, {{{0, dk}, {dk, dk}, {2 * dk, r * dv}}}},
+                   n.node + "in_qkv");
+    z = b.linear(h, {p, mix, l, value_dim, H, false, 0, qkvz, 0, 0, G, {{{2 * dk + r * dv, r * dv}}}},
+                 n.node + "in_z");
+    beta = b.linear(h, {ba, mix, l, hv, H, false, 0, 2 * hv, 0, 0, 2 * r, {{{0, r}}}}, n.node + "in_b");
+    a = b.linear(h, {ba, mix, l, hv, H, false, 0, 2 * hv, 0, 0, 2 * r, {{{r, r}}}}, n.node + "in_a");
+  } else {
+    qkv = b.linear(h, {m + "in_proj_qkv", Role::kLinearMixer, l, C, H}, n.node + "in_qkv");
+    z = b.linear(h, {m + "in_proj_z", Role::kLinearMixer, l, value_dim, H}, n.node + "in_z");
+    beta = b.linear(h, {m + "in_proj_b", Role::kLinearMixer, l, hv, H}, n.node + "in_b");
+    a = b.linear(h, {m + "in_proj_a", Role::kLinearMixer, l, hv, H}, n.node + "in_a");
+  }
   const int conv = b.weight(m + "conv1d.weight", {C, 1, K}, {}, true, true);
   const int a_log = b.weight(m + "A_log", {hv}, {}, true, true);
   const int dt_bias = b.weight(m + "dt_bias", {hv}, {}, true, true);
@@ -83,15 +111,25 @@ int linear_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, 
   return b.linear(y, {m + "out_proj", Role::kLinearMixer, l, H, value_dim}, n.node + "linear_out");
 }
 
-int layer(GraphBuilder& b, const StepNodes& in, int x, int l) {
+// input_layernorm -> the layer's token mixer -> residual -> post_attention_layernorm -> the dense MLP or, in
+// the sparse layers, the experts with the shared expert -> residual.
+int hybrid_layer(GraphBuilder& b, const StepNodes& in, int x, int l, bool fused) {
   const DecoderConfig& c = b.config();
   const LayerNames n = layer_names(l);
   int h = b.norm(x, n.module + "input_layernorm", c.hidden_size, n.node + "attn_norm");
-  h = c.layer_is_linear(l) ? linear_attention(b, in, n, h) : gated_attention(b, in, n, h);
+  h = c.layer_is_linear(l) ? linear_attention(b, in, n, h, fused) : gated_attention(b, in, n, h);
   x = b.add(x, h, n.node + "attn_residual");
   h = b.norm(x, n.module + "post_attention_layernorm", c.hidden_size, n.node + "mlp_norm");
-  return b.add(x, gated_mlp(b, n, h, {}), n.node + "mlp_residual");
+  const int mlp = c.layer_is_sparse(l)
+                      ? sparse_moe(b, n, h,
+                                   {.routing = c.moe_norm_topk ? graph::Routing::SoftmaxTopKNorm
+                                                               : graph::Routing::SoftmaxTopK})
+                      : gated_mlp(b, n, h, {});
+  return b.add(x, mlp, n.node + "mlp_residual");
 }
+
+int layer(GraphBuilder& b, const StepNodes& in, int x, int l) { return hybrid_layer(b, in, x, l, false); }
+int next_layer(GraphBuilder& b, const StepNodes& in, int x, int l) { return hybrid_layer(b, in, x, l, true); }
 
 // Qwen3_5TextConfig: layer_types (else full_attention_interval), the linear attention's sizes; every norm
 // (1 + weight). Its convolution's activation is hidden_act, which the kernel computes as silu (every
@@ -133,15 +171,65 @@ void finish(const ConfigReader& r, DecoderConfig& c) {
   }
 }
 
-ConfigDefaults defaults() {
+// Qwen3_5MoeTextConfig: every layer sparse, top-k always renormalised; no intermediate_size (no dense MLP).
+void finish_moe(const ConfigReader& r, DecoderConfig& c) {
+  finish(r, c);
+  parse_moe_experts(r, c, {.experts = 256, .per_token = 8, .intermediate = 512});
+  c.shared_expert_intermediate_size = r.int_or("shared_expert_intermediate_size", 512, 1, 1 << 20);
+  c.moe_norm_topk = true;
+  if (c.intermediate_size == 0) c.intermediate_size = c.moe_intermediate_size;  // read by no layer
+  c.layer_sparse.assign(static_cast<size_t>(c.num_layers), 1);
+}
+
+// Qwen3NextConfig: sparse layers as Qwen3-MoE's (num_experts 0: every layer dense), norm_topk_prob (absent:
+// true).
+void finish_next(const ConfigReader& r, DecoderConfig& c) {
+  finish(r, c);
+  if (r.has("num_experts") && r.find("num_experts")->is_number_integer() &&
+      r.find("num_experts")->get<int64_t>() == 0)
+    return;  // Transformers builds the dense MLP in every layer
+  parse_moe_experts(r, c, {.experts = 512, .per_token = 10, .intermediate = 512});
+  c.shared_expert_intermediate_size = r.int_or("shared_expert_intermediate_size", 512, 1, 1 << 20);
+  c.moe_norm_topk = r.bool_or("norm_topk_prob", true);
+  parse_sparse_layers(r, c);
+}
+
+ConfigDefaults defaults(const char* model_type, int64_t kv_heads) {
   ConfigDefaults d;
-  d.model_type = "qwen3_5_text";
+  d.model_type = model_type;
   d.head_dim = 256;
-  d.num_kv_heads = 4;
+  d.num_kv_heads = kv_heads;
   d.max_position_embeddings = 32768;
   d.rms_norm_eps = 1e-6;
   d.partial_rotary_factor = 0.25;
   return d;
+}
+
+std::vector<ConfigKey> moe_keys(bool next) {
+  using enum KeyUse;
+  std::vector<ConfigKey> k = keys();
+  const std::vector<ConfigKey> moe = moe_config_keys(true);
+  k.insert(k.end(), moe.begin(), moe.end());
+  k.push_back({"shared_expert_intermediate_size", kImplemented, "", "the shared expert's; absent: 512"});
+  if (next) {
+    k.push_back({"decoder_sparse_step", kImplemented, "",
+                 "absent: 1; layer l is sparse when (l + 1) % step == 0 (num_experts 0: none)"});
+    k.push_back(
+        {"mlp_only_layers", kImplemented, "", "absent or null: none; these layers keep the dense MLP"});
+    k.push_back(
+        {"norm_topk_prob", kImplemented, "", "absent: true; true: the kept weights divided by their sum"});
+  }
+  return k;
+}
+
+// The MLP split with the experts and the shared expert (Transformers' plans), the vocab-parallel LM head;
+// attention and linear attention whole on every rank.
+TpPlan moe_tp_plan() {
+  return causal_lm_tp_plan({gated_mlp_tp_plan(),
+                            experts_tp_plan(),
+                            {{"layers.*.mlp.shared_expert.gate_proj", "colwise"},
+                             {"layers.*.mlp.shared_expert.up_proj", "colwise"},
+                             {"layers.*.mlp.shared_expert.down_proj", "rowwise"}}});
 }
 
 }  // namespace
@@ -150,13 +238,38 @@ Architecture architecture() {
   return causal_lm_architecture(
       {.name = "Qwen3_5ForCausalLM",
        .layer = layer,
-       .defaults = defaults(),
+       .defaults = defaults("qwen3_5_text", 4),
        .null_refused = {{"head_dim", "Qwen3_5Attention reads it as given"}},
        .finish = finish,
        .config_keys = keys(),
        // The MLP split and the vocab-parallel LM head; attention and linear attention whole on every rank.
        .tp_plan = causal_lm_tp_plan({gated_mlp_tp_plan()}),
        .unsplit_attention = kUnsplit});
+}
+
+Architecture moe_architecture() {
+  ConfigDefaults d = defaults("qwen3_5_moe_text", 2);
+  d.intermediate_size = 0;
+  return causal_lm_architecture({.name = "Qwen3_5MoeForCausalLM",
+                                 .layer = layer,
+                                 .defaults = d,
+                                 .null_refused = {{"head_dim", "Qwen3_5MoeAttention reads it as given"}},
+                                 .finish = finish_moe,
+                                 .config_keys = moe_keys(false),
+                                 .tp_plan = moe_tp_plan(),
+                                 .unsplit_attention = kUnsplit});
+}
+
+Architecture next_architecture() {
+  return causal_lm_architecture({.name = "Qwen3NextForCausalLM",
+                                 .layer = next_layer,
+                                 .defaults = defaults("qwen3_next", 2),
+                                 .null_refused = {{"head_dim", "Qwen3NextAttention reads it as given"}},
+                                 .finish = finish_next,
+                                 .config_keys = moe_keys(true),
+                                 .tp_plan = moe_tp_plan(),
+                                 .unsplit_attention = kUnsplit,
+                                 .ignorable_prefixes = {"mtp."}});
 }
 
 }  // namespace tessera::models::qwen3_5

@@ -49,22 +49,7 @@ void finish(const ConfigReader& r, DecoderConfig& c) {
   if (r.bool_or("use_sliding_window", false)) parse_sliding_every_layer(r, c, 4096);
   parse_moe_experts(r, c, {.experts = 128, .per_token = 8, .intermediate = 768});
   c.moe_norm_topk = r.bool_or("norm_topk_prob", false);
-  const int64_t step = r.int_or("decoder_sparse_step", 1, 1);
-  std::vector<uint8_t> sparse(static_cast<size_t>(c.num_layers), 0);
-  for (int64_t l = 0; l < c.num_layers; ++l) sparse[static_cast<size_t>(l)] = (l + 1) % step == 0 ? 1 : 0;
-  if (r.has("mlp_only_layers")) {
-    const nlohmann::json& list = *r.find("mlp_only_layers");
-    if (!list.is_array())
-      r.fail_field("mlp_only_layers", "must be a list of layer indices, got " + ConfigReader::show(list));
-    for (const nlohmann::json& v : list) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.num_layers)
-        r.fail_field("mlp_only_layers", "has " + ConfigReader::show(v) +
-                                            ", not a layer index below num_hidden_layers " +
-                                            std::to_string(c.num_layers));
-      sparse[static_cast<size_t>(v.get<int64_t>())] = 0;
-    }
-  }
-  c.layer_sparse = std::move(sparse);
+  parse_sparse_layers(r, c);
 }
 
 ConfigDefaults defaults() {
@@ -122,6 +107,25 @@ void parse_moe_experts(const ConfigReader& r, DecoderConfig& c, const MoeDefault
                                             std::to_string(c.num_experts) + " experts");
   c.moe_intermediate_size = d.intermediate > 0 ? r.int_or("moe_intermediate_size", d.intermediate, 1, 1 << 20)
                                                : c.intermediate_size;
+}
+
+void parse_sparse_layers(const ConfigReader& r, DecoderConfig& c) {
+  const int64_t step = r.int_or("decoder_sparse_step", 1, 1);
+  std::vector<uint8_t> sparse(static_cast<size_t>(c.num_layers), 0);
+  for (int64_t l = 0; l < c.num_layers; ++l) sparse[static_cast<size_t>(l)] = (l + 1) % step == 0 ? 1 : 0;
+  if (r.has("mlp_only_layers") && !r.find("mlp_only_layers")->is_null()) {
+    const nlohmann::json& list = *r.find("mlp_only_layers");
+    if (!list.is_array())
+      r.fail_field("mlp_only_layers", "must be a list of layer indices, got " + ConfigReader::show(list));
+    for (const nlohmann::json& v : list) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.num_layers)
+        r.fail_field("mlp_only_layers", "has " + ConfigReader::show(v) +
+                                            ", not a layer index below num_hidden_layers " +
+                                            std::to_string(c.num_layers));
+      sparse[static_cast<size_t>(v.get<int64_t>())] = 0;
+    }
+  }
+  c.layer_sparse = std::move(sparse);
 }
 
 }  // namespace tessera::models

@@ -47,7 +47,9 @@ Architecture architecture();
 }
 namespace qwen3_5 {
 Architecture architecture();
-}
+Architecture moe_architecture();
+Architecture next_architecture();
+}  // namespace qwen3_5
 namespace olmo {
 Architecture olmo2_architecture();
 Architecture olmo3_architecture();
@@ -56,11 +58,12 @@ Architecture olmo3_architecture();
 namespace {
 const std::vector<Architecture>& table() {
   static const std::vector<Architecture> t = {
-      qwen3::architecture(),      llama::architecture(),      glm4::architecture(),
-      qwen2::architecture(),      mistral::architecture(),    phi3::architecture(),
-      gemma2::architecture(),     gemma3::architecture(),     qwen3_moe::architecture(),
-      mixtral::architecture(),    gpt_oss::architecture(),    smollm3::architecture(),
-      olmo::olmo2_architecture(), olmo::olmo3_architecture(), qwen3_5::architecture(),
+      qwen3::architecture(),       llama::architecture(),        glm4::architecture(),
+      qwen2::architecture(),       mistral::architecture(),      phi3::architecture(),
+      gemma2::architecture(),      gemma3::architecture(),       qwen3_moe::architecture(),
+      mixtral::architecture(),     gpt_oss::architecture(),      smollm3::architecture(),
+      olmo::olmo2_architecture(),  olmo::olmo3_architecture(),   qwen3_5::architecture(),
+      qwen3_5::moe_architecture(), qwen3_5::next_architecture(),
   };
   return t;
 }

@@ -50,6 +50,7 @@ void validate_checkpoint(const io::WeightSource& src, const models::Architecture
     if (m.name == "lm_head.weight" && c.tie_word_embeddings) continue;  // tied: the embedding is used
     bool ignorable = false;
     for (const auto& s : arch.ignorable_suffixes) ignorable = ignorable || io::ends_with(m.name, s);
+    for (const auto& p : arch.ignorable_prefixes) ignorable = ignorable || m.name.rfind(p, 0) == 0;
     if (!ignorable) unexpected.push_back(m.name);
   }
   if (!unexpected.empty())
@@ -156,9 +157,11 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
             shape_str(full.shape), " at ", col0, " of ", cols);
   const size_t stored_row_bytes = dtype_bytes(full.dtype, stored_cols);
   auto* base = static_cast<uint8_t*>(full.data);
-  TS_ASSERT(v.group == 0 || (v.split_dim < 0 && v.packed == 1 && v.rope_head == 0 && v.take > 0 &&
-                             v.take_begin + v.take <= v.group && rows % v.take == 0 &&
-                             row0 + rows / v.take * v.group <= full.shape[0]),
+  const int64_t taken = v.taken_per_group(), groups = taken > 0 ? rows / taken : 0;
+  bool takes_fit = true;
+  for (const graph::WeightView::Take& t : v.takes) takes_fit = takes_fit && t.begin + t.rows <= v.group;
+  TS_ASSERT(v.group == 0 || (v.split_dim < 0 && v.packed == 1 && v.rope_head == 0 && taken > 0 && takes_fit &&
+                             rows % taken == 0 && row0 + groups * v.group <= full.shape[0]),
             "grouped view of ", shape_str(full.shape), " as ", shape_str(local));
   if (zero_copy && cols == stored_cols && v.rope_head == 0 && v.packed == 1 && v.group == 0)
     return Tensor::view(full.dtype, local, base + static_cast<size_t>(row0) * stored_row_bytes, full.owner);
@@ -169,7 +172,7 @@ Tensor apply_view(const Tensor& full, const graph::WeightView& v, const Shape& l
     // Interleaved rotary rows (2i, 2i+1) of each head's first rope_rot rows go to i and i + rope_rot / 2.
     int64_t src_r = r;
     if (v.packed > 1) src_r = (r / part_rows) * part_stride + r % part_rows;
-    if (v.group > 0) src_r = (r / v.take) * v.group + v.take_begin + r % v.take;
+    if (v.group > 0) src_r = v.grouped_row(r, groups);
     if (v.rope_head > 0) {
       const int64_t head = r / v.rope_head, j = r % v.rope_head, half = v.rope_rot / 2;
       if (j < v.rope_rot) src_r = head * v.rope_head + (j < half ? 2 * j : 2 * (j - half) + 1);

@@ -629,6 +629,10 @@ class CpuExecutable : public Executable {
         return;
       }
       case Op::GatedAct:
+        if (g_.at(in[0]).shape != n.shape) {  // one gate per row [rows, 1]
+          cpu::row_gated_act(gate_act(n.act), f32(r, in[0]), f32(r, in[1]), rows, cols, f32(r, id));
+          return;
+        }
         cpu::gated_act(gate_act(n.act), f32(r, in[0]), f32(r, in[1]), rows * cols, f32(r, id));
         return;
       case Op::Add:

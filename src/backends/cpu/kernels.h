@@ -163,6 +163,9 @@ void swiglu(const float* gate, const float* up, int64_t n, float* y);
 enum class GateAct : uint8_t { Silu, Gelu, GeluTanh, Relu, Sigmoid };
 // y = act(gate) * up, elementwise over n, in f32; y may alias inputs.
 void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float* y);
+// y[r, j] = act(gate[r]) * up[r, j] for rows x cols (one gate per row: a shared expert's gate); y may alias
+// up.
+void row_gated_act(GateAct act, const float* gate, const float* up, int64_t rows, int64_t cols, float* y);
 // y = a + b over n; y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);
 // y = tanh(x / cap) * cap over n, in f32 (divide, tanh, multiply: PyTorch's order); y may alias x.

@@ -52,6 +52,17 @@ void gated_act(GateAct act, const float* gate, const float* up, int64_t n, float
   for_chunks(n, [&](int64_t i, int64_t len) { fn(gate + i, up + i, len, y + i); });
 }
 
+void row_gated_act(GateAct act, const float* gate, const float* up, int64_t rows, int64_t cols, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float one = 1.0f;
+    float a = 0.0f;
+    gated_act(act, gate + r, &one, 1, &a);  // act(gate) times exactly 1
+    const float* u = up + r * cols;
+    float* out = y + r * cols;
+    for (int64_t j = 0; j < cols; ++j) out[j] = a * u[j];
+  }
+}
+
 void add(const float* a, const float* b, int64_t n, float* y) {
   const VecOps& ops = vec_ops();
   for_chunks(n, [&](int64_t i, int64_t len) { ops.add(a + i, b + i, len, y + i); });

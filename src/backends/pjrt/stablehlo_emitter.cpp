@@ -776,6 +776,12 @@ class Lowering {
   // act(gate) * up for n.act; gpt-oss's clamped SwiGLU (Transformers' _apply_gate, op for op):
   // g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) * (g * sigmoid(alpha * g)).
   Val gated(const Val& gate, const Val& up, const Node& n) {
+    if (gate.shape != up.shape) {  // one gate per row [R, 1] (a shared expert's gate): act(gate) per row
+      TS_ASSERT(n.act != graph::Activation::ClampedSwiglu && gate.shape.size() == 2 && gate.shape[1] == 1,
+                n.name);
+      const Val g = b_.reshape(activate(gate, n.act, n.name), {gate.shape[0]});
+      return b_.mul(b_.broadcast(g, {0}, up.shape), up);
+    }
     if (n.act != graph::Activation::ClampedSwiglu) return b_.mul(activate(gate, n.act, n.name), up);
     b_.comment(n.name + ": clamped swiglu (alpha " + std::to_string(n.alpha) + ", limit " +
                std::to_string(n.limit) + ")");
