@@ -1,7 +1,7 @@
 // Qwen3.5's hybrid layers (Gated DeltaNet linear attention with a recurrent state per sequence, beside gated
 // full attention): the recurrent state follows a sequence through batches, slot reuse, chunked prompts and
 // preemption; what cannot rewind it (prefix caching and reuse, speculative drafts) is off or refused by name;
-// PJRT devices refuse the model at load. Transformers' goldens for it are checked in
+// the same on xla-cpu through the StableHLO lowering. Transformers' goldens for it are checked in
 // tests/test_model_families.cpp (fixture qwen3_5).
 #include <gtest/gtest.h>
 
@@ -49,7 +49,7 @@ struct Trace {
 };
 
 SlotBatchOptions options() {
-  return {.keep_logits = true, .decode_rows = SlotBatchOptions::DecodeRows::Running};
+  return {.host_sampling = true, .keep_logits = true, .decode_rows = SlotBatchOptions::DecodeRows::Running};
 }
 
 // Keeps the logits of slot `slot`'s newest token when it got one.
@@ -216,13 +216,57 @@ TEST(LinearAttention, PrefixCachingHitsWholePromptsAndSpeculationStandsAside) {
                       {"draft model", "Qwen3_5ForCausalLM", "recurrent state"});
 }
 
-TEST(LinearAttention, PjrtDevicesRefuseTheModelByName) {
+// Through the StableHLO lowering (xla-cpu): the state is a donated device buffer per layer, the prompt's
+// delta rule a stablehlo.while over its tokens. A slot reused after a longer sequence gives the sequence
+// alone to the last bit (the same programs, other rows' data), a slot beside another its tokens (a two-row
+// program); the tokens and the logits follow the cpu device's; a prompt in chunks carries the state
+// (Transformers' logits past one of its chunks).
+TEST(LinearAttention, XlaCpuKeepsTheStatePerRowAndFollowsTheCpuDevice) {
   REQUIRE_XLA_CPU();
   LoadOptions o;
   o.device_map = "xla-cpu";
   o.dtype = DType::F32;
-  expect_error_naming([&] { AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_5"), o); },
-                      {"Qwen3_5ForCausalLM", "linear-attention", "cpu device only"});
+  CausalLM m = AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_next"), o);
+  CausalLM cpu = golden::load_f32("qwen3_next");
+  const std::vector<int32_t> long_prompt = ids(40, 1), a = ids(9, 2), b = ids(20, 3);
+  SlotBatch alone(m, 2, 128, options()), on_cpu(cpu, 2, 128, options());
+  const Trace want_a = run(alone, 0, a, 8), cpu_a = run(on_cpu, 0, a, 8);
+  EXPECT_EQ(want_a.tokens, cpu_a.tokens);
+  ASSERT_EQ(want_a.logits.size(), cpu_a.logits.size());
+  for (size_t i = 0; i < want_a.logits.size(); ++i)
+    EXPECT_LE(golden::max_abs_diff(want_a.logits[i], cpu_a.logits[i]).max_abs, 1e-4) << "token " << i;
+
+  SlotBatch batch(m, 2, 128, options());
+  run(batch, 0, long_prompt, 10);
+  batch.release(0);
+  expect_bit_equal(run(batch, 0, a, 8), want_a, "slot reused after a longer sequence");
+  batch.release(0);
+  Trace got_a;
+  batch.prefill(1, b, greedy(30));
+  batch.prefill(0, a, greedy(8));
+  take(batch, 0, got_a);
+  while (batch.running(0)) {
+    batch.step();
+    take(batch, 0, got_a);
+  }
+  got_a.tokens = batch.tokens(0);
+  // Beside another running row the decode steps are another program (two rows), which XLA may compile to
+  // other sums: the same tokens, the logits within the goldens' 1e-4.
+  EXPECT_EQ(got_a.tokens, want_a.tokens);
+  ASSERT_EQ(got_a.logits.size(), want_a.logits.size());
+  for (size_t i = 0; i < got_a.logits.size(); ++i)
+    EXPECT_LE(golden::max_abs_diff(got_a.logits[i], want_a.logits[i]).max_abs, 1e-4) << "token " << i;
+
+  const nlohmann::json j = golden::load_model_golden("qwen3_next");
+  const auto& c = j["forward"].back();
+  const std::vector<int64_t> p64 = golden::ids(c["input_ids"]);
+  const std::vector<int32_t> prompt(p64.begin(), p64.end());
+  ASSERT_GT(prompt.size(), 64u);
+  SlotBatch chunked(m, 1, 200, options());
+  chunked.prefill_chunked(0, prompt, greedy(2), 64);
+  while (chunked.tokens(0).empty()) chunked.step();
+  const auto expect = golden::matrix(c["logits"]);
+  EXPECT_LE(golden::max_abs_diff(chunked.last_logits(0), expect.row(expect.rows - 1)).max_abs, 1e-4);
 }
 
 // The hub's Qwen3.5 files are Qwen3_5ForConditionalGeneration: the language model is read from them (its
@@ -261,8 +305,9 @@ TEST(LinearAttention, TheHubsMultimodalLayoutLoadsAsItsLanguageModel) {
                       {"Qwen3_5ForConditionalGeneration", "text_config"});
 }
 
-// Qwen3.5-MoE's hub files: Qwen3_5MoeForConditionalGeneration with the experts fused (mlp.experts.gate_up_proj
-// [E, 2I, H], down_proj [E, H, I]) where the plain fixture stores one tensor per expert: the same model.
+// Qwen3.5-MoE's hub files: Qwen3_5MoeForConditionalGeneration with the experts fused
+// (mlp.experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]) where the plain fixture stores one tensor per
+// expert: the same model.
 TEST(LinearAttention, TheMoeHubLayoutWithFusedExpertsLoadsAsItsLanguageModel) {
   const nlohmann::json j = golden::load_json(golden::model_path("qwen3_5_moe_hub/hub_golden.json"));
   const std::vector<int64_t> ids64 = golden::ids(j["input_ids"]);
@@ -272,4 +317,22 @@ TEST(LinearAttention, TheMoeHubLayoutWithFusedExpertsLoadsAsItsLanguageModel) {
   const std::vector<float> got = hub.forward(ids);
   EXPECT_LE(golden::max_abs_diff(got, golden::matrix(j["logits"]).data).max_abs, 1e-4);
   EXPECT_TRUE(got == golden::load_f32("qwen3_5_moe").forward(ids));
+}
+
+// The same request in fresh batches, one after another: the same bits every time. The first run's buffers lie
+// at other addresses than the later ones' (a new arena, then pooled ones), which once picked the vectorised
+// or the scalar path of the delta rule's loops with and without fused multiply-adds (now compiled without
+// contraction).
+TEST(LinearAttention, RepeatedRunsGiveTheSameBits) {
+  for (const char* name : kHybrids) {
+    SCOPED_TRACE(name);
+    CausalLM m = golden::load_f32(name);
+    const std::vector<int32_t> prompt = ids(9, 7);
+    SlotBatch first_batch(m, 1, 64, options());
+    const Trace first = run(first_batch, 0, prompt, 6);
+    for (int rep = 0; rep < 3; ++rep) {
+      SlotBatch again(m, 1, 64, options());
+      expect_bit_equal(run(again, 0, prompt, 6), first, "a later run");
+    }
+  }
 }

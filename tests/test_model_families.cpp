@@ -38,17 +38,16 @@ class Families : public ModelOnDevice {
  protected:
   // One CausalLM per (fixture, device, dtype) for the whole binary, so compiled steps are reused.
   CausalLM& load(DType dt = DType::F32) const { return load_once(golden::model_path(model()), dt); }
-  // The Gemma families run their float32 logits and greedy tokens on xla-cpu; their bf16, left-padded batch
-  // and eos cases only on cpu (each xla-cpu case is a compile of ~4 s on two cores; the left-padded batch is
-  // covered on xla-cpu by the gemma*_sliding variants, eos and padding are host code shared by every device).
-  bool cpu_only_case() const { return xla() && std::string(model()).rfind("gemma", 0) == 0; }
-  // Qwen3.5's linear attention runs on the cpu device only: PJRT devices refuse it at load, by name
-  // (tests/test_linear_attention.cpp).
-  bool refused_here() const { return xla() && golden::has_recurrent_state(model()); }
+  // The Gemma families and the linear-attention hybrids run their float32 logits and greedy tokens on
+  // xla-cpu; their bf16, left-padded batch and eos cases only on cpu (each xla-cpu case is a compile of ~4 s
+  // on two cores; the left-padded batch is covered on xla-cpu by the gemma*_sliding variants and, for the
+  // hybrids, by tests/test_linear_attention.cpp; eos and padding are host code shared by every device).
+  bool cpu_only_case() const {
+    return xla() && (std::string(model()).rfind("gemma", 0) == 0 || golden::has_recurrent_state(model()));
+  }
 };
 
 TEST_P(Families, Float32LogitsMatchTransformersAtEveryPosition) {
-  if (refused_here()) GTEST_SKIP() << "linear attention: cpu device only";
   auto j = golden::load_model_golden(model());
   CausalLM& m = load();
   for (const auto& c : j["forward"]) {
@@ -60,7 +59,6 @@ TEST_P(Families, Float32LogitsMatchTransformersAtEveryPosition) {
 }
 
 TEST_P(Families, Bfloat16WithinTransformersOwnBf16Error) {
-  if (refused_here()) GTEST_SKIP() << "linear attention: cpu device only";
   if (cpu_only_case()) GTEST_SKIP() << "cpu only for " << model();
   auto j = golden::load_model_golden(model());
   const double hf_own = j["forward_bf16_vs_fp32_max_abs"].get<double>();
@@ -75,7 +73,6 @@ TEST_P(Families, Bfloat16WithinTransformersOwnBf16Error) {
 }
 
 TEST_P(Families, GreedyTokensIdenticalFor32Steps) {
-  if (refused_here()) GTEST_SKIP() << "linear attention: cpu device only";
   auto j = golden::load_model_golden(model());
   CausalLM& m = load();
   for (const auto& c : j["greedy"]) {
@@ -85,8 +82,8 @@ TEST_P(Families, GreedyTokensIdenticalFor32Steps) {
 }
 
 TEST_P(Families, LeftPaddedBatchEqualsTransformers) {
-  if (refused_here()) GTEST_SKIP() << "linear attention: cpu device only";
-  if (cpu_only_case()) GTEST_SKIP() << "cpu only for " << model();
+  // The hybrids' left padding on xla-cpu: padded tokens must leave the recurrent state alone.
+  if (cpu_only_case() && !golden::has_recurrent_state(model())) GTEST_SKIP() << "cpu only for " << model();
   auto b = golden::load_model_golden(model())["batched"];
   CausalLM& m = load();
   auto out = m.generate(rows32(b["input_ids"]), rows32(b["attention_mask"]),
@@ -95,7 +92,6 @@ TEST_P(Families, LeftPaddedBatchEqualsTransformers) {
 }
 
 TEST_P(Families, StopsAtEosAndPadsFinishedRows) {
-  if (refused_here()) GTEST_SKIP() << "linear attention: cpu device only";
   if (cpu_only_case()) GTEST_SKIP() << "cpu only for " << model();
   auto e = golden::load_model_golden(model())["eos"];
   CausalLM& m = load();
@@ -411,4 +407,54 @@ TEST(MoeTp, PlanSplitsEveryExpertOrNamesWhatDoesNotDivide) {
                                         {"layers.*.mlp.experts.down_proj", "replicated", "test"}});
   EXPECT_FALSE(rep.mlp_split_at(0));
   EXPECT_TRUE(rep.mlp_split_at(1));  // the dense layer keeps its plan
+}
+
+// Qwen3.5-MoE / Qwen3-Next configs as their Transformers classes read them, and their plans' checks: the
+// shared expert splits with the experts, its size must divide (else --tp-plan auto replicates the block),
+// a plan splitting the experts but not the shared expert is refused naming it.
+TEST(FamiliesTp, HybridMoeConfigsAndTheSharedExpertsSplit) {
+  const nlohmann::json next = golden::load_json(golden::model_path("qwen3_next/config.json"));
+  const auto& arch = models::find_architecture("Qwen3NextForCausalLM", "qwen3_next");
+  const models::DecoderConfig c = arch.parse_config(next, "qwen3_next");
+  EXPECT_EQ(c.layer_sparse, (std::vector<uint8_t>{1, 1, 0, 1}));  // mlp_only_layers [2]
+  EXPECT_FALSE(c.moe_norm_topk);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 40);
+  nlohmann::json j = next;
+  j.erase("norm_topk_prob");  // Qwen3NextConfig's default: true
+  j["mlp_only_layers"] = nullptr;
+  const models::DecoderConfig d = arch.parse_config(j, "qwen3_next");
+  EXPECT_TRUE(d.moe_norm_topk);
+  EXPECT_EQ(d.layer_sparse, (std::vector<uint8_t>{1, 1, 1, 1}));
+  j["num_experts"] = 0;  // Transformers builds the dense MLP in every layer
+  EXPECT_FALSE(arch.parse_config(j, "qwen3_next").layer_is_sparse(0));
+  j = next;
+  j["num_experts_per_tok"] = 6;
+  tessera::testing::expect_error([&] { arch.parse_config(j, "config.json"); }, "num_experts_per_tok");
+  // Qwen3_5MoeTextConfig has no intermediate_size: every layer is sparse.
+  const nlohmann::json moe = golden::load_json(golden::model_path("qwen3_5_moe/config.json"));
+  ASSERT_FALSE(moe.contains("intermediate_size"));
+  const auto& moe_arch = models::find_architecture("Qwen3_5MoeForCausalLM", "qwen3_5_moe");
+  const models::DecoderConfig m = moe_arch.parse_config(moe, "qwen3_5_moe");
+  EXPECT_EQ(m.layer_sparse, (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_TRUE(m.moe_norm_topk);
+
+  auto resolve = [&](const models::DecoderConfig& cfg, std::vector<TpPlanRule> rules, bool aut = false) {
+    return distributed::resolve_tp_plan(arch, cfg,
+                                        {.tp_size = 2, .tp_plan = std::move(rules), .tp_plan_auto = aut}, 0,
+                                        "qwen3_next", nullptr);
+  };
+  const models::TpLayout t = resolve(c, {});
+  EXPECT_FALSE(t.attn_split);
+  for (int l = 0; l < 4; ++l) EXPECT_TRUE(t.mlp_split_at(l)) << l;
+  tessera::testing::expect_error(
+      [&] {
+        resolve(c, {{"layers.*.mlp.shared_expert.down_proj", "replicated", "test"}});
+      },
+      "shared_expert.down_proj=replicated");
+  models::DecoderConfig odd = c;
+  odd.shared_expert_intermediate_size = 41;
+  tessera::testing::expect_error([&] { resolve(odd, {}); }, "shared_expert_intermediate_size 41");
+  const models::TpLayout a = resolve(odd, {}, true);
+  EXPECT_FALSE(a.mlp_split_at(0));
+  EXPECT_TRUE(a.mlp_split_at(2));  // the dense layer still splits
 }

@@ -27,7 +27,8 @@ void l2_normalise(const float* x, int64_t n, float scale, float* out) {
 // One token of the gated delta rule on one head's state S [dk, dv], in place: S *= decay;
 // delta = (v - S^T k) * beta; S += k (x) delta; o = S^T q. The loops run along dv (contiguous, no reduction
 // across j), so each ISA's copy below vectorises them with its width; the sums over i stay in i order, and
-// without FMA contraction (ISO C++ mode) every copy computes the same bits.
+// without FMA contraction (this file is compiled with -ffp-contract=off: CMakeLists.txt) every copy, and the
+// vector and scalar paths the vectoriser picks between by the buffers' addresses, computes the same bits.
 __attribute__((always_inline)) inline void delta_step_body(float* S, const float* k, const float* q,
                                                            const float* v, float beta, float decay,
                                                            int64_t dk, int64_t dv, float* delta, float* o) {

@@ -131,10 +131,10 @@ class Plugin {
   void register_ffi_handler(const std::string& target, void* handler, const std::string& platform,
                             const std::string& what, const std::function<void()>& verify);
   // Runs a start-up call (`what`, e.g. PJRT_Client_Create) on a thread of its own and waits at most
-  // `limit_s` seconds (PjrtSettings::start_timeout_s) for it. Past that it throws Error naming the plugin, the call and the timeout;
-  // the thread stays inside the plugin, which is then unusable in this process (every later load of it fails
-  // at once), and the process's exit skips the exit handlers registered before (the plugin's could wait for
-  // that thread). Returns what the call returned.
+  // `limit_s` seconds (PjrtSettings::start_timeout_s) for it. Past that it throws Error naming the plugin,
+  // the call and the timeout; the thread stays inside the plugin, which is then unusable in this process
+  // (every later load of it fails at once), and the process's exit skips the exit handlers registered before
+  // (the plugin's could wait for that thread). Returns what the call returned.
   PJRT_Error* bounded(const char* what, std::function<PJRT_Error*()> call, double limit_s) const;
 
   // Turns a non-null error into tessera::Error("<what>: <message> (<code>)") after destroying it.

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -97,6 +98,13 @@ class PjrtCache : public DeviceCache {
   std::vector<std::vector<BufferHandle>> k, v;
   std::vector<BufferHandle>
       seen;  // per replica: sampler state f32 [batch, vocab]; zeroed by the first sampling step
+  // per replica, by layer: a linear-attention layer's recurrent state f32 [batch, W]
+  // (pjrt::kLinearStateWhich), created zeroed by the first step that reads it
+  struct LinearState {
+    BufferHandle buffer;
+    Shape shape;
+  };
+  std::vector<std::map<int, LinearState>> linear;
   int64_t kv_heads = 0, head_dim = 0;
   const void* owner = nullptr;  // the backend that created it
 
@@ -255,10 +263,7 @@ class PjrtBackendImpl : public PjrtBackend {
     c.block_quantized_weights = true;  // uploaded as integers and scales, dequantised in the program
     return c;
   }
-  // Every op but linear attention's recurrence (graph::Op::GatedDeltaNet), which has no lowering yet.
-  bool supports_op(graph::Op op) const override {
-    return op != graph::Op::kCount && op != graph::Op::GatedDeltaNet;
-  }
+  bool supports_op(graph::Op op) const override { return op != graph::Op::kCount; }
   const pjrt::PlatformInfo& platform() const override { return info_; }
   TransferStats transfer_stats() const override { return stats_.load(); }
   void reset_transfer_stats() override { stats_.reset(); }
@@ -373,6 +378,7 @@ class PjrtBackendImpl : public PjrtBackend {
     c->k.resize(static_cast<size_t>(replicas_));
     c->v.resize(static_cast<size_t>(replicas_));
     c->seen.resize(static_cast<size_t>(replicas_));
+    c->linear.resize(static_cast<size_t>(replicas_));
     for (int r = 0; r < replicas_; ++r)
       for (int64_t l = 0; l < layers; ++l) {
         c->k[static_cast<size_t>(r)].push_back(
@@ -409,10 +415,36 @@ class PjrtBackendImpl : public PjrtBackend {
         copy(from.v[r][l], to.v[r][l], r);
       }
     }
-    // Growing caches are used with host-side sampling only (CausalLM::generate), so there is no state to
-    // copy.
+    // Linear-attention states do not depend on the cache length: copied as they are.
+    to.linear.clear();
+    to.linear.resize(from.linear.size());
+    for (size_t r = 0; r < from.linear.size(); ++r)
+      for (const auto& [layer, st] : from.linear[r]) {
+        std::vector<float> host(static_cast<size_t>(shape_numel(st.shape)));
+        pjrt::download(plugin_, st.buffer.get(), host.data(), host.size() * sizeof(float));
+        to.linear[r][layer] = {client_.upload(host.data(), PJRT_Buffer_Type_F32, st.shape, r), st.shape};
+        stats_.cache_copy_bytes += 2 * host.size() * sizeof(float);
+      }
+    // Growing caches are used with host-side sampling only (CausalLM::generate), so there is no sampler
+    // state to copy.
     for (const auto& s : from.seen)
       if (s) fail("PJRT backend: a cache with in-step sampler state cannot grow (use the static cache)");
+  }
+
+  // Replica r's buffer for Cache argument `a`: a layer's K or V, or its linear-attention state (zeroed on
+  // first use).
+  BufferHandle& cache_arg(PjrtCache& c, int replica, const pjrt::StablehloArg& a) {
+    if (a.which != pjrt::kLinearStateWhich) return c.at(replica, a.layer, a.which);
+    PjrtCache::LinearState& state = c.linear.at(static_cast<size_t>(replica))[a.layer];
+    if (!state.buffer) {
+      const std::vector<float> zeros(static_cast<size_t>(shape_numel(a.shape)), 0.0f);
+      state = {client_.upload(zeros.data(), PJRT_Buffer_Type_F32, a.shape, static_cast<size_t>(replica)),
+               a.shape};
+      stats_.setup_h2d_bytes += zeros.size() * sizeof(float);
+    }
+    TS_ASSERT(state.shape == a.shape, a.name, " is ", shape_str(state.shape), ", the step reads ",
+              shape_str(a.shape));
+    return state.buffer;
   }
 
   // Replica r's sampler state of `c` for a step whose graph reads it ([batch, vocab] f32), zeroed on first
@@ -449,7 +481,7 @@ class PjrtBackendImpl : public PjrtBackend {
         return buf.get();
       }
       case StablehloArg::Cache:
-        donated.push_back(&cache.at(0, a.layer, a.which));
+        donated.push_back(&cache_arg(cache, 0, a));
         return donated.back()->get();
       case StablehloArg::Seen:
         donated.push_back(&seen_state(cache, 0, a.shape));
@@ -845,7 +877,7 @@ BufferHandle PjrtExecutable::execute(const StepInputs& in, DeviceCache& cache_ba
           break;
         }
         case StablehloArg::Cache:
-          donated[d].push_back(&cache.at(r, a.layer, a.which));
+          donated[d].push_back(&be_.cache_arg(cache, r, a));
           args[d][i] = donated[d].back()->get();
           break;
         case StablehloArg::Seen:

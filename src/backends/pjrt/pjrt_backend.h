@@ -1,7 +1,8 @@
 // The PJRT backend: the same graphs as the native CPU backend, lowered to StableHLO and compiled by a PJRT
 // plugin (XLA CPU, CUDA, TPU). Weights are uploaded once; the KV cache lives on the device and is donated to
-// every step (updated in place); a step sends only ids/positions/slots/kv_begin and brings back only the logits.
-// Needs no pjrt_c_api.h: include it anywhere. In a build without PJRT, make_pjrt_backend throws Error.
+// every step (updated in place); a step sends only ids/positions/slots/kv_begin and brings back only the
+// logits. Needs no pjrt_c_api.h: include it anywhere. In a build without PJRT, make_pjrt_backend throws
+// Error.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -4,7 +4,9 @@
 #include "backends/pjrt/stablehlo_emitter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -226,6 +228,54 @@ class Builder {
     return {Val{"%v" + r + "#0", keys.shape, keys.et}, Val{"%v" + r + "#1", payload.shape, payload.et}};
   }
 
+  // stablehlo.while over the carried values `init`: `cond` maps the loop's values to an i1 scalar, `body` to
+  // their next values (same types). Both regions may read values defined before the loop. Returns the final
+  // values.
+  std::vector<Val> while_loop(const std::vector<Val>& init,
+                              const std::function<Val(const std::vector<Val>&)>& cond,
+                              const std::function<std::vector<Val>(const std::vector<Val>&)>& loop_body) {
+    const std::string w = std::to_string(next_++);
+    std::string types;
+    for (size_t i = 0; i < init.size(); ++i) types += (i ? ", " : "") + type(init[i]);
+    auto block_args = [&](const char* tag) {
+      std::vector<Val> args;
+      std::string decl;
+      for (size_t i = 0; i < init.size(); ++i) {
+        args.push_back(Val{"%w" + w + tag + std::to_string(i), init[i].shape, init[i].et});
+        decl += (i ? ", " : "") + args.back().name + ": " + type(init[i]);
+      }
+      body << "    ^bb0(" << decl << "):\n";
+      return args;
+    };
+    body << "    %v" << w << ":" << init.size() << " = \"stablehlo.while\"(";
+    for (size_t i = 0; i < init.size(); ++i) body << (i ? ", " : "") << init[i].name;
+    body << ") ({\n";
+    const Val pred = cond(block_args("c"));
+    body << "      \"stablehlo.return\"(" << pred.name << ") : (tensor<i1>) -> ()\n    }, {\n";
+    const std::vector<Val> next = loop_body(block_args("b"));
+    TS_ASSERT(next.size() == init.size(), "while_loop body returns ", next.size(), " of ", init.size());
+    body << "      \"stablehlo.return\"(";
+    for (size_t i = 0; i < next.size(); ++i) body << (i ? ", " : "") << next[i].name;
+    body << ") : (" << types << ") -> ()\n    }) : (" << types << ") -> (" << types << ")\n";
+    std::vector<Val> out;
+    for (size_t i = 0; i < init.size(); ++i)
+      out.push_back(Val{"%v" + w + "#" + std::to_string(i), init[i].shape, init[i].et});
+    return out;
+  }
+
+  // a[starts...] of `sizes` (starts: i32 scalars, one per dimension).
+  Val dynamic_slice(const Val& a, const std::vector<Val>& starts, const Shape& sizes) {
+    std::vector<Val> operands{a};
+    operands.insert(operands.end(), starts.begin(), starts.end());
+    return op("dynamic_slice", operands, "slice_sizes = array<i64: " + i64_list(sizes) + ">", sizes, a.et);
+  }
+  // a with `update` written at starts... (i32 scalars).
+  Val dynamic_update_slice(const Val& a, const Val& update, const std::vector<Val>& starts) {
+    std::vector<Val> operands{a, update};
+    operands.insert(operands.end(), starts.begin(), starts.end());
+    return op("dynamic_update_slice", operands, "", a.shape, a.et);
+  }
+
   // dot_general with explicit batch and contracting dimensions, float32 accumulation at full precision.
   Val dot(const Val& a, const Val& b, const std::vector<int64_t>& lb, const std::vector<int64_t>& rb,
           const std::vector<int64_t>& lc, const std::vector<int64_t>& rc, const Shape& shape) {
@@ -315,6 +365,21 @@ class Lowering {
                           DType::F32});
     }
     cache_final_ = cache_args_;  // each cache's latest value: the CacheState itself until updated
+    // Each linear-attention layer's recurrent state, after every other state: f32 [cache_batch, W], a row's
+    // [conv history (C channels x K - 1 inputs, channel-major) | S (Hv x dk x dv)], as the cpu cache keeps
+    // it.
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (n.op != Op::GatedDeltaNet) continue;
+      linear_nodes_.push_back(static_cast<int>(i));
+      linear_final_.push_back(add_arg({StablehloArg::Cache,
+                                       "layers." + std::to_string(n.layer) + ".linear_state",
+                                       {},
+                                       n.layer,
+                                       kLinearStateWhich,
+                                       {g_.key.cache_batch(), linear_state_floats(n)},
+                                       DType::F32}));
+    }
   }
 
   // A node a kernel package accepts, as a call of its function with the node's signature; false: none fits.
@@ -413,8 +478,9 @@ class Lowering {
       case Op::MoeExperts:
         vals_[static_cast<size_t>(id)] = moe_experts(n);
         break;
-      case Op::GatedDeltaNet:  // from_pretrained refuses such models on PJRT devices first
-        fail("stablehlo emitter: ", n.name, ": linear attention (gated_delta_net) is not lowered yet");
+      case Op::GatedDeltaNet:
+        vals_[static_cast<size_t>(id)] = gated_delta_net(n, id);
+        break;
       case Op::kCount:
         fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
@@ -794,6 +860,164 @@ class Lowering {
     return b_.mul(b_.add(u, splat(1.0f)), b_.mul(g, sig));
   }
 
+  // Op::GatedDeltaNet over the step's B rows of S tokens, as the native kernel computes it: the causal
+  // depthwise convolution vectorised over the step (the row's history, zeroed for a row whose sequence starts
+  // in the step, then its tokens; tokens below kv_begin, a prefix of the row, enter as zeros and leave the
+  // history alone), silu, l2-normalised q and k; the gated delta rule token by token (a stablehlo.while
+  // over the S columns when S > 1; a token at kv_begin starts from zero state, one below it changes nothing
+  // and gives 0); then the gated RMSNorm of every output at once. The new state is written back to the
+  // step's cache rows.
+  Val gated_delta_net(const Node& n, int id) {
+    const int64_t B = batch(), S = seq(), CB = g_.key.cache_batch(), hv = n.heads, hk = n.kv_heads;
+    const int64_t dk = n.head_dim, dv = n.dim, K = n.window, keep = K - 1, r = hv / hk;
+    const int64_t key_dim = hk * dk, C = 2 * key_dim + hv * dv, H = keep * C, W = linear_state_floats(n);
+    b_.comment(n.name + ": gated_delta_net (layer " + std::to_string(n.layer) + ", " + std::to_string(hv) +
+               " value heads)");
+    size_t at = 0;
+    while (linear_nodes_[at] != id) ++at;
+    const Val state = linear_final_[at];  // [CB, W]
+    const bool mapped = n.inputs.size() > 10;
+    const Val zero = b_.splat_i32(0, {});
+    Val cur = mapped    ? take_rows(state, val(n.inputs[10]))
+              : CB == B ? state
+                        : b_.slice(state, {0, 0}, {B, W});
+    // Which tokens count: slot >= kv_begin; which start their sequence: slot == kv_begin.
+    const Shape bs{B, S};
+    const Val slots = b_.reshape(val(n.inputs[8]), bs), begin = b_.broadcast(val(n.inputs[9]), {0}, bs);
+    const Val valid = b_.compare(slots, begin, "GE", "SIGNED"),
+              first = b_.compare(slots, begin, "EQ", "SIGNED");
+    auto as_f32 = [&](const Val& p) {
+      return b_.select(p, b_.splat_f32(1.0f, p.shape), b_.splat_f32(0.0f, p.shape));
+    };
+    const Val valid_f = as_f32(valid);
+
+    // 1. Convolution: xcat [B, keep + S, C] = the kept history (zero where the row starts here), then the
+    // step's inputs (zero where not counted); output t = sum_j xcat[t + j] * w[j], oldest first.
+    const Shape bsc{B, S, C};
+    const Val x = b_.mul(b_.reshape(val(n.inputs[0]), bsc), b_.broadcast(valid_f, {0, 1}, bsc));
+    const Val starts = b_.reduce(as_f32(first), {1}, "maximum", 0.0f);  // [B]
+    const Val counted = b_.reduce(valid_f, {1}, "maximum", 0.0f);       // [B]
+    Val hist, xcat = x;
+    if (keep > 0) {
+      hist =
+          b_.transpose(b_.reshape(b_.slice(cur, {0, 0}, {B, H}), {B, C, keep}), {0, 2, 1});  // [B, keep, C]
+      const Shape bkc{B, keep, C};
+      const Val kept = b_.mul(hist, b_.broadcast(b_.sub(b_.splat_f32(1.0f, {B}), starts), {0}, bkc));
+      xcat = b_.concatenate({kept, x}, 1);
+    }
+    const Val w = b_.reshape(val(n.inputs[4]), {C, K});
+    Val acc;
+    for (int64_t j = 0; j < K; ++j) {
+      const Val term = b_.mul(b_.slice(xcat, {0, j, 0}, {B, j + S, C}),
+                              b_.broadcast(b_.reshape(b_.slice(w, {0, j}, {C, j + 1}), {C}), {2}, bsc));
+      acc = j == 0 ? term : b_.add(acc, term);
+    }
+    const Val conv = activate(acc, graph::Activation::Silu, n.name + " conv");  // [B, S, C]
+
+    // 2. q, k (l2-normalised, q scaled by dk^-1/2, each key head repeated for its r value heads), v, the
+    // decay exp(-exp(a_log) softplus(a + dt_bias)) and beta = sigmoid(b), all [B, S, Hv, ...].
+    auto l2 = [&](const Val& t, float scale) {  // t [B, S, Hk, dk]
+      const Shape s3{B, S, hk};
+      const Val inv =
+          b_.unary("rsqrt", b_.add(b_.reduce(b_.mul(t, t), {3}, "add", 0.0f), b_.splat_f32(1e-6f, s3)));
+      Val y = b_.mul(t, b_.broadcast(inv, {0, 1, 2}, t.shape));
+      if (scale != 1.0f) y = b_.mul(y, b_.splat_f32(scale, t.shape));
+      return b_.reshape(b_.broadcast(y, {0, 1, 2, 4}, {B, S, hk, r, dk}), {B, S, hv, dk});
+    };
+    const Shape bshk{B, S, hk, dk};
+    const Val q = l2(b_.reshape(b_.slice(conv, {0, 0, 0}, {B, S, key_dim}), bshk),
+                     1.0f / std::sqrt(static_cast<float>(dk)));
+    const Val k = l2(b_.reshape(b_.slice(conv, {0, 0, key_dim}, {B, S, 2 * key_dim}), bshk), 1.0f);
+    const Val v = b_.reshape(b_.slice(conv, {0, 0, 2 * key_dim}, {B, S, C}), {B, S, hv, dv});
+    const Shape bsh{B, S, hv};
+    const Val one = b_.splat_f32(1.0f, bsh);
+    const Val beta = b_.div(
+        one, b_.add(one, b_.unary("exponential", b_.unary("negate", b_.reshape(val(n.inputs[2]), bsh)))));
+    const Val pre = b_.add(b_.reshape(val(n.inputs[3]), bsh), b_.broadcast(val(n.inputs[6]), {2}, bsh));
+    const Val softplus = b_.select(b_.compare(pre, b_.splat_f32(20.0f, bsh), "GT", "FLOAT"), pre,
+                                   b_.unary("log_plus_one", b_.unary("exponential", pre)));
+    const Val rate = b_.broadcast(b_.unary("exponential", val(n.inputs[5])), {2}, bsh);
+    const Val decay = b_.unary("exponential", b_.unary("negate", b_.mul(rate, softplus)));
+
+    // 3. The delta rule, token by token.
+    const Shape sh{B, hv, dk, dv}, oh{B, hv, dv};
+    Val s0 = b_.reshape(b_.slice(cur, {0, H}, {B, W}), sh);
+    auto step = [&](const Val& st, const Val& t) {  // t: the column (i32 scalar) -> (new state, output)
+      auto col = [&](const Val& a) {                // a[:, t] of a [B, S, ...]
+        Shape sizes = a.shape;
+        sizes[1] = 1;
+        std::vector<Val> at(a.shape.size(), zero);
+        at[1] = t;
+        Shape out = sizes;
+        out.erase(out.begin() + 1);
+        return b_.reshape(S == 1 ? a : b_.dynamic_slice(a, at, sizes), out);
+      };
+      const Val qt = col(q), kt = col(k), vt = col(v), bt = col(beta), dt = col(decay);
+      const Val ft = col(first), ct = col(valid);
+      Val s1 = b_.select(b_.broadcast(ft, {0}, sh), b_.splat_f32(0.0f, sh), st);
+      s1 = b_.mul(s1, b_.broadcast(dt, {0, 1}, sh));
+      const Val mem = b_.dot(s1, kt, {0, 1}, {0, 1}, {2}, {2}, oh);  // S^T k
+      const Val delta = b_.mul(b_.sub(vt, mem), b_.broadcast(bt, {0, 1}, oh));
+      const Val s2 = b_.add(s1, b_.mul(b_.broadcast(kt, {0, 1, 2}, sh), b_.broadcast(delta, {0, 1, 3}, sh)));
+      const Val o = b_.dot(s2, qt, {0, 1}, {0, 1}, {2}, {2}, oh);  // S^T q
+      return std::make_pair(b_.select(b_.broadcast(ct, {0}, sh), s2, st),
+                            b_.select(b_.broadcast(ct, {0}, oh), o, b_.splat_f32(0.0f, oh)));
+    };
+    Val s_final, outs;  // outs [B, S, hv, dv]
+    if (S == 1) {
+      auto [st, o] = step(s0, zero);
+      s_final = st;
+      outs = b_.reshape(o, {B, 1, hv, dv});
+    } else {
+      const Val out0 = b_.splat_f32(0.0f, {B, S, hv, dv});
+      const std::vector<Val> done = b_.while_loop(
+          {zero, s0, out0},
+          [&](const std::vector<Val>& a) {
+            return b_.compare(a[0], b_.splat_i32(static_cast<int32_t>(S), {}), "LT", "SIGNED");
+          },
+          [&](const std::vector<Val>& a) {
+            auto [st, o] = step(a[1], a[0]);
+            const Val written =
+                b_.dynamic_update_slice(a[2], b_.reshape(o, {B, 1, hv, dv}), {zero, a[0], zero, zero});
+            return std::vector<Val>{b_.add(a[0], b_.splat_i32(1, {})), st, written};
+          });
+      s_final = done[1];
+      outs = done[2];
+    }
+
+    // 4. The gated RMSNorm per head (the plain weight), times silu(z).
+    const Shape bsv{B, S, hv, dv};
+    const Val ss = b_.reduce(b_.mul(outs, outs), {3}, "add", 0.0f);  // [B, S, hv]
+    const Val inv = b_.unary(
+        "rsqrt", b_.add(b_.div(ss, b_.splat_f32(static_cast<float>(dv), bsh)), b_.splat_f32(n.eps, bsh)));
+    const Val normed =
+        b_.mul(b_.broadcast(val(n.inputs[7]), {3}, bsv), b_.mul(outs, b_.broadcast(inv, {0, 1, 2}, bsv)));
+    const Val y = b_.mul(
+        normed, activate(b_.reshape(val(n.inputs[1]), bsv), graph::Activation::Silu, n.name + " gate"));
+
+    // 5. The new state of each step row: the history after its counted tokens (unchanged when none counted)
+    // and S.
+    std::vector<Val> parts;
+    if (keep > 0) {
+      Val h = b_.slice(xcat, {0, S, 0}, {B, S + keep, C});
+      h = b_.select(b_.broadcast(b_.compare(counted, b_.splat_f32(0.0f, {B}), "GT", "FLOAT"), {0}, h.shape),
+                    h, hist);
+      parts.push_back(b_.reshape(b_.transpose(h, {0, 2, 1}), {B, H}));
+    }
+    parts.push_back(b_.reshape(s_final, {B, hv * dk * dv}));
+    const Val rows_new = b_.concatenate(parts, 1);  // [B, W]
+    Val out = state;
+    if (mapped) {
+      for (int64_t bi = 0; bi < B; ++bi)
+        out = b_.dynamic_update_slice(out, b_.slice(rows_new, {bi, 0}, {bi + 1, W}),
+                                      {element(val(n.inputs[10]), bi), zero});
+    } else {
+      out = CB == B ? rows_new : b_.dynamic_update_slice(state, rows_new, {zero, zero});
+    }
+    linear_final_[at] = out;
+    return b_.reshape(y, {B * S, hv * dv});
+  }
+
   // Router logits [R, E] -> weights [R, E] (0 for experts not chosen), as Op::MoeRoute: softmax in f32, then
   // top_k rounds of "the largest value left, the lowest index among equals" (so ties go to the lower expert),
   // each masking its pick; then the chosen weights renormalised or soft-maxed as the routing says.
@@ -1111,6 +1335,7 @@ class Lowering {
     for (int o : g_.outputs) results.push_back(val(o));
     prog_.num_outputs = static_cast<int>(results.size());
     for (int c : cache_final_) results.push_back(val(c));
+    for (const Val& v : linear_final_) results.push_back(v);
     prog_.num_results = static_cast<int>(results.size());
 
     std::ostringstream os;
@@ -1155,6 +1380,8 @@ class Lowering {
   std::map<std::pair<int, int>, std::pair<Val, Val>> rope_cs_;  // (positions, table) -> cos, sin [R, half]
   std::vector<int> cache_args_;                                 // CacheState node ids, argument order
   std::vector<int> cache_final_;                                // latest node holding each cache
+  std::vector<int> linear_nodes_;  // GatedDeltaNet node ids, in the order of their state arguments
+  std::vector<Val> linear_final_;  // each one's state: its argument, then the value the node writes
   Builder b_;
   StablehloProgram prog_;
   const KernelSplice* kernels_ = nullptr;  // packages to splice (null: none)
@@ -1178,6 +1405,12 @@ KernelSplice make_kernel_splice(std::shared_ptr<const kernels::KernelSet> set, c
 
 StablehloProgram lower_to_stablehlo(const graph::Graph& g, const KernelSplice* kernels) {
   return Lowering(g, kernels).run();
+}
+
+int64_t linear_state_floats(const graph::Node& n) {
+  TS_ASSERT(n.op == graph::Op::GatedDeltaNet, n.name);
+  const int64_t channels = 2 * n.kv_heads * n.head_dim + n.heads * n.dim;
+  return (n.window - 1) * channels + n.heads * n.head_dim * n.dim;
 }
 
 std::vector<QuantPart> quant_parts_of(DType dtype, const Shape& shape) {

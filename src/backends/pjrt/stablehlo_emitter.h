@@ -6,8 +6,10 @@
 //               seq: each row's own slots), kv_begin i32[batch], cache_rows i32[batch] (row-mapped steps),
 //               seen_from i32[batch], sample_params i32[batch * kSampleParams]), every KV cache (f32
 //               [cache_batch, kv_heads, cache_len, head_dim]; layer 0 K, layer 0 V, layer 1 K, ...), then
-//               the sampler's seen mask (f32 [cache_batch, vocab]) when the step samples, each annotated
-//               `tf.aliasing_output = <result>` so it is donated and updated in place;
+//               the sampler's seen mask (f32 [cache_batch, vocab]) when the step samples, then each
+//               linear-attention layer's recurrent state (f32 [cache_batch, linear_state_floats], a Cache
+//               argument with which = kLinearStateWhich), each annotated `tf.aliasing_output = <result>` so
+//               it is donated and updated in place;
 //   results   = logits f32 [rows_out, vocab] (or, when the step samples, token ids i32 [batch, 1], -1 for a
 //               row whose logits were not all finite), then every updated state in argument order.
 // Within a step row the slots must be consecutive (each row's cache write is one dynamic_update_slice at its
@@ -35,11 +37,17 @@
 
 namespace tessera::pjrt {
 
+// StablehloArg::Cache's `which` for a linear-attention layer's recurrent state (Op::GatedDeltaNet): per cache
+// row [conv history: C channels x (K - 1) inputs, channel-major | S: Hv x dk x dv], f32, zero before a
+// sequence's first step (the backend creates it zeroed on first use).
+constexpr int kLinearStateWhich = 2;
+int64_t linear_state_floats(const graph::Node& n);  // the floats of one row's state of GatedDeltaNet node n
+
 struct StablehloArg {
   enum Kind { Weight, Input, Cache, Seen } kind = Weight;
   std::string name;  // weight name / input name / "layers.<l>.k_cache"
   graph::InputKind input = graph::InputKind::TokenIds;
-  int layer = -1, which = 0;  // Cache: layer, 0 = K / 1 = V
+  int layer = -1, which = 0;  // Cache: layer, 0 = K / 1 = V / kLinearStateWhich
   Shape shape;
   DType dtype = DType::F32;
 };
