@@ -191,6 +191,13 @@ TEST(Cli, TpFamiliesQwen3_5MoeAndQwen3NextTwoRanks) {
   expect_tp_same_as_one_process({golden::model_path("qwen3_next"), 2, "", kLongPrompt});
 }
 
+// Qwen3-Next on two xla-cpu devices: each device's linear-attention state whole, the experts and the shared
+// expert split.
+TEST(Cli, TpQwen3NextXlaCpuTwoRanks) {
+  REQUIRE_XLA_CPU();
+  expect_tp_same_as_one_process({golden::model_path("qwen3_next"), 2, "", kLongPrompt, "xla-cpu"});
+}
+
 // OLMo's plan gathers q/k/v (colwise_gather_output) into o_proj (rowwise_split_input): attention runs whole
 // on each rank; a plan that splits it by heads is refused, since q_norm / k_norm span every head.
 TEST(FamiliesTp, OlmoAttentionRunsWholeOnEachRankAndAHeadSplitIsRefused) {
