@@ -467,32 +467,10 @@ def spec_list():
         },
         **dict(common, num_hidden_layers=3),
     )
-    # Qwen3.5 (Qwen3_5ForCausalLM, text): 3 layers, full_attention_interval 3 (two Gated DeltaNet layers, then
-    # gated full attention); 2 key heads serving 4 value heads of 16 (grouped), convolution width 4; the full
+    # The Qwen3.5 hybrids' common settings: 3 layers, full_attention_interval 3 (two Gated DeltaNet layers, then
+    # gated full attention); 2 key heads of 16 serving 4 value heads (grouped), convolution width 4; the full
     # layer's rope on a quarter of each head (4 of 16 dims); every norm (1 + w) but the delta net's output norm.
-    qwen3_5 = Qwen3_5TextConfig(
-        vocab_size=1024,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        full_attention_interval=3,
-        linear_conv_kernel_dim=4,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
-        **dict(common, num_hidden_layers=3),
-    )
-    # Qwen3.5-MoE (Qwen3_5MoeForCausalLM, text): qwen3_5's layer pattern with every MLP a sparse block: 6
-    # experts of moe_intermediate 32, top 2 renormalised, a shared expert of 48 behind its sigmoid gate;
-    # key/value heads of the linear attention 2/4 of 16/8 (dk != dv), saved as save_pretrained writes it.
-    qwen3_5_moe = Qwen3_5MoeTextConfig(
+    hybrid = dict(
         vocab_size=1024,
         hidden_size=64,
         num_attention_heads=4,
@@ -503,17 +481,19 @@ def spec_list():
         full_attention_interval=3,
         linear_conv_kernel_dim=4,
         linear_key_head_dim=16,
-        linear_value_head_dim=8,
         linear_num_key_heads=2,
         linear_num_value_heads=4,
-        num_experts=6,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=48,
         rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
                          "mrope_section": [1, 1, 0], "mrope_interleaved": True},
         **dict(common, num_hidden_layers=3),
     )
+    # Qwen3.5 (Qwen3_5ForCausalLM, text): value heads of 16, the dense MLP of 128.
+    qwen3_5 = Qwen3_5TextConfig(intermediate_size=128, linear_value_head_dim=16, **hybrid)
+    # Qwen3.5-MoE (Qwen3_5MoeForCausalLM, text): every MLP a sparse block: 6 experts of moe_intermediate 32, top
+    # 2 renormalised, a shared expert of 48 behind its sigmoid gate; value heads of 8 (dk != dv); saved as
+    # save_pretrained writes it.
+    qwen3_5_moe = Qwen3_5MoeTextConfig(linear_value_head_dim=8, num_experts=6, num_experts_per_tok=2,
+                                       moe_intermediate_size=32, shared_expert_intermediate_size=48, **hybrid)
     # Qwen3-Next (Qwen3NextForCausalLM): the fused in_proj_qkvz / in_proj_ba (3 value heads per key head, so the
     # per-key-head grouping matters), 4 layers alternating linear / full attention (full_attention_interval
     # 2), sparse blocks of 5 experts top 2 not renormalised with a shared expert of 40, layer 2 dense
