@@ -133,10 +133,11 @@ def make_qwen3_5_random(out_dir, seed):
     print(f"{out_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, bf16")
 
 
-def qwen3_5_to_gguf(src_dir, path):
+def qwen3_5_to_gguf(src_dir, path, outtype="bf16"):
     """The checkpoint as llama.cpp's own convert_hf_to_gguf.py writes it (arch qwen35: its value-head reordering,
-    mrope sections), bf16, with a placeholder vocabulary of the model's size in place of a tokenizer (llama-bench
-    feeds token ids; the random model has no tokenizer to convert)."""
+    mrope sections), `outtype` (bf16), with a placeholder vocabulary of the model's size in place of a tokenizer
+    (llama-bench feeds token ids; the random model has no tokenizer to convert). Also used by
+    tools/make_io_fixtures.py (tiny_qwen35.gguf, f32)."""
     if os.path.exists(path):
         print(f"{path}: exists, kept")
         return
@@ -161,7 +162,7 @@ def qwen3_5_to_gguf(src_dir, path):
         self.gguf_writer.add_eos_token_id(2)
 
     Qwen3_5TextModel.set_vocab = placeholder_vocab
-    sys.argv = ["convert_hf_to_gguf.py", src_dir, "--outtype", "bf16", "--no-mtp", "--outfile", path]
+    sys.argv = ["convert_hf_to_gguf.py", src_dir, "--outtype", outtype, "--no-mtp", "--outfile", path]
     conv.main()
 
 

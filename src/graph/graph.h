@@ -224,8 +224,10 @@ struct Node {
   float eps = 0.f;                                             // RmsNorm
   int64_t heads = 0, kv_heads = 0, head_dim = 0, rot_dim = 0;  // Rope / Attention / CacheUpdate
   float scale = 0.f;  // Attention; Embedding (0: none); Rope: the factor on cos and sin (yarn; 0 or 1: none)
-  float softcap = 0.f;                         // Attention (0: none), SoftCap
-  int64_t window = 0;                          // Attention: sliding window in keys (0: the whole prefix)
+  bool tiled_heads = false;  // GatedDeltaNet: value head h reads key head h % kv_heads (else h / (heads /
+                             // kv_heads)); its value-head rows, a, b, a_log and dt_bias in that order
+  float softcap = 0.f;       // Attention (0: none), SoftCap
+  int64_t window = 0;        // Attention: sliding window in keys (0: the whole prefix)
   Activation act = Activation::Silu;           // GatedAct
   int rope_table = -1;                         // Rope: index into Graph::rope_tables
   int64_t experts = 0, top_k = 0;              // MoeRoute (both), MoeExperts (experts)

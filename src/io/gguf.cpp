@@ -461,6 +461,21 @@ std::optional<std::vector<int64_t>> GgufFile::get_int_array(const std::string& k
   return out;
 }
 
+std::optional<std::vector<bool>> GgufFile::get_bool_array(const std::string& key) const {
+  const GgufValue* v = impl_->get(key);
+  if (!v) return std::nullopt;
+  if (v->type != kArray || v->elem_type != kBool) impl_->type_error(key, *v, "an array of bools");
+  Reader r(impl_->data, impl_->size, impl_->path);
+  r.seek(static_cast<size_t>(v->offset));
+  std::vector<bool> out(static_cast<size_t>(v->count));
+  GgufValue e;
+  for (size_t i = 0; i < out.size(); ++i) {
+    read_value(r, v->elem_type, &e, key, 1);
+    out[i] = e.bits != 0;
+  }
+  return out;
+}
+
 std::optional<std::vector<double>> GgufFile::get_float_array(const std::string& key) const {
   const GgufValue* v = impl_->get(key);
   if (!v) return std::nullopt;

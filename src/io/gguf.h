@@ -38,6 +38,7 @@ class GgufFile {
   // Arrays: empty optional when absent; throw Error on a type mismatch.
   std::optional<std::vector<std::string>> get_string_array(const std::string& key) const;
   std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
+  std::optional<std::vector<bool>> get_bool_array(const std::string& key) const;
   std::optional<std::vector<double>> get_float_array(const std::string& key) const;
   std::vector<std::string> keys() const;
   // Number of elements of an array value; std::nullopt when absent; throws when not an array.

@@ -36,6 +36,8 @@ enum class Layout {
             // (on the MLP's output); ffn_up holds gate rows, then up, as HF's gate_up_proj
   kGptOss,  // gpt-oss: attn_norm, post_attention_norm (before the experts), attn_sinks
   kOlmo2,   // OLMo 2: post_attention_norm and post_ffw_norm on the outputs only; q/k norms over every head
+  kQwen35,  // Qwen3.5: attn_norm, post_attention_norm; Gated DeltaNet blocks (attn_qkv, attn_gate, ssm_*)
+            // beside gated attention blocks (attn_q holding each head's query and gate rows)
 };
 
 // Mixtures of experts, as llama.cpp reads them (blk.N.ffn_gate_inp and the stacked ffn_{gate,up,down}_exps).
@@ -80,10 +82,12 @@ constexpr ArchSpec kArchs[] = {
     // out.
     {"smollm3", "SmolLM3ForCausalLM", "smollm3", true, true, true},
     {"olmo2", "Olmo2ForCausalLM", "olmo2", false, true, false, Layout::kOlmo2},
+    // Qwen3.5 (dense, text): Qwen35GgufSource gives the norms and A_log back as HF stores them.
+    {"qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", false, true, false, Layout::kQwen35, 0, true},
 };
 const char* const kSupportedArchs =
     "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, "
-    "olmo2 (OLMo 2)";
+    "olmo2 (OLMo 2), qwen35 (Qwen3.5)";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
@@ -146,6 +150,15 @@ std::optional<std::pair<int, int64_t>> per_expert_part(const std::string& part) 
 
 // "blk.12.attn_q.weight" -> "model.layers.12.self_attn.q_proj.weight"; "" when there is no HF name.
 std::string hf_name_for(const std::string& g, Layout layout) {
+  // Qwen3.5's blk.N.ssm_a (-exp(A_log), as llama.cpp's converter stores it): no suffix, like HF's A_log.
+  if (layout == Layout::kQwen35 && g.rfind("blk.", 0) == 0 && g.size() > 10 &&
+      g.compare(g.size() - 6, 6, ".ssm_a") == 0) {
+    const std::string layer = g.substr(4, g.size() - 10);
+    if (!layer.empty() && layer.size() <= 6 &&
+        std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return "model.layers." + layer + ".linear_attn.A_log";
+    return "";
+  }
   const size_t dot = g.rfind('.');
   if (dot == std::string::npos) return "";
   const std::string base = g.substr(0, dot), suffix = g.substr(dot);  // suffix ".weight" / ".bias"
@@ -178,11 +191,23 @@ std::string hf_name_for(const std::string& g, Layout layout) {
   static const Parts kOlmo2 = {{"post_attention_norm", "post_attention_layernorm"},
                                {"post_ffw_norm", "post_feedforward_layernorm"},
                                {"ffn_up", "mlp.up_proj"}};
+  static const Parts kQwen35 = {{"post_attention_norm", "post_attention_layernorm"},
+                                {"ffn_up", "mlp.up_proj"},
+                                {"attn_qkv", "linear_attn.in_proj_qkv"},
+                                {"attn_gate", "linear_attn.in_proj_z"},
+                                {"ssm_beta", "linear_attn.in_proj_b"},
+                                {"ssm_alpha", "linear_attn.in_proj_a"},
+                                {"ssm_conv1d", "linear_attn.conv1d"},
+                                {"ssm_norm", "linear_attn.norm"},
+                                {"ssm_out", "linear_attn.out_proj"}};
   static const Parts kGlm4 = {{"post_attention_norm", "post_self_attn_layernorm"},
                               {"ffn_norm", "post_attention_layernorm"},
                               {"post_ffw_norm", "post_mlp_layernorm"},
                               {"ffn_up", "mlp.gate_up_proj"}};
   const std::string part = base.substr(d2 + 1);
+  // Qwen3.5's per-head decay parameters: HF names them without a suffix.
+  if (layout == Layout::kQwen35 && part == "ssm_dt" && suffix == ".bias")
+    return "model.layers." + layer + ".linear_attn.dt_bias";
   // gpt-oss's attention sinks: one logit per head, a parameter HF names without a suffix.
   if (layout == Layout::kGptOss && part == "attn_sinks" && suffix == ".weight")
     return "model.layers." + layer + ".self_attn.sinks";
@@ -191,6 +216,7 @@ std::string hf_name_for(const std::string& g, Layout layout) {
                      : layout == Layout::kGlm4   ? kGlm4
                      : layout == Layout::kGptOss ? kGptOss
                      : layout == Layout::kOlmo2  ? kOlmo2
+                     : layout == Layout::kQwen35 ? kQwen35
                                                  : kLlama;
   for (const Parts* parts : {&kShared, &own})
     for (const auto& [from, to] : *parts)
@@ -300,7 +326,12 @@ class GgufSource : public WeightSource {
       if (m.permute_heads > 0 && t.shape[0] % (2 * m.permute_heads) != 0)
         fail(origin_, ": tensor '", printable(t.name), "' has ", t.shape[0], " rows, not a multiple of 2 x ",
              m.permute_heads, " heads");
-      add_tensor(hf, std::move(m), t.shape, t.type_name);
+      Shape shape = t.shape;
+      // Qwen3.5's convolution: the converter squeezes HF's [C, 1, K] to [C, K] (the same bytes).
+      if (arch_->layout == Layout::kQwen35 && t.name.find(".ssm_conv1d.") != std::string::npos &&
+          shape.size() == 2)
+        shape = {shape[0], 1, shape[1]};
+      add_tensor(hf, std::move(m), shape, t.type_name);
     }
     if (moe_) map_experts();
     std::sort(metas_.begin(), metas_.end(), [](auto& a, auto& b) { return a.name < b.name; });
@@ -739,6 +770,7 @@ class GgufSource : public WeightSource {
     if (arch_->partial_rotary) add_partial_rotary(c, key_length);
     if (arch_->layout == Layout::kPhi3) add_phi3_window(c);
     if (arch_->moe == Moe::kGptOss) add_gpt_oss_keys(c);
+    if (arch_->layout == Layout::kQwen35) add_qwen35_keys(c);
     ojson gen;
     for (const char* k : {"bos", "eos", "padding"}) {
       const std::string hf_key = std::string(k == std::string("padding") ? "pad" : k) + "_token_id";
@@ -927,6 +959,41 @@ class GgufSource : public WeightSource {
     c["rope_scaling"] = {{"type", "linear"}, {"factor", *factor}};
   }
 
+  // Qwen3.5's linear attention as llama.cpp's converter writes it: ssm.conv_kernel, ssm.state_size (the key
+  // head size), ssm.group_count (key heads), ssm.time_step_rank (value heads), ssm.inner_size (value heads x
+  // value head size); the layer types from attention.recurrent_layers, else full_attention_interval. The
+  // rope's mrope sections change nothing for text (equal position streams); rope.dimension_count is
+  // partial_rotary_factor (add_partial_rotary).
+  void add_qwen35_keys(ojson& c) const {
+    const int64_t kernel = require_int(key("ssm.conv_kernel")), dk = require_int(key("ssm.state_size"));
+    const int64_t hk = require_int(key("ssm.group_count")), hv = require_int(key("ssm.time_step_rank"));
+    const int64_t inner = require_int(key("ssm.inner_size"));
+    if (hk <= 0 || hv <= 0 || hv % hk != 0 || inner <= 0 || inner % hv != 0)
+      fail(origin_, ": ", key("ssm.group_count"), " ", hk, ", ", key("ssm.time_step_rank"), " ", hv, " and ",
+           key("ssm.inner_size"), " ", inner,
+           " are inconsistent (value heads a multiple of key heads, the inner size of value heads)");
+    c["linear_conv_kernel_dim"] = kernel;
+    c["linear_key_head_dim"] = dk;
+    c["linear_num_key_heads"] = hk;
+    c["linear_num_value_heads"] = hv;
+    c["linear_value_head_dim"] = inner / hv;
+    const int64_t blocks = require_int(key("block_count"));
+    if (auto rec = g_->get_bool_array(key("attention.recurrent_layers"))) {
+      if (static_cast<int64_t>(rec->size()) < blocks)
+        fail(origin_, ": ", key("attention.recurrent_layers"), " has ", rec->size(), " entries for ", blocks,
+             " blocks");
+      ojson types = ojson::array();
+      for (int64_t l = 0; l < blocks; ++l)
+        types.push_back((*rec)[static_cast<size_t>(l)] ? "linear_attention" : "full_attention");
+      c["layer_types"] = types;
+    } else {
+      c["full_attention_interval"] = require_int(key("full_attention_interval"));
+    }
+    if (auto mtp = g_->get_int(key("nextn_predict_layers")); mtp && *mtp > 0)
+      fail(origin_, ": ", key("nextn_predict_layers"), " is ", *mtp,
+           ": multi-token-prediction blocks in a qwen35 GGUF are not read (convert with --no-mtp)");
+  }
+
   // gpt-oss: the sliding layers' window (llama.cpp slides the even blocks over it, as GptOssConfig's default
   // layer_types do); its clamped SwiGLU's alpha 1.702 and limit 7 are llama.cpp's constants and
   // GptOssConfig's defaults, so no key is written.
@@ -953,23 +1020,53 @@ class GgufSource : public WeightSource {
 // where HF stores the weight and its Gemma models add 1. The norms are given back as HF stores them (the
 // stored value minus 1, in float32, as Transformers' GGUF loader does), so the Gemma models add 1 once
 // whatever the checkpoint's format; (v - 1) + 1 is v again in float32 for any v in [0.5, 2].
+// A copy of float tensor `t` (tensor `name` of `origin`) with `f` applied to every value in float32.
+template <class F>
+Tensor map_floats(const Tensor& t, const std::string& origin, const std::string& name, F f) {
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    fail(origin, ": tensor '", printable(name), "' loads as ", dtype_name(t.dtype),
+         "; it must be a float type");
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  convert(t.data, t.dtype, v.data(), DType::F32, t.numel());
+  for (float& x : v) x = f(x);
+  Tensor out = Tensor::empty(t.dtype, t.shape);  // t may be a read-only view of the mapping
+  convert(v.data(), DType::F32, out.data, out.dtype, out.numel());
+  return out;
+}
+
 class GemmaGgufSource final : public GgufSource {
  public:
   using GgufSource::GgufSource;
   Tensor load(const std::string& name, DType dtype) const override {
     Tensor t = GgufSource::load(name, dtype);
-    const std::string suffix = "norm.weight";
-    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      return t;
-    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-      fail(origin(), ": tensor '", printable(name), "' loads as ", dtype_name(t.dtype),
-           "; a Gemma norm weight must be a float type");
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    convert(t.data, t.dtype, v.data(), DType::F32, t.numel());
-    for (float& x : v) x -= 1.0f;
-    Tensor out = Tensor::empty(t.dtype, t.shape);  // t may be a read-only view of the mapping
-    convert(v.data(), DType::F32, out.data, out.dtype, out.numel());
-    return out;
+    if (!ends_with(name, "norm.weight")) return t;
+    return map_floats(t, origin(), name, [](float x) { return x - 1.0f; });
+  }
+};
+
+// Qwen3.5 as llama.cpp's converter writes it: every (1 + weight) RMSNorm stored as 1 + weight (the
+// linear attention's plain output norm as is), A_log as -exp(A_log), and the linear attention's value heads
+// tiled over the key heads (linear_tiled_value_heads: the model reads them in that order, so no tensor is
+// reordered, block-quantised ones included). The norms and A_log are given back as HF stores them (in
+// float32: (v - 1) + 1 is v again for v in [0.5, 2]; log(-a) then exp is A_log's exp to within an ulp).
+class Qwen35GgufSource final : public GgufSource {
+ public:
+  using GgufSource::GgufSource;
+  bool linear_tiled_value_heads() const override { return true; }
+  Tensor load(const std::string& name, DType dtype) const override {
+    Tensor t = GgufSource::load(name, dtype);
+    const bool a_log = ends_with(name, ".linear_attn.A_log");
+    const bool norm = ends_with(name, "norm.weight") && !ends_with(name, "linear_attn.norm.weight");
+    if (ends_with(name, ".linear_attn.conv1d.weight") && t.shape.size() == 2)
+      t.shape = {t.shape[0], 1, t.shape[1]};  // the converter's squeeze undone (the same bytes)
+    if (norm) return map_floats(t, origin(), name, [](float x) { return x - 1.0f; });
+    if (!a_log) return t;
+    return map_floats(t, origin(), name, [&](float x) {
+      if (!(x < 0.0f))
+        fail(origin(), ": tensor '", printable(name), "' holds ", x,
+             "; llama.cpp stores -exp(A_log), which is negative");
+      return std::log(-x);
+    });
   }
 };
 
@@ -981,6 +1078,7 @@ std::unique_ptr<WeightSource> open_gguf(std::shared_ptr<GgufFile> file) {
   const auto arch = file->get_string("general.architecture");
   const ArchSpec* spec = arch ? find_arch(*arch) : nullptr;
   if (spec && spec->layout == Layout::kGemma) return std::make_unique<GemmaGgufSource>(std::move(file));
+  if (spec && spec->layout == Layout::kQwen35) return std::make_unique<Qwen35GgufSource>(std::move(file));
   return std::make_unique<GgufSource>(std::move(file));
 }
 

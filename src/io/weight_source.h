@@ -44,6 +44,10 @@ class WeightSource {
   }
   // The underlying GGUF file (for its metadata, e.g. the tokenizer), or nullptr.
   virtual std::shared_ptr<const GgufFile> gguf() const { return nullptr; }
+  // The linear-attention layers' value heads are stored tiled over the key heads (value head h reads key head
+  // h % key heads), as llama.cpp's converter reorders them, instead of grouped (h / (value heads / key
+  // heads)) as Hugging Face stores them: DecoderConfig::linear_tiled_value_heads.
+  virtual bool linear_tiled_value_heads() const { return false; }
 };
 
 // A view of another source with other tensors (renamed, assembled, left out): everything but the tensors

@@ -252,6 +252,7 @@ int GraphBuilder::gated_delta_net(int qkv, int z, int b, int a, int conv, int a_
   n.dim = dv;
   n.window = c_.linear_conv_kernel_dim;
   n.eps = static_cast<float>(c_.rms_norm_eps);
+  n.tiled_heads = c_.linear_tiled_value_heads;
   return g_.add(std::move(n));
 }
 

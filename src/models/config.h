@@ -128,6 +128,10 @@ struct DecoderConfig {
   // size) scaled per token by sigmoid(mlp.shared_expert_gate) and added to the experts' sum (Qwen3.5-MoE,
   // Qwen3-Next).
   int64_t shared_expert_intermediate_size = 0;
+  // Linear attention's value heads tiled over the key heads (value head h reads key head h % key heads; a
+  // GGUF as llama.cpp's converter writes it) instead of grouped (h / (value heads / key heads)). Set by the
+  // loader from the checkpoint (io::WeightSource::linear_tiled_value_heads), not read from config.json.
+  bool linear_tiled_value_heads = false;
   std::optional<DType> torch_dtype;
   // Matrices kept block-quantised as the checkpoint stores them (a GGUF's block-quantised tensors on the
   // native cpu backend), by Hugging Face name; every other matrix is in the graph's dtype. Set by the loader,

@@ -94,6 +94,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   const nlohmann::json cj = models::parse_config_json(src->config_json(), cfg_origin);  // depth-bounded
   impl->arch = &models::find_architecture(models::architecture_name(cj, cfg_origin), cfg_origin);
   impl->config = impl->arch->parse_config(cj, cfg_origin);
+  impl->config.linear_tiled_value_heads = src->linear_tiled_value_heads();
   // Before anything sized by the config (weight list, graphs, tables): does the checkpoint match it?
   runtime::check_checkpoint_matches_config(*src, impl->config);
   const bool is_gguf = src->gguf() != nullptr;  // by format (magic), not by file name

@@ -716,6 +716,7 @@ class CpuExecutable : public Executable {
     w.dv = n.dim;
     w.kernel = n.window;
     w.eps = n.eps;
+    w.tiled = n.tiled_heads;
     w.conv = static_cast<const float*>(weight(in[4]));
     w.a_log = static_cast<const float*>(weight(in[5]));
     w.dt_bias = static_cast<const float*>(weight(in[6]));

@@ -182,6 +182,7 @@ struct DeltaNet {
   const float* a_log = nullptr;                        // [hv]
   const float* dt_bias = nullptr;                      // [hv]
   const float* norm = nullptr;                         // [dv]
+  bool tiled = false;  // value head h reads key head h % hk (else h / (hv / hk))
   int64_t channels() const { return 2 * hk * dk + hv * dv; }
   // Floats of one cache row's state: the convolution's last K - 1 inputs [C, K - 1], then S [hv, dk, dv].
   int64_t state_floats() const { return channels() * (kernel - 1) + hv * dk * dv; }

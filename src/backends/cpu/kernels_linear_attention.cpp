@@ -129,7 +129,7 @@ void gated_delta_net(const DeltaNet& w, const float* qkv, const float* z, const 
     std::vector<float> q(static_cast<size_t>(w.dk)), k(static_cast<size_t>(w.dk)),
         delta(static_cast<size_t>(w.dv)), o(static_cast<size_t>(w.dv));
     for (int64_t h = h0; h < h1; ++h) {
-      const int64_t kh = h / group;
+      const int64_t kh = w.tiled ? h % w.hk : h / group;
       const float decay_rate = std::exp(w.a_log[h]);
       for (int64_t r = 0; r < batch; ++r) {
         float* S = state + cache_row[r] * per_row + C * keep + h * w.dk * w.dv;  // [dk, dv]

@@ -922,6 +922,8 @@ class Lowering {
           b_.unary("rsqrt", b_.add(b_.reduce(b_.mul(t, t), {3}, "add", 0.0f), b_.splat_f32(1e-6f, s3)));
       Val y = b_.mul(t, b_.broadcast(inv, {0, 1, 2}, t.shape));
       if (scale != 1.0f) y = b_.mul(y, b_.splat_f32(scale, t.shape));
+      if (n.tiled_heads)  // value head j * hk + g reads key head g
+        return b_.reshape(b_.broadcast(y, {0, 1, 3, 4}, {B, S, r, hk, dk}), {B, S, hv, dk});
       return b_.reshape(b_.broadcast(y, {0, 1, 2, 4}, {B, S, hk, r, dk}), {B, S, hv, dk});
     };
     const Shape bshk{B, S, hk, dk};
