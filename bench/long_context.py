@@ -34,8 +34,7 @@ def main():
     ap.add_argument("--kv-cache-dtype", default="auto", help="Tessera's --kv-cache-dtype")
     ap.add_argument("--tessera-model", default="",
                     help="what Tessera loads, when not MODEL itself: the same weights in another file, e.g. the "
-                         "Transformers checkpoint MODEL.gguf was converted from (Qwen3.5: Tessera does not read "
-                         "llama.cpp's qwen35 GGUF yet)")
+                         "Transformers checkpoint MODEL.gguf was converted from")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     rows = []
