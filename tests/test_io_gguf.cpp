@@ -173,7 +173,8 @@ TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   expect_error([&] { open_gguf(d / "m.gguf"); },
                {"m.gguf",
                 "architecture 'falcon' is not supported (supported: llama (with experts: Mixtral), "
-                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, olmo2 (OLMo 2))"});
+                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, olmo2 (OLMo 2), qwen35 "
+                "(Qwen3.5), qwen35moe (Qwen3.5-MoE))"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {

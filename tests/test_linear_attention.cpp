@@ -337,38 +337,44 @@ TEST(LinearAttention, RepeatedRunsGiveTheSameBits) {
   }
 }
 
-// A Qwen3.5 GGUF as llama.cpp's own converter writes it (tools/make_io_fixtures.py tiny_qwen35: the qwen3_5
-// fixture converted, f32): norms stored as 1 + weight, A_log as -exp(A_log), the convolution squeezed, and
-// the linear attention's value heads reordered tiled over the key heads (2 key heads, 4 value heads). Read as
-// stored, the value heads in the converter's order: Transformers' logits for the safetensors checkpoint at
-// every position within 1e-4 and its greedy tokens, on cpu and xla-cpu; the tensors' names as HF's.
+// Qwen3.5 and Qwen3.5-MoE GGUFs as llama.cpp's own converter writes them (tools/make_io_fixtures.py
+// tiny_qwen35, tiny_qwen35moe: the qwen3_5 and qwen3_5_moe fixtures converted, f32): norms stored as
+// 1 + weight, A_log as -exp(A_log), the convolution squeezed, the linear attention's value heads reordered
+// tiled over the key heads (2 key heads, 4 value heads); the MoE's experts stacked (ffn_*_exps) and its
+// shared expert as ffn_*_shexp. Read as stored, the value heads in the converter's order: Transformers'
+// logits for the safetensors checkpoint at every position within 1e-4 and its greedy tokens, on cpu and
+// xla-cpu.
 void expect_qwen35_gguf_matches_goldens(const std::string& device) {
-  const std::string path = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/io/tiny_qwen35.gguf";
-  const nlohmann::json j = golden::load_model_golden("qwen3_5");
-  LoadOptions o;
-  o.device_map = device;
-  o.dtype = DType::F32;
-  CausalLM m = AutoModelForCausalLM::from_pretrained(path, o);
-  EXPECT_EQ(m.info().architecture, "Qwen3_5ForCausalLM");
-  for (const auto& c : j["forward"]) {
-    const std::vector<int64_t> in64 = golden::ids(c["input_ids"]);
+  for (const auto& [file, fixture] :
+       {std::pair{"tiny_qwen35.gguf", "qwen3_5"}, std::pair{"tiny_qwen35moe.gguf", "qwen3_5_moe"}}) {
+    SCOPED_TRACE(file);
+    const std::string path = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/io/" + file;
+    const nlohmann::json j = golden::load_model_golden(fixture);
+    LoadOptions o;
+    o.device_map = device;
+    o.dtype = DType::F32;
+    CausalLM m = AutoModelForCausalLM::from_pretrained(path, o);
+    EXPECT_EQ(m.info().architecture, j["architecture"].get<std::string>());
+    for (const auto& c : j["forward"]) {
+      const std::vector<int64_t> in64 = golden::ids(c["input_ids"]);
+      const std::vector<int32_t> in(in64.begin(), in64.end());
+      const auto want = golden::matrix(c["logits"]);
+      EXPECT_LE(golden::max_abs_diff(m.forward(in), want.data).max_abs, 1e-4) << "length " << in.size();
+    }
+    const auto& g = j["greedy"][0];
+    const std::vector<int64_t> in64 = golden::ids(g["input_ids"]);
     const std::vector<int32_t> in(in64.begin(), in64.end());
-    const auto want = golden::matrix(c["logits"]);
-    EXPECT_LE(golden::max_abs_diff(m.forward(in), want.data).max_abs, 1e-4) << "length " << in.size();
+    const std::vector<int64_t> want64 = golden::ids(g["output_ids"]);
+    EXPECT_EQ(m.generate({in}, {}, greedy(g["max_new_tokens"].get<int>())).sequences[0],
+              std::vector<int32_t>(want64.begin(), want64.end()));
   }
-  const auto& g = j["greedy"][0];
-  const std::vector<int64_t> in64 = golden::ids(g["input_ids"]);
-  const std::vector<int32_t> in(in64.begin(), in64.end());
-  const std::vector<int64_t> want64 = golden::ids(g["output_ids"]);
-  EXPECT_EQ(m.generate({in}, {}, greedy(g["max_new_tokens"].get<int>())).sequences[0],
-            std::vector<int32_t>(want64.begin(), want64.end()));
 }
 
-TEST(LinearAttention, LlamaCppsQwen35GgufMatchesTheTransformersGoldens) {
+TEST(LinearAttention, LlamaCppsQwen35GgufsMatchTheTransformersGoldens) {
   expect_qwen35_gguf_matches_goldens("cpu");
 }
 
-TEST(LinearAttention, LlamaCppsQwen35GgufMatchesTheTransformersGoldensOnXlaCpu) {
+TEST(LinearAttention, LlamaCppsQwen35GgufsMatchTheTransformersGoldensOnXlaCpu) {
   REQUIRE_XLA_CPU();
   expect_qwen35_gguf_matches_goldens("xla-cpu");
 }

@@ -604,22 +604,23 @@ def make_tiny_smollm3():
                               "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id"))
 
 
-def make_tiny_qwen35():
-    """tiny_qwen35.gguf: the Qwen3.5 golden fixture (tests/fixtures/models/qwen3_5: 2 key heads, 4 value heads,
-    so the converter's value-head reordering applies) converted by llama.cpp's own convert_hf_to_gguf.py (from
-    the source bench/build_llamacpp.sh unpacks under build/), f32, with a placeholder vocabulary. The reader is
-    checked against that fixture's Transformers goldens. Run in a subprocess: the converter needs its own
-    gguf-py, newer than the pinned one imported here."""
+def make_tiny_qwen35(moe=False):
+    """tiny_qwen35.gguf (tiny_qwen35moe.gguf): the Qwen3.5 (Qwen3.5-MoE) golden fixture (tests/fixtures/models/
+    qwen3_5, qwen3_5_moe: 2 key heads, 4 value heads, so the converter's value-head reordering applies; the MoE's
+    experts stacked into ffn_*_exps, its shared expert as ffn_*_shexp) converted by llama.cpp's own
+    convert_hf_to_gguf.py (from the source bench/build_llamacpp.sh unpacks under build/), f32, with a placeholder
+    vocabulary. The reader is checked against that fixture's Transformers goldens. Run in a subprocess: the
+    converter needs its own gguf-py, newer than the pinned one imported here."""
     import subprocess
-    src = os.path.join(ROOT, "tests", "fixtures", "models", "qwen3_5")
-    path = os.path.join(OUT, "tiny_qwen35.gguf")
+    src = os.path.join(ROOT, "tests", "fixtures", "models", "qwen3_5_moe" if moe else "qwen3_5")
+    path = os.path.join(OUT, "tiny_qwen35moe.gguf" if moe else "tiny_qwen35.gguf")
     if os.path.exists(path):
         os.remove(path)
     tools = os.path.dirname(os.path.abspath(__file__))
     code = (f"import sys; sys.path.insert(0, {tools!r}); import make_bench_models as m; "
-            f"m.qwen3_5_to_gguf({src!r}, {path!r}, 'f32')")
+            f"m.qwen3_5_to_gguf({src!r}, {path!r}, 'f32', moe={moe!r})")
     subprocess.run([sys.executable, "-c", code], check=True)
-    print("tiny_qwen35", os.path.getsize(path))
+    print(os.path.basename(path), os.path.getsize(path))
 
 
 MAKERS = {
@@ -636,6 +637,7 @@ MAKERS = {
     "tiny_smollm3": make_tiny_smollm3,
     "tiny_olmo2": make_tiny_olmo2,
     "tiny_qwen35": make_tiny_qwen35,
+    "tiny_qwen35moe": lambda: make_tiny_qwen35(moe=True),
 }
 
 if __name__ == "__main__":

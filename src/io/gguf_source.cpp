@@ -46,6 +46,7 @@ enum class Moe {
   kMixtral,  // llama: experts in every block when <arch>.expert_count > 0 (Mixtral), else a dense llama
   kQwen3,    // qwen3moe: Qwen3's blocks with experts (and, here, the dense blocks of mlp_only_layers)
   kGptOss,   // gpt-oss: experts in every block, with biases; the router (with a bias) is mlp.router
+  kQwen35,   // qwen35moe: experts in every block beside a shared expert (ffn_*_shexp, ffn_gate_inp_shexp)
 };
 
 // What differs between the GGUF architectures read here; the metadata keys are "<gguf>.<name>".
@@ -84,10 +85,12 @@ constexpr ArchSpec kArchs[] = {
     {"olmo2", "Olmo2ForCausalLM", "olmo2", false, true, false, Layout::kOlmo2},
     // Qwen3.5 (dense, text): Qwen35GgufSource gives the norms and A_log back as HF stores them.
     {"qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", false, true, false, Layout::kQwen35, 0, true},
+    {"qwen35moe", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", false, true, false, Layout::kQwen35, 0, true,
+     Moe::kQwen35},
 };
 const char* const kSupportedArchs =
     "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, "
-    "olmo2 (OLMo 2), qwen35 (Qwen3.5)";
+    "olmo2 (OLMo 2), qwen35 (Qwen3.5), qwen35moe (Qwen3.5-MoE)";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
@@ -199,7 +202,11 @@ std::string hf_name_for(const std::string& g, Layout layout) {
                                 {"ssm_alpha", "linear_attn.in_proj_a"},
                                 {"ssm_conv1d", "linear_attn.conv1d"},
                                 {"ssm_norm", "linear_attn.norm"},
-                                {"ssm_out", "linear_attn.out_proj"}};
+                                {"ssm_out", "linear_attn.out_proj"},
+                                {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
+                                {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
+                                {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
+                                {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"}};
   static const Parts kGlm4 = {{"post_attention_norm", "post_self_attn_layernorm"},
                               {"ffn_norm", "post_attention_layernorm"},
                               {"post_ffw_norm", "post_mlp_layernorm"},
@@ -389,6 +396,22 @@ class GgufSource : public WeightSource {
     if (n_expert_used_ <= 0 || n_expert_used_ > n_expert_)
       fail(origin_, ": ", used_key, " is ", n_expert_used_, ", expected 1 to ", count_key, " (", n_expert_,
            ")");
+    if (arch_->moe == Moe::kQwen35) {  // no dense MLP: the experts' and the shared expert's sizes only
+      n_ff_exp_ = require_int(key("expert_feed_forward_length"));
+      n_ff_shexp_ = require_int(key("expert_shared_feed_forward_length"));
+      for (const auto& [k, v] : {std::pair{"expert_feed_forward_length", n_ff_exp_},
+                                 std::pair{"expert_shared_feed_forward_length", n_ff_shexp_}})
+        if (v <= 0 || v > (1 << 20)) fail(origin_, ": ", key(k), " is ", v, ", expected a positive size");
+      if (auto v = g_->get_int(key("expert_shared_count")); v && *v != 1)
+        fail(origin_, ": ", key("expert_shared_count"), " is ", *v,
+             ": Qwen3_5MoeForCausalLM has one shared expert per block");
+      if (auto v = g_->get_int(key("expert_gating_func")); v && *v != 1)
+        fail(origin_, ": ", key("expert_gating_func"), " is ", *v, ", expected 1 (a softmax)");
+      if (auto v = g_->get_bool(key("expert_weights_norm")); v && !*v)
+        fail(origin_, ": ", key("expert_weights_norm"),
+             " is false: Qwen3.5-MoE renormalises the top-k weights regardless");
+      return;
+    }
     const int64_t ffn = require_int(key("feed_forward_length"));
     if (arch_->moe == Moe::kQwen3 || arch_->moe == Moe::kGptOss) {
       // llama.cpp: expert_feed_forward_length, or without it feed_forward_length / expert_used_count
@@ -447,6 +470,7 @@ class GgufSource : public WeightSource {
       return false;
     }
     const auto& [block, part] = *bw;
+    if (part.find("shexp") != std::string::npos && arch_->moe == Moe::kQwen35) return false;  // by name
     if (part.find("shexp") != std::string::npos)
       fail(origin_, ": tensor '", printable(t.name), "': shared experts are not supported (", hf_class(),
            " has none)");
@@ -468,7 +492,8 @@ class GgufSource : public WeightSource {
   void map_experts() {
     const int64_t E = n_expert_, I = n_ff_exp_, H = require_int(key("embedding_length"));
     const std::string count_key = key("expert_count");
-    const std::string ffn_key = arch_->moe == Moe::kQwen3 && g_->has(key("expert_feed_forward_length"))
+    const std::string ffn_key = (arch_->moe == Moe::kQwen3 && g_->has(key("expert_feed_forward_length"))) ||
+                                        arch_->moe == Moe::kQwen35
                                     ? key("expert_feed_forward_length")
                                 : arch_->moe == Moe::kQwen3
                                     ? key("feed_forward_length") + " / " + key("expert_used_count")
@@ -727,7 +752,7 @@ class GgufSource : public WeightSource {
     c["architectures"] = {hf_class()};
     c["model_type"] = mixtral ? "mixtral" : arch_->model_type;
     c["hidden_size"] = require_int(key("embedding_length"));
-    c["intermediate_size"] = require_int(key("feed_forward_length"));
+    if (arch_->moe != Moe::kQwen35) c["intermediate_size"] = require_int(key("feed_forward_length"));
     c["num_hidden_layers"] = require_int(key("block_count"));
     check_against_tensors(*embd);
     c["num_attention_heads"] = n_head_;
@@ -808,6 +833,17 @@ class GgufSource : public WeightSource {
     if (max_block + 1 != blocks)
       fail(origin_, ": ", key("block_count"), " is ", blocks, " but the file holds tensors for ",
            max_block < 0 ? std::string("no blk.N block") : "blocks 0 to " + std::to_string(max_block));
+    if (arch_->moe != Moe::kQwen35) check_feed_forward_length();  // Qwen3.5-MoE: no dense MLP, no such key
+    const int64_t ctx = require_int(key("context_length"));
+    if (ctx <= 0) fail(origin_, ": ", key("context_length"), " is ", ctx, ", expected a positive length");
+    if (auto base = finite_float(key("rope.freq_base")); base && *base <= 0)
+      fail(origin_, ": ", key("rope.freq_base"), " is ", *base, ", expected a positive rotary base");
+    if (const double eps = require_float(key("attention.layer_norm_rms_epsilon")); eps < 0)
+      fail(origin_, ": ", key("attention.layer_norm_rms_epsilon"), " is ", eps,
+           ", expected a non-negative epsilon");
+  }
+
+  void check_feed_forward_length() const {
     const int64_t ffn = require_int(key("feed_forward_length"));
     const bool fused_up = arch_->layout == Layout::kPhi3 || arch_->layout == Layout::kGlm4;
     const int64_t up_rows = fused_up ? 2 * ffn : ffn;  // phi3, glm4: gate and up rows
@@ -819,13 +855,6 @@ class GgufSource : public WeightSource {
       fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, " but ", up_name, " is ",
            shape_str(up->shape));
     if (ffn <= 0) fail(origin_, ": ", key("feed_forward_length"), " is ", ffn, ", expected a positive size");
-    const int64_t ctx = require_int(key("context_length"));
-    if (ctx <= 0) fail(origin_, ": ", key("context_length"), " is ", ctx, ", expected a positive length");
-    if (auto base = finite_float(key("rope.freq_base")); base && *base <= 0)
-      fail(origin_, ": ", key("rope.freq_base"), " is ", *base, ", expected a positive rotary base");
-    if (const double eps = require_float(key("attention.layer_norm_rms_epsilon")); eps < 0)
-      fail(origin_, ": ", key("attention.layer_norm_rms_epsilon"), " is ", eps,
-           ", expected a non-negative epsilon");
   }
 
   // The experts' config keys. Qwen3-MoE: norm_topk_prob is true whatever the checkpoint's config said:
@@ -844,6 +873,16 @@ class GgufSource : public WeightSource {
     if (arch_->moe == Moe::kMixtral) {
       c["num_local_experts"] = n_expert_;
       c["num_experts_per_tok"] = n_expert_used_;
+      return;
+    }
+    if (arch_->moe == Moe::kQwen35) {  // every layer sparse, renormalised (Qwen3_5MoeTextConfig reads no key)
+      if (!dense_layers_.empty())
+        fail(origin_, ": block ", dense_layers_.front(),
+             " has a dense MLP; every layer of Qwen3_5MoeForCausalLM is a sparse block");
+      c["num_experts"] = n_expert_;
+      c["num_experts_per_tok"] = n_expert_used_;
+      c["moe_intermediate_size"] = n_ff_exp_;
+      c["shared_expert_intermediate_size"] = n_ff_shexp_;
       return;
     }
     c["num_experts"] = n_expert_;
@@ -1006,7 +1045,7 @@ class GgufSource : public WeightSource {
   const ArchSpec* arch_ = nullptr;
   int64_t n_head_ = 0, n_head_kv_ = 0;
   bool moe_ = false;  // read as a mixture of experts (read_experts)
-  int64_t n_expert_ = 0, n_expert_used_ = 0, n_ff_exp_ = 0;
+  int64_t n_expert_ = 0, n_expert_used_ = 0, n_ff_exp_ = 0, n_ff_shexp_ = 0;
   std::map<int64_t, ExpertBlock> expert_blocks_;  // block -> its expert tensors
   std::set<int64_t> dense_blocks_;                // blocks with ffn_gate / ffn_up / ffn_down
   std::vector<int64_t> dense_layers_;             // of a MoE file: the blocks without experts, ascending
