@@ -120,6 +120,37 @@ QWEN3_5_08B = dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=2
                                     "mrope_section": [11, 11, 10], "mrope_interleaved": True})
 
 
+# Qwen3.5-35B-A3B's layer shape (Qwen3_5MoeForCausalLM: hidden 2048, 256 experts of 512, top 8, a shared expert of
+# 512; Gated DeltaNet 16 key / 32 value heads of 128; gated attention 16 / 2 heads of 256) with 4 layers (three
+# linear, one full) instead of 40, random weights, bf16: what each decoded token reads per layer is the real
+# model's (its 8 chosen experts, the shared one, the mixer), so per-layer speed compares at the real shapes.
+QWEN3_5_MOE_A3B_4L = dict(hidden_size=2048, num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=2,
+                          head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                          linear_value_head_dim=128, linear_conv_kernel_dim=4, full_attention_interval=4,
+                          num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+                          shared_expert_intermediate_size=512, vocab_size=248320, max_position_embeddings=262144,
+                          rms_norm_eps=1e-6, tie_word_embeddings=False,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                           "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                                           "mrope_interleaved": True})
+
+
+def make_qwen3_5_moe_random(out_dir, seed):
+    import torch
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    if os.path.exists(os.path.join(out_dir, "model.safetensors")) or os.path.exists(
+            os.path.join(out_dir, "model.safetensors.index.json")):
+        print(f"{out_dir}: exists, kept")
+        return
+    torch.manual_seed(seed)
+    torch.set_default_dtype(torch.bfloat16)  # 3.7 B parameters: never materialised in float32
+    model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**QWEN3_5_MOE_A3B_4L))
+    torch.set_default_dtype(torch.float32)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    print(f"{out_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, bf16")
+
+
 def make_qwen3_5_random(out_dir, seed):
     import torch
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
@@ -549,11 +580,13 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(root, "build", "bench-models"))
     ap.add_argument("--only", choices=["qwen3", "smollm2", "mistral", "qwen3-gguf", "qwen3-4b-gguf", "qwen3-moe-gguf",
-                                       "gpt-oss-gguf", "qwen3_5"],
+                                       "gpt-oss-gguf", "qwen3_5", "qwen3_5_moe"],
                     help="qwen3-gguf / qwen3-4b-gguf: the Qwen3-0.6B / Qwen3-4B shapes straight to GGUF with numpy "
                          "(bf16, then q8_0, q4_0 and q4_k_m by llama.cpp's quantiser; no torch needed); "
                          "qwen3-moe-gguf: Qwen3-30B-A3B's shape with 4 layers (bf16, q8_0, q4_k_m); "
-                         "gpt-oss-gguf: gpt-oss-20b's shape with 4 layers, MXFP4 experts")
+                         "gpt-oss-gguf: gpt-oss-20b's shape with 4 layers, MXFP4 experts; "
+                         "qwen3_5 / qwen3_5_moe: Qwen3.5-0.8B's shape / Qwen3.5-35B-A3B's with 4 layers, "
+                         "converted by llama.cpp's convert_hf_to_gguf.py (bf16)")
     ap.add_argument("--smollm2-gguf", default=None)
     ap.add_argument("--add-tokenizer", nargs=2, metavar=("SRC", "DST"),
                     help="copy GGUF SRC to DST with SmolLM2's tokenizer padded to SRC's vocabulary (for the "
@@ -590,6 +623,11 @@ def main():
         make_qwen3moe_gguf(bf16, QWEN3_MOE_A3B, stem, a.seed)
         for suffix, ftype in (("q8_0", "MOSTLY_Q8_0"), ("q4_k_m", "MOSTLY_Q4_K_M")):
             llamacpp_quantize(bf16, os.path.join(a.out, f"{stem}-{suffix}.gguf"), ftype)
+    if a.only == "qwen3_5_moe":
+        qdir = os.path.join(a.out, "qwen3.5-moe-a3b-4l-random")
+        make_qwen3_5_moe_random(qdir, a.seed)
+        qwen3_5_to_gguf(qdir, os.path.join(a.out, "qwen3.5-moe-a3b-4l-random-bf16.gguf"), moe=True)
+        return
     if a.only == "qwen3_5":
         qdir = os.path.join(a.out, "qwen3.5-0.8b-random")
         make_qwen3_5_random(qdir, a.seed)

@@ -621,6 +621,13 @@ def make_tiny_qwen35(moe=False):
             f"m.qwen3_5_to_gguf({src!r}, {path!r}, 'f32', moe={moe!r})")
     subprocess.run([sys.executable, "-c", code], check=True)
     print(os.path.basename(path), os.path.getsize(path))
+    if moe:
+        # The same file through llama.cpp's llama-quantize (type COPY: the tensors' data as they are), which
+        # writes the shared expert's gate squeezed to [H], as every quantised qwen35moe file has it.
+        quantize = os.path.join(ROOT, "build", "llama.cpp-native", "bin", "llama-quantize")
+        copy = os.path.join(OUT, "tiny_qwen35moe_requantised.gguf")
+        subprocess.run([quantize, path, copy, "COPY"], check=True, capture_output=True)
+        print(os.path.basename(copy), os.path.getsize(copy))
 
 
 MAKERS = {

@@ -338,6 +338,11 @@ class GgufSource : public WeightSource {
       if (arch_->layout == Layout::kQwen35 && t.name.find(".ssm_conv1d.") != std::string::npos &&
           shape.size() == 2)
         shape = {shape[0], 1, shape[1]};
+      // The shared expert's gate, HF's [1, H]: the converter writes [1, H], llama-quantize squeezes it to
+      // [H].
+      if (arch_->layout == Layout::kQwen35 && t.name.find(".ffn_gate_inp_shexp.") != std::string::npos &&
+          shape.size() == 1)
+        shape = {1, shape[0]};
       add_tensor(hf, std::move(m), shape, t.type_name);
     }
     if (moe_) map_experts();
@@ -1098,6 +1103,8 @@ class Qwen35GgufSource final : public GgufSource {
     const bool norm = ends_with(name, "norm.weight") && !ends_with(name, "linear_attn.norm.weight");
     if (ends_with(name, ".linear_attn.conv1d.weight") && t.shape.size() == 2)
       t.shape = {t.shape[0], 1, t.shape[1]};  // the converter's squeeze undone (the same bytes)
+    if (ends_with(name, ".mlp.shared_expert_gate.weight") && t.shape.size() == 1)
+      t.shape = {1, t.shape[0]};  // llama-quantize's squeeze undone
     if (norm) return map_floats(t, origin(), name, [](float x) { return x - 1.0f; });
     if (!a_log) return t;
     return map_floats(t, origin(), name, [&](float x) {
