@@ -153,19 +153,12 @@ std::optional<std::pair<int, int64_t>> per_expert_part(const std::string& part) 
 
 // "blk.12.attn_q.weight" -> "model.layers.12.self_attn.q_proj.weight"; "" when there is no HF name.
 std::string hf_name_for(const std::string& g, Layout layout) {
-  // Qwen3.5's blk.N.ssm_a (-exp(A_log), as llama.cpp's converter stores it): no suffix, like HF's A_log.
-  if (layout == Layout::kQwen35 && g.rfind("blk.", 0) == 0 && g.size() > 10 &&
-      g.compare(g.size() - 6, 6, ".ssm_a") == 0) {
-    const std::string layer = g.substr(4, g.size() - 10);
-    if (!layer.empty() && layer.size() <= 6 &&
-        std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      return "model.layers." + layer + ".linear_attn.A_log";
-    return "";
-  }
-  const size_t dot = g.rfind('.');
+  // Qwen3.5's blk.N.ssm_a (-exp(A_log), as llama.cpp's converter stores it) has no suffix, like HF's A_log.
+  const bool no_suffix = layout == Layout::kQwen35 && ends_with(g, ".ssm_a");
+  const size_t dot = no_suffix ? g.size() : g.rfind('.');
   if (dot == std::string::npos) return "";
-  const std::string base = g.substr(0, dot), suffix = g.substr(dot);  // suffix ".weight" / ".bias"
-  if (suffix != ".weight" && suffix != ".bias") return "";
+  const std::string base = g.substr(0, dot), suffix = g.substr(dot);  // ".weight" / ".bias" / ""
+  if (suffix != ".weight" && suffix != ".bias" && !no_suffix) return "";
   if (base == "token_embd") return "model.embed_tokens" + suffix;
   if (base == "output_norm") return "model.norm" + suffix;
   if (base == "output") return "lm_head" + suffix;
@@ -206,7 +199,8 @@ std::string hf_name_for(const std::string& g, Layout layout) {
                                 {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
                                 {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
                                 {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
-                                {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"}};
+                                {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+                                {"ssm_a", "linear_attn.A_log"}};
   static const Parts kGlm4 = {{"post_attention_norm", "post_self_attn_layernorm"},
                               {"ffn_norm", "post_attention_layernorm"},
                               {"post_ffw_norm", "post_mlp_layernorm"},
@@ -279,6 +273,9 @@ class GgufSource : public WeightSource {
     if (!it->second.pieces.empty()) return assemble(name, it->second.pieces, dtype);
     Tensor t = g_->load_tensor(it->second.gguf_name, dtype);
     if (it->second.permute_heads > 0) unpermute_rows(t, it->second.permute_heads);
+    // The shape registered for the HF name (map_tensors: a squeezed dimension put back; the same bytes).
+    if (const TensorMeta* m = find(name); m && m->shape != t.shape && shape_numel(m->shape) == t.numel())
+      t.shape = m->shape;
     return t;
   }
   const std::string& config_json() const override { return config_; }
@@ -410,13 +407,14 @@ class GgufSource : public WeightSource {
       if (auto v = g_->get_int(key("expert_shared_count")); v && *v != 1)
         fail(origin_, ": ", key("expert_shared_count"), " is ", *v,
              ": Qwen3_5MoeForCausalLM has one shared expert per block");
-      if (auto v = g_->get_int(key("expert_gating_func")); v && *v != 1)
-        fail(origin_, ": ", key("expert_gating_func"), " is ", *v, ", expected 1 (a softmax)");
-      if (auto v = g_->get_bool(key("expert_weights_norm")); v && !*v)
-        fail(origin_, ": ", key("expert_weights_norm"),
-             " is false: Qwen3.5-MoE renormalises the top-k weights regardless");
-      return;
+    } else {
+      read_expert_width();
     }
+    check_routing();
+  }
+
+  // n_ff_exp_, and the refusal of shared experts, for the architectures without them.
+  void read_expert_width() {
     const int64_t ffn = require_int(key("feed_forward_length"));
     if (arch_->moe == Moe::kQwen3 || arch_->moe == Moe::kGptOss) {
       // llama.cpp: expert_feed_forward_length, or without it feed_forward_length / expert_used_count
@@ -429,11 +427,15 @@ class GgufSource : public WeightSource {
     } else {
       n_ff_exp_ = ffn;  // llama.cpp's llama: the experts are feed_forward_length wide
     }
-    // Shared experts (Qwen2-MoE's, Granite-MoE's) and routing llama.cpp does not do for these architectures.
+    // Shared experts (Qwen2-MoE's, Granite-MoE's), which llama.cpp does not do for these architectures.
     for (const char* k : {"expert_shared_count", "expert_shared_feed_forward_length"})
       if (auto v = g_->get_int(key(k)); v && *v != 0)
         fail(origin_, ": ", key(k), " is ", *v, ": shared experts are not supported (", arch_->gguf,
              " GGUFs as llama.cpp writes them have none)");
+  }
+
+  // Routing llama.cpp does not do for these architectures.
+  void check_routing() const {
     if (auto v = g_->get_int(key("expert_group_count")); v && *v > 1)
       fail(origin_, ": ", key("expert_group_count"), " is ", *v, ": grouped expert routing is not supported");
     // llama.cpp's qwen3moe and llama graphs route with a softmax and renormalise the kept weights, unscaled,
@@ -1101,10 +1103,6 @@ class Qwen35GgufSource final : public GgufSource {
     Tensor t = GgufSource::load(name, dtype);
     const bool a_log = ends_with(name, ".linear_attn.A_log");
     const bool norm = ends_with(name, "norm.weight") && !ends_with(name, "linear_attn.norm.weight");
-    if (ends_with(name, ".linear_attn.conv1d.weight") && t.shape.size() == 2)
-      t.shape = {t.shape[0], 1, t.shape[1]};  // the converter's squeeze undone (the same bytes)
-    if (ends_with(name, ".mlp.shared_expert_gate.weight") && t.shape.size() == 1)
-      t.shape = {1, t.shape[0]};  // llama-quantize's squeeze undone
     if (norm) return map_floats(t, origin(), name, [](float x) { return x - 1.0f; });
     if (!a_log) return t;
     return map_floats(t, origin(), name, [&](float x) {
