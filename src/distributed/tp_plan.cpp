@@ -342,27 +342,24 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     const char* key = sparse ? "moe_intermediate_size" : "intermediate_size";
     const int64_t shared = sparse ? c.shared_expert_intermediate_size : 0;
     if (!t.mlp_split[l] || (inter % tp == 0 && shared % tp == 0)) continue;
-    if (inter % tp == 0) {  // the shared expert's size is the one that does not divide
-      if (!d.tp_plan_auto)
-        fail(model, ": shared_expert_intermediate_size ", shared, " does not divide by tp_size ", tp,
-             "; replicate the sparse blocks with --tp-rule layers.*.mlp.experts.gate_up_proj=replicated, "
-             "--tp-rule layers.*.mlp.experts.down_proj=replicated and the same for "
-             "layers.*.mlp.shared_expert.<proj>, or pass --tp-plan auto");
-      t.mlp_split[l] = 0;
-      ++mlp_changed;
-      mlp_why = "shared_expert_intermediate_size " + std::to_string(shared);
-      continue;
-    }
+    // The size that does not divide: the experts' (or the MLP's), else the shared expert's.
+    const bool shared_fails = inter % tp == 0;
+    const char* what = shared_fails ? "shared_expert_intermediate_size" : key;
+    const int64_t size = shared_fails ? shared : inter;
     if (!d.tp_plan_auto)
-      fail(model, ": ", key, " ", inter, " does not divide by tp_size ", tp,
-           sparse
+      fail(model, ": ", what, " ", size, " does not divide by tp_size ", tp,
+           shared_fails
+               ? "; replicate the sparse blocks with --tp-rule layers.*.mlp.experts.gate_up_proj=replicated, "
+                 "--tp-rule layers.*.mlp.experts.down_proj=replicated and the same for "
+                 "layers.*.mlp.shared_expert.<proj>, or pass --tp-plan auto"
+           : sparse
                ? "; replicate the experts with --tp-rule layers.*.mlp.experts.gate_up_proj=replicated and "
                  "--tp-rule layers.*.mlp.experts.down_proj=replicated, or pass --tp-plan auto"
                : "; replicate the MLP with --tp-rule layers.*.mlp.<proj>=replicated for each projection, or "
                  "pass --tp-plan auto");
     t.mlp_split[l] = 0;
     ++mlp_changed;
-    mlp_why = std::string(key) + " " + std::to_string(inter);
+    mlp_why = std::string(what) + " " + std::to_string(size);
   }
   if (mlp_changed == static_cast<int64_t>(t.mlp_split.size()))
     say("--tp-plan auto: " + mlp_why + " does not divide by tp_size " + std::to_string(tp) +
