@@ -15,6 +15,7 @@
 #include "golden_util.h"
 #include "io/weight_source.h"
 #include "models/architecture.h"
+#include "runtime/model_core.h"
 #include "sampling/sampling_params.h"
 
 namespace tessera::step_test {
@@ -94,7 +95,7 @@ struct StepModel {
     return *e;
   }
   std::unique_ptr<DeviceCache> cache(int64_t rows, int64_t len) {
-    return be->create_cache(config.num_layers, rows, config.local_kv_heads(), len, config.head_dim);
+    return be->create_cache(runtime::cache_geometry(config), rows, len);
   }
 };
 

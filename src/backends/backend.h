@@ -103,6 +103,14 @@ struct CachePaging {
   int64_t block_bytes = 0;
 };
 
+// One layer's part of a KV cache: kv_heads heads of head_dim values per slot, for keys and for values.
+// kv_heads 0: the layer keeps none (linear attention; a layer reading another layer's keys and values).
+struct CacheLayer {
+  int64_t kv_heads = 0, head_dim = 0;
+  bool operator==(const CacheLayer&) const = default;
+};
+using CacheGeometry = std::vector<CacheLayer>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -124,9 +132,16 @@ class Backend {
   // disable_compile (debugging): an executable that runs `g` one op at a time where the backend can
   // (capabilities().op_by_op); otherwise a fresh compile.
   virtual std::unique_ptr<Executable> compile_op_by_op(const graph::Graph& g) { return compile(g); }
-  // A cache of `batch` rows (sequences) of `cache_len` slots each, zeroed.
-  virtual std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
-                                                    int64_t cache_len, int64_t head_dim) = 0;
+  // A cache of `batch` rows (sequences) of `cache_len` slots each, zeroed: per layer, the keys and values
+  // of its geometry (none for a layer with kv_heads 0).
+  virtual std::unique_ptr<DeviceCache> create_cache(const CacheGeometry& layers, int64_t batch,
+                                                    int64_t cache_len) = 0;
+  // Every one of `layers` layers alike.
+  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
+                                            int64_t cache_len, int64_t head_dim) {
+    return create_cache(CacheGeometry(static_cast<size_t>(layers), CacheLayer{kv_heads, head_dim}), batch,
+                        cache_len);
+  }
   // Copies every slot of `from` into the first slots of `to` (same layers/batch/heads, to.cache_len >=
   // from's). The sampler state is not copied (a grown cache is used with host-side sampling only).
   virtual void copy_cache(const DeviceCache& from, DeviceCache& to) = 0;
@@ -154,6 +169,13 @@ class Backend {
   virtual DType cache_dtype() const { return DType::F32; }
   // Bytes a cache holds for one position of one kv head of head_dim values.
   virtual size_t cache_row_bytes(int64_t head_dim) const { return dtype_bytes(cache_dtype(), head_dim); }
+  // Bytes one position of every layer's keys and values takes.
+  size_t cache_position_bytes(const CacheGeometry& layers) const {
+    size_t n = 0;
+    for (const CacheLayer& l : layers)
+      if (l.kv_heads > 0) n += 2 * static_cast<size_t>(l.kv_heads) * cache_row_bytes(l.head_dim);
+    return n;
+  }
   // Paged cache memory for caches of heads of `head_dim` values (above); {} where caches are allocated whole.
   virtual CachePaging cache_paging(int64_t head_dim) const {
     (void)head_dim;

@@ -312,9 +312,13 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
   t.lm_head_split = column(head.style);
 
   // Divisibility, checked before any weight is read.
-  if (t.attn_split && (c.num_kv_heads % tp != 0 || c.num_heads % tp != 0)) {
-    const bool kv = c.num_kv_heads % tp != 0;
-    const int64_t heads = kv ? c.num_kv_heads : c.num_heads;
+  // The key-value heads of some layer that tp_size does not divide (Gemma 4's full layers may have fewer).
+  int64_t odd_kv = c.num_kv_heads % tp != 0 ? c.num_kv_heads : 0;
+  for (int64_t l = 0; l < c.num_layers && odd_kv == 0; ++l)
+    if (c.layer_has_cache(l) && c.kv_heads_of(l) % tp != 0) odd_kv = c.kv_heads_of(l);
+  if (t.attn_split && (odd_kv != 0 || c.num_heads % tp != 0)) {
+    const bool kv = odd_kv != 0;
+    const int64_t heads = kv ? odd_kv : c.num_heads;
     const char* what = kv ? "key-value heads" : "attention heads";
     if (!d.tp_plan_auto) {
       // The rules that replicate the attention projections, named as this model names them.

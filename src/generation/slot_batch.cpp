@@ -538,11 +538,18 @@ SlotBatch::SlotBatch(CausalLM& model, int slots, int cache_len, const SlotBatchO
   b.slots.resize(static_cast<size_t>(slots));
   b.kept.resize(static_cast<size_t>(slots));
   b.cache = b.m->make_cache(slots, cache_len);
-  b.page = b.m->backend->cache_paging(b.m->config.head_dim);
+  // Blocks sized for the narrowest heads (wider heads' blocks are whole multiples of them in every real
+  // model; a block that is not whole pages shares its edge pages with its neighbours).
+  const backends::CacheGeometry geometry = runtime::cache_geometry(b.m->config);
+  int64_t narrowest = 0;
+  for (const backends::CacheLayer& l : geometry)
+    if (l.kv_heads > 0 && (narrowest == 0 || l.head_dim < narrowest)) narrowest = l.head_dim;
+  b.page = b.m->backend->cache_paging(narrowest > 0 ? narrowest : b.m->config.head_dim);
   b.paging = b.page.block_tokens > 0 && b.running_rows_only && !b.on_device && !options.prefix_reuse;
   b.held.assign(static_cast<size_t>(slots), 0);
   if (b.paging) {
-    b.block_bytes = b.page.block_bytes * 2 * b.m->config.attention_layers() * b.m->config.local_kv_heads();
+    b.block_bytes = static_cast<int64_t>(b.page.block_tokens) *
+                    static_cast<int64_t>(b.m->backend->cache_position_bytes(geometry));
     b.pool = static_cast<int64_t>(slots) * b.blocks(cache_len);
   }
   if (options.kv_cache_bytes < 0)

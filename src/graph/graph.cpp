@@ -13,10 +13,10 @@ namespace {
 const char* phase_name(Phase p) { return p == Phase::Prefill ? "prefill" : "decode"; }
 
 constexpr const char* kOpNames[] = {
-    "input",         "weight",       "cache_state",    "embedding",  "rms_norm",   "matmul",
-    "rope",          "cache_update", "attention",      "gated_act",  "add",        "last_row",
-    "sampler_state", "mark_seen",    "sample",         "all_reduce", "all_gather", "soft_cap",
-    "moe_route",     "moe_experts",  "gated_delta_net"};
+    "input",         "weight",       "cache_state",     "embedding",  "rms_norm",   "matmul",
+    "rope",          "cache_update", "attention",       "gated_act",  "add",        "last_row",
+    "sampler_state", "mark_seen",    "sample",          "all_reduce", "all_gather", "soft_cap",
+    "moe_route",     "moe_experts",  "gated_delta_net", "scale",      "slice"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount),
               "kOpNames must list every Op");
 }  // namespace
@@ -222,6 +222,8 @@ std::string Graph::dump() const {
     if (n.op == Op::Embedding && n.scale != 0.f) os << " (scale " << n.scale << ")";
     if (n.op == Op::MoeRoute)
       os << " (" << routing_name(n.routing) << ", top " << n.top_k << " of " << n.experts << ")";
+    if (n.op == Op::Scale && n.scale != 1.f) os << " (scale " << n.scale << ")";
+    if (n.op == Op::Slice) os << " (from column " << n.begin << ")";
     if (n.op == Op::MoeExperts) os << " (" << n.experts << " experts, " << activation_name(n.act) << ")";
     os << "\n";
   }

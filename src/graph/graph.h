@@ -53,7 +53,7 @@ enum class Op : uint8_t {
   Weight,      // a named model weight
   CacheState,  // KV cache of one layer, [cache_batch, kv_heads, cache_len, head_dim]
   Embedding,   // (table, ids) -> [rows, dim], times Node::scale when it is not 0 (Gemma's sqrt(hidden))
-  RmsNorm,     // (x, weight) -> x normalised over groups of `dim`
+  RmsNorm,     // (x, weight?) -> x normalised over groups of `dim` (times weight [dim] when given)
   MatMul,      // (x [rows, in], weight [out, in], bias? [out]) -> [rows, out]
   Rope,        // (x [rows, heads*head_dim], positions [rows]) -> rotated
   // Slots are per step row: slots[b * seq + s] is the cache slot of row b's column s (within a row, columns
@@ -102,6 +102,9 @@ enum class Op : uint8_t {
   // (a sequence's first) starts from zero state; tokens at slots below it (left padding) leave the state
   // alone and give 0. Node: layer, heads = Hv, kv_heads = Hk, head_dim = dk, dim = dv, window = K, eps.
   GatedDeltaNet,
+  Scale,  // (x [rows, d], w?) -> x * w * Node::scale: w [d] per column or [1] for every element (absent: 1);
+          // scale 1: none (Gemma 4's per-layer-input scales, layer_scalar, router scale)
+  Slice,  // (x [rows, d]) -> x[:, begin : begin + width] (columns; width = the node's shape[1])
   kCount
 };
 const char* op_name(Op op);
@@ -228,6 +231,7 @@ struct Node {
                              // kv_heads)); its value-head rows, a, b, a_log and dt_bias in that order
   float softcap = 0.f;       // Attention (0: none), SoftCap
   int64_t window = 0;        // Attention: sliding window in keys (0: the whole prefix)
+  int64_t begin = 0;         // Slice: the first column taken
   Activation act = Activation::Silu;           // GatedAct
   int rope_table = -1;                         // Rope: index into Graph::rope_tables
   int64_t experts = 0, top_k = 0;              // MoeRoute (both), MoeExperts (experts)

@@ -44,7 +44,7 @@ graph::RopeTable rope_table(const DecoderConfig& c, const RopeConfig& rope) {
     t.dynamic = true;
     t.theta = rope.theta;
     t.factor = rope.factor;
-    t.dim = c.rot_dim();
+    t.dim = c.rot_dim_of(rope);
   }
   return t;
 }
@@ -111,15 +111,24 @@ int GraphBuilder::weight(const std::string& name, Shape stored, graph::WeightVie
 }
 
 int GraphBuilder::cache_state(int layer, int which) {
+  TS_ASSERT(c_.layer_has_cache(layer), "layer ", layer, " keeps no keys and values of its own");
+  const int64_t kv = c_.local_kv_heads_of(layer), hd = c_.head_dim_of(layer);
   Node n{.op = Op::CacheState,
          .name = "layers." + std::to_string(layer) + (which == 0 ? ".k_cache" : ".v_cache"),
          .inputs = {},
-         .shape = {g_.key.cache_batch(), c_.local_kv_heads(), g_.key.cache_len, c_.head_dim}};
+         .shape = {g_.key.cache_batch(), kv, g_.key.cache_len, hd}};
   n.layer = layer;
   n.which = which;
-  n.kv_heads = c_.local_kv_heads();
-  n.head_dim = c_.head_dim;
+  n.kv_heads = kv;
+  n.head_dim = hd;
   return g_.add(std::move(n));
+}
+
+int GraphBuilder::updated_cache(int layer, int which) const {
+  const auto it = updated_.find({layer, which});
+  TS_ASSERT(it != updated_.end(), "layer ", layer, "'s ", which == 0 ? "keys" : "values",
+            " are read before that layer writes them");
+  return it->second;
 }
 
 int GraphBuilder::embedding(int table, int ids, const std::string& name, float scale) {
@@ -194,10 +203,12 @@ int GraphBuilder::all_gather(int x, const std::string& name) {
 
 int GraphBuilder::rope(int x, int positions, int64_t heads, const std::string& name, int table) {
   TS_ASSERT(table >= 0 && table < static_cast<int>(g_.rope_tables.size()), name, " rope table ", table);
+  TS_ASSERT(heads > 0 && cols(x) % heads == 0, name, ": ", cols(x), " columns in ", heads, " heads");
   Node n{.op = Op::Rope, .name = name, .inputs = {x, positions}, .shape = g_.at(x).shape};
   n.heads = heads;
-  n.head_dim = c_.head_dim;
-  n.rot_dim = c_.rot_dim();
+  n.head_dim = cols(x) / heads;
+  n.rot_dim = 2 * static_cast<int64_t>(g_.rope_tables[static_cast<size_t>(table)].inv_freq.size());
+  TS_ASSERT(n.rot_dim <= n.head_dim, name, ": rotary dims ", n.rot_dim, " in heads of ", n.head_dim);
   n.rope_table = table;
   // yarn's factor on cos and sin; 0 (none) otherwise.
   if (const double f = rope_attention_factor(table == 1 ? c_.local_rope : c_.rope); f != 1.0)
@@ -206,19 +217,31 @@ int GraphBuilder::rope(int x, int positions, int64_t heads, const std::string& n
 }
 
 int GraphBuilder::cache_update(int cache, int x, int slots, const std::string& name) {
-  Node n{.op = Op::CacheUpdate, .name = name, .inputs = {cache, x, slots}, .shape = g_.at(cache).shape};
+  const Node& state = g_.at(cache);
+  Node n{.op = Op::CacheUpdate, .name = name, .inputs = {cache, x, slots}, .shape = state.shape};
   if (cache_rows_ >= 0) n.inputs.push_back(cache_rows_);
-  n.kv_heads = c_.local_kv_heads();
-  n.head_dim = c_.head_dim;
-  return g_.add(std::move(n));
+  n.kv_heads = state.shape[1];
+  n.head_dim = state.shape[3];
+  TS_ASSERT(cols(x) == n.kv_heads * n.head_dim, name, ": ", cols(x), " columns into a cache of ", n.kv_heads,
+            " x ", n.head_dim);
+  n.layer = state.layer;
+  n.which = state.which;
+  const int id = g_.add(std::move(n));
+  updated_[{g_.at(id).layer, g_.at(id).which}] = id;
+  return id;
 }
 
 int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_begin, int64_t window,
                             const std::string& name, int sinks) {
+  const Shape& ks = g_.at(k_cache).shape;  // [cache rows, kv heads, slots, head_dim]
+  const int64_t hd = ks[3];
+  TS_ASSERT(g_.at(v_cache).shape == ks && cols(q) == c_.local_heads() * hd, name, ": q ",
+            shape_str(g_.at(q).shape), ", keys ", shape_str(ks), ", values ",
+            shape_str(g_.at(v_cache).shape));
   Node n{.op = Op::Attention,
          .name = name,
          .inputs = {q, k_cache, v_cache, slots, kv_begin},
-         .shape = {rows_, c_.local_heads() * c_.head_dim}};
+         .shape = {rows_, c_.local_heads() * hd}};
   if (cache_rows_ >= 0) n.inputs.push_back(cache_rows_);
   if (sinks >= 0) {
     TS_ASSERT(g_.at(sinks).shape == Shape{c_.local_heads()}, name, ": sinks ", shape_str(g_.at(sinks).shape));
@@ -226,11 +249,11 @@ int GraphBuilder::attention(int q, int k_cache, int v_cache, int slots, int kv_b
     n.sinks = true;
   }
   n.heads = c_.local_heads();
-  n.kv_heads = c_.local_kv_heads();
-  n.head_dim = c_.head_dim;
+  n.kv_heads = ks[1];
+  n.head_dim = hd;
   // Transformers: head_dim**-0.5, or query_pre_attn_scalar**-0.5 (Gemma), as an f32 multiplier.
   n.scale = c_.query_pre_attn_scalar > 0 ? static_cast<float>(std::pow(c_.query_pre_attn_scalar, -0.5))
-                                         : 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+                                         : 1.0f / std::sqrt(static_cast<float>(hd));
   n.softcap = static_cast<float>(c_.attn_logit_softcapping);
   TS_ASSERT(window >= 0, name, " window ", window);
   n.window = window;

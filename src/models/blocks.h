@@ -7,6 +7,7 @@
 // Every activation is [rows, features] float32 with rows = batch * seq.
 #pragma once
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -60,6 +61,8 @@ class GraphBuilder {
   int all_gather(int x, const std::string& name);
   int rope(int x, int positions, int64_t heads, const std::string& name, int table = 0);  // table 1: local
   int cache_update(int cache, int x, int slots, const std::string& name);
+  // The last cache_update of `layer`'s keys (which 0) or values (1): what a later layer sharing them reads.
+  int updated_cache(int layer, int which) const;
   // window > 0: sliding-window attention (a query sees the last `window` positions, itself included). The
   // scale and the score soft-capping come from the config (query_pre_attn_scalar, attn_logit_softcapping).
   // sinks >= 0: a weight [local heads] whose exp joins each head's softmax denominator (gpt-oss).
@@ -95,6 +98,7 @@ class GraphBuilder {
   int cache_rows_ = -1;  // the CacheRows input (row-mapped steps), else -1
   std::vector<ModuleSpec> modules_;
   std::unordered_set<std::string> module_names_;
+  std::map<std::pair<int, int>, int> updated_;  // (layer, which) -> its last CacheUpdate node
 };
 
 // Step inputs every decoder graph reads.

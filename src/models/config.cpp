@@ -404,13 +404,15 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
       out.type = "longrope";
     }
     if (out.type != "default" && out.type != "linear" && out.type != "dynamic" && out.type != "llama3" &&
-        out.type != "yarn" && out.type != "longrope")
+        out.type != "yarn" && out.type != "longrope" && out.type != "proportional")
       r.fail_field(s.name, "has rope_type " + ConfigReader::show(nlohmann::json(out.type)) +
                                ", which is not supported (supported: default, linear, dynamic, llama3, yarn, "
-                               "longrope)");
+                               "longrope, proportional)");
     if (auto th = d.optional_number("rope_theta", 0.0, kMaxTheta, true)) out.theta = *th;
     if (auto p = d.optional_number("partial_rotary_factor", 0.0, 1.0, true)) out.partial_rotary_factor = *p;
     out.max_position_embeddings = max_position_embeddings;
+    // proportional: factor optional (absent: 1), as Transformers' _compute_proportional_rope_parameters.
+    if (out.type == "proportional") out.factor = d.number_or("factor", 1.0, 0.0, 1e30, true);
     if (out.type == "linear" || out.type == "dynamic" || out.type == "llama3" || out.type == "yarn") {
       // Transformers' rope validation raises KeyError when these are missing.
       if (!d.has("factor")) d.fail_field("factor", "is missing (required by rope_type '" + out.type + "')");
@@ -865,9 +867,21 @@ double rope_attention_factor(const RopeConfig& rope) {
 }
 
 std::vector<float> rope_inv_freq(const DecoderConfig& c, const RopeConfig& rope, bool long_factors) {
-  const int64_t dim = c.rot_dim();
+  const int64_t dim = c.rot_dim_of(rope);
   const float base = static_cast<float>(rope.theta);
   std::vector<float> inv(static_cast<size_t>(dim / 2));
+  if (rope.type == "proportional") {
+    // Transformers' _compute_proportional_rope_parameters: int(partial * head_dim // 2) rotated pairs at
+    // 1 / base ** (arange(0, 2 * angles, 2) / head_dim) in float32, zeros after, all divided by factor.
+    const auto angles =
+        static_cast<int64_t>(std::floor(rope.partial_rotary_factor * static_cast<double>(dim) / 2));
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+      const float f = i < angles ? 1.0f / std::pow(base, e) : 0.0f;
+      inv[static_cast<size_t>(i)] = f / static_cast<float>(rope.factor);
+    }
+    return inv;
+  }
   if (rope.type == "longrope") {
     // 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)), float32 (validate checked the lengths).
     const std::vector<double>& ext = long_factors ? rope.long_factor : rope.short_factor;

@@ -17,8 +17,14 @@ namespace tessera::models {
 // Rotary embedding, as Transformers 5 standardises it into `rope_parameters` (from either config layout).
 struct RopeConfig {
   double theta = 10000.0;
-  std::string type = "default";  // "default", "linear", "dynamic", "llama3", "yarn", "longrope"
+  // "default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional" (Gemma 4's full layers: the
+  // first partial_rotary_factor * head_dim / 2 pairs (i, i + head_dim / 2) rotate at 1 / theta^(2i /
+  // head_dim), divided by factor; the other pairs not at all)
+  std::string type = "default";
   double factor = 1.0;
+  // The size of the heads this rope rotates (0: DecoderConfig::head_dim); Gemma 4's full and sliding layers
+  // differ.
+  int64_t head_dim = 0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 0;
   double partial_rotary_factor = 1.0;
@@ -183,12 +189,6 @@ struct DecoderConfig {
       if (x) return true;
     return false;
   }
-  // The layers that keep keys and values (all but the linear-attention ones).
-  int64_t attention_layers() const {
-    int64_t n = num_layers;
-    for (uint8_t x : layer_linear) n -= x ? 1 : 0;
-    return n;
-  }
   // SmolLM3's NoPE layers (no_rope_layers): 1 = this layer applies no rotary embedding to q and k. Empty:
   // every layer rotates.
   std::vector<uint8_t> layer_no_rope;
@@ -201,9 +201,40 @@ struct DecoderConfig {
   }
   int64_t local_heads() const { return tp.attn_split ? num_heads / tp.size : num_heads; }
   int64_t local_kv_heads() const { return tp.attn_split ? num_kv_heads / tp.size : num_kv_heads; }
-  int64_t rot_dim() const {
-    return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
+  // The rotated dims of each head under `r` (proportional: the whole head, its unrotated pairs at frequency
+  // 0).
+  int64_t rot_dim_of(const RopeConfig& r) const {
+    const int64_t hd = r.head_dim > 0 ? r.head_dim : head_dim;
+    if (r.type == "proportional") return hd;
+    return static_cast<int64_t>(static_cast<double>(hd) * r.partial_rotary_factor);
   }
+  int64_t rot_dim() const { return rot_dim_of(rope); }
+
+  // Gemma 4: attention geometry per layer (empty: head_dim and num_kv_heads in every layer), and key/value
+  // sharing: layer l attends over the keys and values of layer layer_kv_source[l] (empty, or l itself: its
+  // own), computing no keys or values of its own.
+  std::vector<int64_t> layer_head_dim, layer_kv_heads;
+  std::vector<int32_t> layer_kv_source;
+  int64_t head_dim_of(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_head_dim.size())
+               ? layer_head_dim[static_cast<size_t>(layer)]
+               : head_dim;
+  }
+  int64_t kv_heads_of(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_kv_heads.size())
+               ? layer_kv_heads[static_cast<size_t>(layer)]
+               : num_kv_heads;
+  }
+  int64_t local_kv_heads_of(int64_t layer) const {
+    return tp.attn_split ? kv_heads_of(layer) / tp.size : kv_heads_of(layer);
+  }
+  int64_t kv_source(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_kv_source.size())
+               ? layer_kv_source[static_cast<size_t>(layer)]
+               : layer;
+  }
+  // The layer keeps keys and values of its own in the cache (not linear attention, not a sharing layer).
+  bool layer_has_cache(int64_t layer) const { return !layer_is_linear(layer) && kv_source(layer) == layer; }
 };
 
 // Typed, range-checked access to one JSON object of a config file (config.json, generation_config.json, a

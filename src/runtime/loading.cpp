@@ -246,9 +246,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->info.kernels = std::move(kernels_used);
   impl->info.kv_cache_dtype = impl->backend->cache_dtype();
   impl->info.recurrent_state = impl->config.has_recurrent_state();
-  impl->info.kv_bytes_per_token =
-      static_cast<size_t>(2 * impl->config.attention_layers() * impl->config.local_kv_heads()) *
-      impl->backend->cache_row_bytes(impl->config.head_dim);
+  impl->info.kv_bytes_per_token = impl->backend->cache_position_bytes(runtime::cache_geometry(impl->config));
   impl->info.context_limit = impl->config.context_limit();
   impl->info.longrope_switch = impl->config.longrope_switch();
   return CausalLM(std::move(impl));

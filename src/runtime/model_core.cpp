@@ -39,8 +39,15 @@ void ModelCore::check_ids(const std::vector<int32_t>& ids) const {
       fail("input id ", id, " is out of range for vocab size ", config.vocab_size);
 }
 
+backends::CacheGeometry cache_geometry(const models::DecoderConfig& c) {
+  backends::CacheGeometry g(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (c.layer_has_cache(l)) g[static_cast<size_t>(l)] = {c.local_kv_heads_of(l), c.head_dim_of(l)};
+  return g;
+}
+
 std::unique_ptr<backends::DeviceCache> ModelCore::make_cache(int rows, int cache_len) const {
-  return backend->create_cache(config.num_layers, rows, config.local_kv_heads(), cache_len, config.head_dim);
+  return backend->create_cache(cache_geometry(config), rows, cache_len);
 }
 
 graph::Sampling ModelCore::sampling_for(bool in_step, bool do_sample) const {

@@ -12,13 +12,17 @@
 
 #include "backends/backend.h"
 #include "backends/communicator.h"
-#include "runtime/compile_cache.h"
 #include "graph/graph.h"
 #include "models/architecture.h"
+#include "runtime/compile_cache.h"
 #include "tessera/generation.h"
 #include "tessera/model.h"
 
 namespace tessera::runtime {
+
+// This rank's KV cache layout of a model: per layer its (local) kv heads and head_dim, none for the layers
+// that keep no keys and values (linear attention, layers reading another layer's).
+backends::CacheGeometry cache_geometry(const models::DecoderConfig& c);
 
 struct ModelCore {
   models::DecoderConfig config;
@@ -28,8 +32,8 @@ struct ModelCore {
   std::unique_ptr<runtime::CompileCache> cache;
   GenerationConfig gen_defaults;
   ModelInfo info;
-  std::vector<int> buckets;       // ascending prefill lengths; empty = exact prompt length
-  bool device_sampling = false;   // the compiled step samples and returns token ids (see Capabilities)
+  std::vector<int> buckets;      // ascending prefill lengths; empty = exact prompt length
+  bool device_sampling = false;  // the compiled step samples and returns token ids (see Capabilities)
   std::atomic<bool> first_generate_done{false};
   // One of several processes of a tensor-parallel job (MPI): rank 0's chosen tokens are sent to every rank,
   // so the ranks stay in step even if their logits were ever to differ in the last bit.

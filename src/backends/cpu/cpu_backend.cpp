@@ -342,7 +342,7 @@ class CpuExecutable : public Executable {
       }
     };
 
-    // Pass 1: which arena buffer each node writes. Rope, RmsNorm, Add and SoftCap reuse their
+    // Pass 1: which arena buffer each node writes. Rope, RmsNorm, Add, SoftCap and Scale reuse their
     // first input's buffer when they are its last reader.
     std::vector<int> buffer(n, -1);
     std::vector<size_t> buffer_size, buffer_last;
@@ -353,7 +353,7 @@ class CpuExecutable : public Executable {
         continue;
       int src = node.inputs.empty() ? -1 : node.inputs[0];
       bool in_place = (node.op == Op::Rope || node.op == Op::RmsNorm || node.op == Op::Add ||
-                       node.op == Op::AllReduce || node.op == Op::SoftCap) &&
+                       node.op == Op::AllReduce || node.op == Op::SoftCap || node.op == Op::Scale) &&
                       src >= 0 && buffer[static_cast<size_t>(src)] >= 0 &&
                       last_use[static_cast<size_t>(src)] == i;
       if (in_place) {
@@ -540,9 +540,22 @@ class CpuExecutable : public Executable {
                                                     rows * cols / n.dim, n.dim, n.eps, f32(r, id));
           return;
         }
-        cpu::rms_norm(f32(r, in[0]), static_cast<const float*>(weight(in[1])), rows * cols / n.dim, n.dim,
-                      n.eps, f32(r, id));
+        cpu::rms_norm(f32(r, in[0]), in.size() > 1 ? static_cast<const float*>(weight(in[1])) : nullptr,
+                      rows * cols / n.dim, n.dim, n.eps, f32(r, id));
         return;
+      case Op::Scale: {
+        const float* w = in.size() > 1 ? static_cast<const float*>(weight(in[1])) : nullptr;
+        cpu::scale_rows(f32(r, in[0]), rows, cols, w, w ? g_.at(in[1]).shape[0] : 0, n.scale, f32(r, id));
+        return;
+      }
+      case Op::Slice: {
+        const int64_t width = g_.at(in[0]).shape[1];
+        const float* x = f32(r, in[0]);
+        float* y = f32(r, id);
+        for (int64_t i = 0; i < rows; ++i)
+          std::memcpy(y + i * cols, x + i * width + n.begin, static_cast<size_t>(cols) * sizeof(float));
+        return;
+      }
       case Op::MatMul: {
         if (const TesseraMatmulFn fn = loaded_matmul(id)) {
           const Node& w = g_.at(in[1]);
@@ -744,7 +757,8 @@ class CpuExecutable : public Executable {
     const int isa = kernel_isa(cpu::active_isa());
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
-      if (n.op != Op::RmsNorm && n.op != Op::MatMul) continue;  // the ops with a C signature (ABI 2)
+      if (n.op != Op::RmsNorm && n.op != Op::MatMul) continue;   // the ops with a C signature (ABI 2)
+      if (n.op == Op::RmsNorm && n.inputs.size() < 2) continue;  // no weight: no C signature for it
       const kernels::KernelPackage* p = loaded.for_node(g_, n);
       // The node's weight dtype picks the kernel: a quantised or other-dtype matrix keeps the built-in one.
       const kernels::CpuKernel* k =
@@ -1044,19 +1058,31 @@ class CpuBackend : public Backend {
     return {"cpu", kernels::host_platform(), kernel_isa(cpu::active_isa())};
   }
   void use_kernels(std::shared_ptr<const kernels::KernelSet> k) override { kernels_ = std::move(k); }
-  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
-                                            int64_t cache_len, int64_t head_dim) override {
-    if (layers < 1 || batch < 1 || kv_heads < 1 || cache_len < 1 || head_dim < 1)
-      fail("cpu create_cache: layers ", layers, ", rows ", batch, ", kv heads ", kv_heads, ", slots ",
-           cache_len, ", head_dim ", head_dim, ": each must be at least 1");
+  using Backend::create_cache;
+  std::unique_ptr<DeviceCache> create_cache(const CacheGeometry& layers, int64_t batch,
+                                            int64_t cache_len) override {
+    for (const CacheLayer& l : layers)
+      if (l.kv_heads < 0 || (l.kv_heads > 0 && l.head_dim < 1))
+        fail("cpu create_cache: a layer of ", l.kv_heads, " kv heads of head_dim ", l.head_dim);
+    if (layers.empty() || batch < 1 || cache_len < 1)
+      fail("cpu create_cache: layers ", layers.size(), ", rows ", batch, ", slots ", cache_len,
+           ": each must be at least 1");
     auto c = std::make_unique<CpuCache>();
     c->pool = arenas_;
     c->batch = batch;
     c->cache_len = cache_len;
-    for (int64_t l = 0; l < layers; ++l) {
-      const int64_t width = cpu::kv_row_values(kv_dtype_, head_dim);  // q8_0: whole blocks
-      c->k.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, width}));
-      c->v.push_back(paged_tensor(kv_dtype_, {batch, kv_heads, cache_len, width}));
+    for (const CacheLayer& l : layers) {
+      if (l.kv_heads == 0) {  // no keys or values: an empty tensor (no heads) keeps the layer's index
+        Tensor none;
+        none.dtype = kv_dtype_;
+        none.shape = {batch, 0, cache_len, 0};
+        c->k.push_back(none);
+        c->v.push_back(none);
+        continue;
+      }
+      const int64_t width = cpu::kv_row_values(kv_dtype_, l.head_dim);  // q8_0: whole blocks
+      c->k.push_back(paged_tensor(kv_dtype_, {batch, l.kv_heads, cache_len, width}));
+      c->v.push_back(paged_tensor(kv_dtype_, {batch, l.kv_heads, cache_len, width}));
     }
     return c;
   }
@@ -1066,10 +1092,9 @@ class CpuBackend : public Backend {
     if (!fp || !tp) fail("cpu copy_cache: a cache that the cpu backend did not make");
     const CpuCache& from = *fp;
     CpuCache& to = *tp;
-    const bool fits = from.k.size() == to.k.size() && from.batch == to.batch &&
-                      to.cache_len >= from.cache_len &&
-                      (from.k.empty() ||
-                       (from.k[0].shape[1] == to.k[0].shape[1] && from.k[0].shape[3] == to.k[0].shape[3]));
+    bool fits = from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len;
+    for (size_t l = 0; fits && l < from.k.size(); ++l)
+      fits = from.k[l].shape[1] == to.k[l].shape[1] && from.k[l].shape[3] == to.k[l].shape[3];
     if (!fits)
       fail("cpu copy_cache: from ", from.k.size(), " layers x ", from.batch, " rows x ", from.cache_len,
            " slots into ", to.k.size(), " layers x ", to.batch, " rows x ", to.cache_len,

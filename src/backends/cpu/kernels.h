@@ -112,7 +112,12 @@ bool amx_int8_in_use();
 
 // ---- normalisation ----
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (weight f32 [dim]); x may equal y.
+// weight nullptr: the normalisation alone (Gemma 4's v_norm and router norm).
 void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y);
+// y = (x * w) * scale per element of x [rows, cols] (graph::Op::Scale): w [cols], or [1] (w_len 1), or none
+// (nullptr); scale 1: none. Each product rounded to f32 in that order, as PyTorch computes x * w * s.
+void scale_rows(const float* x, int64_t rows, int64_t cols, const float* w, int64_t w_len, float scale,
+                float* y);
 
 // ---- positions ----
 // HF "rotate_half" RoPE in place on x [tokens, heads, head_dim]: the first rot_dim dims of each head are

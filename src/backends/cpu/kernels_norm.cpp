@@ -19,9 +19,29 @@ void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, fl
       float* yr = y + r * dim;        // [dim]
       const float mean = ops.sumsq(xr, dim) / static_cast<float>(dim);
       const float inv = 1.0f / std::sqrt(mean + eps);
-      ops.scale_mul(xr, inv, weight, yr, dim);
+      if (weight) {
+        ops.scale_mul(xr, inv, weight, yr, dim);
+      } else {
+        for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv;
+      }
     }
   });
+}
+
+void scale_rows(const float* x, int64_t rows, int64_t cols, const float* w, int64_t w_len, float scale,
+                float* y) {
+  TS_ASSERT(w == nullptr || w_len == 1 || w_len == cols, "scale_rows: weight of ", w_len, " for ", cols,
+            " columns");
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    for (int64_t i = 0; i < cols; ++i) {
+      float v = xr[i];
+      if (w) v = v * w[w_len == 1 ? 0 : i];
+      if (scale != 1.0f) v = v * scale;
+      yr[i] = v;
+    }
+  }
 }
 
 }  // namespace tessera::cpu

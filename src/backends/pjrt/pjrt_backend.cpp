@@ -94,7 +94,8 @@ struct TransferCounters {
 
 class PjrtCache : public DeviceCache {
  public:
-  // k[r][l], v[r][l]: replica r's (device r's) buffers f32 [batch, kv_heads, cache_len, head_dim]
+  // k[r][l], v[r][l]: replica r's (device r's) buffers f32 [batch, kv_heads, cache_len, head_dim] of layer
+  // l's geometry (no buffer for a layer without keys and values)
   std::vector<std::vector<BufferHandle>> k, v;
   std::vector<BufferHandle>
       seen;  // per replica: sampler state f32 [batch, vocab]; zeroed by the first sampling step
@@ -105,15 +106,15 @@ class PjrtCache : public DeviceCache {
     Shape shape;
   };
   std::vector<std::map<int, LinearState>> linear;
-  int64_t kv_heads = 0, head_dim = 0;
+  CacheGeometry layers;
   const void* owner = nullptr;  // the backend that created it
 
   BufferHandle& at(int replica, int layer, int which) {
     auto& lists = which == 0 ? k : v;
     TS_ASSERT(replica >= 0 && static_cast<size_t>(replica) < lists.size(), "cache replica ", replica);
     auto& list = lists[static_cast<size_t>(replica)];
-    TS_ASSERT(layer >= 0 && static_cast<size_t>(layer) < list.size(), "cache layer ", layer, " of ",
-              list.size());
+    TS_ASSERT(layer >= 0 && static_cast<size_t>(layer) < list.size() && list[static_cast<size_t>(layer)],
+              "cache layer ", layer, " of ", list.size(), " (a layer without keys and values has no buffer)");
     return list[static_cast<size_t>(layer)];
   }
 };
@@ -365,26 +366,32 @@ class PjrtBackendImpl : public PjrtBackend {
     return out;
   }
 
-  std::unique_ptr<DeviceCache> create_cache(int64_t layers, int64_t batch, int64_t kv_heads,
-                                            int64_t cache_len, int64_t head_dim) override {
+  using Backend::create_cache;
+  std::unique_ptr<DeviceCache> create_cache(const CacheGeometry& layers, int64_t batch,
+                                            int64_t cache_len) override {
     auto c = std::make_unique<PjrtCache>();
     c->batch = batch;
     c->cache_len = cache_len;
-    c->kv_heads = kv_heads;
-    c->head_dim = head_dim;
+    c->layers = layers;
     c->owner = this;
-    const std::vector<int64_t> dims{batch, kv_heads, cache_len, head_dim};
-    const std::vector<float> zeros(static_cast<size_t>(shape_numel(dims)), 0.0f);  // [B, KV, L, hd]
     c->k.resize(static_cast<size_t>(replicas_));
     c->v.resize(static_cast<size_t>(replicas_));
     c->seen.resize(static_cast<size_t>(replicas_));
     c->linear.resize(static_cast<size_t>(replicas_));
+    std::vector<float> zeros;
     for (int r = 0; r < replicas_; ++r)
-      for (int64_t l = 0; l < layers; ++l) {
-        c->k[static_cast<size_t>(r)].push_back(
-            client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
-        c->v[static_cast<size_t>(r)].push_back(
-            client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
+      for (const CacheLayer& l : layers) {
+        auto& ks = c->k[static_cast<size_t>(r)];
+        auto& vs = c->v[static_cast<size_t>(r)];
+        if (l.kv_heads == 0) {  // no keys or values in this layer
+          ks.emplace_back();
+          vs.emplace_back();
+          continue;
+        }
+        const std::vector<int64_t> dims{batch, l.kv_heads, cache_len, l.head_dim};
+        zeros.assign(static_cast<size_t>(shape_numel(dims)), 0.0f);  // [B, KV, L, hd]
+        ks.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
+        vs.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
         stats_.setup_h2d_bytes += 2 * zeros.size() * sizeof(float);
       }
     return c;
@@ -394,12 +401,15 @@ class PjrtBackendImpl : public PjrtBackend {
   void copy_cache(const DeviceCache& from_base, DeviceCache& to_base) override {
     const PjrtCache& from = own(from_base);
     PjrtCache& to = own(to_base);
-    TS_ASSERT(from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len);
-    const int64_t rows = from.batch * from.kv_heads, hd = from.head_dim;
-    std::vector<float> src(static_cast<size_t>(rows * from.cache_len * hd));  // [B*KV, Lf, hd]
-    std::vector<float> dst(static_cast<size_t>(rows * to.cache_len * hd));    // [B*KV, Lt, hd]
-    const std::vector<int64_t> dims{to.batch, to.kv_heads, to.cache_len, hd};
-    auto copy = [&](const BufferHandle& a, BufferHandle& b, size_t device) {
+    TS_ASSERT(from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len &&
+              from.layers == to.layers);
+    std::vector<float> src, dst;
+    auto copy = [&](const BufferHandle& a, BufferHandle& b, size_t device, const CacheLayer& layer) {
+      if (!a) return;  // a layer without keys and values
+      const int64_t rows = from.batch * layer.kv_heads, hd = layer.head_dim;
+      src.resize(static_cast<size_t>(rows * from.cache_len * hd));  // [B*KV, Lf, hd]
+      dst.resize(static_cast<size_t>(rows * to.cache_len * hd));    // [B*KV, Lt, hd]
+      const std::vector<int64_t> dims{to.batch, layer.kv_heads, to.cache_len, hd};
       pjrt::download(plugin_, a.get(), src.data(), src.size() * sizeof(float));
       std::fill(dst.begin(), dst.end(), 0.0f);
       for (int64_t r = 0; r < rows; ++r)
@@ -411,8 +421,8 @@ class PjrtBackendImpl : public PjrtBackend {
     for (size_t r = 0; r < from.k.size(); ++r) {
       TS_ASSERT(from.k[r].size() == to.k[r].size());
       for (size_t l = 0; l < from.k[r].size(); ++l) {
-        copy(from.k[r][l], to.k[r][l], r);
-        copy(from.v[r][l], to.v[r][l], r);
+        copy(from.k[r][l], to.k[r][l], r, from.layers[l]);
+        copy(from.v[r][l], to.v[r][l], r, from.layers[l]);
       }
     }
     // Linear-attention states do not depend on the cache length: copied as they are.
@@ -499,6 +509,7 @@ class PjrtBackendImpl : public PjrtBackend {
     for (size_t r = 0; r < c.k.size(); ++r)
       for (const auto* list : {&c.k[r], &c.v[r]})
         for (const auto& b : *list) {
+          if (!b) continue;  // a layer without keys and values
           auto a = pjrt::make_args<PJRT_Buffer_UnsafePointer_Args>();
           a.buffer = b.get();
           PJRT_CALL(plugin_, Buffer_UnsafePointer, a);

@@ -481,6 +481,15 @@ class Lowering {
       case Op::GatedDeltaNet:
         vals_[static_cast<size_t>(id)] = gated_delta_net(n, id);
         break;
+      case Op::Scale:
+        vals_[static_cast<size_t>(id)] = scale(n);
+        break;
+      case Op::Slice: {
+        b_.comment(n.name + ": columns from " + std::to_string(n.begin));
+        const Val& x = val(n.inputs[0]);
+        vals_[static_cast<size_t>(id)] = b_.slice(x, {0, n.begin}, {x.shape[0], n.begin + n.shape[1]});
+        break;
+      }
       case Op::kCount:
         fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
@@ -582,7 +591,6 @@ class Lowering {
   Val rms_norm(const Node& n) {
     b_.comment(n.name + ": rms_norm over groups of " + std::to_string(n.dim));
     const Val& x = val(n.inputs[0]);
-    const Val& w = val(n.inputs[1]);
     const int64_t groups = shape_numel(x.shape) / n.dim;
     const Shape gd{groups, n.dim}, g1{groups};
     Val xg = b_.reshape(x, gd);                                           // [G, d]
@@ -591,8 +599,19 @@ class Lowering {
     Val sd = b_.unary("sqrt", b_.add(mean, b_.splat_f32(n.eps, g1)));
     Val inv = b_.div(b_.splat_f32(1.0f, g1), sd);  // [G]
     Val y = b_.mul(xg, b_.broadcast(inv, {0}, gd));
-    y = b_.mul(y, b_.broadcast(w, {1}, gd));
+    if (n.inputs.size() > 1) y = b_.mul(y, b_.broadcast(val(n.inputs[1]), {1}, gd));  // else no weight
     return b_.reshape(y, x.shape);
+  }
+
+  // (x * w) * scale: w [C] per column or [1] for every element (absent: none); scale 1: none.
+  Val scale(const Node& n) {
+    b_.comment(n.name + ": scale");
+    Val y = val(n.inputs[0]);
+    if (n.inputs.size() > 1) {
+      y = b_.mul(y, b_.broadcast(val(n.inputs[1]), {1}, y.shape));  // a [1] weight stretches
+    }
+    if (n.scale != 1.0f) y = b_.mul(y, b_.splat_f32(n.scale, y.shape));
+    return y;
   }
 
   // x [R, in] · w[out, in]^T (+ bias) -> [R, out]
