@@ -45,6 +45,7 @@ const std::map<std::string, std::string> kFixtureOf = {
     {"Qwen3_5ForCausalLM", "qwen3_5"},
     {"Qwen3_5MoeForCausalLM", "qwen3_5_moe"},
     {"Qwen3NextForCausalLM", "qwen3_next"},
+    {"Gemma4ForCausalLM", "gemma4"},
 };
 
 json fixture_config(const std::string& fixture) {
@@ -68,10 +69,7 @@ std::string parse_error(const json& j) {
 }
 
 std::vector<ConfigKey> table_of(const std::string& arch) {
-  std::vector<ConfigKey> t = common_config_keys();
-  const auto& own = find_architecture(arch, "test").config_keys;
-  t.insert(t.end(), own.begin(), own.end());
-  return t;
+  return merge_config_keys(common_config_keys(), find_architecture(arch, "test").config_keys);
 }
 
 // A value other than `def` of the same kind.

@@ -30,7 +30,8 @@ namespace {
 // One fixture per family (tools/make_model_goldens.py).
 const char* kFamilies[] = {"qwen2",     "mistral",         "phi3",    "gemma2",      "gemma3",
                            "qwen3_moe", "qwen3_moe_fused", "mixtral", "gpt_oss",     "smollm3",
-                           "olmo2",     "olmo3",           "qwen3_5", "qwen3_5_moe", "qwen3_next"};
+                           "olmo2",     "olmo3",           "qwen3_5", "qwen3_5_moe", "qwen3_next",
+                           "gemma4",    "gemma4_moe"};
 
 constexpr double kTol = 1e-4;
 

@@ -39,7 +39,7 @@ from transformers import AutoConfig, GenerationConfig, Glm4Config, LlamaConfig, 
 from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config  # noqa: E402
 from transformers import GptOssConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402
 from transformers import Olmo2Config, Olmo3Config, Qwen3_5TextConfig, SmolLM3Config  # noqa: E402
-from transformers import Qwen3_5MoeTextConfig, Qwen3NextConfig  # noqa: E402
+from transformers import Gemma4TextConfig, Qwen3_5MoeTextConfig, Qwen3NextConfig  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 0
 MAX_POS = 256
@@ -522,6 +522,51 @@ def spec_list():
         rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
         **dict(common, num_hidden_layers=4),
     )
+    # The Gemma 4 shapes: sliding layers of 2 kv heads of 16 (window 8), full layers of 32-wide heads, each
+    # type its own rope (the full layers' proportional: a quarter of the pairs turning), plain-weight norms.
+    gemma4_common = dict(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        global_head_dim=32,
+        rms_norm_eps=1e-6,
+        sliding_window=8,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        tie_word_embeddings=True,
+    )
+    # Gemma 4 E2B / E4B's pieces (Gemma4ForCausalLM): per-layer inputs of 8 per layer, the last 3 of 6 layers
+    # sharing the keys and values of layers 1 (sliding) and 2 (full) with a double-wide MLP, final logit
+    # soft-capping; saved as save_pretrained writes it (per_layer_config).
+    gemma4 = Gemma4TextConfig(
+        num_hidden_layers=6,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                     "sliding_attention", "full_attention"],
+        num_kv_shared_layers=3,
+        hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=1024,
+        use_double_wide_mlp=True,
+        final_logit_softcapping=30.0,
+        **gemma4_common,
+    )
+    # Gemma 4 26B-A4B's pieces: the full layers' keys reused as values (one kv head), 4 experts (top 2,
+    # moe_intermediate 32) beside the dense MLP in every layer, no per-layer inputs; untied.
+    gemma4_moe = Gemma4TextConfig(
+        num_hidden_layers=4,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        attention_k_eq_v=True,
+        num_global_key_value_heads=1,
+        enable_moe_block=True,
+        num_experts=4,
+        top_k_experts=2,
+        moe_intermediate_size=32,
+        hidden_size_per_layer_input=0,
+        **dict(gemma4_common, tie_word_embeddings=False),
+    )
     return [
         ("qwen3_tied", qwen_tied, torch.float32, 1, 1001),
         ("qwen3_untied", qwen_untied, torch.bfloat16, 1, 1002),
@@ -548,6 +593,8 @@ def spec_list():
         ("qwen3_5", qwen3_5, torch.float32, 1, 1023),
         ("qwen3_5_moe", qwen3_5_moe, torch.float32, 1, 1024),
         ("qwen3_next", qwen3_next, torch.float32, 1, 1025),
+        ("gemma4", gemma4, torch.float32, 1, 1026),
+        ("gemma4_moe", gemma4_moe, torch.float32, 1, 1027),
     ]
 
 
@@ -643,8 +690,15 @@ def randomize(model, seed, centred_norms=False):
             p.copy_(0.5 * torch.randn(p.shape, generator=gen))
         elif name.endswith(".self_attn.sinks"):  # gpt-oss's attention sinks: logits of the scores' size
             p.copy_(torch.randn(p.shape, generator=gen))
+        elif name.endswith(".router.scale") or name.endswith(".router.per_expert_scale"):
+            p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))  # Gemma 4's router scales, around 1
+        elif name.endswith(".router.proj.weight"):
+            p.copy_(2.0 * torch.randn(p.shape, generator=gen))  # on an RMS-normalised, hidden^-0.5 input
         else:
             p.copy_(0.15 * torch.randn(p.shape, generator=gen))
+    for name, buf in sorted(model.named_buffers()):
+        if name.endswith(".layer_scalar"):  # Gemma 4's per-layer output scale: a stored buffer
+            buf.copy_(0.6 + 0.8 * torch.rand(buf.shape, generator=gen))
 
 
 def v4_layout_config_json(path):
@@ -953,10 +1007,18 @@ class RouterMargins:
         self.min_margin = float("inf")
         self.routers = [m for n, m in model.named_modules()
                         if (n.endswith("mlp.gate") or n.endswith("mlp.router")) and hasattr(m, "top_k")]
+        # Gemma 4's routers (layers.N.router): their first output is the softmax, their k the config's.
+        for n, m in model.named_modules():
+            if type(m).__name__ == "Gemma4TextRouter":
+                m.top_k = m.config.top_k_experts
+                self.routers.append(m)
         self.handles = [m.register_forward_hook(self.hook) for m in self.routers]
 
     def hook(self, module, args, out):
-        logits = out[0].float().sort(dim=-1, descending=True).values
+        logits = out[0].float()
+        if type(module).__name__ == "Gemma4TextRouter":  # probabilities: their logs keep the logits' gaps
+            logits = logits.log()
+        logits = logits.sort(dim=-1, descending=True).values
         if logits.shape[-1] > module.top_k:
             gap = logits[..., module.top_k - 1] - logits[..., module.top_k]
             self.min_margin = min(self.min_margin, float(gap.min()))

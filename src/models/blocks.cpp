@@ -132,14 +132,15 @@ int GraphBuilder::updated_cache(int layer, int which) const {
 }
 
 int GraphBuilder::embedding(int table, int ids, const std::string& name, float scale) {
-  Node n{.op = Op::Embedding, .name = name, .inputs = {table, ids}, .shape = {rows_, c_.hidden_size}};
+  Node n{.op = Op::Embedding, .name = name, .inputs = {table, ids}, .shape = {rows_, cols(table)}};
   n.scale = scale;
   return g_.add(std::move(n));
 }
 
 int GraphBuilder::rms_norm(int x, int w, int64_t dim, const std::string& name) {
   TS_ASSERT(cols(x) % dim == 0, name);
-  Node n{.op = Op::RmsNorm, .name = name, .inputs = {x, w}, .shape = g_.at(x).shape};
+  Node n{.op = Op::RmsNorm, .name = name, .inputs = {x}, .shape = g_.at(x).shape};
+  if (w >= 0) n.inputs.push_back(w);
   n.dim = dim;
   n.eps = static_cast<float>(c_.rms_norm_eps);
   return g_.add(std::move(n));
@@ -286,6 +287,23 @@ int GraphBuilder::gated_act(int gate, int up, graph::Activation act, const std::
             name);
   Node n{.op = Op::GatedAct, .name = name, .inputs = {gate, up}, .shape = us};
   n.act = act;
+  return g_.add(std::move(n));
+}
+
+int GraphBuilder::scale(int x, int w, float s, const std::string& name) {
+  TS_ASSERT(w < 0 || (g_.at(w).shape.size() == 1 && (g_.at(w).shape[0] == 1 || g_.at(w).shape[0] == cols(x))),
+            name, ": weight ", w < 0 ? "" : shape_str(g_.at(w).shape), " for ", shape_str(g_.at(x).shape));
+  Node n{.op = Op::Scale, .name = name, .inputs = {x}, .shape = g_.at(x).shape};
+  if (w >= 0) n.inputs.push_back(w);
+  n.scale = s;
+  return g_.add(std::move(n));
+}
+
+int GraphBuilder::slice(int x, int64_t begin, int64_t width, const std::string& name) {
+  TS_ASSERT(begin >= 0 && width > 0 && begin + width <= cols(x), name, ": columns [", begin, ", ",
+            begin + width, ") of ", cols(x));
+  Node n{.op = Op::Slice, .name = name, .inputs = {x}, .shape = {g_.at(x).shape[0], width}};
+  n.begin = begin;
   return g_.add(std::move(n));
 }
 
@@ -456,8 +474,7 @@ int pre_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const
 int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) {
   const DecoderConfig& c = b.config();
   const std::string mlp = n.module + "mlp.";
-  const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
-  const int l = n.layer;
+  const int64_t H = c.hidden_size, E = c.num_experts;
   // The router: never quantised at load (as llama.cpp's quantiser keeps ffn_gate_inp), since its logits
   // choose the experts; a checkpoint that stores it quantised is read as stored. Replicated on every rank.
   const std::string router = mlp + m.router;
@@ -465,9 +482,28 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   const int logits =
       b.matmul(h, b.weight(router + ".weight", {E, H}, {}, true), router_bias, n.node + "router");
   const int route = b.moe_route(logits, m.routing, c.num_experts_per_tok, n.node + "route");
+  const int y = stacked_experts(b, n, h, route, mlp + "experts.", m);
+  if (c.shared_expert_intermediate_size <= 0) return y;
+  // The shared expert: a gated MLP under the MLP's roles (split with the experts, its own all-reduce), scaled
+  // per token by its gate's sigmoid (a [1, H] row kept in float32 like the router; replicated).
+  LayerNames sn = n;
+  sn.node += "shared_expert.";
+  const int shared = gated_mlp(
+      b, sn, h, {.module = "mlp.shared_expert.", .intermediate = c.shared_expert_intermediate_size});
+  const int gate = b.matmul(h, b.weight(mlp + "shared_expert_gate.weight", {1, H}, {}, true), -1,
+                            n.node + "shared_expert_gate");
+  const int scaled = b.gated_act(gate, shared, graph::Activation::Sigmoid, n.node + "shared_expert_scaled");
+  return b.add(y, scaled, n.node + "moe_out");
+}
+
+int stacked_experts(GraphBuilder& b, const LayerNames& n, int h, int route, const std::string& prefix,
+                    const SparseMoe& m) {
+  const DecoderConfig& c = b.config();
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  const int l = n.layer;
   // Tensor parallelism as Transformers' MoE plans (packed_colwise gate_up, rowwise down): each rank holds a
   // slice of every expert's intermediate dimension, its partial sums added by one all-reduce.
-  const std::string gate_up_name = mlp + "experts.gate_up_proj", down_name = mlp + "experts.down_proj";
+  const std::string gate_up_name = prefix + "gate_up_proj", down_name = prefix + "down_proj";
   b.record_module(gate_up_name, Role::kExpertsGateUp, l);
   b.record_module(down_name, Role::kExpertsDown, l);
   // Biases (gpt-oss): gate_up's [E, 2I] split as its rows (each expert's gate and up halves), down's [E, H]
@@ -494,17 +530,7 @@ int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m) 
   int y = b.moe_experts(h, route, gate_up, down, gate_up_bias, down_bias, E, c.num_experts_per_tok, act,
                         n.node + "experts", m.alpha, m.limit);
   if (split) y = b.all_reduce(y, n.node + "experts.all_reduce");
-  if (c.shared_expert_intermediate_size <= 0) return y;
-  // The shared expert: a gated MLP under the MLP's roles (split with the experts, its own all-reduce), scaled
-  // per token by its gate's sigmoid (a [1, H] row kept in float32 like the router; replicated).
-  LayerNames sn = n;
-  sn.node += "shared_expert.";
-  const int shared = gated_mlp(
-      b, sn, h, {.module = "mlp.shared_expert.", .intermediate = c.shared_expert_intermediate_size});
-  const int gate = b.matmul(h, b.weight(mlp + "shared_expert_gate.weight", {1, H}, {}, true), -1,
-                            n.node + "shared_expert_gate");
-  const int scaled = b.gated_act(gate, shared, graph::Activation::Sigmoid, n.node + "shared_expert_scaled");
-  return b.add(y, scaled, n.node + "moe_out");
+  return y;
 }
 
 int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, const SelfAttention& a) {
@@ -522,8 +548,12 @@ int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, 
 }
 
 float embedding_scale(const DecoderConfig& c, DType dtype) {
-  // Transformers multiplies by a tensor of sqrt(hidden_size) in the weights' dtype.
-  const float s = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  return embedding_scale(static_cast<double>(c.hidden_size), dtype);
+}
+
+float embedding_scale(double dim, DType dtype) {
+  // Transformers multiplies by a tensor of sqrt(dim) in the weights' dtype.
+  const float s = static_cast<float>(std::sqrt(dim));
   if (dtype == DType::BF16) return bf16_to_f32(f32_to_bf16(s));
   if (dtype == DType::F16) return f16_to_f32(f32_to_f16(s));
   return s;
@@ -550,12 +580,12 @@ int causal_lm_head(GraphBuilder& b, int x) {
 }
 
 graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, DecoderLayer layer,
-                             std::vector<ModuleSpec>* modules) {
+                             std::vector<ModuleSpec>* modules, InputEmbedding embed) {
   TS_ASSERT(key.tp_size == c.tp.size && key.tp_rank == c.tp.rank, "key ", key.str(), " vs tp layout ",
             c.tp.rank, "/", c.tp.size);
   GraphBuilder b(c, key);
   StepNodes in = add_step_inputs(b);
-  int x = token_embedding(b, in);
+  int x = embed ? embed(b, in) : token_embedding(b, in);
   for (int l = 0; l < c.num_layers; ++l) x = layer(b, in, x, l);
   const int logits = causal_lm_head(b, x);
   if (modules) *modules = b.modules();
@@ -595,12 +625,13 @@ TpPlan causal_lm_tp_plan(std::initializer_list<TpPlan> parts) {
 namespace {
 
 // The whole model (every stored tensor, whatever a rank's share) at the smallest key.
-graph::Graph whole_graph(const DecoderConfig& c, DecoderLayer layer, std::vector<ModuleSpec>* modules) {
+graph::Graph whole_graph(const DecoderConfig& c, DecoderLayer layer, InputEmbedding embed,
+                         std::vector<ModuleSpec>* modules) {
   graph::ShapeKey key{
       .phase = graph::Phase::Decode, .batch = 1, .seq = 1, .cache_len = 1, .dtype = DType::F32};
   DecoderConfig whole = c;
   whole.tp = {};
-  return build_causal_lm(whole, key, layer, modules);
+  return build_causal_lm(whole, key, layer, modules, embed);
 }
 
 // The shared config parser (CausalLmSpec::parse).
@@ -627,20 +658,22 @@ std::function<DecoderConfig(const nlohmann::json&, const std::string&)> shared_p
 
 Architecture causal_lm_architecture(CausalLmSpec spec) {
   const DecoderLayer layer = spec.layer;
-  std::vector<ConfigKey> keys = decoder_config_keys();
-  keys.insert(keys.end(), spec.config_keys.begin(), spec.config_keys.end());
+  const InputEmbedding embed = spec.embed;
+  std::vector<ConfigKey> keys = merge_config_keys(decoder_config_keys(), spec.config_keys);
   auto parse = spec.parse ? std::move(spec.parse) : shared_parser(spec);
   return Architecture{
       .name = spec.name,
       .parse_config = std::move(parse),
       // Derived from the graph so the list can never drift from what is read (linear in the graph's nodes).
-      .weights = [layer](const DecoderConfig& c) { return weight_specs_of(whole_graph(c, layer, nullptr)); },
-      .build_graph = [layer](const DecoderConfig& c,
-                             const graph::ShapeKey& k) { return build_causal_lm(c, k, layer); },
+      .weights = [layer, embed](const DecoderConfig& c) {
+        return weight_specs_of(whole_graph(c, layer, embed, nullptr));
+      },
+      .build_graph = [layer, embed](const DecoderConfig& c,
+                                    const graph::ShapeKey& k) { return build_causal_lm(c, k, layer, nullptr, embed); },
       .modules =
-          [layer](const DecoderConfig& c) {
+          [layer, embed](const DecoderConfig& c) {
             std::vector<ModuleSpec> m;
-            whole_graph(c, layer, &m);
+            whole_graph(c, layer, embed, &m);
             return m;
           },
       .ignorable_suffixes = {"rotary_emb.inv_freq"},

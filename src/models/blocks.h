@@ -37,7 +37,7 @@ class GraphBuilder {
              bool as_vector = false);
   int cache_state(int layer, int which);
   int embedding(int table, int ids, const std::string& name, float scale = 0.0f);  // scale 0: none
-  int rms_norm(int x, int w, int64_t dim, const std::string& name);
+  int rms_norm(int x, int w, int64_t dim, const std::string& name);  // w -1: no weight
   // rms_norm over groups of `dim` with the weight `module`.weight [dim] (plus 1 when config().norm_plus_one).
   int norm(int x, const std::string& module, int64_t dim, const std::string& name);
   int matmul(int x, int w, int bias, const std::string& name);  // bias = -1 for none
@@ -74,6 +74,10 @@ class GraphBuilder {
   int gated_delta_net(int qkv, int z, int b, int a, int conv, int a_log, int dt_bias, int norm, int slots,
                       int kv_begin, int layer, const std::string& name);
   int add(int a, int b, const std::string& name);
+  // Op::Scale: (x * w) * s, w a weight node [cols] or [1] (-1: none).
+  int scale(int x, int w, float s, const std::string& name);
+  // Op::Slice: columns [begin, begin + width) of x.
+  int slice(int x, int64_t begin, int64_t width, const std::string& name);
   int last_row(int x, const std::string& name);
   int soft_cap(int x, double cap, const std::string& name);  // tanh(x / cap) * cap
   // Op::MoeRoute over router logits [rows, experts].
@@ -104,7 +108,8 @@ class GraphBuilder {
 // Step inputs every decoder graph reads.
 struct StepNodes {
   int ids, positions, slots, kv_begin;
-  int cache_rows = -1;  // ShapeKey::row_mapped() steps only
+  int cache_rows = -1;        // ShapeKey::row_mapped() steps only
+  int per_layer_inputs = -1;  // Gemma 4: every layer's per-layer input [rows, layers * P] (-1: none)
 };
 StepNodes add_step_inputs(GraphBuilder& b);
 
@@ -168,6 +173,10 @@ struct SparseMoe {
 // [E, 2I, H] and mlp.experts.down_proj [E, H, I] (I = moe_intermediate_size; Transformers 5's fused layout,
 // which io presents for every layout a checkpoint stores). Returns [rows, hidden] (before any residual).
 int sparse_moe(GraphBuilder& b, const LayerNames& n, int h, const SparseMoe& m);
+// The experts of a sparse block on h routed by `route` [rows, E]: <prefix>gate_up_proj [E, 2I, H] and
+// <prefix>down_proj [E, H, I] (biases as m.bias says), split as Transformers' MoE plans split them.
+int stacked_experts(GraphBuilder& b, const LayerNames& n, int h, int route, const std::string& prefix,
+                    const SparseMoe& m);
 
 // The Llama family's pre-norm decoder layer (Llama, Qwen2, Qwen3, Mistral, Phi-3; Qwen3-MoE, Mixtral,
 // gpt-oss): input_layernorm -> self_attention -> residual -> post_attention_layernorm -> gated_mlp (or
@@ -187,6 +196,7 @@ int pre_post_norm_layer(GraphBuilder& b, const StepNodes& in, int x, int layer, 
 // The factor of config().scale_embeddings: sqrt(hidden_size) as an f32, rounded to `dtype` (Transformers
 // multiplies by a tensor of that dtype).
 float embedding_scale(const DecoderConfig& c, DType dtype);
+float embedding_scale(double dim, DType dtype);  // sqrt(dim) as an f32 rounded to `dtype`
 // model.embed_tokens: the token embeddings [rows, hidden] of the step's ids (scaled when the config says).
 int token_embedding(GraphBuilder& b, const StepNodes& in);
 // model.norm, the last position of each row (unless the key wants every position's logits), and the LM head
@@ -196,9 +206,13 @@ int causal_lm_head(GraphBuilder& b, int x);
 
 // One decoder layer: x [rows, hidden] -> [rows, hidden].
 using DecoderLayer = int (*)(GraphBuilder& b, const StepNodes& in, int x, int layer);
-// Step inputs, token_embedding, every layer, causal_lm_head. `modules`: if given, receives the modules read.
+// The decoder's input [rows, hidden] from the step's ids; may add inputs every layer reads to `in` (Gemma 4's
+// per-layer inputs).
+using InputEmbedding = int (*)(GraphBuilder& b, StepNodes& in);
+// Step inputs, the embedding (token_embedding unless `embed`), every layer, causal_lm_head. `modules`: if
+// given, receives the modules read.
 graph::Graph build_causal_lm(const DecoderConfig& c, const graph::ShapeKey& key, DecoderLayer layer,
-                             std::vector<ModuleSpec>* modules = nullptr);
+                             std::vector<ModuleSpec>* modules = nullptr, InputEmbedding embed = nullptr);
 
 graph::Activation graph_activation(Activation a);
 
@@ -229,6 +243,7 @@ struct NullRefused {
 struct CausalLmSpec {
   const char* name = nullptr;    // config.json architectures[0]
   DecoderLayer layer = nullptr;  // its decoder layer, built from the blocks above
+  InputEmbedding embed = nullptr;  // its input embedding (nullptr: token_embedding)
   // The config parser. Empty: the shared one: checked_config_reader (with config_keys), the null_refused
   // keys, `check`, parse_decoder_config with `defaults` into a DecoderConfig of architecture `name`, `finish`
   // (its own fields and rules), validate.

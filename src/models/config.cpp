@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 #include "io/json_util.h"
 #include "tessera/error.h"
@@ -285,9 +286,8 @@ const std::vector<ConfigKey>& decoder_config_keys() {
 ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& origin,
                                    const std::vector<ConfigKey>& own_keys) {
   ConfigReader r(j, origin);
-  check_refused_keys(r, common_config_keys());
-  check_refused_keys(r, decoder_config_keys());
-  check_refused_keys(r, own_keys);
+  // A key the architecture's own table lists is checked by that row alone.
+  check_refused_keys(r, merge_config_keys(merge_config_keys(common_config_keys(), decoder_config_keys()), own_keys));
   check_quantization_config(r);
   return r;
 }
@@ -308,6 +308,15 @@ void check_quantization_config(const ConfigReader& r) {
                "is " + ConfigReader::show(*it) + named +
                    ", which is not supported (quantised safetensors checkpoints are not supported, but for "
                    "GptOssForCausalLM's {\"quant_method\": \"mxfp4\"}; only null is)");
+}
+
+std::vector<ConfigKey> merge_config_keys(const std::vector<ConfigKey>& shared, const std::vector<ConfigKey>& own) {
+  std::vector<ConfigKey> out;
+  for (const ConfigKey& k : shared)
+    if (std::none_of(own.begin(), own.end(), [&](const ConfigKey& o) { return std::string_view(o.key) == k.key; }))
+      out.push_back(k);
+  out.insert(out.end(), own.begin(), own.end());
+  return out;
 }
 
 void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table) {
@@ -541,11 +550,12 @@ RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_parti
   if (!default_partial_rotary) {
     // Llama / Qwen3 rotate whole heads: their default rope ignores partial_rotary_factor, and with a scaled
     // rope (whose tables do honour it) Transformers fails on the shape mismatch.
-    if (rope.partial_rotary_factor != 1.0 && rope.type != "default")
+    // (proportional rope applies its factor inside a whole-head table, so it is whole heads too.)
+    if (rope.partial_rotary_factor != 1.0 && rope.type != "default" && rope.type != "proportional")
       r.fail_field("partial_rotary_factor",
                    "is " + fmt_number(rope.partial_rotary_factor) + " with rope_type '" + rope.type +
                        "', which this architecture does not support (it rotates whole heads)");
-    rope.partial_rotary_factor = 1.0;
+    if (rope.type != "proportional") rope.partial_rotary_factor = 1.0;
   }
   return rope;
 }
@@ -757,8 +767,12 @@ void validate(const DecoderConfig& c, const std::string& origin) {
   if (c.num_heads % c.num_kv_heads != 0)
     fail(origin, ": num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",
          c.num_kv_heads, ")");
-  if (c.rot_dim() % 2 != 0 || c.rot_dim() <= 0 || c.rot_dim() > c.head_dim)
-    fail(origin, ": rotary dimension ", c.rot_dim(), " must be even and within head_dim ", c.head_dim);
+  for (const RopeConfig* r : {&c.rope, &c.local_rope}) {
+    if (r == &c.local_rope && c.layer_local_rope.empty()) continue;
+    const int64_t heads = r->head_dim > 0 ? r->head_dim : c.head_dim;
+    if (c.rot_dim_of(*r) % 2 != 0 || c.rot_dim_of(*r) <= 0 || c.rot_dim_of(*r) > heads)
+      fail(origin, ": rotary dimension ", c.rot_dim_of(*r), " must be even and within head_dim ", heads);
+  }
   if (c.head_dim > kMaxHeadDim || c.hidden_size > kMaxHidden || c.vocab_size > kMaxVocab ||
       c.num_layers > kMaxLayers || c.intermediate_size > kMaxIntermediate || c.num_heads > kMaxHeads ||
       c.max_position_embeddings > kMaxPositions)

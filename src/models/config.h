@@ -122,6 +122,12 @@ struct DecoderConfig {
   // others'.
   RopeConfig local_rope;
   std::vector<uint8_t> layer_local_rope;
+  // Gemma 4: a per-layer input of per_layer_input_size values for every layer from a second embedding table
+  // of per_layer_vocab rows (0: none); keys reused as values in the full-attention layers (k_eq_v); the dense
+  // MLP twice intermediate_size wide in the layers that share keys and values (double_wide_shared_mlp); the
+  // experts (num_experts, moe_intermediate_size) beside the dense MLP in every layer (moe_beside_mlp).
+  int64_t per_layer_input_size = 0, per_layer_vocab = 0;
+  bool k_eq_v = false, double_wide_shared_mlp = false, moe_beside_mlp = false;
   // Mixture of experts (num_experts 0: dense). The layers marked in layer_sparse replace the gated MLP by the
   // sparse block: a router (mlp.gate) choosing num_experts_per_tok of num_experts experts per token, each a
   // gated MLP of moe_intermediate_size (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H,
@@ -321,6 +327,9 @@ ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& o
                                    const std::vector<ConfigKey>& own_keys);
 // Refuses every kRefused key of `table` that is set to anything but its default.
 void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table);
+// `shared` without the rows whose key `own` lists, then `own`: an architecture's row for a key replaces the
+// shared tables' (Gemma 4 implements per_layer_config, which common_config_keys() refuses).
+std::vector<ConfigKey> merge_config_keys(const std::vector<ConfigKey>& shared, const std::vector<ConfigKey>& own);
 
 // Per-architecture defaults: what Transformers' config class uses when config.json leaves a key out.
 struct ConfigDefaults {

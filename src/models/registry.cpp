@@ -33,6 +33,9 @@ Architecture architecture();
 namespace gemma3 {
 Architecture architecture();
 }
+namespace gemma4 {
+Architecture architecture();
+}
 namespace qwen3_moe {
 Architecture architecture();
 }
@@ -63,7 +66,7 @@ const std::vector<Architecture>& table() {
       gemma2::architecture(),      gemma3::architecture(),       qwen3_moe::architecture(),
       mixtral::architecture(),     gpt_oss::architecture(),      smollm3::architecture(),
       olmo::olmo2_architecture(),  olmo::olmo3_architecture(),   qwen3_5::architecture(),
-      qwen3_5::moe_architecture(), qwen3_5::next_architecture(),
+      qwen3_5::moe_architecture(), qwen3_5::next_architecture(), gemma4::architecture(),
   };
   return t;
 }
