@@ -342,7 +342,7 @@ TEST(ConfigRanges, RopeScalingFactorsMustBePositive) {
   r = rope;
   r.erase("low_freq_factor");
   EXPECT_HAS(parse_error(k), "low_freq_factor");
-  for (const char* t : {"proportional", "su"}) {
+  for (const char* t : {"axial", "su"}) {
     r = rope;
     r["rope_type"] = t;
     const std::string e = parse_error(k);

@@ -647,6 +647,29 @@ TEST_P(CpuKernels, SoftCap) {
   }
 }
 
+// Op::Scale: (x * w) * s with w per column, one w for all, or none; each product rounded in that order.
+TEST_P(CpuKernels, ScaleRows) {
+  const int64_t rows = 3, cols = 37;
+  const std::vector<float> x = random_vec(rows * cols, 71, -4.0f, 4.0f), w = random_vec(cols, 73, 0.5f, 1.5f);
+  std::vector<float> y(x.size());
+  scale_rows(x.data(), rows, cols, w.data(), cols, 0.125f, y.data());
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(y[i], (x[i] * w[i % cols]) * 0.125f);
+  scale_rows(x.data(), rows, cols, w.data(), 1, 1.0f, y.data());
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(y[i], x[i] * w[0]);
+  scale_rows(x.data(), rows, cols, nullptr, 0, 0.7f, y.data());
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(y[i], x[i] * 0.7f);
+}
+
+// rms_norm without a weight (Gemma 4's value norm): the normalisation alone, as with a weight of ones.
+TEST_P(CpuKernels, RmsNormWithoutWeight) {
+  const int64_t rows = 5, dim = 48;
+  const std::vector<float> x = random_vec(rows * dim, 79, -3.0f, 3.0f), ones(dim, 1.0f);
+  std::vector<float> a(x.size()), b(x.size());
+  rms_norm(x.data(), nullptr, rows, dim, 1e-6f, a.data());
+  rms_norm(x.data(), ones.data(), rows, dim, 1e-6f, b.data());
+  EXPECT_EQ(a, b);
+}
+
 TEST_P(CpuKernels, Softmax) {
   for (int64_t n : {1, 7, 577}) {
     std::vector<float> x = random_vec(3 * n, 61, -30.0f, 30.0f), y = x;  // [3, n]

