@@ -170,11 +170,12 @@ TEST(IoGgufLlama, LoadsAsBf16) {
 TEST(IoGgufLlama, UnsupportedArchitectureListsSupported) {
   TempDir d;
   write_file(d / "m.gguf", llama_gguf({}, 0, "falcon"));
-  expect_error([&] { open_gguf(d / "m.gguf"); },
-               {"m.gguf",
-                "architecture 'falcon' is not supported (supported: llama (with experts: Mixtral), "
-                "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, olmo2 (OLMo 2), qwen35 "
-                "(Qwen3.5), qwen35moe (Qwen3.5-MoE))"});
+  expect_error(
+      [&] { open_gguf(d / "m.gguf"); },
+      {"m.gguf",
+       "architecture 'falcon' is not supported (supported: llama (with experts: Mixtral), "
+       "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, olmo2 (OLMo 2), qwen35 "
+       "(Qwen3.5), qwen35moe (Qwen3.5-MoE), qwen3next (Qwen3-Next))"});
 }
 
 TEST(IoGgufLlama, MissingMetadataKey) {

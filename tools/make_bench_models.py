@@ -164,9 +164,10 @@ def make_qwen3_5_random(out_dir, seed):
     print(f"{out_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, bf16")
 
 
-def qwen3_5_to_gguf(src_dir, path, outtype="bf16", moe=False):
+def qwen3_5_to_gguf(src_dir, path, outtype="bf16", moe=False, next_=False, mtp=False):
     """The checkpoint as llama.cpp's own convert_hf_to_gguf.py writes it (arch qwen35: its value-head reordering,
-    mrope sections), `outtype` (bf16), with a placeholder vocabulary of the model's size in place of a tokenizer
+    mrope sections; qwen35moe with `moe`, qwen3next with `next_`; its multi-token-prediction block kept with
+    `mtp`, as the converter does by default), `outtype` (bf16), with a placeholder vocabulary of the model's size in place of a tokenizer
     (llama-bench feeds token ids; the random model has no tokenizer to convert). Also used by
     tools/make_io_fixtures.py (tiny_qwen35.gguf, f32)."""
     if os.path.exists(path):
@@ -179,7 +180,7 @@ def qwen3_5_to_gguf(src_dir, path, outtype="bf16", moe=False):
     src = found[0]
     sys.path[:0] = [src, os.path.join(src, "gguf-py")]
     import convert_hf_to_gguf as conv  # noqa: E402 (llama.cpp's converter)
-    from conversion.qwen import Qwen3_5MoeTextModel, Qwen3_5TextModel  # noqa: E402
+    from conversion.qwen import Qwen3_5MoeTextModel, Qwen3_5TextModel, Qwen3NextModel  # noqa: E402
 
     def placeholder_vocab(self):
         n = self.hparams["vocab_size"]
@@ -192,8 +193,9 @@ def qwen3_5_to_gguf(src_dir, path, outtype="bf16", moe=False):
         self.gguf_writer.add_bos_token_id(1)
         self.gguf_writer.add_eos_token_id(2)
 
-    (Qwen3_5MoeTextModel if moe else Qwen3_5TextModel).set_vocab = placeholder_vocab
-    sys.argv = ["convert_hf_to_gguf.py", src_dir, "--outtype", outtype, "--no-mtp", "--outfile", path]
+    (Qwen3NextModel if next_ else Qwen3_5MoeTextModel if moe else Qwen3_5TextModel).set_vocab = placeholder_vocab
+    sys.argv = ["convert_hf_to_gguf.py", src_dir, "--outtype", outtype] + ([] if mtp else ["--no-mtp"]) + [
+        "--outfile", path]
     conv.main()
 
 

@@ -630,6 +630,69 @@ def make_tiny_qwen35(moe=False):
         print(os.path.basename(copy), os.path.getsize(copy))
 
 
+def make_tiny_qwen3next():
+    """tiny_qwen3next.gguf: a Qwen3-Next checkpoint as llama.cpp's own convert_hf_to_gguf.py writes it
+    (qwen3next: in_proj_qkvz split into attn_qkv and attn_gate, in_proj_ba kept as ssm_ba, value heads in
+    Transformers' grouped order), f32, with its multi-token-prediction block (blk.<layers>.*, nextn) as the
+    converter keeps it by default. The checkpoint is the qwen3_next golden fixture's config with every layer
+    sparse and the top-k weights renormalised (llama.cpp's qwen3next has no dense blocks and always
+    renormalises) and an mtp.* block, random weights; tiny_qwen3next.json
+    holds Transformers' logits for it (Transformers ignores mtp.*)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import safetensors.torch
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3NextConfig
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_model_goldens import randomize  # the golden fixtures' weights: spread, norms around their scale
+
+    with open(os.path.join(ROOT, "tests", "fixtures", "models", "qwen3_next", "config.json")) as f:
+        cfg = json.load(f)
+    for k in ("architectures", "transformers_version", "dtype", "model_type"):
+        cfg.pop(k, None)
+    cfg["mlp_only_layers"] = []
+    cfg["norm_topk_prob"] = True  # llama.cpp's qwen3next always renormalises (Qwen3NextConfig's default)
+    config = Qwen3NextConfig(**cfg)
+    torch.manual_seed(5060)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    randomize(model, 5060, centred_norms=True)
+    tmp = tempfile.mkdtemp()
+    try:
+        model.save_pretrained(tmp)
+        # One multi-token-prediction block as the hub's Qwen3-Next files carry: a full-attention decoder layer
+        # (layer 1's weights) and its fc / norms.
+        f = os.path.join(tmp, "model.safetensors")
+        tensors = safetensors.torch.load_file(f)
+        gen = torch.Generator().manual_seed(7)
+        h = config.hidden_size
+        for k in list(tensors):
+            if k.startswith("model.layers.1."):
+                tensors["mtp.layers.0." + k[len("model.layers.1."):]] = tensors[k].clone()
+        tensors["mtp.fc.weight"] = 0.1 * torch.randn(h, 2 * h, generator=gen)
+        for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+            tensors[f"mtp.{n}.weight"] = 0.1 * torch.randn(h, generator=gen)
+        safetensors.torch.save_file(tensors, f, metadata={"format": "pt"})
+        hf = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+        ids = [int(x) for x in torch.randint(0, config.vocab_size, (90,), generator=gen)]
+        with torch.no_grad():
+            logits = hf(torch.tensor([ids])).logits[0]
+        with open(os.path.join(OUT, "tiny_qwen3next.json"), "w") as out:
+            json.dump({"input_ids": ids, "logits": [[float(v) for v in row] for row in logits]}, out)
+        path = os.path.join(OUT, "tiny_qwen3next.gguf")
+        if os.path.exists(path):
+            os.remove(path)
+        tools = os.path.dirname(os.path.abspath(__file__))
+        code = (f"import sys; sys.path.insert(0, {tools!r}); import make_bench_models as m; "
+                f"m.qwen3_5_to_gguf({tmp!r}, {path!r}, 'f32', next_=True, mtp=True)")
+        subprocess.run([sys.executable, "-c", code], check=True)
+        print(os.path.basename(path), os.path.getsize(path))
+    finally:
+        shutil.rmtree(tmp)
+
+
 MAKERS = {
     "quants": make_quants,
     "tiny_llama": make_tiny_llama,
@@ -645,6 +708,7 @@ MAKERS = {
     "tiny_olmo2": make_tiny_olmo2,
     "tiny_qwen35": make_tiny_qwen35,
     "tiny_qwen35moe": lambda: make_tiny_qwen35(moe=True),
+    "tiny_qwen3next": make_tiny_qwen3next,
 }
 
 if __name__ == "__main__":

@@ -87,10 +87,14 @@ constexpr ArchSpec kArchs[] = {
     {"qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", false, true, false, Layout::kQwen35, 0, true},
     {"qwen35moe", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", false, true, false, Layout::kQwen35, 0, true,
      Moe::kQwen35},
+    // Qwen3-Next: Qwen3.5-MoE's blocks with the mixer's in_proj_qkvz split into attn_qkv / attn_gate and
+    // in_proj_ba kept whole (ssm_ba), the value heads in Transformers' grouped order.
+    {"qwen3next", "Qwen3NextForCausalLM", "qwen3_next", false, true, false, Layout::kQwen35, 0, true,
+     Moe::kQwen35},
 };
 const char* const kSupportedArchs =
     "llama (with experts: Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, glm4, gpt-oss, smollm3, "
-    "olmo2 (OLMo 2), qwen35 (Qwen3.5), qwen35moe (Qwen3.5-MoE)";
+    "olmo2 (OLMo 2), qwen35 (Qwen3.5), qwen35moe (Qwen3.5-MoE), qwen3next (Qwen3-Next)";
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec& a : kArchs)
@@ -193,6 +197,7 @@ std::string hf_name_for(const std::string& g, Layout layout) {
                                 {"attn_gate", "linear_attn.in_proj_z"},
                                 {"ssm_beta", "linear_attn.in_proj_b"},
                                 {"ssm_alpha", "linear_attn.in_proj_a"},
+                                {"ssm_ba", "linear_attn.in_proj_ba"},
                                 {"ssm_conv1d", "linear_attn.conv1d"},
                                 {"ssm_norm", "linear_attn.norm"},
                                 {"ssm_out", "linear_attn.out_proj"},
@@ -257,6 +262,7 @@ class GgufSource : public WeightSource {
            "' is not supported (supported: ", kSupportedArchs, ")");
     n_head_ = require_int(key("attention.head_count"));
     n_head_kv_ = g_->get_int(key("attention.head_count_kv")).value_or(n_head_);
+    read_layer_count();
     if (n_head_ <= 0 || n_head_kv_ <= 0 || n_head_ > (1 << 20) || n_head_ % n_head_kv_ != 0)
       fail(path, ": ", key("attention.head_count"), " ", n_head_, " / ", key("attention.head_count_kv"), " ",
            n_head_kv_, " are inconsistent (both must be positive and the first a multiple of the second)");
@@ -311,8 +317,37 @@ class GgufSource : public WeightSource {
     return *v;
   }
 
+  // The decoder's layers: block_count, less the multi-token-prediction blocks llama.cpp's converter appends
+  // to Qwen3.5 / Qwen3-Next files (nextn_predict_layers: blk.<layers>.* on), which Transformers never reads
+  // (its mtp.* tensors); theirs are left unread here too.
+  void read_layer_count() {
+    const int64_t blocks = require_int(key("block_count"));
+    layers_ = blocks;
+    if (arch_->layout != Layout::kQwen35) return;
+    if (auto n = g_->get_int(key("nextn_predict_layers")); n && *n > 0) {
+      if (*n >= blocks)
+        fail(origin_, ": ", key("nextn_predict_layers"), " is ", *n, " of ", blocks, " blocks (",
+             key("block_count"), "); the model needs at least one decoder block");
+      layers_ = blocks - *n;
+    }
+  }
+  // A tensor of a multi-token-prediction block (read_layer_count).
+  bool in_nextn_block(const std::string& name) const {
+    const auto bw = block_weight(name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0
+                                     ? name.substr(0, name.size() - 5) + ".weight"
+                                     : name);
+    if (bw) return bw->first >= layers_;
+    // blk.N.ssm_a has no suffix
+    if (name.rfind("blk.", 0) != 0) return false;
+    int64_t n = 0;
+    size_t i = 4;
+    for (; i < name.size() && i < 14 && name[i] >= '0' && name[i] <= '9'; ++i) n = n * 10 + (name[i] - '0');
+    return i > 4 && i < name.size() && name[i] == '.' && n >= layers_;
+  }
+
   void map_tensors() {
     for (const GgufTensorInfo& t : g_->tensors()) {
+      if (in_nextn_block(t.name)) continue;  // multi-token prediction, never read
       if (arch_->layout == Layout::kPhi3) {
         check_phi3_tensor(t.name);
         if (t.name.rfind("rope_factors_", 0) == 0) continue;  // the config's longrope (add_phi3_longrope)
@@ -375,7 +410,7 @@ class GgufSource : public WeightSource {
     const auto count = g_->get_int(count_key);
     const GgufTensorInfo* expert_tensor = nullptr;
     for (const GgufTensorInfo& t : g_->tensors())
-      if (auto bw = block_weight(t.name)) {
+      if (auto bw = block_weight(t.name); bw && bw->first < layers_) {
         const std::string& part = bw->second;
         if (part.find("_exps") != std::string::npos || part == kExpertPartNames[kRouter] ||
             part.find("shexp") != std::string::npos || per_expert_part(part)) {
@@ -516,9 +551,9 @@ class GgufSource : public WeightSource {
         fail(origin_, ": tensor '", printable(t.name), "' is ", shape_str(t.shape), ", expected ",
              shape_str(want), sizes);
     };
-    std::set<int64_t> blocks;  // every block some tensor names
+    std::set<int64_t> blocks;  // every decoder block some tensor names
     for (const GgufTensorInfo& t : g_->tensors())
-      if (auto bw = block_weight(t.name)) blocks.insert(bw->first);
+      if (auto bw = block_weight(t.name); bw && bw->first < layers_) blocks.insert(bw->first);
     for (const auto& [b, eb] : expert_blocks_) blocks.insert(b);
     for (const int64_t b : blocks) {
       const auto it = expert_blocks_.find(b);
@@ -759,8 +794,10 @@ class GgufSource : public WeightSource {
     c["architectures"] = {hf_class()};
     c["model_type"] = mixtral ? "mixtral" : arch_->model_type;
     c["hidden_size"] = require_int(key("embedding_length"));
-    if (arch_->moe != Moe::kQwen35) c["intermediate_size"] = require_int(key("feed_forward_length"));
-    c["num_hidden_layers"] = require_int(key("block_count"));
+    // Qwen3.5-MoE has no dense MLP and no such key; Qwen3-Next's (for mlp_only_layers) is written.
+    if (arch_->moe != Moe::kQwen35 || (next() && g_->has(key("feed_forward_length"))))
+      c["intermediate_size"] = require_int(key("feed_forward_length"));
+    c["num_hidden_layers"] = layers_;
     check_against_tensors(*embd);
     c["num_attention_heads"] = n_head_;
     c["num_key_value_heads"] = n_head_kv_;
@@ -884,12 +921,19 @@ class GgufSource : public WeightSource {
     }
     if (arch_->moe == Moe::kQwen35) {  // every layer sparse, renormalised (Qwen3_5MoeTextConfig reads no key)
       if (!dense_layers_.empty())
-        fail(origin_, ": block ", dense_layers_.front(),
-             " has a dense MLP; every layer of Qwen3_5MoeForCausalLM is a sparse block");
+        fail(origin_, ": block ", dense_layers_.front(), " has a dense MLP; every layer of ", hf_class(),
+             " in a ", arch_->gguf, " GGUF is a sparse block");
       c["num_experts"] = n_expert_;
       c["num_experts_per_tok"] = n_expert_used_;
       c["moe_intermediate_size"] = n_ff_exp_;
       c["shared_expert_intermediate_size"] = n_ff_shexp_;
+      // Qwen3-Next: llama.cpp's qwen3next graph renormalises the top-k weights (build_moe_ffn with norm_w
+      // true) and has no dense blocks, as Qwen3NextConfig's defaults say.
+      if (next()) {
+        c["norm_topk_prob"] = true;
+        c["decoder_sparse_step"] = 1;
+        c["mlp_only_layers"] = ojson::array();
+      }
       return;
     }
     c["num_experts"] = n_expert_;
@@ -1023,7 +1067,7 @@ class GgufSource : public WeightSource {
     c["linear_num_key_heads"] = hk;
     c["linear_num_value_heads"] = hv;
     c["linear_value_head_dim"] = inner / hv;
-    const int64_t blocks = require_int(key("block_count"));
+    const int64_t blocks = layers_;
     if (auto rec = g_->get_bool_array(key("attention.recurrent_layers"))) {
       if (static_cast<int64_t>(rec->size()) < blocks)
         fail(origin_, ": ", key("attention.recurrent_layers"), " has ", rec->size(), " entries for ", blocks,
@@ -1035,9 +1079,6 @@ class GgufSource : public WeightSource {
     } else {
       c["full_attention_interval"] = require_int(key("full_attention_interval"));
     }
-    if (auto mtp = g_->get_int(key("nextn_predict_layers")); mtp && *mtp > 0)
-      fail(origin_, ": ", key("nextn_predict_layers"), " is ", *mtp,
-           ": multi-token-prediction blocks in a qwen35 GGUF are not read (convert with --no-mtp)");
   }
 
   // gpt-oss: the sliding layers' window (llama.cpp slides the even blocks over it, as GptOssConfig's default
@@ -1051,6 +1092,8 @@ class GgufSource : public WeightSource {
   std::string origin_;
   const ArchSpec* arch_ = nullptr;
   int64_t n_head_ = 0, n_head_kv_ = 0;
+  int64_t layers_ = 0;  // decoder blocks (read_layer_count)
+  bool next() const { return std::string(arch_->gguf) == "qwen3next"; }
   bool moe_ = false;  // read as a mixture of experts (read_experts)
   int64_t n_expert_ = 0, n_expert_used_ = 0, n_ff_exp_ = 0, n_ff_shexp_ = 0;
   std::map<int64_t, ExpertBlock> expert_blocks_;  // block -> its expert tensors
@@ -1097,8 +1140,10 @@ class GemmaGgufSource final : public GgufSource {
 // float32: (v - 1) + 1 is v again for v in [0.5, 2]; log(-a) then exp is A_log's exp to within an ulp).
 class Qwen35GgufSource final : public GgufSource {
  public:
-  using GgufSource::GgufSource;
-  bool linear_tiled_value_heads() const override { return true; }
+  // next: qwen3next, whose value heads stay in Transformers' grouped order and whose in_proj_qkvz is split.
+  Qwen35GgufSource(std::shared_ptr<GgufFile> g, bool next) : GgufSource(std::move(g)), next_(next) {}
+  bool linear_tiled_value_heads() const override { return !next_; }
+  bool linear_split_qkvz() const override { return next_; }
   Tensor load(const std::string& name, DType dtype) const override {
     Tensor t = GgufSource::load(name, dtype);
     const bool a_log = ends_with(name, ".linear_attn.A_log");
@@ -1112,6 +1157,9 @@ class Qwen35GgufSource final : public GgufSource {
       return std::log(-x);
     });
   }
+
+ private:
+  bool next_;
 };
 
 }  // namespace
@@ -1122,7 +1170,8 @@ std::unique_ptr<WeightSource> open_gguf(std::shared_ptr<GgufFile> file) {
   const auto arch = file->get_string("general.architecture");
   const ArchSpec* spec = arch ? find_arch(*arch) : nullptr;
   if (spec && spec->layout == Layout::kGemma) return std::make_unique<GemmaGgufSource>(std::move(file));
-  if (spec && spec->layout == Layout::kQwen35) return std::make_unique<Qwen35GgufSource>(std::move(file));
+  if (spec && spec->layout == Layout::kQwen35)
+    return std::make_unique<Qwen35GgufSource>(std::move(file), std::string(spec->gguf) == "qwen3next");
   return std::make_unique<GgufSource>(std::move(file));
 }
 

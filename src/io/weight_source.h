@@ -48,6 +48,9 @@ class WeightSource {
   // h % key heads), as llama.cpp's converter reorders them, instead of grouped (h / (value heads / key
   // heads)) as Hugging Face stores them: DecoderConfig::linear_tiled_value_heads.
   virtual bool linear_tiled_value_heads() const { return false; }
+  // Qwen3-Next's fused in_proj_qkvz stored as Qwen3.5's in_proj_qkv and in_proj_z (llama.cpp's qwen3next
+  // GGUF): DecoderConfig::linear_split_qkvz.
+  virtual bool linear_split_qkvz() const { return false; }
 };
 
 // A view of another source with other tensors (renamed, assembled, left out): everything but the tensors
@@ -60,6 +63,8 @@ class DerivedSource : public WeightSource {
   const std::string& origin() const override { return inner_->origin(); }
   const std::vector<std::string>& unmapped_tensors() const override { return inner_->unmapped_tensors(); }
   std::shared_ptr<const GgufFile> gguf() const override { return inner_->gguf(); }
+  bool linear_tiled_value_heads() const override { return inner_->linear_tiled_value_heads(); }
+  bool linear_split_qkvz() const override { return inner_->linear_split_qkvz(); }
 
  protected:
   std::unique_ptr<WeightSource> inner_;

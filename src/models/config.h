@@ -144,6 +144,10 @@ struct DecoderConfig {
   // GGUF as llama.cpp's converter writes it) instead of grouped (h / (value heads / key heads)). Set by the
   // loader from the checkpoint (io::WeightSource::linear_tiled_value_heads), not read from config.json.
   bool linear_tiled_value_heads = false;
+  // Qwen3-Next's in_proj_qkvz read as Qwen3.5's in_proj_qkv and in_proj_z (all q, all k, all v; z), as
+  // llama.cpp's converter splits it; in_proj_ba stays fused. Set by the loader
+  // (io::WeightSource::linear_split_qkvz).
+  bool linear_split_qkvz = false;
   std::optional<DType> torch_dtype;
   // Matrices kept block-quantised as the checkpoint stores them (a GGUF's block-quantised tensors on the
   // native cpu backend), by Hugging Face name; every other matrix is in the graph's dtype. Set by the loader,
@@ -329,7 +333,8 @@ ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& o
 void check_refused_keys(const ConfigReader& r, const std::vector<ConfigKey>& table);
 // `shared` without the rows whose key `own` lists, then `own`: an architecture's row for a key replaces the
 // shared tables' (Gemma 4 implements per_layer_config, which common_config_keys() refuses).
-std::vector<ConfigKey> merge_config_keys(const std::vector<ConfigKey>& shared, const std::vector<ConfigKey>& own);
+std::vector<ConfigKey> merge_config_keys(const std::vector<ConfigKey>& shared,
+                                         const std::vector<ConfigKey>& own);
 
 // Per-architecture defaults: what Transformers' config class uses when config.json leaves a key out.
 struct ConfigDefaults {

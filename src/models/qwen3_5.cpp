@@ -90,10 +90,15 @@ int linear_attention(GraphBuilder& b, const StepNodes& in, const LayerNames& n, 
     const int64_t G = 2 * dk + 2 * r * dv, qkvz = hk * G;
     const std::string p = m + "in_proj_qkvz", ba = m + "in_proj_ba";
     const Role mix = Role::kLinearMixer;
-    qkv = b.linear(h, {p, mix, l, C, H, false, 0, qkvz, 0, 0, G, {{{0, dk}, {dk, dk}, {2 * dk, r * dv}}}},
-                   n.node + "in_qkv");
-    z = b.linear(h, {p, mix, l, value_dim, H, false, 0, qkvz, 0, 0, G, {{{2 * dk + r * dv, r * dv}}}},
-                 n.node + "in_z");
+    if (c.linear_split_qkvz) {  // llama.cpp's qwen3next: in_proj_qkvz as Qwen3.5's two tensors
+      qkv = b.linear(h, {m + "in_proj_qkv", mix, l, C, H}, n.node + "in_qkv");
+      z = b.linear(h, {m + "in_proj_z", mix, l, value_dim, H}, n.node + "in_z");
+    } else {
+      qkv = b.linear(h, {p, mix, l, C, H, false, 0, qkvz, 0, 0, G, {{{0, dk}, {dk, dk}, {2 * dk, r * dv}}}},
+                     n.node + "in_qkv");
+      z = b.linear(h, {p, mix, l, value_dim, H, false, 0, qkvz, 0, 0, G, {{{2 * dk + r * dv, r * dv}}}},
+                   n.node + "in_z");
+    }
     beta = b.linear(h, {ba, mix, l, hv, H, false, 0, 2 * hv, 0, 0, 2 * r, {{{0, r}}}}, n.node + "in_b");
     a = b.linear(h, {ba, mix, l, hv, H, false, 0, 2 * hv, 0, 0, 2 * r, {{{r, r}}}}, n.node + "in_a");
   } else {

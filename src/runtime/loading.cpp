@@ -95,6 +95,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->arch = &models::find_architecture(models::architecture_name(cj, cfg_origin), cfg_origin);
   impl->config = impl->arch->parse_config(cj, cfg_origin);
   impl->config.linear_tiled_value_heads = src->linear_tiled_value_heads();
+  impl->config.linear_split_qkvz = src->linear_split_qkvz();
   // Before anything sized by the config (weight list, graphs, tables): does the checkpoint match it?
   runtime::check_checkpoint_matches_config(*src, impl->config);
   const bool is_gguf = src->gguf() != nullptr;  // by format (magic), not by file name
