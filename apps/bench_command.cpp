@@ -77,6 +77,9 @@ void add_bench_command(CLI::App& app) {
       "(bfloat16 weights) or to int8 (a GGUF's block-quantised matrices), and the KV cache float32");
   tessera::cli::add_kv_cache_dtype_flag(
       cmd, flags->o.kv_cache_dtype, "KV cache dtype, as for generate: auto, bfloat16, float32, q8_0 or fp8");
+  cmd->add_option("--prefill-chunk", flags->o.prefill_chunk,
+                  "Prefill the prompt in steps of N tokens, as for generate (default 2048 on cpu; 0: whole)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option(
          "--kernels", flags->o.kernels,
          "A kernel package folder, as for forward/generate (repeatable, the first that accepts an op "

@@ -253,6 +253,7 @@ struct GenerateFlags {
   uint64_t seed = 0;
   // Compilation (PJRT devices mostly): prompt buckets, warm-up, recompile guard, on-disk cache.
   cli::CompileFlags compile;
+  int prefill_chunk = -1;  // LoadOptions::prefill_chunk
   bool warmup = false;
   std::vector<std::string> stop;  // --stop STRING (repeatable)
   // generate's constraint (at most one): --json-schema FILE, --json-object, --regex R, --grammar FILE (Lark).
@@ -357,6 +358,10 @@ void add_sampling_flags(CLI::App* cmd, GenerateFlags& f) {
                   "then adapts to what is confirmed)")
       ->check(CLI::Range(1, kMaxDraftTokens));
   cli::add_compile_flags(cmd, f.compile);
+  cmd->add_option("--prefill-chunk", f.prefill_chunk,
+                  "Prefill a prompt longer than N tokens in steps of N (its activations that size; the same "
+                  "bits as one step). Default 2048 on the cpu device; 0: whole prompts; PJRT devices: whole")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_flag("--warmup", f.warmup, "Compile every bucket's prefill and decode step before generating");
   cmd->add_option(
          "--stop", f.stop,
@@ -392,7 +397,10 @@ GenerationOverrides flag_overrides(const GenerateFlags& f) {
 
 // load_model with the compile flags (the library's "buckets: ..." errors name the flag: cli::cli_words).
 CausalLM load_with_compile_flags(const ModelFlags& mf, const GenerateFlags& f) {
-  return load_model(mf, [&f](LoadOptions& o) { cli::apply_compile_flags(f.compile, o); });
+  return load_model(mf, [&f](LoadOptions& o) {
+    cli::apply_compile_flags(f.compile, o);
+    o.prefill_chunk = f.prefill_chunk;
+  });
 }
 
 // The model flags for a draft model at `path`: the model's, in one process (no tensor parallelism).

@@ -15,6 +15,7 @@
 
 #include "error_util.h"
 #include "golden_util.h"
+#include "pjrt_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 
@@ -200,6 +201,48 @@ TEST(Generate, SixtyFourTokenGreedyCompilesOnePrefillAndOneDecode) {
   // A second generation of the same shapes compiles nothing.
   auto again = m.generate({{9, 10, 11, 12}}, {}, greedy(64));
   EXPECT_EQ(again.compiles.compiles, 0);
+}
+
+// A prompt longer than LoadOptions::prefill_chunk prefills in chunks over the keys, values and recurrent
+// state the earlier chunks wrote: on every golden model, a left-padded batch of a 150- and a 97-token prompt
+// gives the tokens of the whole prompt in one step, with chunks of 64 (uneven last chunk) and of 50, and each
+// chunk is its own prefill program.
+TEST(Generate, ChunkedPrefillGivesTheWholePromptsTokensOnEveryGoldenModel) {
+  for (const std::string& name : golden::model_names()) {
+    SCOPED_TRACE(name);
+    auto with = [&](int chunk) {
+      LoadOptions o;
+      o.dtype = DType::F32;
+      o.prefill_chunk = chunk;
+      return AutoModelForCausalLM::from_pretrained(golden::model_path(name), o);
+    };
+    CausalLM whole = with(0);
+    const int64_t vocab = whole.info().vocab_size;
+    std::vector<int32_t> shorter(53, 0), mask(53, 0);  // 97 tokens left-padded to 150
+    for (int32_t id : golden::made_up_ids(97, 2, vocab)) shorter.push_back(id);
+    mask.resize(150, 1);
+    const std::vector<std::vector<int32_t>> prompts = {golden::made_up_ids(150, 1, vocab), shorter};
+    const std::vector<std::vector<int32_t>> masks = {std::vector<int32_t>(150, 1), mask};
+    const auto want = whole.generate(prompts, masks, greedy(12));
+    EXPECT_EQ(want.compiles.compiles, 2);  // one prefill, one decode
+    for (const int chunk : {64, 50}) {
+      const auto got = with(chunk).generate(prompts, masks, greedy(12));
+      EXPECT_EQ(got.sequences, want.sequences) << "chunks of " << chunk;
+      // 64: chunks of 64, 64 and 22 (two prefill programs); 50: three of 50 (one); and the decode.
+      EXPECT_EQ(got.compiles.compiles, chunk == 64 ? 3 : 2);
+    }
+  }
+}
+
+// PJRT devices prefill whole prompts (each chunk length would be another compiled program): a chunk size is
+// refused there by name.
+TEST(Generate, PrefillChunkIsRefusedOnXlaCpu) {
+  REQUIRE_XLA_CPU();
+  LoadOptions bad;
+  bad.device_map = "xla-cpu";
+  bad.prefill_chunk = 64;
+  tessera::testing::expect_error(
+      [&] { AutoModelForCausalLM::from_pretrained(golden::model_path("qwen3_tied"), bad); }, "prefill_chunk");
 }
 
 TEST(Generate, SeededSamplingRepeatsAndSeedsDiffer) {

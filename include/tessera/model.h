@@ -92,6 +92,13 @@ struct LoadOptions {
   // only; PJRT devices keep float32 caches (anything but auto / float32 is an Error there). (The tessera
   // command: --kv-cache-dtype.)
   std::string kv_cache_dtype = "auto";
+  // generate(): a prompt longer than this many tokens is prefilled in chunks of it, one step each over the
+  // keys and values the earlier chunks wrote, so the step's activations stay that size whatever the prompt's
+  // length (the same bits as one step: the native kernels give a row the same result in any company). < 0:
+  // the default, 2048 on the native cpu backend and whole prompts on PJRT devices (each chunk length would
+  // be a compiled shape); 0: whole prompts. A rope whose frequencies follow the sequence's length (longrope,
+  // dynamic) prefills a prompt past its switch whole. (The tessera command: --prefill-chunk.)
+  int prefill_chunk = -1;
   // Tensor parallelism over MPI: seconds a rank waits in one collective for the others before it stops the
   // job with an error naming the ranks that did not answer. 0: no deadline; < 0: the default, 60. (The
   // tessera command: --collective-timeout, else $TESSERA_COLLECTIVE_TIMEOUT.)

@@ -96,6 +96,7 @@ RunTimes run_once(const std::string& path, const BenchOptions& o, ModelInfo* inf
   lo.dtype = o.dtype;
   lo.exact_bf16_matmul = o.exact_bf16_matmul;
   lo.kv_cache_dtype = o.kv_cache_dtype;
+  lo.prefill_chunk = o.prefill_chunk;
   lo.kernels = o.kernels;
   const auto t_load = clock::now();
   CausalLM model = AutoModelForCausalLM::from_pretrained(path, lo);

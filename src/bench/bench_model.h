@@ -24,6 +24,7 @@ struct BenchOptions {
   bool probe_machine = true;
   bool exact_bf16_matmul = false;       // LoadOptions::exact_bf16_matmul
   std::string kv_cache_dtype = "auto";  // LoadOptions::kv_cache_dtype
+  int prefill_chunk = -1;               // LoadOptions::prefill_chunk
   std::vector<std::string> kernels;     // LoadOptions::kernels (--kernels DIR, repeatable)
 };
 

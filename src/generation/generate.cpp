@@ -178,9 +178,11 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   // the decode clock, SmolLM2 on xla-cpu read ~10 tok/s against ~45 in one that loaded it from disk. Compile
   // time is reported in GenerateOutput::compiles. (The dynamic cache's later shapes still compile when it
   // grows.)
-  if (!cfg.disable_compile) {
+  if (!cfg.disable_compile && !(m.prefill_chunk > 0 && prefill_len > m.prefill_chunk)) {
     made_key[0] = prefill_key;
     made[0] = &m.executable(prefill_key, false, scratch);
+  }
+  if (!cfg.disable_compile) {
     if (!dynamic && max_new > 1) {
       made_key[1] = ShapeKey{.phase = Phase::Decode,
                              .batch = batch,
@@ -192,7 +194,30 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
     }
   }
   auto t0 = clock::now();
-  run_step(prefill_key, 0);
+  // A long prompt in chunks (ModelCore::prefill_chunk): columns [c0, c1) of every row per step, over the
+  // keys and values (and recurrent state) the earlier chunks wrote; the last chunk's logits are the prompt's.
+  const int chunk = m.prefill_chunk;
+  if (chunk > 0 && prefill_len > chunk && !on_device && prefill_len <= m.config.rope_split_limit()) {
+    const StepInputs whole = std::move(in);
+    for (int c0 = 0; c0 < prefill_len; c0 += chunk) {
+      const int c1 = std::min(prefill_len, c0 + chunk);
+      in = StepInputs{};
+      for (int b = 0; b < batch; ++b)
+        for (int s = c0; s < c1; ++s) {
+          in.ids.push_back(whole.ids[static_cast<size_t>(b * prefill_len + s)]);
+          in.positions.push_back(whole.positions[static_cast<size_t>(b * prefill_len + s)]);
+        }
+      for (int s = c0; s < c1; ++s) in.slots.push_back(s);
+      in.kv_begin = whole.kv_begin;
+      ShapeKey key = prefill_key;
+      key.seq = c1 - c0;
+      run_step(key, 0);
+    }
+    in = StepInputs{};
+    in.kv_begin = whole.kv_begin;
+  } else {
+    run_step(prefill_key, 0);
+  }
   in.seen_from.clear();
   auto t1 = clock::now();
   out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();

@@ -202,6 +202,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->cache = std::make_unique<runtime::CompileCache>(*impl->backend, cache_opt);
   impl->buckets =
       parse_buckets(opt.buckets, impl->caps.prefers_buckets, static_cast<int>(impl->config.context_limit()));
+  if (opt.prefill_chunk > 0 && impl->caps.prefers_buckets)
+    fail("prefill_chunk ", opt.prefill_chunk, ": the '", impl->backend->name(),
+         "' backend prefills whole prompts (each chunk length would be another compiled program); use 0 or "
+         "the default");
+  impl->prefill_chunk = opt.prefill_chunk >= 0 ? opt.prefill_chunk : impl->caps.prefers_buckets ? 0 : 2048;
   // The step samples by default where the backend can and logits would otherwise cross to the host every
   // step.
   impl->device_sampling = impl->caps.in_step_sampling && impl->caps.prefers_buckets;

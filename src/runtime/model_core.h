@@ -33,6 +33,7 @@ struct ModelCore {
   GenerationConfig gen_defaults;
   ModelInfo info;
   std::vector<int> buckets;      // ascending prefill lengths; empty = exact prompt length
+  int prefill_chunk = 0;         // generate(): prompts longer than this prefill in chunks of it (0: whole)
   bool device_sampling = false;  // the compiled step samples and returns token ids (see Capabilities)
   std::atomic<bool> first_generate_done{false};
   // One of several processes of a tensor-parallel job (MPI): rank 0's chosen tokens are sent to every rank,
