@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "backends/cpu/kernels.h"
 #include "tessera/error.h"
@@ -37,6 +38,11 @@ struct QuantParts {
 };
 
 constexpr const char* kQuantPartSuffix[3] = {"#q", "#scale", "#offset"};
+// The chunk of the gated delta rule's chunked form; steps of at least this many tokens use it, shorter ones
+// (decode) the token-by-token recurrence. Transformers' torch_chunk_gated_delta_rule uses 64; in float32 the
+// triangular system of a 64-token chunk amplifies rounding more: on xla-cpu one position of the qwen3_5
+// fixture's 150-token golden strays 2.4e-4 with 64 (the cpu kernel's recurrence: 6.1e-5) and 8.2e-5 with 32.
+constexpr int64_t kDeltaChunk = 32;
 
 std::string element_type(DType dt) {
   switch (dt) {
@@ -958,7 +964,8 @@ class Lowering {
     const Val softplus = b_.select(b_.compare(pre, b_.splat_f32(20.0f, bsh), "GT", "FLOAT"), pre,
                                    b_.unary("log_plus_one", b_.unary("exponential", pre)));
     const Val rate = b_.broadcast(b_.unary("exponential", val(n.inputs[5])), {2}, bsh);
-    const Val decay = b_.unary("exponential", b_.unary("negate", b_.mul(rate, softplus)));
+    const Val log_decay = b_.unary("negate", b_.mul(rate, softplus));
+    const Val decay = b_.unary("exponential", log_decay);
 
     // 3. The delta rule, token by token.
     const Shape sh{B, hv, dk, dv}, oh{B, hv, dv};
@@ -984,8 +991,12 @@ class Lowering {
       return std::make_pair(b_.select(b_.broadcast(ct, {0}, sh), s2, st),
                             b_.select(b_.broadcast(ct, {0}, oh), o, b_.splat_f32(0.0f, oh)));
     };
-    Val s_final, outs;  // outs [B, S, hv, dv]
-    if (S == 1) {
+    Val s_final, outs;       // outs [B, S, hv, dv]
+    if (S >= kDeltaChunk) {  // a prompt: the chunked form (matmuls per chunk, a loop over chunks)
+      const Val fresh = b_.compare(starts, b_.splat_f32(0.0f, {B}), "GT", "FLOAT");
+      const Val init = b_.select(b_.broadcast(fresh, {0}, sh), b_.splat_f32(0.0f, sh), s0);
+      std::tie(s_final, outs) = delta_rule_chunked(q, k, v, beta, log_decay, valid_f, init);
+    } else if (S == 1) {
       auto [st, o] = step(s0, zero);
       s_final = st;
       outs = b_.reshape(o, {B, 1, hv, dv});
@@ -1037,6 +1048,110 @@ class Lowering {
     }
     linear_final_[at] = out;
     return b_.reshape(y, {B * S, hv * dv});
+  }
+
+  // The gated delta rule over a step's S tokens in chunks of kDeltaChunk, as Transformers'
+  // torch_chunk_gated_delta_rule computes it: per chunk, the intra-chunk interactions as matmuls (the delta
+  // rule's lower-triangular system solved by stablehlo.triangular_solve), then one loop over the chunks
+  // carrying the state. q, k [B, S, hv, dk] (normalised, q scaled), v [B, S, hv, dv], beta and g (the log
+  // decay) [B, S, hv], valid [B, S] (0: a token that leaves the state alone and outputs 0), init the state
+  // [B, hv, dk, dv] before the step. Returns (the state after the step, outputs [B, S, hv, dv]).
+  std::pair<Val, Val> delta_rule_chunked(const Val& q, const Val& k, const Val& v, const Val& beta,
+                                         const Val& g, const Val& valid, const Val& init) {
+    const int64_t B = q.shape[0], S = q.shape[1], hv = q.shape[2], dk = q.shape[3], dv = v.shape[3];
+    const int64_t C = kDeltaChunk, N = (S + C - 1) / C, P = N * C;
+    b_.comment("gated delta rule in " + std::to_string(N) + " chunks of " + std::to_string(C));
+    const Val zero = b_.splat_i32(0, {});
+    // [B, S, hv(, d)] -> [B, hv, N, C(, d)], padded with zeros past S (neutral tokens: beta 0, g 0).
+    auto chunked = [&](const Val& x) {
+      const bool vec = x.shape.size() == 4;
+      Val t = b_.transpose(x, vec ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{0, 2, 1});
+      if (P > S) {
+        Shape pad = t.shape;
+        pad[2] = P - S;
+        t = b_.concatenate({t, b_.splat_f32(0.0f, pad)}, 2);
+      }
+      return vec ? b_.reshape(t, {B, hv, N, C, x.shape[3]}) : b_.reshape(t, {B, hv, N, C});
+    };
+    const Shape bsh{B, S, hv};
+    const Val valid_h = b_.broadcast(valid, {0, 1}, bsh);
+    const Val qc = chunked(q), kc = chunked(k), vc = chunked(v);
+    const Val bc = chunked(b_.mul(beta, valid_h)), gc = chunked(b_.mul(g, valid_h));
+    const Shape bnc{B, hv, N, C}, bncc{B, hv, N, C, C}, bnck{B, hv, N, C, dk}, bncv{B, hv, N, C, dv};
+    // The cumulative log decay within each chunk (a product with the lower-triangular ones), the pairwise
+    // decays exp(cum_i - cum_j) for j <= i (0 above the diagonal).
+    const Val row = b_.iota(0, {C, C}, "i32"), col = b_.iota(1, {C, C}, "i32");
+    const Val lower = b_.compare(col, row, "LE", "SIGNED");  // [C, C]: j <= i
+    const Val ones = b_.select(lower, b_.splat_f32(1.0f, {C, C}), b_.splat_f32(0.0f, {C, C}));
+    const Val cum = b_.dot(gc, ones, {}, {}, {3}, {1}, bnc);  // cum[.., i] = sum_{j <= i} g[.., j]
+    const Val diff = b_.sub(b_.broadcast(cum, {0, 1, 2, 3}, bncc), b_.broadcast(cum, {0, 1, 2, 4}, bncc));
+    const Val decays =
+        b_.unary("exponential", b_.select(b_.broadcast(lower, {3, 4}, bncc), diff,
+                                          b_.splat_f32(-std::numeric_limits<float>::infinity(), bncc)));
+    const Val kb = b_.mul(kc, b_.broadcast(bc, {0, 1, 2, 3}, bnck));
+    const Val vb = b_.mul(vc, b_.broadcast(bc, {0, 1, 2, 3}, bncv));
+    // The system (I + strictly lower part of (k_beta k^T) * decays), solved for v_beta and the decayed
+    // k_beta.
+    const Val system = b_.mul(b_.dot(kb, kc, {0, 1, 2}, {0, 1, 2}, {4}, {4}, bncc), decays);
+    auto solve = [&](const Val& rhs) {
+      return b_.op("triangular_solve", {system, rhs},
+                   "left_side = true, lower = true, unit_diagonal = true, transpose_a = "
+                   "#stablehlo<transpose NO_TRANSPOSE>",
+                   rhs.shape, "f32");
+    };
+    const Val exp_cum = b_.unary("exponential", cum);
+    const Val u = solve(vb);                                                     // [B, hv, N, C, dv]
+    const Val w = solve(b_.mul(kb, b_.broadcast(exp_cum, {0, 1, 2, 3}, bnck)));  // [B, hv, N, C, dk]
+    const Val intra = b_.mul(b_.dot(qc, kc, {0, 1, 2}, {0, 1, 2}, {4}, {4}, bncc), decays);
+    const Val qd = b_.mul(qc, b_.broadcast(exp_cum, {0, 1, 2, 3}, bnck));
+    const Val last = b_.reshape(b_.slice(cum, {0, 0, 0, C - 1}, {B, hv, N, C}), {B, hv, N});
+    const Val kd =
+        b_.mul(kc, b_.broadcast(b_.unary("exponential", b_.sub(b_.broadcast(last, {0, 1, 2}, bnc), cum)),
+                                {0, 1, 2, 3}, bnck));
+    const Val chunk_decay = b_.unary("exponential", last);  // [B, hv, N]
+    const Shape sh{B, hv, dk, dv}, hc{B, hv, C, dv};
+    // One chunk: its outputs from the state before it and its own tokens, then the state after it.
+    auto step = [&](const Val& st, const Val& i) {
+      auto at = [&](const Val& a) {  // a[:, :, i] of a [B, hv, N, ...]
+        Shape sizes = a.shape;
+        sizes[2] = 1;
+        std::vector<Val> starts(a.shape.size(), zero);
+        starts[2] = i;
+        Shape out = sizes;
+        out.erase(out.begin() + 2);
+        return b_.reshape(N == 1 ? a : b_.dynamic_slice(a, starts, sizes), out);
+      };
+      const Val v_new = b_.sub(at(u), b_.dot(at(w), st, {0, 1}, {0, 1}, {3}, {2}, hc));  // [B, hv, C, dv]
+      const Val o = b_.add(b_.dot(at(qd), st, {0, 1}, {0, 1}, {3}, {2}, hc),
+                           b_.dot(at(intra), v_new, {0, 1}, {0, 1}, {3}, {2}, hc));
+      const Val s1 = b_.add(b_.mul(st, b_.broadcast(at(chunk_decay), {0, 1}, sh)),
+                            b_.dot(at(kd), v_new, {0, 1}, {0, 1}, {2}, {2}, sh));
+      return std::make_pair(s1, o);
+    };
+    Val s_final, outs;  // outs [B, hv, N, C, dv]
+    if (N == 1) {
+      auto [st, o] = step(init, zero);
+      s_final = st;
+      outs = b_.reshape(o, bncv);
+    } else {
+      const std::vector<Val> done = b_.while_loop(
+          {zero, init, b_.splat_f32(0.0f, bncv)},
+          [&](const std::vector<Val>& a) {
+            return b_.compare(a[0], b_.splat_i32(static_cast<int32_t>(N), {}), "LT", "SIGNED");
+          },
+          [&](const std::vector<Val>& a) {
+            auto [st, o] = step(a[1], a[0]);
+            const Val written = b_.dynamic_update_slice(a[2], b_.reshape(o, {B, hv, 1, C, dv}),
+                                                        {zero, zero, a[0], zero, zero});
+            return std::vector<Val>{b_.add(a[0], b_.splat_i32(1, {})), st, written};
+          });
+      s_final = done[1];
+      outs = done[2];
+    }
+    Val y = b_.slice(b_.reshape(outs, {B, hv, P, dv}), {0, 0, 0, 0}, {B, hv, S, dv});
+    y = b_.transpose(y, {0, 2, 1, 3});  // [B, S, hv, dv]
+    y = b_.mul(y, b_.broadcast(valid, {0, 1}, y.shape));
+    return {s_final, y};
   }
 
   // Router logits [R, E] -> weights [R, E] (0 for experts not chosen), as Op::MoeRoute: softmax in f32, then
