@@ -89,6 +89,9 @@ TEST(ChatTemplateGolden, MistralNemo) { check_golden("mistral_nemo.json"); }
 TEST(ChatTemplateGolden, Phi3) { check_golden("phi3.json"); }
 TEST(ChatTemplateGolden, Gemma2) { check_golden("gemma2.json"); }
 TEST(ChatTemplateGolden, Gemma3) { check_golden("gemma3.json"); }
+// Gemma 4's own template (google/gemma-4-31B-it's, as llama.cpp ships it): macros, tool declarations and
+// responses, thinking.
+TEST(ChatTemplateGolden, Gemma4) { check_golden("gemma4.json"); }
 
 // The golden embeds the template; it must be the one in the shared Qwen3 tokenizer.
 TEST(ChatTemplateGolden, Qwen3FixtureMatchesSharedTokenizer) {

@@ -388,6 +388,39 @@ def families():
                          "special_tokens": special, "template": template, "cases": out})
 
 
+GEMMA4_CASES = COMMON_CASES + [
+    case("thinking_gen", WITH_SYSTEM, True, enable_thinking=True),
+    case("tools_gen", WITH_SYSTEM, True, tools=TOOLS),
+    case("tool_calls_gen", TOOL_CALLS, True, tools=TOOLS),
+    case("tool_calls_string_args", TOOL_CALL_STRING_ARGS, False, tools=TOOLS),
+    case("content_parts_gen", GEMMA_PARTS, True),
+]
+
+
+def gemma4():
+    """gemma4.json: Gemma 4's template (google/gemma-4-31B-it's) as llama.cpp ships it in
+    models/templates/google-gemma-4-31B-it.jinja of the llama.cpp that llama-cpp-python 0.3.36's source
+    release vendors (bench/build_llamacpp.sh unpacks it under build/llama.cpp-native): no other offline
+    source has it. Rendered by transformers with Gemma's special tokens."""
+    import glob
+    found = glob.glob(os.path.join(ROOT, "build", "llama.cpp-native", "src", "*", "vendor", "llama.cpp", "models",
+                                   "templates", "google-gemma-4-31B-it.jinja"))
+    if not found:
+        sys.exit("llama.cpp's source is not under build/llama.cpp-native (run bench/build_llamacpp.sh)")
+    with open(found[0], encoding="utf-8") as f:
+        template = f.read()
+    special = {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    render = render_with(template, special)
+    out = []
+    for c in GEMMA4_CASES:
+        entry = {"name": c["name"], "expected": render(c)}
+        entry["vars"] = last_vars()
+        out.append(entry)
+    write("gemma4.json", {"meta": meta(), "source": "llama-cpp-python==0.3.36 sdist, vendor/llama.cpp/models/"
+                          "templates/google-gemma-4-31B-it.jinja", "special_tokens": special, "template": template,
+                          "cases": out})
+
+
 # ---------------------------------------------------------------- semantics
 
 MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
@@ -565,6 +598,8 @@ def main():
         llama("meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3_2.json")
     if "families" in which:
         families()
+    if "gemma4" in which or "families" in which:
+        gemma4()
     if "corpus" in which:
         corpus()
 
