@@ -752,16 +752,19 @@ void add_serve_flags(CLI::App* cmd, ServeSettings& s) {
          "Chat answers' reasoning as message.reasoning_content (delta.reasoning_content when "
          "streamed), apart from the content: harmony (gpt-oss's analysis channel), qwen3 "
          "(<think>...</think>, "
-         "also DeepSeek-R1 style), none (all text is content), auto (harmony for gpt-oss or a harmony "
-         "template, qwen3 for a template that writes <think>, else none; default)")
-      ->check(CLI::IsMember({"none", "auto", "harmony", "qwen3"}));
+         "also DeepSeek-R1 style), gemma4 (<|channel>thought...<channel|>), none (all text is content), "
+         "auto (harmony for gpt-oss or a harmony template, gemma4 for Gemma 4, qwen3 for a template that "
+         "writes <think>, else none; default)")
+      ->check(CLI::IsMember({"none", "auto", "harmony", "qwen3", "gemma4"}));
   cmd->add_option("--tool-call-parser", s.tool_call_parser,
                   "The format of the model's tool calls (chat requests with `tools`): hermes (Qwen2.5/Qwen3 "
-                  "<tool_call>), llama3_json, mistral ([TOOL_CALLS]), pythonic (Llama 4, Gemma 3), glm45, or "
-                  "harmony (gpt-oss), auto (from the chat template and architecture; hermes when the "
+                  "<tool_call>), llama3_json, mistral ([TOOL_CALLS]), pythonic (Llama 4, Gemma 3), glm45, "
+                  "gemma4 (<|tool_call>call:NAME{...}), or harmony (gpt-oss), auto (from the chat template "
+                  "and architecture; hermes when the "
                   "template shows none; "
                   "default). tool_choice \"required\" or a named function constrains the output to it")
-      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "pythonic", "glm45", "harmony"}));
+      ->check(CLI::IsMember(
+          {"auto", "hermes", "llama3_json", "mistral", "pythonic", "glm45", "gemma4", "harmony"}));
   add_compile_flags(cmd, s.compile);
 }
 

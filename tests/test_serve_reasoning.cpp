@@ -232,6 +232,56 @@ TEST(ServeReasoning, Qwen3ThinkBlocksAtEveryTokenAndByteBoundary) {
   }
 }
 
+// Gemma 4's thought channel at the start of the output is reasoning, the rest content, at every cut, as text
+// alone or with <|channel> / <channel|> as single tokens; text that only looks like the channel later on, or
+// an output that never opens it, is content. Its template picks the format, and its non-thinking generation
+// prompt already closes an empty channel.
+TEST(ServeReasoning, Gemma4ThoughtChannel) {
+  struct Case {
+    std::string text, reasoning, content;
+  };
+  const Case cases[] = {
+      {"<|channel>thought\nThe user adds.<channel|>4", "\nThe user adds.", "4"},
+      {"  <|channel>thought\nx<channel|>\nDone.", "\nx", "\nDone."},
+      {"Just 4.", "", "Just 4."},
+      {"4 <|channel>thought no<channel|>", "", "4 <|channel>thought no<channel|>"},
+      {"<|channel>thought\nnever closed", "\nnever closed", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    const Split want{c.reasoning, c.content};
+    for (size_t k = 0; k <= c.text.size(); ++k) {
+      auto p = serve::make_gemma4_parser({});
+      const Split got = run(*p, {{-1, c.text.substr(0, k), false}, {-1, c.text.substr(k), false}}, want);
+      ASSERT_EQ(got.reasoning, want.reasoning) << "cut at " << k;
+      ASSERT_EQ(got.content, want.content) << "cut at " << k;
+    }
+    // <|channel> and <channel|> as tokens 7 and 8 (special: their text is the tag's).
+    std::vector<Tok> toks;
+    for (size_t i = 0; i < c.text.size();) {
+      if (c.text.compare(i, 10, "<|channel>") == 0) {
+        toks.push_back({7, "<|channel>", true});
+        i += 10;
+      } else if (c.text.compare(i, 10, "<channel|>") == 0) {
+        toks.push_back({8, "<channel|>", true});
+        i += 10;
+      } else {
+        toks.push_back({-1, c.text.substr(i, 1), false});
+        ++i;
+      }
+    }
+    auto p = serve::make_gemma4_parser({7, 8});
+    const Split got = run(*p, toks, want);
+    EXPECT_EQ(got.reasoning, want.reasoning);
+    EXPECT_EQ(got.content, want.content);
+  }
+  const json g = fixture("chat_template/gemma4.json");
+  EXPECT_EQ(serve::choose_reasoning_format("", g["template"].get<std::string>()),
+            serve::ReasoningFormat::Gemma4);
+  EXPECT_EQ(serve::choose_reasoning_format("Gemma4ForCausalLM", ""), serve::ReasoningFormat::Gemma4);
+  EXPECT_EQ(serve::reasoning_format_from_name("gemma4"), serve::ReasoningFormat::Gemma4);
+}
+
 TEST(ServeReasoning, AutoChoiceAndOpenThinkingFromTheTemplateCorpus) {
   const json corpus = fixture("chat_template/corpus.json");
   int seen = 0;

@@ -16,6 +16,7 @@
 
 #include "default_model_util.h"
 #include "generation/constraint_state.h"
+#include "golden_util.h"
 #include "serve/tool_calls.h"
 #include "tessera/auto_tokenizer.h"
 #include "tessera/constraint.h"
@@ -376,6 +377,51 @@ TEST(ToolCallGlm4, ArgKeyValueCalls) {
     expect_parse(G, text, text, {});
 }
 
+// ---------------------------------------------------------------- Gemma 4
+
+// The calls as Gemma 4's own chat template writes an assistant turn's tool_calls (the chat-template golden,
+// rendered by Transformers): what the model is trained to write.
+TEST(ToolCallGemma4, TheCallsItsTemplateWrites) {
+  const auto G = ToolCallFormat::Gemma4;
+  const json golden = tessera::golden::load_json(std::string(TESSERA_SOURCE_DIR) +
+                                                 "/tests/fixtures/chat_template/gemma4.json");
+  std::string rendered;
+  for (const auto& c : golden["cases"])
+    if (c["name"] == "tool_calls_gen") rendered = c["expected"].get<std::string>();
+  const size_t b = rendered.find("<|tool_call>"), e = rendered.rfind("<tool_call|>");
+  ASSERT_NE(b, std::string::npos);
+  const std::string calls = rendered.substr(b, e + std::string("<tool_call|>").size() - b);
+  expect_parse(
+      G, calls, "",
+      {{"get_weather", R"({"city": "Zürich", "unit": "celsius"})"}, {"add", R"({"a": 2, "b": 3.5})"}});
+  // Text before; nested objects and arrays, booleans, null (None), quoted keys, whitespace, a string holding
+  // the syntax's own delimiters.
+  expect_parse(G, "Checking.<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>", "Checking.",
+               {kWeatherCall});
+  expect_parse(G,
+               "<|tool_call>call:search{ f : {lang:<|\"|>fr<|\"|>,n:[1, -2.5e3]} , exact:true,none:None,"
+               "<|\"|>q k<|\"|>:<|\"|>a, {b}: [c]<|\"|>,z:null,e:{},l:[]}<tool_call|>\n",
+               "", {{"search", R"({"f": {"lang": "fr", "n": [1, -2500.0]}, "exact": true, "none": null,
+                                   "q k": "a, {b}: [c]", "z": null, "e": {}, "l": []})"}});
+  expect_parse(G, "<|tool_call>call:get_time{}<tool_call|>", "", {kTimeCall});
+}
+
+TEST(ToolCallGemma4, AnythingMalformedIsContent) {
+  const auto G = ToolCallFormat::Gemma4;
+  for (const std::string& text : {
+           kProse,
+           std::string("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}"),         // never closed
+           std::string("<|tool_call>get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"),  // no call:
+           std::string("<|tool_call>call:get_weather{city:Paris}<tool_call|>"),         // a bare word
+           std::string("<|tool_call>call:get_weather{city:<|\"|>Paris}<tool_call|>"),   // unclosed string
+           std::string("<|tool_call>call:get_weather[1]<tool_call|>"),                  // not an object
+           std::string("<|tool_call>call:get weather{}<tool_call|>"),
+           std::string("<|tool_call>call:{}<tool_call|>"),
+           std::string("<|tool_call>call:f{a:1}} <tool_call|>"),
+       })
+    expect_parse(G, text, text, {});
+}
+
 TEST(ToolCallNone, EverythingIsContentAtOnce) {
   ToolCallParser p(ToolCallFormat::None);
   EXPECT_EQ(p.push("<tool_call>\n" + kWeather).content, "<tool_call>\n" + kWeather);
@@ -516,6 +562,12 @@ TEST(ToolCallGoldens, MatchVllmAndTransformersParsers) {
 
 TEST(ToolCallFormatChoice, FromTheTemplateThenTheArchitecture) {
   using F = ToolCallFormat;
+  const json gemma4 = tessera::golden::load_json(std::string(TESSERA_SOURCE_DIR) +
+                                                 "/tests/fixtures/chat_template/gemma4.json");
+  EXPECT_EQ(serve::choose_tool_call_format("Gemma4ForCausalLM", ""), F::Gemma4);
+  EXPECT_EQ(serve::choose_tool_call_format("LlamaForCausalLM", gemma4["template"].get<std::string>()),
+            F::Gemma4);
+  EXPECT_EQ(serve::tool_call_format_from_name("gemma4"), F::Gemma4);
   EXPECT_EQ(serve::choose_tool_call_format("Qwen3ForCausalLM",
                                            "{{- '<tool_call>\\n{\"name\": \"' }}{{ tool_call.name }}"),
             F::Hermes);

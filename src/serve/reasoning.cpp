@@ -11,6 +11,7 @@ std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name)
   if (name == "none") return ReasoningFormat::None;
   if (name == "harmony") return ReasoningFormat::Harmony;
   if (name == "qwen3") return ReasoningFormat::Qwen3;
+  if (name == "gemma4") return ReasoningFormat::Gemma4;
   return std::nullopt;
 }
 
@@ -20,6 +21,8 @@ const char* reasoning_format_name(ReasoningFormat f) {
       return "harmony";
     case ReasoningFormat::Qwen3:
       return "qwen3";
+    case ReasoningFormat::Gemma4:
+      return "gemma4";
     default:
       return "none";
   }
@@ -30,6 +33,8 @@ ReasoningFormat choose_reasoning_format(std::string_view architecture, std::stri
   if (chat_template.find("<|channel|>") != std::string_view::npos &&
       chat_template.find("<|message|>") != std::string_view::npos)
     return ReasoningFormat::Harmony;
+  if (architecture.starts_with("Gemma4") || chat_template.find("<|channel>thought") != std::string_view::npos)
+    return ReasoningFormat::Gemma4;
   if (chat_template.find("<think>") != std::string_view::npos) return ReasoningFormat::Qwen3;
   return ReasoningFormat::None;
 }
@@ -37,6 +42,9 @@ ReasoningFormat choose_reasoning_format(std::string_view architecture, std::stri
 namespace {
 bool space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+// Gemma 4's thought channel: <|channel> (a token) and "thought" open it, <channel|> (a token) closes it.
+constexpr std::string_view kGemmaOpenToken = "<|channel>", kGemmaOpen = "<|channel>thought",
+                           kGemmaClose = "<channel|>";
 }  // namespace
 
 bool prompt_opens_thinking(std::string_view prompt) {
@@ -222,12 +230,19 @@ class HarmonyParser final : public ReasoningParser {
 
 class ThinkParser final : public ReasoningParser {
  public:
-  ThinkParser(const ThinkTokens& ids, bool in_reasoning)
-      : ids_(ids), after_start_(in_reasoning ? Channel::Reasoning : Channel::Content) {}
+  // open / close: the tags as text; open_token: the text of the token ids.open stands for (the whole open tag
+  // for Qwen3, its first part for Gemma 4).
+  ThinkParser(const ThinkTokens& ids, bool in_reasoning, std::string_view open = kOpen,
+              std::string_view close = kClose, std::string_view open_token = kOpen)
+      : ids_(ids),
+        after_start_(in_reasoning ? Channel::Reasoning : Channel::Content),
+        open_(open),
+        close_(close),
+        open_token_(open_token) {}
 
   void push(int32_t id, std::string_view bytes, bool special, std::vector<Segment>& out) override {
-    if (ids_.open && id == *ids_.open) return feed(text_.push(kOpen), out);
-    if (ids_.close && id == *ids_.close) return feed(text_.push(kClose), out);
+    if (ids_.open && id == *ids_.open) return feed(text_.push(open_token_), out);
+    if (ids_.close && id == *ids_.close) return feed(text_.push(close_), out);
     if (special) return;
     feed(text_.push(bytes), out);
   }
@@ -258,25 +273,25 @@ class ThinkParser final : public ReasoningParser {
         size_t b = 0;
         while (b < held_.size() && space(held_[b])) ++b;
         const std::string_view rest = std::string_view(held_).substr(b);
-        if (rest.starts_with(kOpen)) {
-          held_.erase(0, b + kOpen.size());
+        if (rest.starts_with(open_)) {
+          held_.erase(0, b + open_.size());
           state_ = State::Reasoning;
           continue;
         }
-        if (kOpen.starts_with(rest)) return;  // whitespace, maybe the start of <think>: wait
+        if (open_.starts_with(rest)) return;  // whitespace, maybe the start of <think>: wait
         state_ = after_start_ == Channel::Reasoning ? State::Reasoning : State::Content;
         continue;
       }
       // Reasoning: up to </think>; a tail that may begin it waits.
-      const size_t at = held_.find(kClose);
+      const size_t at = held_.find(close_);
       if (at != std::string::npos) {
         append_segment(out, Channel::Reasoning, held_.substr(0, at));
-        held_.erase(0, at + kClose.size());
+        held_.erase(0, at + close_.size());
         state_ = State::Content;
         continue;
       }
-      size_t keep = std::min(held_.size(), kClose.size() - 1);
-      while (keep > 0 && !kClose.starts_with(std::string_view(held_).substr(held_.size() - keep))) --keep;
+      size_t keep = std::min(held_.size(), close_.size() - 1);
+      while (keep > 0 && !close_.starts_with(std::string_view(held_).substr(held_.size() - keep))) --keep;
       append_segment(out, Channel::Reasoning, held_.substr(0, held_.size() - keep));
       held_.erase(0, held_.size() - keep);
       return;
@@ -285,6 +300,7 @@ class ThinkParser final : public ReasoningParser {
 
   ThinkTokens ids_;
   Channel after_start_;
+  std::string_view open_, close_, open_token_;  // the tags
   State state_ = State::Start;
   std::string held_;
   Utf8Joiner text_;
@@ -319,6 +335,14 @@ std::unique_ptr<ReasoningParser> make_qwen3_parser(const ThinkTokens& ids, bool 
   return std::make_unique<ThinkParser>(ids, in_reasoning);
 }
 
+ThinkTokens gemma4_think_tokens(const Tokenizer& tok) {
+  return {tok.token_to_id(kGemmaOpenToken), tok.token_to_id(kGemmaClose)};
+}
+
+std::unique_ptr<ReasoningParser> make_gemma4_parser(const ThinkTokens& ids) {
+  return std::make_unique<ThinkParser>(ids, false, kGemmaOpen, kGemmaClose, kGemmaOpenToken);
+}
+
 std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningFormat format, const Tokenizer& tok,
                                                        bool in_reasoning, const std::vector<int32_t>& eos_ids,
                                                        bool tool_calls) {
@@ -333,6 +357,8 @@ std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningFormat format, c
     }
     case ReasoningFormat::Qwen3:
       return make_qwen3_parser(think_tokens(tok), in_reasoning);
+    case ReasoningFormat::Gemma4:
+      return make_gemma4_parser(gemma4_think_tokens(tok));
     default:
       return nullptr;
   }

@@ -27,13 +27,15 @@
 
 namespace tessera::serve {
 
-enum class ReasoningFormat { None, Harmony, Qwen3 };
+enum class ReasoningFormat { None, Harmony, Qwen3, Gemma4 };
 
-// "none", "harmony", "qwen3"; nullopt for another name ("auto" is the caller's: choose_reasoning_format).
+// "none", "harmony", "qwen3", "gemma4"; nullopt for another name ("auto" is the caller's:
+// choose_reasoning_format).
 std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name);
 const char* reasoning_format_name(ReasoningFormat f);
 // What `--reasoning-parser auto` picks: Harmony for GptOssForCausalLM or a template that writes harmony's
-// `<|channel|>` and `<|message|>`; Qwen3 for a template that writes `<think>`; else None.
+// `<|channel|>` and `<|message|>`; Gemma4 for Gemma4* or a template that writes `<|channel>thought`; Qwen3
+// for a template that writes `<think>`; else None.
 ReasoningFormat choose_reasoning_format(std::string_view architecture, std::string_view chat_template);
 // Whether a rendered prompt leaves the model inside a think block: it ends with `<think>` and whitespace.
 bool prompt_opens_thinking(std::string_view prompt_text);
@@ -78,6 +80,11 @@ ThinkTokens think_tokens(const Tokenizer& tok);
 // `in_reasoning`: the prompt opened the think block (prompt_opens_thinking). Special tokens other than the
 // tags add no text (as the server's answers skip them).
 std::unique_ptr<ReasoningParser> make_qwen3_parser(const ThinkTokens& ids, bool in_reasoning);
+// - Gemma 4: the thought channel `<|channel>thought ... <channel|>` at the very start of the output is
+//   reasoning (its template's thinking mode; without it the prompt already holds an empty, closed channel and
+//   the output is content). `<|channel>` / `<channel|>` as single tokens where the vocabulary has them.
+ThinkTokens gemma4_think_tokens(const Tokenizer& tok);
+std::unique_ptr<ReasoningParser> make_gemma4_parser(const ThinkTokens& ids);
 
 // The parser of `format` for one request over `tok` (nullptr for None). Throws Error when the tokenizer lacks
 // harmony's markers.

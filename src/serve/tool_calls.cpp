@@ -29,6 +29,8 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "glm45";
     case ToolCallFormat::Harmony:
       return "harmony";
+    case ToolCallFormat::Gemma4:
+      return "gemma4";
     default:
       return "none";
   }
@@ -37,7 +39,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name) {
   for (ToolCallFormat f :
        {ToolCallFormat::None, ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::Mistral,
-        ToolCallFormat::Pythonic, ToolCallFormat::Glm4, ToolCallFormat::Harmony})
+        ToolCallFormat::Pythonic, ToolCallFormat::Glm4, ToolCallFormat::Harmony, ToolCallFormat::Gemma4})
     if (name == tool_call_format_name(f)) return f;
   return std::nullopt;
 }
@@ -51,6 +53,7 @@ ToolCallFormat choose_tool_call_format(const std::string& architecture, const st
   // What the template writes a call as (or tells the model to write).
   if (a == "GptOssForCausalLM" || (has(t, "<|channel|>") && has(t, "<|message|>")))
     return ToolCallFormat::Harmony;
+  if (a.starts_with("Gemma4") || has(t, "<|tool_call>call:")) return ToolCallFormat::Gemma4;
   if (has(t, "<tool_call>") && has(t, "<arg_key>")) return ToolCallFormat::Glm4;
   if (has(t, "[TOOL_CALLS]")) return ToolCallFormat::Mistral;
   if (has(t, "<tool_call>")) return ToolCallFormat::Hermes;
@@ -82,6 +85,8 @@ constexpr std::string_view kArgValue = "<arg_value>", kArgValueEnd = "</arg_valu
 constexpr std::string_view kHarmonyCall = "<|channel|>commentary to=functions.";
 constexpr std::string_view kHarmonyMessage = "<|message|>", kHarmonyEnd = "<|call|>";
 constexpr int kMaxDepth = 512;
+constexpr std::string_view kGemmaCall = "<|tool_call>", kGemmaCallEnd = "<tool_call|>",
+                           kGemmaQuote = "<|\"|>";
 
 // Where held text starts. Marker formats (Hermes, Glm4, Mistral) go Text -> (call) -> AfterCall -> ...; the
 // formats that are calls only when the output starts with one (Llama3Json, Pythonic) start in Start and end
@@ -276,6 +281,106 @@ Block glm_block(std::string_view s) {
   auto call = glm_call(s.substr(kToolCall.size(), close - kToolCall.size()));
   if (!call) return malformed(kToolCall.size());
   return one_call(std::move(*call), close + kToolCallEnd.size());
+}
+
+// Gemma 4's argument syntax (its template's format_argument): a value at s[i] into `out`; i moves past it.
+// Strings between <|"|> markers (taken as they are), true / false, null / None, JSON numbers, {key:value,...}
+// with keys bare or quoted, [value,...]. False: not that syntax.
+bool gemma_value(std::string_view s, size_t& i, json& out, int depth) {
+  if (depth > kMaxDepth) return false;
+  i = skip_ws(s, i);
+  if (i >= s.size()) return false;
+  if (s.substr(i).starts_with(kGemmaQuote)) {
+    const size_t b = i + kGemmaQuote.size(), e = s.find(kGemmaQuote, b);
+    if (e == std::string_view::npos) return false;
+    out = std::string(s.substr(b, e - b));
+    i = e + kGemmaQuote.size();
+    return true;
+  }
+  if (s[i] == '{' || s[i] == '[') {
+    const bool obj = s[i] == '{';
+    const char close = obj ? '}' : ']';
+    out = obj ? json::object() : json::array();
+    i = skip_ws(s, i + 1);
+    if (i < s.size() && s[i] == close) {
+      ++i;
+      return true;
+    }
+    for (;;) {
+      if (obj) {
+        std::string key;
+        i = skip_ws(s, i);
+        if (s.substr(i).starts_with(kGemmaQuote)) {
+          json k;
+          if (!gemma_value(s, i, k, depth + 1)) return false;
+          key = k.get<std::string>();
+        } else {
+          const size_t colon = s.find(':', i);
+          if (colon == std::string_view::npos) return false;
+          key = std::string(trim(s.substr(i, colon - i)));
+          if (key.empty() || key.find_first_of("{}[],<>") != std::string::npos) return false;
+          i = colon;
+        }
+        i = skip_ws(s, i);
+        if (i >= s.size() || s[i] != ':') return false;
+        ++i;
+        json v;
+        if (!gemma_value(s, i, v, depth + 1)) return false;
+        out[key] = std::move(v);
+      } else {
+        json v;
+        if (!gemma_value(s, i, v, depth + 1)) return false;
+        out.push_back(std::move(v));
+      }
+      i = skip_ws(s, i);
+      if (i >= s.size()) return false;
+      if (s[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (s[i] != close) return false;
+      ++i;
+      return true;
+    }
+  }
+  // A bare word up to the next delimiter: a literal or a number.
+  size_t e = i;
+  while (e < s.size() && s[e] != ',' && s[e] != '}' && s[e] != ']' && !space(s[e])) ++e;
+  const std::string_view word = s.substr(i, e - i);
+  if (word == "true" || word == "True") {
+    out = true;
+  } else if (word == "false" || word == "False") {
+    out = false;
+  } else if (word == "null" || word == "None") {
+    out = nullptr;
+  } else {
+    json n = json::parse(word.begin(), word.end(), nullptr, false);
+    if (n.is_discarded() || !n.is_number()) return false;
+    out = std::move(n);
+  }
+  i = e;
+  return true;
+}
+
+// Gemma 4: s starts with <|tool_call>; then call:NAME{arguments} and <tool_call|>.
+Block gemma_block(std::string_view s) {
+  const size_t m = kGemmaCall.size();
+  const size_t close = s.find(kGemmaCallEnd, m), next = s.find(kGemmaCall, m);
+  if (next != std::string_view::npos && (close == std::string_view::npos || next < close))
+    return malformed(m);
+  if (close == std::string_view::npos) return need_more();
+  std::string_view body = trim(s.substr(m, close - m));
+  if (!body.starts_with("call:")) return malformed(m);
+  body.remove_prefix(5);
+  const size_t brace = body.find('{');
+  if (brace == std::string_view::npos) return malformed(m);
+  const std::string_view name = trim(body.substr(0, brace));
+  if (name.empty() || name.find_first_of(" \t\n<>{}") != std::string_view::npos) return malformed(m);
+  size_t i = brace;
+  json args;
+  if (!gemma_value(body, i, args, 0) || !args.is_object() || skip_ws(body, i) != body.size())
+    return malformed(m);
+  return one_call(ToolCall{std::string(name), dump(args)}, close + kGemmaCallEnd.size());
 }
 
 bool mistral_name_char(char c) {
@@ -620,6 +725,7 @@ ToolCallParser::ToolCallParser(ToolCallFormat format) : format_(format) {
     case ToolCallFormat::Glm4:
     case ToolCallFormat::Mistral:
     case ToolCallFormat::Harmony:
+    case ToolCallFormat::Gemma4:
       state_ = kText;
       break;
     case ToolCallFormat::Llama3Json:
@@ -645,11 +751,13 @@ ToolCallParser::Output ToolCallParser::run(bool final) {
   size_t pos = 0;
   const std::string_view marker = format_ == ToolCallFormat::Mistral   ? kMistralCalls
                                   : format_ == ToolCallFormat::Harmony ? kHarmonyCall
+                                  : format_ == ToolCallFormat::Gemma4  ? kGemmaCall
                                                                        : kToolCall;
   auto block = [&](std::string_view b) {
     if (format_ == ToolCallFormat::Mistral) return mistral_block(b);
     if (format_ == ToolCallFormat::Harmony) return harmony_block(b, final);
     if (format_ == ToolCallFormat::Glm4) return glm_block(b);
+    if (format_ == ToolCallFormat::Gemma4) return gemma_block(b);
     return hermes_block(b, final);
   };
   // The block at `at` (after text from `from` that is content unless the block is a call). False: undecided.
@@ -968,6 +1076,8 @@ std::string tool_call_grammar(ToolCallFormat format, const std::vector<ToolSpec>
       fail("forced tool calls need a tool-call format (it is none)");
     case ToolCallFormat::Glm4:
       fail("forced tool calls are not available for the glm45 format");
+    case ToolCallFormat::Gemma4:
+      fail("forced tool calls are not available for the gemma4 format");
     default:
       break;
   }

@@ -22,6 +22,8 @@ enum class ToolCallFormat {
   Glm4,        // GLM-4.5/4.6: <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...</tool_call>
   Harmony,     // gpt-oss: a message to `functions.NAME` on the commentary channel, JSON arguments, <|call|>;
                // read from the canonical form the harmony reasoning parser gives it (serve/reasoning.h)
+  Gemma4,      // Gemma 4: <|tool_call>call:NAME{key:value,...}<tool_call|>, repeated; strings between <|"|>
+               // markers, numbers, true/false, nested {...} and [...] (its chat template's format_argument)
 };
 const char* tool_call_format_name(ToolCallFormat f);  // "none", "hermes", "llama3_json", "mistral", ...
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name);
