@@ -165,7 +165,7 @@ TEST(KvCacheDtype, AnUnknownDtypeIsAnErrorNamingIt) {
   }
 }
 
-// PJRT devices keep float32 caches: a quantised (or bfloat16) cache there is refused by name.
+// PJRT devices keep float32, bfloat16 or fp8 caches: a q8_0 cache there is refused by name.
 TEST(KvCacheDtype, XlaCpuRefusesAQuantisedCacheByName) {
   REQUIRE_XLA_CPU();
   LoadOptions o;
@@ -183,4 +183,48 @@ TEST(KvCacheDtype, XlaCpuRefusesAQuantisedCacheByName) {
   o.kv_cache_dtype = "float32";
   EXPECT_EQ(AutoModelForCausalLM::from_pretrained(golden::model_path("llama_gqa"), o).info().kv_cache_dtype,
             DType::F32);
+}
+
+// On xla-cpu a bfloat16 or fp8 cache is stored in that type (the program rounds keys and values when it
+// writes them and attends in float32): half and a quarter of the float32 cache's bytes per position, and
+// every position's logits of a 96-token prompt near the float32 cache's, within the bounds the cpu device
+// states (bfloat16: as the cpu's own bfloat16 cache; fp8 14% / 28% at the median / 90th percentile position),
+// on a model of each attention kind (GQA, Gemma 4's per-layer geometry and shared keys and values, a hybrid).
+TEST(KvCacheDtype, XlaCpuBfloat16AndFp8CachesStayNearTheFloat32Cache) {
+  REQUIRE_XLA_CPU();
+  for (const char* name : {"llama_gqa", "gemma4", "qwen3_5_moe"}) {
+    SCOPED_TRACE(name);
+    auto on_xla = [&](const char* kv) {
+      LoadOptions o;
+      o.dtype = DType::F32;
+      o.device_map = "xla-cpu";
+      o.kv_cache_dtype = kv;
+      return AutoModelForCausalLM::from_pretrained(golden::model_path(name), o);
+    };
+    CausalLM exact = on_xla("float32");
+    const int64_t vocab = exact.info().vocab_size;
+    const std::vector<int32_t> prompt = golden::made_up_ids(96, 3, vocab);
+    const std::vector<float> ref = exact.forward(prompt);
+    for (const auto& [kv, want_dtype, median, p90, bytes] :
+         {std::tuple<const char*, DType, double, double, size_t>{"bfloat16", DType::BF16, 0.02, 0.04, 2},
+          {"fp8", DType::F8_E4M3, 0.14, 0.28, 1}}) {
+      CausalLM m = on_xla(kv);
+      EXPECT_EQ(m.info().kv_cache_dtype, want_dtype);
+      EXPECT_EQ(m.info().kv_bytes_per_token * 4, exact.info().kv_bytes_per_token * bytes) << kv;
+      const std::vector<float> got = m.forward(prompt);
+      ASSERT_EQ(got.size(), ref.size());
+      std::vector<double> gaps;
+      for (size_t t = 0; t < prompt.size(); ++t) {
+        const auto at = [&](const std::vector<float>& v) {
+          return std::vector<float>(v.begin() + static_cast<long>(t * vocab),
+                                    v.begin() + static_cast<long>((t + 1) * vocab));
+        };
+        gaps.push_back(relative_gap(at(got), at(ref)));
+      }
+      std::sort(gaps.begin(), gaps.end());
+      EXPECT_LE(gaps[gaps.size() / 2], median) << kv;
+      EXPECT_LE(gaps[gaps.size() * 9 / 10], p90) << kv;
+      EXPECT_GT(gaps.back(), 0.0) << kv << ": identical to the float32 cache (is the cache rounded at all?)";
+    }
+  }
 }

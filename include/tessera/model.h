@@ -88,9 +88,9 @@ struct LoadOptions {
   // exact_bf16_matmul, else float32), "bfloat16", "float32", "q8_0" (blocks of 32 values of a head's row: an
   // f16 scale and 32 int8, 34 bytes; a last partial block padded with zeros) or "fp8" (float8 e4m3fn, scale
   // 1, saturating at +-448). The quantised ones halve (q8_0: 0.53x) the bytes of a bfloat16 cache, keys and
-  // values rounded once when written; attention dequantises them inside its kernel. Native cpu backend
-  // only; PJRT devices keep float32 caches (anything but auto / float32 is an Error there). (The tessera
-  // command: --kv-cache-dtype.)
+  // values rounded once when written; attention dequantises them inside its kernel. PJRT devices: auto
+  // (float32), float32, bfloat16 and fp8 (the compiled step rounds what it writes, attends in float32);
+  // q8_0 is an Error there. (The tessera command: --kv-cache-dtype.)
   std::string kv_cache_dtype = "auto";
   // generate(): a prompt longer than this many tokens is prefilled in chunks of it, one step each over the
   // keys and values the earlier chunks wrote, so the step's activations stay that size whatever the prompt's

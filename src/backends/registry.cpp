@@ -36,28 +36,29 @@ std::unique_ptr<Backend> make_cpu(const std::string&, const BackendRequest& r, c
   return make_cpu_backend(r.comm, r.cpu);
 }
 
-std::unique_ptr<Backend> make_pjrt(const std::string& device, const BackendRequest& r, const PjrtSettings& s) {
+std::unique_ptr<Backend> make_pjrt(const std::string& device, const BackendRequest& r,
+                                   const PjrtSettings& s) {
   PjrtOptions po;
   po.device_count = std::max(1, r.replicas);
   po.replicas = std::max(1, r.replicas);
   po.comm = r.comm;
   po.settings = s;
+  po.kv_dtype = r.pjrt_kv_dtype;
   return make_pjrt_backend(device, po);
 }
 
 // Table order is the order devices are listed in; "auto" walks tpu, cuda, cpu.
 const Kind kKinds[] = {
-    {"cpu", 3, always_present, make_cpu},
-    {"xla-cpu", 0, pjrt_absent, make_pjrt},
-    {"tpu", 1, pjrt_absent, make_pjrt},
-    {"cuda", 2, pjrt_absent, make_pjrt},
+    {"cpu", 3, always_present, make_cpu}, {"xla-cpu", 0, pjrt_absent, make_pjrt},
+    {"tpu", 1, pjrt_absent, make_pjrt},   {"cuda", 2, pjrt_absent, make_pjrt},
     {"pjrt:", 0, nullptr, make_pjrt},  // pjrt:/path/to/plugin.so
 };
 
 const Kind* find_kind(const std::string& device) {
   for (const Kind& k : kKinds) {
     const std::string name = k.name;
-    if (name.back() == ':' ? device.size() > name.size() && device.rfind(name, 0) == 0 : device == name) return &k;
+    if (name.back() == ':' ? device.size() > name.size() && device.rfind(name, 0) == 0 : device == name)
+      return &k;
   }
   return nullptr;
 }
@@ -80,7 +81,8 @@ std::unique_ptr<Backend> make_auto(const BackendRequest& r, const PjrtSettings& 
   std::vector<const Kind*> order;
   for (const Kind& k : kKinds)
     if (k.auto_order > 0) order.push_back(&k);
-  std::sort(order.begin(), order.end(), [](const Kind* a, const Kind* b) { return a->auto_order < b->auto_order; });
+  std::sort(order.begin(), order.end(),
+            [](const Kind* a, const Kind* b) { return a->auto_order < b->auto_order; });
   std::vector<std::string> found;
   for (const Kind* k : order) {
     const std::string why = k->absent(k->name, s);

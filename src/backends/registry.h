@@ -25,6 +25,7 @@ struct BackendRequest {
   CpuBackendOptions cpu = {};  // the native cpu backend's options (also what auto falls back to)
   // PJRT devices: plugin search, start-up timeout, dumps. Unset: pjrt::default_pjrt_settings().
   std::optional<pjrt::PjrtSettings> pjrt = std::nullopt;
+  DType pjrt_kv_dtype = DType::F32;  // PJRT devices' KV cache dtype (PjrtOptions::kv_dtype)
 };
 
 // The backend for `request.device`. Throws Error for an unknown name (listing the known ones), for tensor

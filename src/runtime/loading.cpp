@@ -153,12 +153,13 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
                                           .comm = comm,
                                           .replicas = replicas,
                                           .cpu = cpu_options,
-                                          .pjrt = pjrt_settings(opt.plugins)});
+                                          .pjrt = pjrt_settings(opt.plugins),
+                                          .pjrt_kv_dtype = kv_dtype.value_or(DType::F32)});
   impl->caps = impl->backend->capabilities();
   if (kv_dtype && *kv_dtype != impl->backend->cache_dtype())
     fail("kv_cache_dtype '", opt.kv_cache_dtype, "': the '", impl->backend->name(), "' backend keeps ",
          dtype_name(impl->backend->cache_dtype()),
-         " KV caches (bfloat16, q8_0 and fp8 caches run on the native cpu backend, --device cpu)");
+         " KV caches (q8_0 caches run on the native cpu backend, --device cpu)");
   impl->comm = comm;
   if (impl->config.has_recurrent_state() && !impl->backend->supports_op(graph::Op::GatedDeltaNet))
     fail(src->origin(), ": ", impl->config.architecture,

@@ -54,6 +54,8 @@ PJRT_Buffer_Type buffer_type(DType dt) {
       return PJRT_Buffer_Type_S64;
     case DType::I8:
       return PJRT_Buffer_Type_S8;
+    case DType::F8_E4M3:
+      return PJRT_Buffer_Type_F8E4M3FN;
     default:
       break;  // block-quantised: bound as their parts (bind_replica_weights)
   }
@@ -237,7 +239,11 @@ class PjrtBackendImpl : public PjrtBackend {
         client_(plugin_, device == "xla-cpu" ? std::max(opt.device_count, opt.replicas) : 0,
                 settings_.start_timeout_s),
         replicas_(std::max(1, opt.replicas)),
-        comm_(opt.comm) {
+        comm_(opt.comm),
+        kv_dtype_(opt.kv_dtype) {
+    if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::BF16 && kv_dtype_ != DType::F8_E4M3)
+      fail("kv_cache_dtype '", dtype_name(kv_dtype_), "': device ", device,
+           " keeps float32, bfloat16 or fp8 KV caches (q8_0 runs on the native cpu backend, --device cpu)");
     info_.device = device;
     info_.plugin_path = plugin_.path();
     info_.api_version = plugin_.api_version();
@@ -253,6 +259,7 @@ class PjrtBackendImpl : public PjrtBackend {
   }
 
   std::string name() const override { return info_.device; }
+  DType cache_dtype() const override { return kv_dtype_; }
   Capabilities capabilities() const override {
     Capabilities c;
     c.in_step_sampling = true;
@@ -378,7 +385,8 @@ class PjrtBackendImpl : public PjrtBackend {
     c->v.resize(static_cast<size_t>(replicas_));
     c->seen.resize(static_cast<size_t>(replicas_));
     c->linear.resize(static_cast<size_t>(replicas_));
-    std::vector<float> zeros;
+    std::vector<uint8_t> zeros;
+    const size_t elem = dtype_size(kv_dtype_);
     for (int r = 0; r < replicas_; ++r)
       for (const CacheLayer& l : layers) {
         auto& ks = c->k[static_cast<size_t>(r)];
@@ -389,10 +397,10 @@ class PjrtBackendImpl : public PjrtBackend {
           continue;
         }
         const std::vector<int64_t> dims{batch, l.kv_heads, cache_len, l.head_dim};
-        zeros.assign(static_cast<size_t>(shape_numel(dims)), 0.0f);  // [B, KV, L, hd]
-        ks.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
-        vs.push_back(client_.upload(zeros.data(), PJRT_Buffer_Type_F32, dims, static_cast<size_t>(r)));
-        stats_.setup_h2d_bytes += 2 * zeros.size() * sizeof(float);
+        zeros.assign(static_cast<size_t>(shape_numel(dims)) * elem, 0);  // [B, KV, L, hd], 0.0 in every dtype
+        ks.push_back(client_.upload(zeros.data(), buffer_type(kv_dtype_), dims, static_cast<size_t>(r)));
+        vs.push_back(client_.upload(zeros.data(), buffer_type(kv_dtype_), dims, static_cast<size_t>(r)));
+        stats_.setup_h2d_bytes += 2 * zeros.size();
       }
     return c;
   }
@@ -403,20 +411,22 @@ class PjrtBackendImpl : public PjrtBackend {
     PjrtCache& to = own(to_base);
     TS_ASSERT(from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len &&
               from.layers == to.layers);
-    std::vector<float> src, dst;
+    std::vector<uint8_t> src, dst;
+    const size_t elem = dtype_size(kv_dtype_);
     auto copy = [&](const BufferHandle& a, BufferHandle& b, size_t device, const CacheLayer& layer) {
       if (!a) return;  // a layer without keys and values
       const int64_t rows = from.batch * layer.kv_heads, hd = layer.head_dim;
-      src.resize(static_cast<size_t>(rows * from.cache_len * hd));  // [B*KV, Lf, hd]
-      dst.resize(static_cast<size_t>(rows * to.cache_len * hd));    // [B*KV, Lt, hd]
+      const size_t row_from = static_cast<size_t>(from.cache_len * hd) * elem,
+                   row_to = static_cast<size_t>(to.cache_len * hd) * elem;
+      src.resize(static_cast<size_t>(rows) * row_from);   // [B*KV, Lf, hd]
+      dst.assign(static_cast<size_t>(rows) * row_to, 0);  // [B*KV, Lt, hd]
       const std::vector<int64_t> dims{to.batch, layer.kv_heads, to.cache_len, hd};
-      pjrt::download(plugin_, a.get(), src.data(), src.size() * sizeof(float));
-      std::fill(dst.begin(), dst.end(), 0.0f);
+      pjrt::download(plugin_, a.get(), src.data(), src.size());
       for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(dst.data() + r * to.cache_len * hd, src.data() + r * from.cache_len * hd,
-                    static_cast<size_t>(from.cache_len * hd) * sizeof(float));
-      b = client_.upload(dst.data(), PJRT_Buffer_Type_F32, dims, device);
-      stats_.cache_copy_bytes += (src.size() + dst.size()) * sizeof(float);
+        std::memcpy(dst.data() + static_cast<size_t>(r) * row_to,
+                    src.data() + static_cast<size_t>(r) * row_from, row_from);
+      b = client_.upload(dst.data(), buffer_type(kv_dtype_), dims, device);
+      stats_.cache_copy_bytes += src.size() + dst.size();
     };
     for (size_t r = 0; r < from.k.size(); ++r) {
       TS_ASSERT(from.k[r].size() == to.k[r].size());
@@ -640,7 +650,15 @@ class PjrtBackendImpl : public PjrtBackend {
   // The graph lowered with the kernel packages in use spliced in; a package that accepted a node but had no
   // function of its signature is noted once per signature (that node keeps the built-in lowering).
   StablehloProgram lower(const graph::Graph& g) const {
-    StablehloProgram prog = pjrt::lower_to_stablehlo(g, splice_.get());
+    StablehloProgram prog;
+    if (kv_dtype_ == DType::F32) {
+      prog = pjrt::lower_to_stablehlo(g, splice_.get());
+    } else {  // the caches in their dtype: the program rounds what it writes and widens what it reads
+      graph::Graph typed = g;
+      for (graph::Node& n : typed.nodes)
+        if (n.op == graph::Op::CacheState) n.dtype = kv_dtype_;
+      prog = pjrt::lower_to_stablehlo(typed, splice_.get());
+    }
     if (!prog.kernel_misses.empty()) {
       std::lock_guard<std::mutex> lock(misses_mu_);
       for (const std::string& m : prog.kernel_misses)
@@ -668,6 +686,7 @@ class PjrtBackendImpl : public PjrtBackend {
   Client client_;
   int replicas_ = 1;
   std::shared_ptr<Communicator> comm_;
+  DType kv_dtype_ = DType::F32;  // the KV caches' element type (PjrtOptions::kv_dtype)
   pjrt::PlatformInfo info_;
   std::vector<std::unordered_map<std::string, WeightBuffer>> weights_;  // per replica
   TransferCounters stats_;

@@ -58,6 +58,8 @@ std::string element_type(DType dt) {
       return "i64";
     case DType::I8:
       return "i8";
+    case DType::F8_E4M3:
+      return "f8E4M3FN";
     default:
       break;  // block-quantised: a weight's parts are their own arguments (declare_arguments)
   }
@@ -368,7 +370,7 @@ class Lowering {
                           n.layer,
                           n.which,
                           n.shape,
-                          DType::F32});
+                          n.op == Op::CacheState ? n.dtype : DType::F32});
     }
     cache_final_ = cache_args_;  // each cache's latest value: the CacheState itself until updated
     // Each linear-attention layer's recurrent state, after every other state: f32 [cache_batch, W], a row's
@@ -723,6 +725,11 @@ class Lowering {
     b_.comment(n.name + (B == 1 && !mapped ? std::string(": cache_update at slots[0]")
                                            : ": cache_update per row at its first slot"));
     Val upd = b_.transpose(b_.reshape(x, {B, S, kv, hd}), {0, 2, 1, 3});  // [B, KV, S, hd]
+    if (cache.et == "f8E4M3FN") {  // fp8 e4m3fn has no infinity: clamp to its largest value, +-448
+      const Val lim = b_.splat_f32(448.0f, upd.shape);
+      upd = b_.op("clamp", {b_.unary("negate", lim), upd, lim}, "", upd.shape, "f32");
+    }
+    if (cache.et != "f32") upd = b_.convert(upd, cache.et);  // rounded once, when written
     Val out = cache;
     if (B == 1 && !mapped) {
       Val first = element(slots, 0);  // scalar slots[0]
@@ -774,6 +781,8 @@ class Lowering {
       kc = take_rows(kc, val(n.inputs[5]));
       vc = take_rows(vc, val(n.inputs[5]));
     }
+    kc = b_.convert(kc, "f32");  // a bfloat16 / fp8 cache widened to float32 (no-op for a float32 one)
+    vc = b_.convert(vc, "f32");
     const Val& kv_begin = val(n.inputs[4]);
     const int64_t B = batch(), S = seq(), KV = n.kv_heads, G = n.heads / n.kv_heads, hd = n.head_dim;
     const int64_t L = kc.shape[2];
