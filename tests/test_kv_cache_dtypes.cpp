@@ -45,6 +45,21 @@ double relative_gap(const std::vector<float>& got, const std::vector<float>& ref
   return golden::max_abs_diff(got, ref).max_abs / std::max(1e-6, static_cast<double>(max_abs(ref)));
 }
 
+// Each position's relative_gap of `got` against `ref` ([positions, vocab] logits), ascending.
+std::vector<double> position_gaps(const std::vector<float>& got, const std::vector<float>& ref,
+                                  size_t positions, int64_t vocab) {
+  std::vector<double> gaps;
+  for (size_t t = 0; t < positions; ++t) {
+    const auto at = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + static_cast<long>(t * vocab),
+                                v.begin() + static_cast<long>((t + 1) * vocab));
+    };
+    gaps.push_back(relative_gap(at(got), at(ref)));
+  }
+  std::sort(gaps.begin(), gaps.end());
+  return gaps;
+}
+
 }  // namespace
 
 // Every position's logits of a 96-token prompt against the float32 cache's (exact), as a fraction of that
@@ -71,15 +86,7 @@ TEST(KvCacheDtype, LogitsStayNearTheExactCacheOnEveryGoldenModel) {
       EXPECT_EQ(dtype_name(m.info().kv_cache_dtype), kv == "fp8" ? std::string("float8_e4m3fn") : kv);
       const std::vector<float> got = m.forward(prompt);
       ASSERT_EQ(got.size(), ref.size());
-      std::vector<double> gaps;  // per position, over its largest |logit|
-      for (size_t t = 0; t < prompt.size(); ++t) {
-        const auto at = [&](const std::vector<float>& v) {
-          return std::vector<float>(v.begin() + static_cast<long>(t * vocab),
-                                    v.begin() + static_cast<long>((t + 1) * vocab));
-        };
-        gaps.push_back(relative_gap(at(got), at(ref)));
-      }
-      std::sort(gaps.begin(), gaps.end());
+      const std::vector<double> gaps = position_gaps(got, ref, prompt.size(), vocab);
       const double max_gap = gaps.back(), median_gap = gaps[gaps.size() / 2],
                    p90_gap = gaps[gaps.size() * 9 / 10];
       if (kv != "bfloat16") {
@@ -213,15 +220,7 @@ TEST(KvCacheDtype, XlaCpuBfloat16AndFp8CachesStayNearTheFloat32Cache) {
       EXPECT_EQ(m.info().kv_bytes_per_token * 4, exact.info().kv_bytes_per_token * bytes) << kv;
       const std::vector<float> got = m.forward(prompt);
       ASSERT_EQ(got.size(), ref.size());
-      std::vector<double> gaps;
-      for (size_t t = 0; t < prompt.size(); ++t) {
-        const auto at = [&](const std::vector<float>& v) {
-          return std::vector<float>(v.begin() + static_cast<long>(t * vocab),
-                                    v.begin() + static_cast<long>((t + 1) * vocab));
-        };
-        gaps.push_back(relative_gap(at(got), at(ref)));
-      }
-      std::sort(gaps.begin(), gaps.end());
+      const std::vector<double> gaps = position_gaps(got, ref, prompt.size(), vocab);
       EXPECT_LE(gaps[gaps.size() / 2], median) << kv;
       EXPECT_LE(gaps[gaps.size() * 9 / 10], p90) << kv;
       EXPECT_GT(gaps.back(), 0.0) << kv << ": identical to the float32 cache (is the cache rounded at all?)";

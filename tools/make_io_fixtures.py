@@ -604,6 +604,20 @@ def make_tiny_smollm3():
                               "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id"))
 
 
+def convert_with_llamacpp(src, path, options):
+    """The checkpoint at `src` converted to `path` (f32) by llama.cpp's own convert_hf_to_gguf.py
+    (make_bench_models.qwen3_5_to_gguf with `options`), in a subprocess: the converter needs its own gguf-py,
+    newer than the pinned one imported here."""
+    import subprocess
+    if os.path.exists(path):
+        os.remove(path)
+    tools = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path.insert(0, {tools!r}); import make_bench_models as m; "
+            f"m.qwen3_5_to_gguf({src!r}, {path!r}, 'f32', {options})")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    print(os.path.basename(path), os.path.getsize(path))
+
+
 def make_tiny_qwen35(moe=False):
     """tiny_qwen35.gguf (tiny_qwen35moe.gguf): the Qwen3.5 (Qwen3.5-MoE) golden fixture (tests/fixtures/models/
     qwen3_5, qwen3_5_moe: 2 key heads, 4 value heads, so the converter's value-head reordering applies; the MoE's
@@ -614,13 +628,7 @@ def make_tiny_qwen35(moe=False):
     import subprocess
     src = os.path.join(ROOT, "tests", "fixtures", "models", "qwen3_5_moe" if moe else "qwen3_5")
     path = os.path.join(OUT, "tiny_qwen35moe.gguf" if moe else "tiny_qwen35.gguf")
-    if os.path.exists(path):
-        os.remove(path)
-    tools = os.path.dirname(os.path.abspath(__file__))
-    code = (f"import sys; sys.path.insert(0, {tools!r}); import make_bench_models as m; "
-            f"m.qwen3_5_to_gguf({src!r}, {path!r}, 'f32', moe={moe!r})")
-    subprocess.run([sys.executable, "-c", code], check=True)
-    print(os.path.basename(path), os.path.getsize(path))
+    convert_with_llamacpp(src, path, f"moe={moe!r}")
     if moe:
         # The same file through llama.cpp's llama-quantize (type COPY: the tensors' data as they are), which
         # writes the shared expert's gate squeezed to [H], as every quantised qwen35moe file has it.
@@ -639,7 +647,6 @@ def make_tiny_qwen3next():
     renormalises) and an mtp.* block, random weights; tiny_qwen3next.json
     holds Transformers' logits for it (Transformers ignores mtp.*)."""
     import shutil
-    import subprocess
     import tempfile
 
     import safetensors.torch
@@ -681,14 +688,7 @@ def make_tiny_qwen3next():
             logits = hf(torch.tensor([ids])).logits[0]
         with open(os.path.join(OUT, "tiny_qwen3next.json"), "w") as out:
             json.dump({"input_ids": ids, "logits": [[float(v) for v in row] for row in logits]}, out)
-        path = os.path.join(OUT, "tiny_qwen3next.gguf")
-        if os.path.exists(path):
-            os.remove(path)
-        tools = os.path.dirname(os.path.abspath(__file__))
-        code = (f"import sys; sys.path.insert(0, {tools!r}); import make_bench_models as m; "
-                f"m.qwen3_5_to_gguf({tmp!r}, {path!r}, 'f32', next_=True, mtp=True)")
-        subprocess.run([sys.executable, "-c", code], check=True)
-        print(os.path.basename(path), os.path.getsize(path))
+        convert_with_llamacpp(tmp, os.path.join(OUT, "tiny_qwen3next.gguf"), "next_=True, mtp=True")
     finally:
         shutil.rmtree(tmp)
 

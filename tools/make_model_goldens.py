@@ -1755,6 +1755,22 @@ def smollm2_golden(out_dir):
     write_json(os.path.join(out_dir, "smollm2_golden.json"), golden)
 
 
+def save_wrapper(make, src, d, **save_kw):
+    """The multimodal model `make()` builds (seeded) holding the causal fixture at `src` as its language model
+    and LM head, saved to `d` as save_pretrained writes it with a greedy generation_config; returns (model,
+    causal)."""
+    torch.manual_seed(0)
+    model = make().eval()
+    causal = load(src, torch.float32)
+    model.model.language_model.load_state_dict(causal.model.state_dict())
+    model.lm_head.load_state_dict(causal.lm_head.state_dict())
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    model.save_pretrained(d, **save_kw)
+    GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False).save_pretrained(d)
+    return model, causal
+
+
 def qwen3_5_hub_layout(out_dir, name="qwen3_5"):
     """<name>_hub/: the <name> fixture's weights in the layout the hub's Qwen3.5 files have:
     Qwen3_5ForConditionalGeneration (Qwen3_5MoeForConditionalGeneration for qwen3_5_moe) as save_pretrained
@@ -1776,15 +1792,7 @@ def qwen3_5_hub_layout(out_dir, name="qwen3_5"):
                         patch_size=4, temporal_patch_size=1, spatial_merge_size=1, num_position_embeddings=16)
     text_dict = {k: v for k, v in text.to_dict().items() if k not in ("_name_or_path", "architectures")}
     cfg = config_cls(text_config=text_dict, vision_config=vision.to_dict(), tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = wrapper_cls(cfg).eval()
-    causal = load(src, torch.float32)
-    model.model.language_model.load_state_dict(causal.model.state_dict())
-    model.lm_head.load_state_dict(causal.lm_head.state_dict())
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    model.save_pretrained(d, save_original_format=not moe)
-    GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False).save_pretrained(d)
+    model, causal = save_wrapper(lambda: wrapper_cls(cfg), src, d, save_original_format=not moe)
     f = os.path.join(d, "model.safetensors")
     tensors = safetensors.torch.load_file(f)
     if not any(k.startswith("model.language_model.") for k in tensors) or not any(
@@ -1821,15 +1829,7 @@ def gemma4_hub_layout(out_dir):
                                 num_key_value_heads=2, head_dim=16, patch_size=4, position_embedding_size=64)
     cfg = Gemma4Config(text_config=text_dict, vision_config=vision.to_dict(), audio_config=None,
                        tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = Gemma4ForConditionalGeneration(cfg).eval()
-    causal = load(src, torch.float32)
-    model.model.language_model.load_state_dict(causal.model.state_dict())
-    model.lm_head.load_state_dict(causal.lm_head.state_dict())
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    model.save_pretrained(d)
-    GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=False).save_pretrained(d)
+    _, causal = save_wrapper(lambda: Gemma4ForConditionalGeneration(cfg), src, d)
     path = os.path.join(d, "config.json")
     with open(path) as f:
         j = json.load(f)

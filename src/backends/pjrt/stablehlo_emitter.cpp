@@ -750,6 +750,17 @@ class Lowering {
     return out;
   }
 
+  // a with dimension `dim` indexed at i (an i32 scalar) and dropped; `only`: that dimension has size 1.
+  Val index_dim(const Val& a, size_t dim, const Val& i, bool only) {
+    Shape sizes = a.shape;
+    sizes[dim] = 1;
+    std::vector<Val> starts(a.shape.size(), b_.splat_i32(0, {}));
+    starts[dim] = i;
+    Shape out = sizes;
+    out.erase(out.begin() + static_cast<long>(dim));
+    return b_.reshape(only ? a : b_.dynamic_slice(a, starts, sizes), out);
+  }
+
   // Rows rows[b] of x [CB, ...] -> [B, ...] (a row-mapped step reads the cache rows of its step rows).
   Val take_rows(const Val& x, const Val& rows) {
     const int64_t B = rows.shape[0];
@@ -980,15 +991,7 @@ class Lowering {
     const Shape sh{B, hv, dk, dv}, oh{B, hv, dv};
     Val s0 = b_.reshape(b_.slice(cur, {0, H}, {B, W}), sh);
     auto step = [&](const Val& st, const Val& t) {  // t: the column (i32 scalar) -> (new state, output)
-      auto col = [&](const Val& a) {                // a[:, t] of a [B, S, ...]
-        Shape sizes = a.shape;
-        sizes[1] = 1;
-        std::vector<Val> at(a.shape.size(), zero);
-        at[1] = t;
-        Shape out = sizes;
-        out.erase(out.begin() + 1);
-        return b_.reshape(S == 1 ? a : b_.dynamic_slice(a, at, sizes), out);
-      };
+      auto col = [&](const Val& a) { return index_dim(a, 1, t, S == 1); };  // a[:, t] of a [B, S, ...]
       const Val qt = col(q), kt = col(k), vt = col(v), bt = col(beta), dt = col(decay);
       const Val ft = col(first), ct = col(valid);
       Val s1 = b_.select(b_.broadcast(ft, {0}, sh), b_.splat_f32(0.0f, sh), st);
@@ -1121,15 +1124,7 @@ class Lowering {
     const Shape sh{B, hv, dk, dv}, hc{B, hv, C, dv};
     // One chunk: its outputs from the state before it and its own tokens, then the state after it.
     auto step = [&](const Val& st, const Val& i) {
-      auto at = [&](const Val& a) {  // a[:, :, i] of a [B, hv, N, ...]
-        Shape sizes = a.shape;
-        sizes[2] = 1;
-        std::vector<Val> starts(a.shape.size(), zero);
-        starts[2] = i;
-        Shape out = sizes;
-        out.erase(out.begin() + 2);
-        return b_.reshape(N == 1 ? a : b_.dynamic_slice(a, starts, sizes), out);
-      };
+      auto at = [&](const Val& a) { return index_dim(a, 2, i, N == 1); };  // a[:, :, i] of a [B, hv, N, ...]
       const Val v_new = b_.sub(at(u), b_.dot(at(w), st, {0, 1}, {0, 1}, {3}, {2}, hc));  // [B, hv, C, dv]
       const Val o = b_.add(b_.dot(at(qd), st, {0, 1}, {0, 1}, {3}, {2}, hc),
                            b_.dot(at(intra), v_new, {0, 1}, {0, 1}, {3}, {2}, hc));
