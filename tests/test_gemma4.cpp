@@ -121,14 +121,18 @@ TEST(Gemma4, TheHubsMultimodalLayoutLoadsAsItsLanguageModel) {
   EXPECT_TRUE(got == golden::load_f32("gemma4_moe").forward(ids));
 }
 
-// Two ranks against one process: attention by heads and the MLP split (E fixture); the MoE fixture's full
-// layers have one kv head, which two ranks do not divide: refused by name, replicated with --tp-plan auto,
-// the experts still split.
-TEST(Gemma4, TensorParallelTwoRanks) {
+// Two ranks (tessera launch: the Cli suite, which the sanitizer stage leaves out) against one process:
+// attention by heads and the MLP split (E fixture); the MoE fixture's full layers have one kv head, which two
+// ranks do not divide: replicated with --tp-plan auto, the experts still split.
+TEST(Cli, TpGemma4TwoRanks) {
   const char* prompt = "5,17,33,250,7,99,201,3,44,18,90,120,6,77,230,11,150,60,9,31";
   tessera::testing::expect_tp_same_as_one_process({golden::model_path("gemma4"), 2, "", prompt});
   tessera::testing::expect_tp_same_as_one_process(
       {golden::model_path("gemma4_moe"), 2, "--tp-plan auto", prompt});
+}
+
+// Without --tp-plan auto, a layer type whose kv heads two ranks do not divide is refused by name.
+TEST(Gemma4, TensorParallelRefusesKvHeadsTwoRanksDoNotDivide) {
   models::DecoderConfig c = parse(fixture("gemma4_moe"));
   tessera::testing::expect_error(
       [&] {
@@ -137,7 +141,7 @@ TEST(Gemma4, TensorParallelTwoRanks) {
       "1 key-value heads");
 }
 
-TEST(Gemma4, TensorParallelTwoXlaCpuDevices) {
+TEST(Cli, TpGemma4XlaCpuTwoDevices) {
   REQUIRE_XLA_CPU();
   tessera::testing::expect_tp_same_as_one_process(
       {golden::model_path("gemma4"), 2, "", "5,17,33,250,7,99,201,3,44,18,90", "xla-cpu"});
