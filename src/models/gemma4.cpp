@@ -18,9 +18,7 @@
 //   - layer_scalar: each layer's output times a stored scalar; final_logit_softcapping.
 // Tensor parallelism: Transformers' plan (attention by heads where the heads divide, the MLP and the experts
 // split); the per-layer-input projections and routers replicated.
-#include <cfloat>
 #include <cmath>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "models/blocks.h"
