@@ -158,8 +158,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& path, const Lo
   impl->caps = impl->backend->capabilities();
   if (kv_dtype && *kv_dtype != impl->backend->cache_dtype())
     fail("kv_cache_dtype '", opt.kv_cache_dtype, "': the '", impl->backend->name(), "' backend keeps ",
-         dtype_name(impl->backend->cache_dtype()),
-         " KV caches (q8_0 caches run on the native cpu backend, --device cpu)");
+         dtype_name(impl->backend->cache_dtype()), " KV caches");
   impl->comm = comm;
   if (impl->config.has_recurrent_state() && !impl->backend->supports_op(graph::Op::GatedDeltaNet))
     fail(src->origin(), ": ", impl->config.architecture,

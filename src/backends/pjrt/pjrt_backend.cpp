@@ -96,7 +96,7 @@ struct TransferCounters {
 
 class PjrtCache : public DeviceCache {
  public:
-  // k[r][l], v[r][l]: replica r's (device r's) buffers f32 [batch, kv_heads, cache_len, head_dim] of layer
+  // k[r][l], v[r][l]: replica r's (device r's) buffers [batch, kv_heads, cache_len, head_dim] of layer
   // l's geometry (no buffer for a layer without keys and values)
   std::vector<std::vector<BufferHandle>> k, v;
   std::vector<BufferHandle>
@@ -241,9 +241,10 @@ class PjrtBackendImpl : public PjrtBackend {
         replicas_(std::max(1, opt.replicas)),
         comm_(opt.comm),
         kv_dtype_(opt.kv_dtype) {
-    if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::BF16 && kv_dtype_ != DType::F8_E4M3)
+    if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::BF16 && kv_dtype_ != DType::F8_E4M3 &&
+        kv_dtype_ != DType::Q8_0)
       fail("kv_cache_dtype '", dtype_name(kv_dtype_), "': device ", device,
-           " keeps float32, bfloat16 or fp8 KV caches (q8_0 runs on the native cpu backend, --device cpu)");
+           " keeps float32, bfloat16, q8_0 or fp8 KV caches");
     info_.device = device;
     info_.plugin_path = plugin_.path();
     info_.api_version = plugin_.api_version();
@@ -260,6 +261,20 @@ class PjrtBackendImpl : public PjrtBackend {
 
   std::string name() const override { return info_.device; }
   DType cache_dtype() const override { return kv_dtype_; }
+  // A q8_0 cache: per position and kv head whole blocks of 32 values, 34 bytes each (int8 buffers).
+  size_t cache_row_bytes(int64_t head_dim) const override {
+    return kv_dtype_ == DType::Q8_0 ? static_cast<size_t>((head_dim + 31) / 32 * 34)
+                                    : dtype_bytes(kv_dtype_, head_dim);
+  }
+  // The device buffer of one layer's keys (or values): [B, KV, L, hd] of the cache dtype, for q8_0 int8 bytes
+  // [B, KV, L, cache_row_bytes(hd)].
+  std::vector<int64_t> cache_dims(int64_t batch, const CacheLayer& l, int64_t len) const {
+    return {batch, l.kv_heads, len,
+            kv_dtype_ == DType::Q8_0 ? static_cast<int64_t>(cache_row_bytes(l.head_dim)) : l.head_dim};
+  }
+  PJRT_Buffer_Type cache_buffer_type() const {
+    return buffer_type(kv_dtype_ == DType::Q8_0 ? DType::I8 : kv_dtype_);
+  }
   Capabilities capabilities() const override {
     Capabilities c;
     c.in_step_sampling = true;
@@ -386,7 +401,6 @@ class PjrtBackendImpl : public PjrtBackend {
     c->seen.resize(static_cast<size_t>(replicas_));
     c->linear.resize(static_cast<size_t>(replicas_));
     std::vector<uint8_t> zeros;
-    const size_t elem = dtype_size(kv_dtype_);
     for (int r = 0; r < replicas_; ++r)
       for (const CacheLayer& l : layers) {
         auto& ks = c->k[static_cast<size_t>(r)];
@@ -396,10 +410,11 @@ class PjrtBackendImpl : public PjrtBackend {
           vs.emplace_back();
           continue;
         }
-        const std::vector<int64_t> dims{batch, l.kv_heads, cache_len, l.head_dim};
-        zeros.assign(static_cast<size_t>(shape_numel(dims)) * elem, 0);  // [B, KV, L, hd], 0.0 in every dtype
-        ks.push_back(client_.upload(zeros.data(), buffer_type(kv_dtype_), dims, static_cast<size_t>(r)));
-        vs.push_back(client_.upload(zeros.data(), buffer_type(kv_dtype_), dims, static_cast<size_t>(r)));
+        const std::vector<int64_t> dims = cache_dims(batch, l, cache_len);
+        // [B, KV, L, hd]: 0.0 in every dtype (q8_0: scale 0 and quants 0)
+        zeros.assign(static_cast<size_t>(batch * l.kv_heads * cache_len) * cache_row_bytes(l.head_dim), 0);
+        ks.push_back(client_.upload(zeros.data(), cache_buffer_type(), dims, static_cast<size_t>(r)));
+        vs.push_back(client_.upload(zeros.data(), cache_buffer_type(), dims, static_cast<size_t>(r)));
         stats_.setup_h2d_bytes += 2 * zeros.size();
       }
     return c;
@@ -412,20 +427,20 @@ class PjrtBackendImpl : public PjrtBackend {
     TS_ASSERT(from.k.size() == to.k.size() && from.batch == to.batch && to.cache_len >= from.cache_len &&
               from.layers == to.layers);
     std::vector<uint8_t> src, dst;
-    const size_t elem = dtype_size(kv_dtype_);
     auto copy = [&](const BufferHandle& a, BufferHandle& b, size_t device, const CacheLayer& layer) {
       if (!a) return;  // a layer without keys and values
-      const int64_t rows = from.batch * layer.kv_heads, hd = layer.head_dim;
-      const size_t row_from = static_cast<size_t>(from.cache_len * hd) * elem,
-                   row_to = static_cast<size_t>(to.cache_len * hd) * elem;
+      const int64_t rows = from.batch * layer.kv_heads;
+      const size_t pos = cache_row_bytes(layer.head_dim),
+                   row_from = static_cast<size_t>(from.cache_len) * pos,
+                   row_to = static_cast<size_t>(to.cache_len) * pos;
       src.resize(static_cast<size_t>(rows) * row_from);   // [B*KV, Lf, hd]
       dst.assign(static_cast<size_t>(rows) * row_to, 0);  // [B*KV, Lt, hd]
-      const std::vector<int64_t> dims{to.batch, layer.kv_heads, to.cache_len, hd};
+      const std::vector<int64_t> dims = cache_dims(to.batch, layer, to.cache_len);
       pjrt::download(plugin_, a.get(), src.data(), src.size());
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(dst.data() + static_cast<size_t>(r) * row_to,
                     src.data() + static_cast<size_t>(r) * row_from, row_from);
-      b = client_.upload(dst.data(), buffer_type(kv_dtype_), dims, device);
+      b = client_.upload(dst.data(), cache_buffer_type(), dims, device);
       stats_.cache_copy_bytes += src.size() + dst.size();
     };
     for (size_t r = 0; r < from.k.size(); ++r) {

@@ -75,9 +75,10 @@ struct PjrtOptions {
   std::shared_ptr<Communicator> comm;
   // Plugin search, start-up timeout, debugging dumps (pjrt_info.h). Unset: pjrt::default_pjrt_settings().
   std::optional<pjrt::PjrtSettings> settings;
-  // The KV caches' element type: float32, bfloat16 or F8_E4M3 (fp8 e4m3fn, values clamped to +-448 when
-  // written, as the native backend's fp8 cache); the program rounds what it writes to it and computes
-  // attention in float32 from what it reads. Anything else is an Error.
+  // The KV caches' element type: float32, bfloat16, F8_E4M3 (fp8 e4m3fn, values clamped to +-448 when
+  // written, as the native backend's fp8 cache) or Q8_0 (int8 buffers of the native cache's Q8_0 blocks);
+  // the program rounds (quantises) what it writes and computes attention in float32 from what it reads.
+  // Anything else is an Error.
   DType kv_dtype = DType::F32;
 };
 

@@ -364,13 +364,16 @@ class Lowering {
       const Node& n = g_.nodes[i];
       if (n.op != Op::CacheState && n.op != Op::SamplerState) continue;
       cache_args_.push_back(static_cast<int>(i));
+      const bool q8 = n.op == Op::CacheState && n.dtype == DType::Q8_0;  // bytes: q8_cache_shape
       vals_[i] = add_arg({n.op == Op::CacheState ? StablehloArg::Cache : StablehloArg::Seen,
                           n.name,
                           {},
                           n.layer,
                           n.which,
-                          n.shape,
-                          n.op == Op::CacheState ? n.dtype : DType::F32});
+                          q8 ? q8_cache_shape(n.shape) : n.shape,
+                          q8                       ? DType::I8
+                          : n.op == Op::CacheState ? n.dtype
+                                                   : DType::F32});
     }
     cache_final_ = cache_args_;  // each cache's latest value: the CacheState itself until updated
     // Each linear-attention layer's recurrent state, after every other state: f32 [cache_batch, W], a row's
@@ -501,8 +504,10 @@ class Lowering {
       case Op::kCount:
         fail("stablehlo emitter: invalid op in graph node ", n.name);
     }
-    TS_ASSERT(vals_[static_cast<size_t>(id)].shape == n.shape, n.name, ": lowered to ",
-              shape_str(vals_[static_cast<size_t>(id)].shape), ", graph says ", shape_str(n.shape));
+    const bool q8_cache = n.op == Op::CacheUpdate && vals_[static_cast<size_t>(id)].et == "i8";
+    TS_ASSERT(vals_[static_cast<size_t>(id)].shape == (q8_cache ? q8_cache_shape(n.shape) : n.shape), n.name,
+              ": lowered to ", shape_str(vals_[static_cast<size_t>(id)].shape), ", graph says ",
+              shape_str(n.shape));
   }
 
   // The replica group of a tensor-parallel program: every one of the key's tp_size replicas, in rank order.
@@ -725,11 +730,13 @@ class Lowering {
     b_.comment(n.name + (B == 1 && !mapped ? std::string(": cache_update at slots[0]")
                                            : ": cache_update per row at its first slot"));
     Val upd = b_.transpose(b_.reshape(x, {B, S, kv, hd}), {0, 2, 1, 3});  // [B, KV, S, hd]
-    if (cache.et == "f8E4M3FN") {  // fp8 e4m3fn has no infinity: clamp to its largest value, +-448
+    if (cache.et == "i8") {
+      upd = quantise_q8(upd);             // [B, KV, S, q8 bytes]
+    } else if (cache.et == "f8E4M3FN") {  // fp8 e4m3fn has no infinity: clamp to its largest value, +-448
       const Val lim = b_.splat_f32(448.0f, upd.shape);
       upd = b_.op("clamp", {b_.unary("negate", lim), upd, lim}, "", upd.shape, "f32");
     }
-    if (cache.et != "f32") upd = b_.convert(upd, cache.et);  // rounded once, when written
+    if (cache.et != "f32" && cache.et != "i8") upd = b_.convert(upd, cache.et);  // rounded once, when written
     Val out = cache;
     if (B == 1 && !mapped) {
       Val first = element(slots, 0);  // scalar slots[0]
@@ -738,7 +745,8 @@ class Lowering {
     } else {
       Val zero = b_.splat_i32(0, {});
       for (int64_t b = 0; b < B; ++b) {
-        Val row_upd = B == 1 ? upd : b_.slice(upd, {b, 0, 0, 0}, {b + 1, kv, S, hd});  // [1, KV, S, hd]
+        Val row_upd =
+            B == 1 ? upd : b_.slice(upd, {b, 0, 0, 0}, {b + 1, kv, S, upd.shape[3]});  // [1, KV, S, hd]
         Val first = element(slots, b * S);
         Val row = mapped ? element(val(n.inputs[3]), b) : b_.splat_i32(static_cast<int32_t>(b), {});
         out =
@@ -748,6 +756,78 @@ class Lowering {
     for (size_t i = 0; i < cache_args_.size(); ++i)
       if (cache_final_[i] == n.inputs[0]) cache_final_[i] = id;
     return out;
+  }
+
+  // A q8_0 KV cache is int8 bytes [CB, KV, L, W]: each position's head of hd values as llama.cpp's Q8_0
+  // blocks (hd padded with zeros to whole blocks of 32), per block the f16 scale's 2 bytes then 32 int8
+  // quants, the native cpu cache's bytes. One buffer per cache, so it is donated, aliased and copied as the
+  // others are.
+  static Shape q8_cache_shape(Shape s) {
+    s.back() = (s.back() + 31) / 32 * 34;
+    return s;
+  }
+
+  // f32 x [..., hd] -> its q8_0 bytes [..., W] as the cpu cache writes them (store_kv_row): per block
+  // d = amax / 127, q = round_nearest_even(x * (1 / d)) (0 where d = 0), d rounded to f16; a row holding a
+  // non-finite value gets NaN scales and zero quants (it reads back as NaN, as from a float32 cache).
+  Val quantise_q8(const Val& x) {
+    Shape lead(x.shape.begin(), x.shape.end() - 1);
+    const int64_t hd = x.shape.back(), nb = (hd + 31) / 32;
+    auto with = [&](std::initializer_list<int64_t> tail) {
+      Shape s = lead;
+      s.insert(s.end(), tail);
+      return s;
+    };
+    std::vector<int64_t> lead_dims(lead.size()), block_dims(lead.size() + 1);
+    for (size_t i = 0; i < block_dims.size(); ++i) block_dims[i] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < lead.size(); ++i) lead_dims[i] = static_cast<int64_t>(i);
+    const int64_t last = static_cast<int64_t>(lead.size());
+    b_.comment("q8_0 cache blocks of " + std::to_string(hd) + " values");
+    Val padded = hd % 32 == 0 ? x : b_.concatenate({x, b_.splat_f32(0.0f, with({nb * 32 - hd}))}, last);
+    const Shape bs = with({nb, 32}), ds = with({nb});
+    Val blocks = b_.reshape(padded, bs);
+    Val amax = b_.reduce(b_.unary("abs", blocks), {last + 1}, "maximum", 0.0f);  // [..., nb]
+    Val d = b_.div(amax, b_.splat_f32(127.0f, ds));
+    Val nonzero = b_.compare(d, b_.splat_f32(0.0f, ds), "NE", "FLOAT");
+    Val inv = b_.select(nonzero, b_.div(b_.splat_f32(1.0f, ds), d), b_.splat_f32(0.0f, ds));
+    Val q = b_.unary("round_nearest_even", b_.mul(blocks, b_.broadcast(inv, block_dims, bs)));
+    // Finite rows: the sum of x * 0 over the row is 0, NaN once any value is inf or NaN.
+    Val probe = b_.reduce(b_.mul(x, b_.splat_f32(0.0f, x.shape)), {last}, "add", 0.0f);  // [...]
+    Val finite_row = b_.op("is_finite", {probe}, "", probe.shape, "i1");
+    Val finite = b_.broadcast(finite_row, lead_dims, ds);
+    Val scale =
+        b_.select(finite, b_.convert(d, "f16"),
+                  b_.op("constant", {}, "value = dense<0x7E00> : " + tensor_type(ds, "f16"), ds, "f16"));
+    q = b_.select(b_.broadcast(finite_row, lead_dims, bs), q, b_.splat_f32(0.0f, bs));
+    Val scale_bytes = b_.op("bitcast_convert", {scale}, "", with({nb, 2}), "i8");   // [..., nb, 2]
+    Val blocks_out = b_.concatenate({scale_bytes, b_.convert(q, "i8")}, last + 1);  // [..., nb, 34]
+    return b_.reshape(blocks_out, with({nb * 34}));
+  }
+
+  // A cache's values as float32 [..., hd]: a float cache widened (no-op for float32), a q8_0 one dequantised
+  // (f32(q) * f32(d) per block, as the cpu kernel reads it).
+  Val cache_values(const Val& c, int64_t hd) {
+    if (c.et != "i8") return b_.convert(c, "f32");
+    Shape lead(c.shape.begin(), c.shape.end() - 1);
+    const int64_t nb = c.shape.back() / 34;
+    auto with = [&](std::initializer_list<int64_t> tail) {
+      Shape s = lead;
+      s.insert(s.end(), tail);
+      return s;
+    };
+    std::vector<int64_t> block_dims(lead.size() + 1);
+    for (size_t i = 0; i < block_dims.size(); ++i) block_dims[i] = static_cast<int64_t>(i);
+    Val blocks = b_.reshape(c, with({nb, 34}));
+    std::vector<int64_t> from(lead.size() + 2, 0), to = with({nb, 34});
+    to.back() = 2;
+    Val d = b_.convert(b_.op("bitcast_convert", {b_.slice(blocks, from, to)}, "", with({nb}), "f16"), "f32");
+    from.back() = 2;
+    to.back() = 34;
+    Val q = b_.convert(b_.slice(blocks, from, to), "f32");  // [..., nb, 32]
+    Val x = b_.reshape(b_.mul(q, b_.broadcast(d, block_dims, with({nb, 32}))), with({nb * 32}));
+    if (nb * 32 == hd) return x;
+    std::vector<int64_t> start(lead.size() + 1, 0), limit = with({hd});
+    return b_.slice(x, start, limit);
   }
 
   // a with dimension `dim` indexed at i (an i32 scalar) and dropped; `only`: that dimension has size 1.
@@ -792,8 +872,8 @@ class Lowering {
       kc = take_rows(kc, val(n.inputs[5]));
       vc = take_rows(vc, val(n.inputs[5]));
     }
-    kc = b_.convert(kc, "f32");  // a bfloat16 / fp8 cache widened to float32 (no-op for a float32 one)
-    vc = b_.convert(vc, "f32");
+    kc = cache_values(kc, n.head_dim);  // float32 [B, KV, L, hd] whatever the cache keeps
+    vc = cache_values(vc, n.head_dim);
     const Val& kv_begin = val(n.inputs[4]);
     const int64_t B = batch(), S = seq(), KV = n.kv_heads, G = n.heads / n.kv_heads, hd = n.head_dim;
     const int64_t L = kc.shape[2];
