@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Native llama.cpp for the benchmarks: llama-bench, llama-server and llama-quantize built with -DGGML_NATIVE=ON
-# (every ISA extension of this CPU) from the llama.cpp source that the pinned llama-cpp-python release vendors —
+# Native llama.cpp for the benchmarks: llama-bench, llama-batched-bench, llama-server and llama-quantize built
+# with -DGGML_NATIVE=ON (every ISA extension of this CPU) from the llama.cpp source that the pinned llama-cpp-python release vendors —
 # its source distribution on PyPI carries the whole tree — so the peer is the same release as before, measured
 # without the Python binding's per-token overhead. Built once into build/llama.cpp-native/ and reused while the
 # release and this CPU's flags are the same (a stamp file records both). Prints the directory of the programs.
@@ -20,7 +20,7 @@ FLAGS="$(grep -m1 '^flags' /proc/cpuinfo | md5sum | cut -c1-16)"
 AMX_FLAGS=""
 [[ "${LLAMA_NO_AMX:-0}" == 1 ]] && AMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 WANT="llama-cpp-python==$VERSION GGML_NATIVE=ON cpu-flags=$FLAGS no-amx=${LLAMA_NO_AMX:-0}"
-TOOLS=(llama-bench llama-server llama-quantize)
+TOOLS=(llama-bench llama-batched-bench llama-server llama-quantize)
 
 have_all() { for t in "${TOOLS[@]}"; do [[ -x "$OUT/bin/$t" ]] || return 1; done; }
 if [[ -f "$OUT/stamp" && "$(cat "$OUT/stamp")" == "$WANT" ]] && have_all; then

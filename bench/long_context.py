@@ -35,6 +35,9 @@ def main():
     ap.add_argument("--tessera-model", default="",
                     help="what Tessera loads, when not MODEL itself: the same weights in another file, e.g. the "
                          "Transformers checkpoint MODEL.gguf was converted from")
+    ap.add_argument("--one-pass-from", type=int, default=0,
+                    help="contexts of at least this many tokens measure llama.cpp with llama-batched-bench, one "
+                         "prefill per figure pair (bench_llamacpp_native.py --one-pass); 0: never")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     rows = []
@@ -44,7 +47,8 @@ def main():
                                    "--kv-cache-dtype", a.kv_cache_dtype], "long_context")
         l = bench_common.run_json([sys.executable, os.path.join(HERE, "bench_llamacpp_native.py"), a.model, "--bin",
                                    a.bin, "--threads", str(a.threads), "--prompt-tokens", str(n), "--new-tokens",
-                                   str(a.new_tokens), "--repeats", "1", "--llama-args", a.llama_args],
+                                   str(a.new_tokens), "--repeats", "1", "--llama-args", a.llama_args,
+                                   *(["--one-pass"] if a.one_pass_from and n >= a.one_pass_from else [])],
                                   "long_context")
         rows.append((n, t, l))
         print(f"context {n}: tessera prefill {t['prefill_tokens_per_s']:.1f} decode {t['decode_tokens_per_s']:.2f} "
@@ -54,7 +58,9 @@ def main():
     tess_model = f" (Tessera: {os.path.basename(os.path.normpath(a.tessera_model))})" if a.tessera_model else ""
     lines = [f"Long context, {os.path.basename(a.model)}{tess_model}, {a.threads} threads, {a.new_tokens} new tokens; "
              f"Tessera KV cache {kv.get('kv_cache_dtype', '?')} ({kv.get('kv_bytes_per_token', 0)} bytes per "
-             f"position); llama.cpp `llama-bench {a.llama_args}` ({rows[0][2].get('version', '?')}); machine: "
+             f"position); llama.cpp `llama-bench {a.llama_args}` ({rows[0][2].get('version', '?')})"
+             + (f"; contexts of {a.one_pass_from}+ tokens by `llama-batched-bench` (one prefill, then the decode)"
+                if a.one_pass_from else "") + "; machine: "
              f"{bench_common.machine()}", "",
              "| context | prefill tok/s Tessera / llama.cpp | ratio | decode tok/s at the end | ratio | "
              "peak RSS MB | ratio |", "|---|---|---|---|---|---|---|"]
