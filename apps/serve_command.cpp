@@ -241,10 +241,6 @@ std::vector<std::shared_ptr<serve::Stream>> submit_all(Server& s, serve::ParsedR
         budget = fit;
       }
     }
-    // Phi-3 longrope: a prompt within the switch decodes up to it (past it the whole sequence would have to
-    // be recomputed, which the server does not do); a longer prompt has no such limit.
-    if (const int64_t sw = s.loaded->model.info().longrope_switch; sw > 0 && len <= sw)
-      budget = std::max(1, std::min<int>(budget, static_cast<int>(sw + 1 - len)));
     g.max_new_tokens = budget;
   }
   if (r.logprobs >= 0 && !s.engine->logprobs_available())

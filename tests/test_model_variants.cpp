@@ -169,47 +169,97 @@ TEST(RopeScalingCpu, LongPromptsRunWholeThroughChunksAndPrefixCache) {
   }
 }
 
-// longrope: decoding across the switch from a shorter prompt. generate() recomputes the whole sequence at
-// that step, as Transformers' Phi3ForCausalLM does (the golden's 40-token case crosses at its 25th token,
-// checked by GreedyTokensIdenticalFor32Steps); where that is not done (a batch, SlotBatch: the server and
-// speculative generate) the request is refused up front, naming the switch.
+// longrope: decoding across the switch from a shorter prompt. At that step the whole sequence is computed
+// again with the long factors, as Transformers' Phi3ForCausalLM does (the golden's 40-token case crosses at
+// its 25th token): by generate() alone, and per sequence wherever it keeps company — a batch of prompts, a
+// left-padded row, speculative decoding, SlotBatch (the server) beside another sequence, a capped KV pool
+// that preempts the sequence after its crossing and resumes it — each giving the golden's tokens
+// (Transformers' for that prompt alone). Where slots cannot run it (disable_compile), a batch is refused,
+// naming the switch.
 TEST(RopeScalingCpu, LongropeDecodingAcrossTheSwitch) {
   auto j = variant_golden("phi3_longrope");
   LoadOptions opt;
   opt.dtype = DType::F32;
   CausalLM m = AutoModelForCausalLM::from_pretrained(golden::variant_path("phi3_longrope"), opt);
   const auto& c = j["greedy"][0];
-  const std::vector<int32_t> prompt = to32(c["input_ids"]);
+  const std::vector<int32_t> prompt = to32(c["input_ids"]), want = to32(c["output_ids"]);
   ASSERT_EQ(prompt.size(), 40u);
-  // With the recompute every token matches; the step where it happens is the 25th.
-  EXPECT_EQ(m.generate({prompt}, {}, greedy(32)).sequences[0], to32(c["output_ids"]));
-  auto expect_refused = [](const std::function<void()>& f, const char* what) {
-    try {
-      f();
-      ADD_FAILURE() << what << ": no error";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("original_max_position_embeddings (64)"), std::string::npos) << what << ": " << msg;
-      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  const std::vector<int32_t> want_new(want.begin() + 40, want.end());
+  const auto& c2 = j["greedy"][1];  // 300 tokens: past the switch from the start
+  const std::vector<int32_t> prompt2 = to32(c2["input_ids"]), want2 = to32(c2["output_ids"]);
+  const std::vector<int32_t> want2_new(want2.begin() + static_cast<long>(prompt2.size()), want2.end());
+  // Alone, and with prompt lookup (drafts stop short of the switch; the crossing step computes whole).
+  EXPECT_EQ(m.generate({prompt}, {}, greedy(32)).sequences[0], want);
+  GenerationConfig lookup = greedy(32);
+  lookup.prompt_lookup_num_tokens = 3;
+  EXPECT_EQ(m.generate({prompt}, {}, lookup).sequences[0], want) << "prompt lookup";
+  // A batch: the 40-token prompt left-padded beside the 300-token one; and one padded row alone.
+  std::vector<int32_t> padded(prompt2.size() - prompt.size(), 0), mask(prompt2.size(), 1);
+  std::fill(mask.begin(), mask.begin() + static_cast<long>(padded.size()), 0);
+  padded.insert(padded.end(), prompt.begin(), prompt.end());
+  const GenerateOutput both =
+      m.generate({padded, prompt2}, {mask, std::vector<int32_t>(prompt2.size(), 1)}, greedy(32));
+  EXPECT_EQ(std::vector<int32_t>(both.sequences[0].begin() + static_cast<long>(padded.size()),
+                                 both.sequences[0].end()),
+            want_new)
+      << "the crossing row of a batch";
+  EXPECT_EQ(std::vector<int32_t>(both.sequences[1].begin() + static_cast<long>(prompt2.size()),
+                                 both.sequences[1].end()),
+            want2_new)
+      << "its neighbour";
+  const GenerateOutput alone_padded = m.generate({padded}, {mask}, greedy(32));
+  EXPECT_EQ(std::vector<int32_t>(alone_padded.sequences[0].begin() + static_cast<long>(padded.size()),
+                                 alone_padded.sequences[0].end()),
+            want_new)
+      << "a padded row";
+  // SlotBatch (the server's): beside a sequence past the switch.
+  {
+    SlotBatch b(m, 2, 512, {.host_sampling = true});
+    b.prefill(1, prompt2, greedy(32));
+    b.prefill(0, prompt, greedy(32));
+    while (b.running_count() > 0) b.step();
+    EXPECT_EQ(b.tokens(0), want_new) << "SlotBatch";
+    EXPECT_EQ(b.tokens(1), want2_new) << "SlotBatch, its neighbour";
+  }
+  // A capped pool of 3 blocks: a 230-token sequence (2 blocks) grows into a third block after the crossing
+  // sequence (1 block, started later) has crossed, which is preempted then and resumed once the first ends.
+  {
+    SlotBatch probe(m, 1, 512, {.host_sampling = true, .decode_rows = SlotBatchOptions::DecodeRows::Running});
+    const KvCacheStats kv = probe.kv_cache();
+    ASSERT_TRUE(kv.paged);
+    ASSERT_EQ(kv.block_tokens, 128) << "the pool's arithmetic below assumes 128-slot blocks";
+    const std::vector<int32_t> long_prompt(prompt2.begin(), prompt2.begin() + 230);
+    const std::vector<int32_t> long_alone = m.generate({long_prompt}, {}, greedy(32)).sequences[0];
+    SlotBatch b(m, 2, 512,
+                {.host_sampling = true,
+                 .decode_rows = SlotBatchOptions::DecodeRows::Running,
+                 .kv_cache_bytes = 3 * kv.block_bytes});
+    b.prefill(0, long_prompt, greedy(32));
+    b.prefill(1, prompt, greedy(32));
+    std::vector<int32_t> long_got;
+    while (b.running_count() > 0) {
+      b.step();
+      if (b.busy(0) && !b.running(0)) {
+        long_got = b.tokens(0);
+        b.release(0);
+      }
     }
-  };
-  expect_refused([&] { m.generate({prompt, prompt}, {}, greedy(26)); }, "a batch");
-  SlotBatch b(m, 1, 128, {.host_sampling = true});
-  expect_refused([&] { b.prefill(0, prompt, greedy(26)); }, "SlotBatch");
-  EXPECT_NO_THROW(b.prefill(0, prompt, greedy(25)));  // up to the switch
-  b.release(0);
-  EXPECT_NO_THROW(b.prefill(0, std::vector<int32_t>(70, 7), greedy(26)));  // a prompt past it
-  // A left-padded single row: Transformers decides on the padded length there, so it is refused too.
-  std::vector<int32_t> padded(prompt);
-  padded.insert(padded.begin(), 3, 0);
-  std::vector<int32_t> mask(padded.size(), 1);
-  std::fill(mask.begin(), mask.begin() + 3, 0);
-  expect_refused([&] { m.generate({padded}, {mask}, greedy(26)); }, "a padded row");
-  // What the server checks at submit (a 400): the same rule from ModelInfo.
+    EXPECT_EQ(b.kv_cache().preemptions, 1);
+    EXPECT_EQ(b.tokens(1), want_new) << "preempted after its crossing, resumed";
+    EXPECT_EQ(long_got, std::vector<int32_t>(long_alone.begin() + 230, long_alone.end()));
+  }
+  // No slots to run it on: generate()'s own loop refuses a batch that crosses, naming the switch.
+  GenerationConfig eager = greedy(26);
+  eager.disable_compile = true;
+  try {
+    m.generate({padded, prompt2}, {mask, std::vector<int32_t>(prompt2.size(), 1)}, eager);
+    ADD_FAILURE() << "a crossing batch accepted without slots";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("original_max_position_embeddings (64)"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
   EXPECT_EQ(m.info().longrope_switch, 64);
-  EXPECT_FALSE(models::longrope_crossing_error(64, 40, 26).empty());
-  EXPECT_TRUE(models::longrope_crossing_error(64, 40, 25).empty());
-  EXPECT_TRUE(models::longrope_crossing_error(64, 65, 100).empty());
   // Only Phi3ForCausalLM recomputes in Transformers: a Llama-family longrope switches per forward instead.
   auto config = golden::load_json(golden::variant_path("phi3_longrope") + "/config.json");
   config["architectures"] = {"LlamaForCausalLM"};

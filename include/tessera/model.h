@@ -148,8 +148,8 @@ struct ModelInfo {
   // The positions a sequence may reach: max_position_embeddings, or more where the rope scaling serves more
   // (yarn: original_max_position_embeddings x factor; dynamic: any length).
   int64_t context_limit = 0;
-  // Phi-3 with longrope: original_max_position_embeddings, where decoding from a shorter prompt would need
-  // the whole sequence recomputed (the server refuses such a request; 0: no such switch).
+  // Phi-3 with longrope: original_max_position_embeddings, where a sequence decoding from a shorter prompt
+  // is computed again whole with the long factors, as Transformers does (0: no such switch).
   int64_t longrope_switch = 0;
   // Some layers keep a recurrent state per sequence (Qwen3.5's linear attention) besides keys and values,
   // which cannot be rewound to an arbitrary position: prefix caching hits only a row's whole cached prompt

@@ -77,7 +77,8 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
   const int max_new = p.max_new;
   // Phi-3 longrope: one unpadded sequence decoding across the switch is recomputed whole at that step, as
   // Transformers' Phi3ForCausalLM does (prepare_inputs_for_generation drops its cache). A batch, or a row
-  // with left padding (Transformers then decides on the padded length), is refused.
+  // with left padding, runs over a SlotBatch (CausalLM::generate: longrope_batch_applies), each row as alone
+  // (Transformers decides on the padded batch); where it cannot, it is refused here.
   const int64_t switch_at = m.config.longrope_switch();
   if (switch_at > 0 && (batch > 1 || pads[0] > 0))
     for (int b = 0; b < batch; ++b)

@@ -27,6 +27,14 @@ GenerateOutput generate(runtime::ModelCore& m, const std::vector<std::vector<int
 // Whether generate() with `cfg` verifies prompt-lookup drafts (GenerationConfig::prompt_lookup_num_tokens):
 // then CausalLM::generate runs it as generate_speculative; otherwise it decodes one token per step.
 bool speculative_generate_applies(const runtime::ModelCore& m, const GenerationConfig& cfg);
+// Whether generate() runs over a SlotBatch (generate_speculative) for Phi-3 longrope: some row of a batch
+// of several prompts, or a left-padded one, decodes across the switch, where each row is computed again
+// whole as it would be alone (SlotBatch does that per row; generate()'s own loop only for one unpadded
+// prompt). Where SlotBatch cannot run it (disable_compile, a dynamic cache, in-step sampling, tensor
+// parallelism over MPI) generate() refuses the request by name.
+bool longrope_batch_applies(const runtime::ModelCore& m, const std::vector<std::vector<int32_t>>& input_ids,
+                            const std::vector<std::vector<int32_t>>& attention_mask,
+                            const GenerationConfig& cfg);
 // generate() over a SlotBatch (a slot per prompt row, its padding removed, row b seeded with row_seed(seed,
 // b) and the budget of the padded prompt): the same sequences, finish reasons and callbacks as generate().
 GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,

@@ -1,8 +1,9 @@
-// generate() with prompt lookup (GenerationConfig::prompt_lookup_num_tokens): the rows run as slots of one
-// SlotBatch, whose decode steps verify each row's draft tokens beside its next token. Every row gets what
-// generate() gives it: its prompt without padding, the seed row_seed(seed, row), the padded prompt's budget,
-// so the same tokens (the batch's steps compute each row as a one-token step does) and, at the end, padding
-// after a finished row up to the longest one.
+// generate() with prompt lookup (GenerationConfig::prompt_lookup_num_tokens) or a draft model, or a batch
+// whose rows cross Phi-3 longrope's switch: the rows run as slots of one SlotBatch, whose decode steps verify
+// each row's draft tokens beside its next token (and compute a crossing row again whole, as alone). Every row
+// gets what generate() gives it: its prompt without padding, the seed row_seed(seed, row), the padded
+// prompt's budget, so the same tokens (the batch's steps compute each row as a one-token step does) and, at
+// the end, padding after a finished row up to the longest one.
 #include <algorithm>
 #include <chrono>
 
@@ -14,9 +15,26 @@
 
 namespace tessera::generation {
 
+namespace {
+bool slots_can_run(const runtime::ModelCore& m, const GenerationConfig& cfg) {
+  return !cfg.disable_compile && cfg.cache_implementation != "dynamic" && m.caps.shared_cache_rows &&
+         !m.device_sampling && !(m.comm && m.comm->size() > 1);
+}
+}  // namespace
+
 bool speculative_generate_applies(const runtime::ModelCore& m, const GenerationConfig& cfg) {
-  return cfg.prompt_lookup_num_tokens > 0 && !cfg.disable_compile && cfg.cache_implementation != "dynamic" &&
-         m.caps.shared_cache_rows && !m.device_sampling && !(m.comm && m.comm->size() > 1);
+  return cfg.prompt_lookup_num_tokens > 0 && slots_can_run(m, cfg);
+}
+
+bool longrope_batch_applies(const runtime::ModelCore& m, const std::vector<std::vector<int32_t>>& input_ids,
+                            const std::vector<std::vector<int32_t>>& attention_mask,
+                            const GenerationConfig& cfg) {
+  if (m.config.longrope_switch() <= 0 || !slots_can_run(m, cfg)) return false;
+  const Prompts p = check_prompts(m, input_ids, attention_mask, cfg);
+  if (input_ids.size() == 1 && p.pads[0] == 0) return false;  // generate() recomputes one sequence itself
+  for (int32_t pad : p.pads)
+    if (!m.config.rope_crossing_error(p.seq - pad, p.max_new).empty()) return true;
+  return false;
 }
 
 GenerateOutput generate_speculative(CausalLM& model, runtime::ModelCore& m,

@@ -3,6 +3,7 @@
 // generation::RowState (rows.h), shared with generate().
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -61,6 +62,10 @@ struct Slot {
   uint64_t started = 0;
   bool preempted = false;
   std::vector<int32_t> recompute;
+  // Phi-3 longrope: the new tokens its whole-sequence run at the switch took in (Impl::cross; 0: not
+  // crossed). A resume then recomputes that run (`recompute` holds its padded tokens) and replays the tokens
+  // after it.
+  int crossed_out = 0;
   bool prefilling() const { return !padded.empty(); }
   // Runs in the next step (a prompt chunk or a token): busy, not finished, not preempted.
   bool active() const { return busy && row.running() && !preempted; }
@@ -209,6 +214,24 @@ struct SlotBatch::Impl {
   // A prompt of `len` tokens past a length-dependent rope's switch (DecoderConfig::rope_split_limit):
   // computed whole, never in chunks, from a cached or reused prefix, or cached for others.
   bool runs_whole(int64_t len) const { return len > m->config.rope_split_limit(); }
+  // Phi-3 longrope (DecoderConfig::longrope_switch): a sequence whose prompt ran with the short factors and
+  // whose next input sits at the switch position is computed again whole, as Transformers' Phi3ForCausalLM
+  // does there (its cache dropped): one prompt run of every token so far into its cache row, every key
+  // rotated with the long factors, whose last logits give the next token. Per sequence, as it would run
+  // alone: its neighbours' positions never decide it.
+  bool crosses_now(const Slot& s) const {
+    const int64_t at = m->config.longrope_switch();
+    return at > 0 && s.crossed_out == 0 && s.prompt_tokens <= at && s.next_position() == at;
+  }
+  // The positions a step of `s` may still feed with the short factors (its next token and drafts): up to the
+  // switch, exclusive; unlimited when it crossed or never will.
+  int before_switch(const Slot& s) const {
+    const int64_t at = m->config.longrope_switch();
+    if (at <= 0 || s.crossed_out > 0 || s.prompt_tokens > at || s.next_position() > at)
+      return std::numeric_limits<int>::max();
+    return static_cast<int>(at - s.next_position());
+  }
+  int32_t cross(Slot& s, int slot);
   // Per cache row: the tokens of the whole chunks `prompt` shares with it (never its last token).
   std::vector<int> row_hits(const std::vector<int32_t>& prompt) const {
     std::vector<int> hits(static_cast<size_t>(n), 0);
@@ -413,8 +436,9 @@ struct SlotBatch::Impl {
     r.from = from;
     return r;
   }
-  // Runs positions [from, from + count) of the slot's padded prompt (one row-mapped prefill program).
-  void run_prompt(const Slot& s, int slot, int from, int count);
+  // Runs positions [from, from + count) of the slot's padded prompt (one row-mapped prefill program); with
+  // in-step sampling its last run samples the sequence's token number `token` (0: the prompt's).
+  void run_prompt(const Slot& s, int slot, int from, int count, int token = 0);
   // The first token, from the last prompt run: chosen, checked, broadcast, streamed and accepted.
   int32_t first_token(Slot& s, int slot, const char* what);
 
@@ -435,6 +459,7 @@ struct SlotBatch::Impl {
   // budget, and with a capped pool the blocks it holds or that are free.
   int draft_room(const Slot& s, int r) const {
     int room = s.row.budget - s.row.produced - 1;  // a step gives at most drafts + 1 tokens
+    room = std::min(room, before_switch(s) - 1);   // longrope: no draft at or past the switch
     const int64_t next = s.next_slot() + 1;        // slots its next token fills
     if (capped)
       room = static_cast<int>(
@@ -632,8 +657,6 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
     fail("SlotBatch::", what, ": slot ", slot, ": prompt of ", len, " tokens exceeds ",
          m->config.context_limit_str());
   const int budget = cfg.new_token_budget(len, m->config.max_position_embeddings);  // Transformers' cap
-  if (const std::string why = m->config.rope_crossing_error(len, budget); !why.empty())
-    fail("SlotBatch::", what, ": slot ", slot, ": ", why);
   if (len + budget > max_pos)
     fail("SlotBatch::", what, ": slot ", slot, ": prompt (", len, " tokens) + max_new_tokens (", budget,
          ") exceeds ", m->config.context_limit_str());
@@ -666,7 +689,9 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   fresh.row.start(cfg, cfg.seed ? *cfg.seed : generation::fresh_seed(), prompt, 0, budget);
   fresh.on_token = on_token;
   fresh.prompt_tokens = len;
-  if (options.prefix_reuse) fresh.prompt = prompt;
+  // Kept for prefix_reuse, and where a longrope sequence may cross its switch (cross() runs it again).
+  const int64_t at = m->config.longrope_switch();
+  if (options.prefix_reuse || (at > 0 && len <= at)) fresh.prompt = prompt;
   fresh.prefill_len = static_cast<int>(padded);
   fresh.kv_begin = static_cast<int>(padded) - len;
   fresh.chunk = chunk;
@@ -686,7 +711,7 @@ Slot SlotBatch::Impl::start(int slot, const std::vector<int32_t>& prompt, const 
   return fresh;
 }
 
-void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
+void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count, int token) {
   // Positions from..from+count-1 of the padded prompt into cache row `slot`.
   in = StepInputs{};
   for (int i = from; i < from + count; ++i) {
@@ -698,9 +723,9 @@ void SlotBatch::Impl::run_prompt(const Slot& s, int slot, int from, int count) {
   in.kv_begin = {s.kv_begin};
   if (on_device) {
     in.seen_from = {std::max(0, s.kv_begin - from)};  // a prefill starts the row's seen mask
-    s.row.params.append_encoded(0, in.sample_params);
+    s.row.params.append_encoded(token, in.sample_params);
     // The mask goes with the program that samples the first token (the last chunk's).
-    if (from + count >= s.prefill_len)
+    if (from + count >= static_cast<int>(s.padded.size()))
       in.token_mask = generation::step_token_masks({&s.row}, m->config.vocab_size);
   }
   const bool mapped = n > 1;
@@ -789,17 +814,48 @@ void SlotBatch::Impl::compute_prompt(Slot& s, int slot, int reuse_tokens, int re
     row.tokens.clear();
 }
 
+int32_t SlotBatch::Impl::cross(Slot& s, int slot) {
+  // Every token so far (the prompt, the new tokens, the last of which is this step's input at the switch),
+  // padded on the left to its bucket where the backend wants buckets and the row still fits its budget.
+  const int len = s.prompt_tokens + s.row.produced;
+  int pad = m->bucket_for(len, true) - len;
+  if (pad + s.prompt_tokens + s.row.budget - 1 > cache_len) pad = 0;  // exact: a program of its own
+  if (paging) pad = s.kv_begin;  // paged rows run at their exact length (kv_begin 0): the blocks they hold
+  std::vector<int32_t> whole(static_cast<size_t>(pad), 0);  // padding: masked, any valid id
+  whole.insert(whole.end(), s.prompt.begin(), s.prompt.end());
+  whole.insert(whole.end(), s.out.begin(), s.out.end());
+  s.kv_begin = pad;
+  s.prefill_len = pad + s.prompt_tokens;  // next_slot() = pad + len - 1 on
+  s.padded = std::move(whole);
+  chunks[static_cast<size_t>(slot)].tokens.clear();  // its short-factor keys are gone: nothing to share
+  s.crossed_out = s.row.produced;
+  run_prompt(s, slot, 0, pad + len, s.row.produced);
+  return first_token(s, slot, "step");
+}
+
 void SlotBatch::Impl::resume(int r) {
   Slot& s = slots[static_cast<size_t>(r)];
   s.preempted = false;
   if (s.prefilling()) return;  // its chunks run again from the first (chunks_done is 0)
   s.padded = s.recompute;
-  compute_prompt(s, r, 0, 0);
+  if (s.crossed_out > 0) {  // its whole-sequence run at the longrope switch
+    if (paging) {
+      shrink(r, 0);
+      const int64_t need = blocks(static_cast<int64_t>(s.padded.size())) - held[static_cast<size_t>(r)];
+      if (!make_room(need, r))
+        fail("SlotBatch::resume: slot ", r, ": its sequence needs ", need, " more KV blocks; ", free_blocks(),
+             " of the pool's ", pool, " are free");
+    }
+    run_prompt(s, r, 0, static_cast<int>(s.padded.size()), s.crossed_out);
+  } else {
+    compute_prompt(s, r, 0, 0);
+  }
   s.padded.clear();
   // Its new tokens but the last (the next step's input), each computed as the decode step that took it
   // computed it: one-token rows of this cache row, several per program (Capabilities::shared_cache_rows).
+  // After a longrope crossing: those after the tokens its whole run took in.
   const int fed = static_cast<int>(s.out.size()) - 1;
-  for (int j0 = 0; j0 < fed; j0 += kReplayRows) {
+  for (int j0 = s.crossed_out; j0 < fed; j0 += kReplayRows) {
     const int count = std::min(kReplayRows, fed - j0);
     in = StepInputs{};
     for (int j = j0; j < j0 + count; ++j) {
@@ -909,6 +965,16 @@ std::vector<SlotToken> SlotBatch::step() {
   for (int r = 0; r < b.n; ++r) {
     Slot& s = b.slots[static_cast<size_t>(r)];
     if (!s.active()) continue;
+    if (!s.prefilling() && b.crosses_now(s)) {  // longrope: the whole sequence again, its next token from it
+      try {
+        const int32_t tok = b.cross(s, r);
+        out.push_back({r, tok, s.row.finish});
+      } catch (const Error& e) {
+        s.row.finish = FinishReason::Error;
+        bad(r, e.what());
+      }
+      continue;
+    }
     if (!s.prefilling()) {
       decode[static_cast<size_t>(r)] = true;
       continue;

@@ -287,7 +287,8 @@ ConfigReader checked_config_reader(const nlohmann::json& j, const std::string& o
                                    const std::vector<ConfigKey>& own_keys) {
   ConfigReader r(j, origin);
   // A key the architecture's own table lists is checked by that row alone.
-  check_refused_keys(r, merge_config_keys(merge_config_keys(common_config_keys(), decoder_config_keys()), own_keys));
+  check_refused_keys(
+      r, merge_config_keys(merge_config_keys(common_config_keys(), decoder_config_keys()), own_keys));
   check_quantization_config(r);
   return r;
 }
@@ -310,10 +311,12 @@ void check_quantization_config(const ConfigReader& r) {
                    "GptOssForCausalLM's {\"quant_method\": \"mxfp4\"}; only null is)");
 }
 
-std::vector<ConfigKey> merge_config_keys(const std::vector<ConfigKey>& shared, const std::vector<ConfigKey>& own) {
+std::vector<ConfigKey> merge_config_keys(const std::vector<ConfigKey>& shared,
+                                         const std::vector<ConfigKey>& own) {
   std::vector<ConfigKey> out;
   for (const ConfigKey& k : shared)
-    if (std::none_of(own.begin(), own.end(), [&](const ConfigKey& o) { return std::string_view(o.key) == k.key; }))
+    if (std::none_of(own.begin(), own.end(),
+                     [&](const ConfigKey& o) { return std::string_view(o.key) == k.key; }))
       out.push_back(k);
   out.insert(out.end(), own.begin(), own.end());
   return out;
@@ -826,23 +829,18 @@ int64_t DecoderConfig::longrope_switch() const {
                                                                       : 0;
 }
 
-std::string longrope_crossing_error(int64_t switch_at, int64_t prompt_len, int64_t new_tokens) {
+std::string DecoderConfig::rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const {
+  const int64_t switch_at = longrope_switch();
   // The last token fed back sits at prompt_len + new_tokens - 2.
   if (switch_at <= 0 || prompt_len > switch_at || prompt_len + new_tokens - 2 < switch_at) return "";
   return "a prompt of " + std::to_string(prompt_len) + " tokens and " + std::to_string(new_tokens) +
          " new tokens would decode past the longrope switch at original_max_position_embeddings (" +
          std::to_string(switch_at) +
-         "), where Transformers recomputes the whole sequence with the long factors; generate() does that "
-         "for "
-         "one unpadded sequence without speculation, not for a batch, speculative decoding or the server: "
-         "keep "
-         "the prompt and max_new_tokens within " +
+         "), where Transformers recomputes the whole sequence with the long factors; a batch or padded rows "
+         "do that over slots, which this run cannot use (disable_compile, a dynamic cache, in-step sampling "
+         "or tensor parallelism over MPI): keep the prompt and max_new_tokens within " +
          std::to_string(switch_at + 1) + " positions, or use a prompt longer than " +
          std::to_string(switch_at) + " tokens";
-}
-
-std::string DecoderConfig::rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const {
-  return longrope_crossing_error(longrope_switch(), prompt_len, new_tokens);
 }
 
 int64_t DecoderConfig::context_limit() const { return rope_context_limit(rope, max_position_embeddings); }

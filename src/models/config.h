@@ -172,7 +172,8 @@ struct DecoderConfig {
   // the same for one unpadded sequence). Other architectures with longrope switch per forward, as dynamic.
   int64_t longrope_switch() const;
   // Why a sequence of `prompt_len` tokens and `new_tokens` more cannot run where that recompute is not done
-  // (a batch, speculative decoding, the server's SlotBatch): "" when it does not cross the switch.
+  // (generate()'s own loop for a batch or a padded row, where SlotBatch cannot take it): "" when it does not
+  // cross the switch.
   std::string rope_crossing_error(int64_t prompt_len, int64_t new_tokens) const;
 
   bool layer_is_sliding(int64_t layer) const {
@@ -371,9 +372,6 @@ void parse_decoder_config(const ConfigReader& r, const ConfigDefaults& d, Decode
 // with default rope where Transformers ignores it).
 // `longrope_aliases`: rope_type 'su' and 'yarn' mean longrope (Phi3Config). `default_original`: the config
 // class's top-level original_max_position_embeddings when config.json has none (Phi3Config: 4096).
-// DecoderConfig::rope_crossing_error for a model whose longrope_switch() is `switch_at` (the server has only
-// ModelInfo::longrope_switch).
-std::string longrope_crossing_error(int64_t switch_at, int64_t prompt_len, int64_t new_tokens);
 RopeConfig parse_rope(const ConfigReader& r, std::optional<double> default_partial_rotary,
                       int64_t max_position_embeddings, bool longrope_aliases = false,
                       std::optional<int64_t> default_original = std::nullopt, double default_theta = 10000.0);

@@ -172,7 +172,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int32_t>>& input
                                   const std::vector<std::vector<int32_t>>& attention_mask,
                                   const GenerationConfig& cfg, const TokenCallback& on_token) {
   if (!impl_) fail("generate: the model was moved from");
-  if (generation::speculative_generate_applies(*impl_, cfg))
+  if (generation::speculative_generate_applies(*impl_, cfg) ||
+      generation::longrope_batch_applies(*impl_, input_ids, attention_mask, cfg))
     return generation::generate_speculative(*this, *impl_, input_ids, attention_mask, cfg, on_token);
   return generation::generate(*impl_, input_ids, attention_mask, cfg, on_token);
 }

@@ -272,9 +272,6 @@ std::shared_ptr<Stream> Engine::submit(EngineRequest request) {
   // tokenizer cannot do (harmony without its markers) before the request waits.
   (void)make_reasoning_parser(request.reasoning, tok_, request.reasoning_open, request.config.eos_token_id);
   const int budget = request.config.new_token_budget(len, model_.info().max_position_embeddings);
-  if (const std::string why = models::longrope_crossing_error(model_.info().longrope_switch, len, budget);
-      !why.empty())
-    fail(why);
   if (budget > max_new_tokens_that_fit(len)) {
     const int padded = padded_prompt(len);
     fail("the prompt (", len, " tokens", padded != len ? detail::concat(", ", padded, " as prefilled") : "",
