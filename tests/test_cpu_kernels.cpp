@@ -413,6 +413,13 @@ TEST_P(CpuKernels, AttentionDecodeLongContextSplitsKeys) {
   check_attention({1, 9, 3, 64, 1100, {1030}, 17}, DType::BF16);
 }
 
+TEST_P(CpuKernels, AttentionDecodeAt32kKeys) {
+  // Decode at the end of a 32k context (the split-K over key chunks, each thread's partial softmax merged):
+  // against the double-precision reference, f32 and bf16 caches, with the slots before kv_begin poisoned.
+  check_attention({1, 4, 2, 64, 32800, {32767}, 0});
+  check_attention({1, 8, 2, 128, 32800, {32790}, 21}, DType::BF16);
+}
+
 TEST_P(CpuKernels, AttentionBf16Cache) {
   // Decode and a prefill block (six-row passes plus leftover keys), head_dim past whole vectors.
   check_attention({1, 4, 2, 64, 40, {33}, 0}, DType::BF16);
