@@ -150,3 +150,10 @@ def test_kv_cache_dtype():
         assert 0 < gap <= bound, (kv, gap)
     with pytest.raises(Exception, match="'int4'"):
         tessera.AutoModelForCausalLM.from_pretrained(d, kv_cache_dtype="int4")
+    if "xla-cpu" in tessera.devices():  # PJRT: the same q8_0 bytes, quantised in the compiled step
+        cpu = tessera.AutoModelForCausalLM.from_pretrained(d, dtype="float32", kv_cache_dtype="q8_0")
+        x = tessera.AutoModelForCausalLM.from_pretrained(d, dtype="float32", kv_cache_dtype="q8_0",
+                                                         device_map="xla-cpu")
+        assert x.kv_cache_dtype == "q8_0"
+        near = cpu(ids).logits[0]
+        assert np.abs(x(ids).logits[0] - near).max() / np.abs(near).max() <= 2e-3
