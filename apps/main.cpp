@@ -91,7 +91,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_optional) {
       "(34 "
       "bytes per 32 values of a head) or fp8 (float8 e4m3fn); q8_0 and fp8 halve a bfloat16 cache's memory "
       "and "
-      "the bytes long-context decode reads. PJRT devices: float32, bfloat16 or fp8 (q8_0: cpu device only)");
+      "the bytes long-context decode reads. PJRT devices take every one (q8_0 there as the same int8 "
+      "blocks, quantised in the compiled step)");
   cmd->add_option(
          "--threads", f.threads,
          "Worker threads (default: all cores, or $TESSERA_NUM_THREADS; under tessera launch, the cores "
