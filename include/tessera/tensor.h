@@ -74,6 +74,11 @@ DType parse_load_dtype(const std::string& s);
 // A KV cache dtype (LoadOptions::kv_cache_dtype): "auto" -> nullopt (the backend's default); "float32" /
 // "f32" / "fp32", "bfloat16" / "bf16", "q8_0", "fp8" / "fp8_e4m3" / "float8_e4m3fn"; throws Error otherwise.
 std::optional<DType> parse_kv_cache_dtype(const std::string& s);
+// The values a KV cache row of hd values holds in a KV cache dtype (F32, BF16, Q8_0, F8_E4M3): hd, or for
+// Q8_0 hd rounded up to whole blocks of 32 (the last one padded with zeros), and their bytes (every backend's
+// cache rows: the native cpu cache and PJRT's int8 q8_0 buffers alike).
+int64_t kv_row_values(DType kv_dtype, int64_t hd);
+size_t kv_row_bytes(DType kv_dtype, int64_t hd);
 // Quantises rows [rows, K] (K a multiple of 32) of f32 x into blocks of q (Q8_0 or Q4_0), as GGML's reference
 // quantisers define them: Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 d = m / -8 for the value m of largest
 // magnitude, q = min(15, trunc(x / d + 8.5)); d stored as f16.

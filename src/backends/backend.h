@@ -167,8 +167,8 @@ class Backend {
   }
   // The dtype caches hold keys and values in.
   virtual DType cache_dtype() const { return DType::F32; }
-  // Bytes a cache holds for one position of one kv head of head_dim values.
-  virtual size_t cache_row_bytes(int64_t head_dim) const { return dtype_bytes(cache_dtype(), head_dim); }
+  // Bytes a cache holds for one position of one kv head of head_dim values (q8_0: whole blocks).
+  size_t cache_row_bytes(int64_t head_dim) const { return kv_row_bytes(cache_dtype(), head_dim); }
   // Bytes one position of every layer's keys and values takes.
   size_t cache_position_bytes(const CacheGeometry& layers) const {
     size_t n = 0;

@@ -163,6 +163,12 @@ DType parse_load_dtype(const std::string& s) {
   fail("unsupported dtype '", s, "' (expected float32, bfloat16, float16, q8_0, q4_0 or q4_k)");
 }
 
+int64_t kv_row_values(DType kv_dtype, int64_t hd) {
+  return kv_dtype == DType::Q8_0 ? (hd + 31) / 32 * 32 : hd;
+}
+
+size_t kv_row_bytes(DType kv_dtype, int64_t hd) { return dtype_bytes(kv_dtype, kv_row_values(kv_dtype, hd)); }
+
 std::optional<DType> parse_kv_cache_dtype(const std::string& s) {
   if (s == "auto") return std::nullopt;
   if (s == "float32" || s == "f32" || s == "fp32") return DType::F32;

@@ -219,12 +219,9 @@ struct SlotBatch::Impl {
   // does there (its cache dropped): one prompt run of every token so far into its cache row, every key
   // rotated with the long factors, whose last logits give the next token. Per sequence, as it would run
   // alone: its neighbours' positions never decide it.
-  bool crosses_now(const Slot& s) const {
-    const int64_t at = m->config.longrope_switch();
-    return at > 0 && s.crossed_out == 0 && s.prompt_tokens <= at && s.next_position() == at;
-  }
+  bool crosses_now(const Slot& s) const { return before_switch(s) == 0; }
   // The positions a step of `s` may still feed with the short factors (its next token and drafts): up to the
-  // switch, exclusive; unlimited when it crossed or never will.
+  // switch, exclusive (0: its next input sits at the switch); unlimited when it crossed or never will.
   int before_switch(const Slot& s) const {
     const int64_t at = m->config.longrope_switch();
     if (at <= 0 || s.crossed_out > 0 || s.prompt_tokens > at || s.next_position() > at)

@@ -1126,7 +1126,6 @@ class CpuBackend : public Backend {
   // Blocks of the fewest slots (a multiple of 16) whose keys of one head fill whole pages (256 slots at most;
   // past that, 16 and the pages a block straddles are shared with its neighbours).
   DType cache_dtype() const override { return kv_dtype_; }
-  size_t cache_row_bytes(int64_t head_dim) const override { return cpu::kv_row_bytes(kv_dtype_, head_dim); }
   CachePaging cache_paging(int64_t head_dim) const override {
     const auto slot = static_cast<int64_t>(cpu::kv_row_bytes(kv_dtype_, head_dim));
     int tokens = 16;

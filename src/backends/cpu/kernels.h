@@ -145,10 +145,9 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
                float scale, float* out, int64_t window = 0, float softcap = 0.0f,
                const float* sinks = nullptr);
 
-// The values a cache row of hd values holds in a KV cache dtype (F32, BF16, Q8_0, F8_E4M3): hd, or for Q8_0
-// hd rounded up to whole blocks of 32 (the last one padded with zeros), and their bytes.
-int64_t kv_row_values(DType kv_dtype, int64_t hd);
-size_t kv_row_bytes(DType kv_dtype, int64_t hd);
+// A cache row's values and bytes in a KV cache dtype (tessera/tensor.h).
+using tessera::kv_row_bytes;
+using tessera::kv_row_values;
 // x [hd] f32 -> one cache row in kv_dtype: BF16 round-to-nearest-even, Q8_0 as llama.cpp's reference
 // quantiser (per 32 values d = max|x| / 127 stored as f16, q = round(x / d); a last partial block padded with
 // zeros), F8_E4M3 f32_to_f8e4m3 (scale 1).

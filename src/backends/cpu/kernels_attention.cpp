@@ -339,12 +339,6 @@ void attention(const float* q, int64_t T, int64_t nh, int64_t hd, const void* k,
   });
 }
 
-int64_t kv_row_values(DType kv_dtype, int64_t hd) {
-  return kv_dtype == DType::Q8_0 ? (hd + 31) / 32 * 32 : hd;
-}
-
-size_t kv_row_bytes(DType kv_dtype, int64_t hd) { return dtype_bytes(kv_dtype, kv_row_values(kv_dtype, hd)); }
-
 void store_kv_row(DType kv_dtype, const float* x, int64_t hd, void* dst) {
   switch (kv_dtype) {
     case DType::F32:

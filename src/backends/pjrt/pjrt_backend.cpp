@@ -261,11 +261,6 @@ class PjrtBackendImpl : public PjrtBackend {
 
   std::string name() const override { return info_.device; }
   DType cache_dtype() const override { return kv_dtype_; }
-  // A q8_0 cache: per position and kv head whole blocks of 32 values, 34 bytes each (int8 buffers).
-  size_t cache_row_bytes(int64_t head_dim) const override {
-    return kv_dtype_ == DType::Q8_0 ? static_cast<size_t>((head_dim + 31) / 32 * 34)
-                                    : dtype_bytes(kv_dtype_, head_dim);
-  }
   // The device buffer of one layer's keys (or values): [B, KV, L, hd] of the cache dtype, for q8_0 int8 bytes
   // [B, KV, L, cache_row_bytes(hd)].
   std::vector<int64_t> cache_dims(int64_t batch, const CacheLayer& l, int64_t len) const {

@@ -73,6 +73,19 @@ std::string tensor_type(const Shape& shape, const std::string& et) {
 }
 std::string type(const Val& v) { return tensor_type(v.shape, v.et); }
 
+// `lead` followed by `tail`.
+Shape with_tail(Shape lead, std::initializer_list<int64_t> tail) {
+  lead.insert(lead.end(), tail);
+  return lead;
+}
+
+// 0, 1, .., n - 1: the broadcast dimensions that keep an operand's n dimensions first.
+std::vector<int64_t> first_dims(size_t n) {
+  std::vector<int64_t> dims(n);
+  for (size_t i = 0; i < n; ++i) dims[i] = static_cast<int64_t>(i);
+  return dims;
+}
+
 std::string i64_list(const std::vector<int64_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -763,7 +776,7 @@ class Lowering {
   // quants, the native cpu cache's bytes. One buffer per cache, so it is donated, aliased and copied as the
   // others are.
   static Shape q8_cache_shape(Shape s) {
-    s.back() = (s.back() + 31) / 32 * 34;
+    s.back() = static_cast<int64_t>(kv_row_bytes(DType::Q8_0, s.back()));
     return s;
   }
 
@@ -771,16 +784,10 @@ class Lowering {
   // d = amax / 127, q = round_nearest_even(x * (1 / d)) (0 where d = 0), d rounded to f16; a row holding a
   // non-finite value gets NaN scales and zero quants (it reads back as NaN, as from a float32 cache).
   Val quantise_q8(const Val& x) {
-    Shape lead(x.shape.begin(), x.shape.end() - 1);
+    const Shape lead(x.shape.begin(), x.shape.end() - 1);
     const int64_t hd = x.shape.back(), nb = (hd + 31) / 32;
-    auto with = [&](std::initializer_list<int64_t> tail) {
-      Shape s = lead;
-      s.insert(s.end(), tail);
-      return s;
-    };
-    std::vector<int64_t> lead_dims(lead.size()), block_dims(lead.size() + 1);
-    for (size_t i = 0; i < block_dims.size(); ++i) block_dims[i] = static_cast<int64_t>(i);
-    for (size_t i = 0; i < lead.size(); ++i) lead_dims[i] = static_cast<int64_t>(i);
+    auto with = [&](std::initializer_list<int64_t> tail) { return with_tail(lead, tail); };
+    const std::vector<int64_t> lead_dims = first_dims(lead.size()), block_dims = first_dims(lead.size() + 1);
     const int64_t last = static_cast<int64_t>(lead.size());
     b_.comment("q8_0 cache blocks of " + std::to_string(hd) + " values");
     Val padded = hd % 32 == 0 ? x : b_.concatenate({x, b_.splat_f32(0.0f, with({nb * 32 - hd}))}, last);
@@ -808,15 +815,10 @@ class Lowering {
   // (f32(q) * f32(d) per block, as the cpu kernel reads it).
   Val cache_values(const Val& c, int64_t hd) {
     if (c.et != "i8") return b_.convert(c, "f32");
-    Shape lead(c.shape.begin(), c.shape.end() - 1);
+    const Shape lead(c.shape.begin(), c.shape.end() - 1);
     const int64_t nb = c.shape.back() / 34;
-    auto with = [&](std::initializer_list<int64_t> tail) {
-      Shape s = lead;
-      s.insert(s.end(), tail);
-      return s;
-    };
-    std::vector<int64_t> block_dims(lead.size() + 1);
-    for (size_t i = 0; i < block_dims.size(); ++i) block_dims[i] = static_cast<int64_t>(i);
+    auto with = [&](std::initializer_list<int64_t> tail) { return with_tail(lead, tail); };
+    const std::vector<int64_t> block_dims = first_dims(lead.size() + 1);
     Val blocks = b_.reshape(c, with({nb, 34}));
     std::vector<int64_t> from(lead.size() + 2, 0), to = with({nb, 34});
     to.back() = 2;
